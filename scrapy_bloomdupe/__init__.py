@@ -1,0 +1,5 @@
+"""Race-free, sharded Redis Bloom-filter deduplication for distributed Scrapy crawls."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

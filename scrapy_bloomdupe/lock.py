@@ -1,0 +1,101 @@
+"""Per-shard locks: ``SET <lock> <token> NX PX <ttl>``, released by token, bounded waits.
+
+The filter sends the ``SET ... NX PX`` and its fenced write (a script that first
+checks the token is still there) in one pipeline, so an uncontended lock costs
+no extra round trip. This module holds what is about the lock itself: tokens,
+the acquire arguments, the compare-and-delete release, and the bounded wait
+with its counters. Waits run on Scrapy's reactor thread, so they are short,
+capped by ``BLOOMDUPE_LOCK_WAIT`` and counted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+#: First pause when a lock is busy, and the most any one pause lasts (seconds).
+FIRST_PAUSE = 0.0005
+MAX_PAUSE = 0.02
+
+
+@dataclass
+class LockCounters:
+    acquired: int = 0
+    waits: int = 0
+    wait_time: float = 0.0
+    timeouts: int = 0
+    lost: int = 0
+
+
+class ShardLocks:
+    """Tokens, release and waiting for the shard locks of one filter."""
+
+    # KEYS[1] lock key; ARGV[1] token.
+    # Returns 1 when the lock held the token and was deleted, 0 otherwise.
+    RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        ttl: float,
+        wait: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        counters: LockCounters | None = None,
+    ) -> None:
+        self.client = client
+        self.ttl_ms = max(1, round(ttl * 1000))
+        self.wait = wait
+        self.counters = counters if counters is not None else LockCounters()
+        self._clock = clock
+        self._sleep = sleep
+        self._release = client.register_script(self.RELEASE_SCRIPT)
+
+    @staticmethod
+    def new_token() -> bytes:
+        return os.urandom(12).hex().encode()
+
+    def acquire(self, name: str, token: bytes) -> bool:
+        """One attempt, no waiting: True when this token now holds the lock."""
+        got = bool(self.client.set(name, token, nx=True, px=self.ttl_ms))
+        if got:
+            self.counters.acquired += 1
+        return got
+
+    def release(self, name: str, token: bytes) -> bool:
+        """Delete the lock only if it still holds ``token``."""
+        return bool(self._release(keys=[name], args=[token]))
+
+    def pauses(self) -> Iterator[float]:
+        """Yield after each pause while the wait budget lasts; count the waiting.
+
+        The caller retries once per value yielded. When the budget is spent the
+        iterator ends and a timeout is counted.
+        """
+        deadline = self._clock() + self.wait
+        pause = FIRST_PAUSE
+        while True:
+            left = deadline - self._clock()
+            if left <= 0:
+                self.counters.timeouts += 1
+                return
+            step = min(pause, left)
+            started = self._clock()
+            self._sleep(step)
+            self.counters.waits += 1
+            self.counters.wait_time += self._clock() - started
+            pause = min(pause * 2, MAX_PAUSE)
+            yield step
