@@ -10,8 +10,10 @@ Works under Scrapy's own scheduler (one machine) and under
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING
 
+import redis
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.request import referer_str
 
@@ -28,6 +30,15 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
+
+_by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def for_crawler(crawler: Crawler) -> RedisBloomDupeFilter | None:
+    """The crawler's dupefilter, once the scheduler has built it."""
+    return _by_crawler.get(crawler)
 
 
 class RedisBloomDupeFilter(BaseDupeFilter):
@@ -48,6 +59,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.persist = persist
         self.stats = stats
         self.logdupes = True
+        self.redis_errors = 0
+        self._warned_full = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -63,13 +76,26 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             lock_ttl=config.lock_ttl,
             lock_wait=config.lock_wait,
         )
-        return cls(
+        persist = crawler.settings.getbool("SCHEDULER_PERSIST")
+        if persist:
+            _warn_if_not_durable(client)
+        instance = cls(
             bloom,
             crawler.request_fingerprinter,
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
-            persist=crawler.settings.getbool("SCHEDULER_PERSIST"),
+            persist=persist,
             stats=crawler.stats,
         )
+        _by_crawler[crawler] = instance
+        logger.info(
+            "Bloom filter %(key)s: capacity %(capacity)d at error rate %(rate)g, %(shards)d "
+            "shard(s) of %(bytes)d bytes, %(k)d hashes, %(mode)s mode",
+            {"key": bloom.key, "capacity": bloom.sizing.capacity,
+             "rate": bloom.sizing.error_rate, "shards": bloom.sizing.shards,
+             "bytes": bloom.sizing.bytes_per_shard, "k": bloom.sizing.hashes,
+             "mode": "lock" if bloom.use_lock else "atomic"},
+        )
+        return instance
 
     @classmethod
     def from_spider(cls, spider: Spider) -> Self:
@@ -77,7 +103,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return cls.from_crawler(spider.crawler)
 
     def request_seen(self, request: Request) -> bool:
-        return not self.bloom.add(self.fingerprinter.fingerprint(request))
+        try:
+            return not self.bloom.add(self.fingerprinter.fingerprint(request))
+        except redis.RedisError:
+            self.redis_errors += 1
+            raise
 
     def log(self, request: Request, spider: Spider) -> None:
         if self.debug:
@@ -99,6 +129,84 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Delete the filter in Redis (every worker's)."""
         self.bloom.clear()
 
+    def update_stats(self, *, with_fill: bool = False) -> None:
+        """Copy the counters into Scrapy's stats; with ``with_fill``, read the fill from Redis."""
+        if self.stats is None:
+            return
+        counters = self.bloom.counters
+        lock = counters.lock
+        values: dict[str, float] = {
+            "bloomdupe/checked": counters.checked,
+            "bloomdupe/new": counters.new,
+            "bloomdupe/duplicates": counters.duplicates,
+            "bloomdupe/hit_rate": counters.duplicates / counters.checked if counters.checked
+            else 0.0,
+            "bloomdupe/redis_errors": self.redis_errors,
+        }
+        if self.bloom.use_lock:
+            values.update({
+                "bloomdupe/lock/acquired": lock.acquired,
+                "bloomdupe/lock/waits": lock.waits,
+                "bloomdupe/lock/wait_time": round(lock.wait_time, 6),
+                "bloomdupe/lock/timeouts": lock.timeouts,
+                "bloomdupe/lock/lost": lock.lost,
+            })
+        if with_fill:
+            info = self.bloom.info()
+            values.update({
+                "bloomdupe/fill_ratio": info.fill_ratio,
+                "bloomdupe/estimated_items": round(info.estimated_items),
+                "bloomdupe/estimated_false_positive_rate": info.estimated_false_positive_rate,
+                "bloomdupe/memory_bytes": info.memory_bytes,
+            })
+            if info.estimated_items > self.bloom.sizing.capacity and not self._warned_full:
+                self._warned_full = True
+                logger.warning(
+                    "Bloom filter %(key)s holds about %(items)d items, past its capacity of "
+                    "%(capacity)d: its false-positive rate is now %(fpr).2g and climbing, and "
+                    "every false positive is a page never crawled. Start a new filter with a "
+                    "larger BLOOMDUPE_CAPACITY.",
+                    {"key": self.bloom.key, "items": info.estimated_items,
+                     "capacity": self.bloom.sizing.capacity,
+                     "fpr": info.estimated_false_positive_rate},
+                )
+        for name, value in values.items():
+            self.stats.set_value(name, value)
+
     def close(self, reason: str = "") -> None:
+        try:
+            self.update_stats(with_fill=True)
+        except redis.RedisError as e:
+            logger.warning("Could not read the Bloom filter's final figures from Redis: %s", e)
+            self.update_stats()
+        if self.stats is not None:
+            get = self.stats.get_value
+            logger.info(
+                "Bloom filter closed: %(checked)d checked, %(new)d new, %(dups)d duplicates "
+                "(hit rate %(hit).1f%%), fill %(fill).2f%%, est. FPR %(fpr).2g",
+                {"checked": get("bloomdupe/checked", 0), "new": get("bloomdupe/new", 0),
+                 "dups": get("bloomdupe/duplicates", 0),
+                 "hit": 100 * get("bloomdupe/hit_rate", 0.0),
+                 "fill": 100 * get("bloomdupe/fill_ratio", 0.0),
+                 "fpr": get("bloomdupe/estimated_false_positive_rate", 0.0)},
+            )
         if not self.persist:
             self.clear()
+        self.bloom.close()
+
+
+def _warn_if_not_durable(client: redis.Redis | redis.RedisCluster) -> None:
+    """Warn when Redis keeps nothing on disk: a restart would forget every seen URL."""
+    try:
+        config = client.config_get("appendonly") | client.config_get("save")
+    except redis.ResponseError as e:  # CONFIG is often not granted; then say nothing
+        logger.debug("Cannot read Redis persistence settings: %s", e)
+        return
+    if not isinstance(config, dict) or "appendonly" not in config:
+        return  # a cluster client answers per node; checked by the cluster docs instead
+    if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
+        logger.warning(
+            "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "
+            "points): a Redis restart forgets every seen URL and the crawl fetches them all "
+            "again. Turn on AOF (appendonly yes) or RDB snapshots."
+        )

@@ -1,0 +1,24 @@
+"""One-line activation: ``ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+class BloomDupeAddon:
+    """Sets the scheduler, the dupefilter and the stats extension.
+
+    Values are set at "addon" priority, so a project's own ``settings.py``
+    still wins. With ``BLOOMDUPE_SCHEDULER = False`` Scrapy's own scheduler is
+    kept (one machine, shared filter).
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set("DUPEFILTER_CLASS", "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter",
+                     "addon")
+        if settings.getbool("BLOOMDUPE_SCHEDULER", True):
+            settings.set("SCHEDULER", "scrapy_bloomdupe.scheduler.Scheduler", "addon")
+        settings["EXTENSIONS"]["scrapy_bloomdupe.extension.BloomDupeStats"] = 500

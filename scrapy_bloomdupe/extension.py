@@ -1,0 +1,84 @@
+"""Scrapy stats and a periodic log line for the Bloom filter.
+
+``EXTENSIONS = {"scrapy_bloomdupe.extension.BloomDupeStats": 500}`` (the add-on
+does it). Every ``BLOOMDUPE_LOG_INTERVAL`` seconds it copies the dupefilter's
+counters into the stats, reads the filter's fill from Redis, and logs one line;
+at close it writes the final figures. ``BLOOMDUPE_LOG_INTERVAL = 0`` keeps the
+final figures and drops the periodic line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
+
+from . import dupefilter as dupefilter_module
+from .settings import BloomDupeConfig
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.spiders import Spider
+    from twisted.internet.task import LoopingCall
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+
+class BloomDupeStats:
+    def __init__(self, crawler: Crawler, interval: float) -> None:
+        self.crawler = crawler
+        self.interval = interval
+        self.task: AsyncioLoopingCall | LoopingCall | None = None
+        self._last_checked = 0
+        self._last_time = 0.0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = BloomDupeConfig.from_settings(crawler.settings)
+        if "RedisBloomDupeFilter" not in str(crawler.settings.get("DUPEFILTER_CLASS")):
+            raise NotConfigured("DUPEFILTER_CLASS is not scrapy_bloomdupe's RedisBloomDupeFilter")
+        ext = cls(crawler, config.log_interval)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def spider_opened(self, spider: Spider) -> None:
+        self._last_time = time.monotonic()
+        if self.interval:
+            self.task = create_looping_call(self.log)
+            self.task.start(self.interval, now=False)
+
+    def log(self) -> None:
+        df = dupefilter_module.for_crawler(self.crawler)
+        if df is None:
+            return
+        df.update_stats(with_fill=True)
+        counters = df.bloom.counters
+        now = time.monotonic()
+        rate = (counters.checked - self._last_checked) / max(now - self._last_time, 1e-9) * 60
+        self._last_checked, self._last_time = counters.checked, now
+        stats = self.crawler.stats
+        assert stats is not None
+        logger.info(
+            "Bloom filter: %(checked)d checked (%(rate)d/min), hit rate %(hit).1f%%, "
+            "fill %(fill).2f%%, est. %(items)d items of %(capacity)d, est. FPR %(fpr).2g",
+            {
+                "checked": counters.checked,
+                "rate": rate,
+                "hit": 100 * (stats.get_value("bloomdupe/hit_rate") or 0.0),
+                "fill": 100 * (stats.get_value("bloomdupe/fill_ratio") or 0.0),
+                "items": stats.get_value("bloomdupe/estimated_items") or 0,
+                "capacity": df.bloom.sizing.capacity,
+                "fpr": stats.get_value("bloomdupe/estimated_false_positive_rate") or 0.0,
+            },
+            extra={"spider": self.crawler.spider},
+        )
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        if self.task is not None and self.task.running:
+            self.task.stop()

@@ -1,0 +1,91 @@
+"""``SCHEDULER = "scrapy_bloomdupe.scheduler.Scheduler"``: scrapy-redis's scheduler, deduplicated
+by the Bloom filter.
+
+It keeps everything of scrapy-redis's :class:`scrapy_redis.scheduler.Scheduler`
+(the shared request queue and its classes, ``SCHEDULER_PERSIST``,
+``SCHEDULER_FLUSH_ON_START``, ``SCHEDULER_IDLE_BEFORE_CLOSE``,
+``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_SERIALIZER``) and changes what Scrapy 2.13+
+and a shared crawl need: it is built from the crawler, shares the crawler's one
+Redis client with the dupefilter, counts stats without the deprecated
+``spider=`` argument, and closes the dupefilter so its figures reach the stats.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy_redis import defaults
+from scrapy_redis.scheduler import Scheduler as RedisScheduler
+
+from . import connection
+from .dupefilter import RedisBloomDupeFilter
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request
+    from scrapy.spiders import Spider
+    from typing_extensions import Self
+
+DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
+
+
+class Scheduler(RedisScheduler):  # type: ignore[misc]
+    """A scrapy-redis scheduler whose dupefilter is, by default, the Bloom filter."""
+
+    crawler: Crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        idle = settings.getint("SCHEDULER_IDLE_BEFORE_CLOSE")
+        kwargs: dict[str, Any] = {
+            "persist": settings.getbool("SCHEDULER_PERSIST"),
+            "flush_on_start": settings.getbool("SCHEDULER_FLUSH_ON_START"),
+            "idle_before_close": idle,
+            "queue_key": settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY,
+            "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or defaults.SCHEDULER_QUEUE_CLASS,
+            "dupefilter_cls": settings.get("DUPEFILTER_CLASS") or DUPEFILTER_CLASS,
+        }
+        if settings.get("SCHEDULER_DUPEFILTER_KEY"):
+            kwargs["dupefilter_key"] = settings.get("SCHEDULER_DUPEFILTER_KEY")
+        serializer = settings.get("SCHEDULER_SERIALIZER")
+        if isinstance(serializer, str):
+            serializer = importlib.import_module(serializer)
+        if serializer:
+            kwargs["serializer"] = serializer
+        instance = cls(server=connection.get_client(crawler), **kwargs)
+        instance.crawler = crawler
+        instance.stats = crawler.stats
+        return instance
+
+    def open(self, spider: Spider) -> None:
+        if self.df is None:
+            dupefilter_cls = load_object(self.dupefilter_cls)
+            if issubclass(dupefilter_cls, RedisBloomDupeFilter) or not hasattr(
+                dupefilter_cls, "from_spider"
+            ):
+                self.df = build_from_crawler(dupefilter_cls, self.crawler)
+            else:
+                self.df = dupefilter_cls.from_spider(spider)
+        super().open(spider)
+
+    def close(self, reason: str) -> None:
+        if not self.persist:
+            self.queue.clear()
+        self.df.close(reason)
+
+    def enqueue_request(self, request: Request) -> bool:
+        if not request.dont_filter and self.df.request_seen(request):
+            self.df.log(request, self.spider)
+            return False
+        self.stats.inc_value("scheduler/enqueued/redis")
+        self.queue.push(request)
+        return True
+
+    def next_request(self) -> Request | None:
+        request: Request | None = self.queue.pop(self.idle_before_close)
+        if request is not None:
+            self.stats.inc_value("scheduler/dequeued/redis")
+        return request

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+import redis
+
+from scrapy_bloomdupe import sizing
+from scrapy_bloomdupe.exceptions import ConfigError, FilterMismatchError
+from scrapy_bloomdupe.filter import BloomFilter
+
+
+def fps(n: int, prefix: str = "u") -> list[bytes]:
+    return [hashlib.sha1(f"{prefix}{i}".encode()).digest() for i in range(n)]
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_add_reports_new_then_seen(client: redis.Redis, use_lock: bool) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(10_000, 0.001, shards=3), use_lock=use_lock)
+    items = fps(500)
+    assert all(bf.add(fp) for fp in items)
+    assert not any(bf.add(fp) for fp in items)
+    assert bf.add_many(items) == [False] * 500
+    assert bf.counters.checked == 1500 and bf.counters.new == 500
+    assert bf.counters.duplicates == 1000
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_batch_keeps_order_and_counts_an_item_twice_in_it_once(client: redis.Redis,
+                                                               use_lock: bool) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(10_000, 0.001, shards=4), use_lock=use_lock)
+    a, b, c = fps(3)
+    bf.add(b)
+    assert bf.add_many([a, b, c, a, c]) == [True, False, True, False, False]
+    assert bf.add_many([]) == []
+
+
+def test_metadata_is_created_once_and_joined(client: redis.Redis) -> None:
+    plan = sizing.plan(50_000, 0.01, shards=2)
+    first = BloomFilter.open(client, "t", plan)
+    second = BloomFilter.open(client, "t", plan)
+    assert first.seed == second.seed
+    assert first.created == second.created
+    meta = {k.decode(): v.decode() for k, v in client.hgetall("t:meta").items()}
+    assert set(meta) == {"version", "capacity", "error_rate", "shards", "bits_per_shard",
+                         "hashes", "seed", "created"}
+    assert int(meta["bits_per_shard"]) == plan.bits_per_shard
+    first.add(b"x")
+    assert not second.add(b"x")
+    # Tools join whatever is stored.
+    assert BloomFilter.open(client, "t", None).sizing == plan
+
+
+def test_each_filter_gets_its_own_random_seed(client: redis.Redis) -> None:
+    plan = sizing.plan(1000, 0.01)
+    seeds = {BloomFilter.open(client, f"t{i}", plan).seed for i in range(8)}
+    assert len(seeds) == 8
+
+
+def test_mismatched_settings_stop_with_a_clear_error(client: redis.Redis) -> None:
+    BloomFilter.open(client, "t", sizing.plan(50_000, 0.01))
+    with pytest.raises(FilterMismatchError) as info:
+        BloomFilter.open(client, "t", sizing.plan(80_000, 0.001))
+    message = str(info.value)
+    assert "BLOOMDUPE_CAPACITY: stored 50000, this worker 80000" in message
+    assert "BLOOMDUPE_ERROR_RATE: stored 0.01, this worker 0.001" in message
+    assert "BLOOMDUPE_KEY" in message and "bloomdupe clear" in message
+    assert info.value.differences["BLOOMDUPE_CAPACITY"] == (50_000, 80_000)
+
+
+def test_joining_a_missing_filter_is_an_error(client: redis.Redis) -> None:
+    with pytest.raises(FilterMismatchError, match="absent"):
+        BloomFilter.open(client, "nothing", None)
+
+
+@pytest.mark.parametrize("key", ["", "a{b}", "a}"])
+def test_bad_keys_are_refused(client: redis.Redis, key: str) -> None:
+    with pytest.raises(ConfigError, match="BLOOMDUPE_KEY"):
+        BloomFilter.open(client, key, sizing.plan(10, 0.1))
+
+
+def test_shards_are_presized_and_never_grow(client: redis.Redis) -> None:
+    plan = sizing.plan(200_000, 0.001, shards=2)
+    bf = BloomFilter.open(client, "t", plan)
+    before = bf.info().memory_bytes
+    for name in bf._bits_keys:
+        assert client.strlen(name) == plan.bytes_per_shard
+    bf.add_many(fps(200_000))
+    assert bf.info().memory_bytes == before
+    # The bits themselves, rounded up to jemalloc's size class (classes are a
+    # quarter of a power of two apart: at most 25% above the request).
+    assert before <= plan.total_bits / 8 * 1.25 + 1024
+
+
+def test_bytes_per_url_at_a_million(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(1_000_000, 0.001))
+    info = bf.info()
+    assert info.memory_bytes / 1_000_000 <= 1.9, info.memory_bytes
+
+
+def test_info_reports_fill_items_and_error_rate(client: redis.Redis) -> None:
+    plan = sizing.plan(20_000, 0.01, shards=4)
+    bf = BloomFilter.open(client, "t", plan)
+    assert bf.info().set_bits == 0
+    bf.add_many(fps(10_000))
+    info = bf.info()
+    assert len(info.shards) == 4
+    assert all(0 < s.fill_ratio < 1 for s in info.shards)
+    assert info.estimated_items == pytest.approx(10_000, rel=0.03)
+    expected = sizing.false_positive_rate(plan.total_bits, plan.hashes, 10_000)
+    assert info.estimated_false_positive_rate == pytest.approx(expected, rel=0.25)
+    as_dict = info.as_dict()
+    assert as_dict["shards"] == 4 and len(as_dict["per_shard"]) == 4
+
+
+def test_false_positive_rate_at_capacity(client: redis.Redis) -> None:
+    """Measured FPR within p + 6 sigma at capacity, and no false negatives."""
+    capacity, p = 100_000, 0.01
+    bf = BloomFilter.open(client, "t", sizing.plan(capacity, p, shards=3))
+    added = fps(capacity, "in")
+    for i in range(0, capacity, 5000):
+        bf.add_many(added[i:i + 5000])
+    assert all(bf.contains_many(added)), "false negative"
+    probes = 100_000
+    positives = sum(bf.contains_many(fps(probes, "out")))
+    sigma = math.sqrt(p * (1 - p) / probes)
+    assert positives / probes <= p + 6 * sigma, (positives, probes)
+    # And not suspiciously low either: the filter is really at capacity.
+    assert positives / probes >= p - 6 * sigma, (positives, probes)
+
+
+def test_scripts_flushed_by_a_restart_are_reloaded(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(1000, 0.01))
+    client.script_flush()
+    assert bf.add(b"a")
+    assert bf.counters.script_reloads == 1
+    assert bf.counters.lock.waits == 0, "the repeat must reuse its own lock token"
+    assert not bf.add(b"a")
+
+
+def test_contains_writes_nothing(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(1000, 0.01))
+    assert not bf.contains(b"a")
+    assert bf.info().set_bits == 0
+    bf.add(b"a")
+    assert bf.contains(b"a")
+
+
+def test_clear_removes_every_key(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(1000, 0.01, shards=3))
+    bf.add_many(fps(50))
+    other = BloomFilter.open(client, "other", sizing.plan(1000, 0.01))
+    bf.clear()
+    assert sorted(k.decode() for k in client.keys("*")) == sorted(
+        ["other:meta", "{other:0}:bits"]
+    )
+    assert other.add(b"still here")
+
+
+def test_op_log_holds_one_round_trip_at_most(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.01), use_lock=False)
+    for batch in range(5):
+        bf.add_many(fps(100, f"b{batch}-"))
+    (log_key,) = client.keys("{t:0}:ops:*")
+    assert client.zcard(log_key) == 100
+    assert 0 < client.pttl(log_key) <= 3_600_000
