@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class BloomDupeError(Exception):
     """Base class of every error this package raises."""
@@ -20,9 +22,9 @@ class ConfigError(BloomDupeError, ValueError):
 class FilterMismatchError(BloomDupeError):
     """The filter stored in Redis was made with other parameters than this worker's."""
 
-    def __init__(self, key: str, differences: dict[str, tuple[object, object]]) -> None:
+    def __init__(self, key: str, differences: Mapping[str, tuple[object, object]]) -> None:
         self.key = key
-        self.differences = differences
+        self.differences = dict(differences)
         listed = ", ".join(
             f"{name}: stored {stored!r}, this worker {ours!r}"
             for name, (stored, ours) in sorted(differences.items())

@@ -35,6 +35,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     """A scrapy-redis scheduler whose dupefilter is, by default, the Bloom filter."""
 
     crawler: Crawler
+    df: Any
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -46,8 +47,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             "idle_before_close": idle,
             "queue_key": settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY,
             "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or defaults.SCHEDULER_QUEUE_CLASS,
-            "dupefilter_cls": settings.get("DUPEFILTER_CLASS") or DUPEFILTER_CLASS,
+            "dupefilter_cls": DUPEFILTER_CLASS,
         }
+        # Scrapy's default DUPEFILTER_CLASS is in-memory, one per worker: it would
+        # let every worker fetch every page. Only a dupefilter the user chose wins.
+        if settings.getpriority("DUPEFILTER_CLASS") not in (None, 0):
+            kwargs["dupefilter_cls"] = settings["DUPEFILTER_CLASS"]
         if settings.get("SCHEDULER_DUPEFILTER_KEY"):
             kwargs["dupefilter_key"] = settings.get("SCHEDULER_DUPEFILTER_KEY")
         serializer = settings.get("SCHEDULER_SERIALIZER")

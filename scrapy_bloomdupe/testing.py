@@ -69,7 +69,8 @@ class RedisServer:
                     return self  # up, but wants a password
                 except redis.ConnectionError:
                     if self.process.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"redis-server on port {self.port} did not start") from None
+                        message = f"redis-server on port {self.port} did not start"
+                        raise RuntimeError(message) from None
                     time.sleep(0.02)
         finally:
             probe.close()

@@ -41,7 +41,7 @@ class Link:
                 pipe.execute_command(*command)
             return pipe.execute(raise_on_error=False)
         conn = self._connection()
-        return conn.retry.call_with_retry(  # type: ignore[no-any-return]
+        return conn.retry.call_with_retry(
             lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
         )
 

@@ -1,0 +1,205 @@
+"""The Scrapy components, built from a crawler as Scrapy builds them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import redis
+from scrapy import Request, Spider
+from scrapy.core.scheduler import Scheduler as ScrapyScheduler
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from scrapy_bloomdupe.addon import BloomDupeAddon
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter, for_crawler
+from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError, FilterMismatchError
+from scrapy_bloomdupe.scheduler import Scheduler
+
+
+class DemoSpider(Spider):
+    name = "demo"
+
+
+def crawler_for(redis_url: str, **settings: Any):  # type: ignore[no-untyped-def]
+    base = {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000}
+    crawler = get_crawler(DemoSpider, {**base, **settings})
+    crawler.spider = crawler._create_spider()
+    return crawler
+
+
+def test_dupefilter_from_crawler(redis_url: str) -> None:
+    crawler = crawler_for(redis_url)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert for_crawler(crawler) is df
+    assert df.bloom.key == "demo:bloomdupe"
+    assert not df.request_seen(Request("http://a.example/x?b=2&a=1"))
+    # Same fingerprint: canonical URL (query order, fragment).
+    assert df.request_seen(Request("http://a.example/x?a=1&b=2#frag"))
+    assert not df.request_seen(Request("http://a.example/x", method="POST", body=b"1"))
+    assert df.request_seen(Request("http://a.example/x", method="POST", body=b"1"))
+
+
+def test_from_spider_as_scrapy_redis_calls_it(redis_url: str) -> None:
+    crawler = crawler_for(redis_url)
+    df = RedisBloomDupeFilter.from_spider(crawler.spider)
+    assert df.bloom.key == "demo:bloomdupe"
+
+
+class HostOnlyFingerprinter:
+    """Fingerprints by host: two paths on one host are duplicates."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> HostOnlyFingerprinter:
+        return cls()
+
+    def fingerprint(self, request: Request) -> bytes:
+        return request.url.split("/")[2].encode()
+
+
+def test_request_fingerprinter_class_is_honoured(redis_url: str) -> None:
+    crawler = crawler_for(
+        redis_url, REQUEST_FINGERPRINTER_CLASS=f"{__name__}.HostOnlyFingerprinter"
+    )
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert not df.request_seen(Request("http://a.example/1"))
+    assert df.request_seen(Request("http://a.example/2"))
+
+
+def test_two_workers_share_the_filter(redis_url: str) -> None:
+    one = build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
+    two = build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
+    assert not one.request_seen(Request("http://a.example/"))
+    assert two.request_seen(Request("http://a.example/"))
+
+
+def test_log_first_duplicate_only_unless_debug(redis_url: str,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    for debug, expected in ((False, 1), (True, 3)):
+        crawler = crawler_for(redis_url, DUPEFILTER_DEBUG=debug)
+        df = build_from_crawler(RedisBloomDupeFilter, crawler)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="scrapy_bloomdupe"):
+            for _ in range(3):
+                df.log(Request("http://a.example/"), crawler.spider)
+        lines = [r for r in caplog.records if "Filtered duplicate request" in r.getMessage()]
+        assert len(lines) == expected
+        assert crawler.stats.get_value("dupefilter/filtered") == 3
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_close_honours_scheduler_persist(redis_url: str, client: redis.Redis,
+                                         persist: bool) -> None:
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=persist)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    df.request_seen(Request("http://a.example/"))
+    df.close("finished")
+    assert bool(client.exists("demo:bloomdupe:meta")) is persist
+    stats = crawler.stats.get_stats()
+    for name in ("checked", "new", "duplicates", "hit_rate", "redis_errors", "fill_ratio",
+                 "estimated_items", "estimated_false_positive_rate", "lock/acquired",
+                 "lock/waits", "lock/wait_time", "lock/timeouts", "lock/lost"):
+        assert f"bloomdupe/{name}" in stats, name
+    assert stats["bloomdupe/estimated_items"] == 1
+
+
+def test_warns_when_persisting_into_a_redis_without_persistence(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url, SCHEDULER_PERSIST=True))
+    assert "keeps nothing on disk" in caplog.text
+
+
+def test_warns_past_capacity(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    crawler = crawler_for(redis_url, BLOOMDUPE_CAPACITY=100)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    for i in range(300):
+        df.request_seen(Request(f"http://a.example/{i}"))
+    with caplog.at_level(logging.WARNING):
+        df.update_stats(with_fill=True)
+        df.update_stats(with_fill=True)
+    assert caplog.text.count("past its capacity of 100") == 1
+
+
+def test_bad_setting_fails_at_start(redis_url: str) -> None:
+    with pytest.raises(ConfigError, match="BLOOMDUPE_ERROR_RATE=2"):
+        build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url, BLOOMDUPE_ERROR_RATE=2))
+
+
+def test_mismatch_between_workers_fails_at_start(redis_url: str) -> None:
+    build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
+    with pytest.raises(FilterMismatchError, match="BLOOMDUPE_CAPACITY"):
+        build_from_crawler(RedisBloomDupeFilter,
+                           crawler_for(redis_url, BLOOMDUPE_CAPACITY=20_000))
+
+
+def test_unreachable_redis_is_one_clear_error() -> None:
+    from scrapy_bloomdupe.testing import free_port
+
+    crawler = crawler_for(f"redis://127.0.0.1:{free_port()}/0",
+                          REDIS_PARAMS={"retry": None, "socket_connect_timeout": 1})
+    with pytest.raises(BloomDupeError, match=r"Cannot reach Redis at 127\.0\.0\.1"):
+        build_from_crawler(RedisBloomDupeFilter, crawler)
+
+
+def test_works_under_scrapys_own_scheduler(redis_url: str) -> None:
+    # The plain priority queue: the default one needs a running engine.
+    crawler = crawler_for(redis_url,
+                          DUPEFILTER_CLASS="scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter",
+                          SCHEDULER_PRIORITY_QUEUE="scrapy.pqueues.ScrapyPriorityQueue")
+    scheduler = ScrapyScheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert scheduler.enqueue_request(Request("http://a.example/"))
+    assert not scheduler.enqueue_request(Request("http://a.example/"))
+    assert scheduler.enqueue_request(Request("http://a.example/", dont_filter=True))
+    scheduler.close("finished")
+
+
+def test_scheduler_shares_one_client_with_the_dupefilter(redis_url: str) -> None:
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert isinstance(scheduler.df, RedisBloomDupeFilter)
+    assert scheduler.df.bloom.client is scheduler.server
+    assert scheduler.enqueue_request(Request("http://a.example/1"))
+    assert not scheduler.enqueue_request(Request("http://a.example/1"))
+    assert scheduler.has_pending_requests()
+    request = scheduler.next_request()
+    assert request is not None and request.url == "http://a.example/1"
+    assert crawler.stats.get_value("scheduler/enqueued/redis") == 1
+    assert crawler.stats.get_value("scheduler/dequeued/redis") == 1
+    assert crawler.stats.get_value("dupefilter/filtered") == 1
+    scheduler.close("finished")
+
+
+def test_scheduler_keeps_a_dupefilter_the_user_chose(redis_url: str) -> None:
+    crawler = crawler_for(redis_url, DUPEFILTER_CLASS="scrapy.dupefilters.BaseDupeFilter")
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert type(scheduler.df).__name__ == "BaseDupeFilter"
+
+
+def test_scheduler_without_persist_clears_queue_and_filter(redis_url: str,
+                                                          client: redis.Redis) -> None:
+    crawler = crawler_for(redis_url)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    scheduler.enqueue_request(Request("http://a.example/1"))
+    scheduler.enqueue_request(Request("http://a.example/2"))
+    scheduler.close("finished")
+    assert client.keys("*") == []
+
+
+def test_addon_sets_components() -> None:
+    crawler = get_crawler(DemoSpider, {"ADDONS": {BloomDupeAddon: 100}})
+    settings = crawler.settings
+    assert settings["DUPEFILTER_CLASS"].endswith("RedisBloomDupeFilter")
+    assert settings["SCHEDULER"] == "scrapy_bloomdupe.scheduler.Scheduler"
+    assert "scrapy_bloomdupe.extension.BloomDupeStats" in settings.getdict("EXTENSIONS")
+
+
+def test_addon_can_keep_scrapys_scheduler() -> None:
+    crawler = get_crawler(DemoSpider, {"ADDONS": {BloomDupeAddon: 100},
+                                       "BLOOMDUPE_SCHEDULER": False})
+    assert crawler.settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_bloomdupe.exceptions import ConfigError
+from scrapy_bloomdupe.settings import DEFAULTS, BloomDupeConfig
+
+
+def config(**values: Any) -> BloomDupeConfig:
+    return BloomDupeConfig.from_settings(Settings(values))
+
+
+def test_defaults() -> None:
+    c = config()
+    assert c.capacity == DEFAULTS["BLOOMDUPE_CAPACITY"]
+    assert c.error_rate == 0.001
+    assert c.lock is True
+    assert c.key_for("books") == "books:bloomdupe"
+    assert c.plan.capacity == c.capacity
+
+
+def test_command_line_strings_are_parsed() -> None:
+    # `scrapy crawl -s NAME=VALUE` passes strings.
+    c = config(BLOOMDUPE_CAPACITY="2_000_000", BLOOMDUPE_ERROR_RATE="0.0001",
+               BLOOMDUPE_SHARDS="4", BLOOMDUPE_LOCK="false", BLOOMDUPE_LOCK_TTL="0.5",
+               BLOOMDUPE_LOCK_WAIT="0", BLOOMDUPE_KEY="crawl-%(spider)s")
+    assert (c.capacity, c.error_rate, c.shards, c.lock, c.lock_ttl, c.lock_wait) == (
+        2_000_000, 0.0001, 4, False, 0.5, 0.0)
+    assert c.key_for("x") == "crawl-x"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("BLOOMDUPE_CAPACITY", 0),
+        ("BLOOMDUPE_CAPACITY", -1),
+        ("BLOOMDUPE_CAPACITY", "lots"),
+        ("BLOOMDUPE_CAPACITY", 1.5),
+        ("BLOOMDUPE_CAPACITY", True),
+        ("BLOOMDUPE_ERROR_RATE", 0),
+        ("BLOOMDUPE_ERROR_RATE", 1),
+        ("BLOOMDUPE_ERROR_RATE", 1.5),
+        ("BLOOMDUPE_ERROR_RATE", "low"),
+        ("BLOOMDUPE_ERROR_RATE", "nan"),
+        ("BLOOMDUPE_SHARDS", 0),
+        ("BLOOMDUPE_SHARDS", "two"),
+        ("BLOOMDUPE_MAX_SHARD_BYTES", 1),
+        ("BLOOMDUPE_MAX_SHARD_BYTES", 2**30),
+        ("BLOOMDUPE_LOCK", "maybe"),
+        ("BLOOMDUPE_LOCK", 2),
+        ("BLOOMDUPE_LOCK_TTL", 0),
+        ("BLOOMDUPE_LOCK_TTL", "soon"),
+        ("BLOOMDUPE_LOCK_WAIT", -1),
+        ("BLOOMDUPE_LOCK_WAIT", 3600),
+        ("BLOOMDUPE_KEY", ""),
+        ("BLOOMDUPE_KEY", "{tagged}"),
+        ("BLOOMDUPE_KEY", "%(name)s"),
+        ("BLOOMDUPE_KEY", 5),
+        ("BLOOMDUPE_LOG_INTERVAL", -5),
+    ],
+)
+def test_bad_values_name_setting_and_value(setting: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        config(**{setting: value})
+    assert info.value.setting == setting
+    assert str(info.value).startswith(f"{setting}={value!r}")
