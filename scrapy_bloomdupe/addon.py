@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 
 class BloomDupeAddon:
-    """Sets the scheduler, the dupefilter and the stats extension.
+    """Sets the scheduler, the dupefilter, the batch middleware and the stats extension.
 
     Values are set at "addon" priority, so a project's own ``settings.py``
     still wins. With ``BLOOMDUPE_SCHEDULER = False`` Scrapy's own scheduler is
@@ -22,3 +22,4 @@ class BloomDupeAddon:
         if settings.getbool("BLOOMDUPE_SCHEDULER", True):
             settings.set("SCHEDULER", "scrapy_bloomdupe.scheduler.Scheduler", "addon")
         settings["EXTENSIONS"]["scrapy_bloomdupe.extension.BloomDupeStats"] = 500
+        settings["SPIDER_MIDDLEWARES"]["scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"] = 10

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import redis
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
+
+#: ``request.meta`` key of the batch middleware's mark: the fingerprint it checked.
+CHECKED_META = "_bloomdupe_checked"
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
     weakref.WeakKeyDictionary()
@@ -103,13 +107,35 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return cls.from_crawler(spider.crawler)
 
     def request_seen(self, request: Request) -> bool:
+        fingerprint = self.fingerprinter.fingerprint(request)
+        if request.meta.get(CHECKED_META) == fingerprint:
+            # Checked, and new, by the batch middleware: let it through once.
+            del request.meta[CHECKED_META]
+            return False
         try:
-            return not self.bloom.add(self.fingerprinter.fingerprint(request))
+            return not self.bloom.add(fingerprint)
         except redis.RedisError:
             self.redis_errors += 1
             raise
 
-    def log(self, request: Request, spider: Spider) -> None:
+    def requests_seen(self, requests: Sequence[Request]) -> list[bool]:
+        """Check-and-add many requests in one round trip; mark the new ones.
+
+        The mark (the fingerprint in ``request.meta``) makes :meth:`request_seen`
+        pass that request once without checking it again.
+        """
+        fingerprints = [self.fingerprinter.fingerprint(r) for r in requests]
+        try:
+            new = self.bloom.add_many(fingerprints)
+        except redis.RedisError:
+            self.redis_errors += 1
+            raise
+        for request, fingerprint, is_new in zip(requests, fingerprints, new, strict=True):
+            if is_new:
+                request.meta[CHECKED_META] = fingerprint
+        return [not n for n in new]
+
+    def log(self, request: Request, spider: Spider | None) -> None:
         if self.debug:
             msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
             args = {"request": request, "referer": referer_str(request)}

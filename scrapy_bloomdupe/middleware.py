@@ -1,0 +1,91 @@
+"""Batched dedup: check all requests of one callback in one Redis round trip.
+
+``SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}``
+(the add-on does it). Scrapy asks the dupefilter one request at a time, on its
+reactor thread, each a full Redis round trip. This middleware collects the
+requests a callback produced (in chunks of ``BLOOMDUPE_BATCH_SIZE``), checks
+them all with one pipelined call, drops the duplicates and marks the new ones
+with their fingerprint; the dupefilter then lets a marked request through
+without a second check. The mark holds a fingerprint and is used once, so a
+request changed later (a redirect) or scheduled again is checked as usual.
+
+It sits at order 10, closest to the engine, so it sees a request only after
+every other spider middleware (offsite, depth, URL length) has had the chance
+to drop it: a request dropped after being added would never be crawled.
+Output order is kept; ``dont_filter`` requests are not checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+
+from . import dupefilter as dupefilter_module
+from .settings import parse_bool, parse_int
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+
+class BloomDupeBatchMiddleware:
+    def __init__(self, crawler: Crawler, batch_size: int) -> None:
+        self.crawler = crawler
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        if not parse_bool("BLOOMDUPE_BATCH", settings.get("BLOOMDUPE_BATCH", True)):
+            raise NotConfigured("BLOOMDUPE_BATCH is off")
+        size = parse_int("BLOOMDUPE_BATCH_SIZE", settings.get("BLOOMDUPE_BATCH_SIZE", 1000))
+        return cls(crawler, size)
+
+    def process_spider_output(self, response: Response | None,
+                              result: Iterable[Any]) -> Iterator[Any]:
+        chunk: list[Any] = []
+        for o in result:
+            chunk.append(o)
+            if len(chunk) >= self.batch_size:
+                yield from self._filter(chunk)
+                chunk = []
+        yield from self._filter(chunk)
+
+    async def process_spider_output_async(self, response: Response | None,
+                                          result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        chunk: list[Any] = []
+        async for o in result:
+            chunk.append(o)
+            if len(chunk) >= self.batch_size:
+                for kept in self._filter(chunk):
+                    yield kept
+                chunk = []
+        for kept in self._filter(chunk):
+            yield kept
+
+    def _filter(self, outputs: list[Any]) -> list[Any]:
+        df = dupefilter_module.for_crawler(self.crawler)
+        requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
+        if df is None or not requests:
+            return outputs
+        seen = df.requests_seen(requests)
+        dropped = {id(r) for r, s in zip(requests, seen, strict=True) if s}
+        if not dropped:
+            return outputs
+        spider = self.crawler.spider
+        kept = []
+        for o in outputs:
+            if id(o) in dropped:
+                df.log(o, spider)
+                self.crawler.signals.send_catch_log(signals.request_dropped, request=o,
+                                                    spider=spider)
+            else:
+                kept.append(o)
+        return kept

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from scrapy_bloomdupe.dupefilter import CHECKED_META, RedisBloomDupeFilter
+from scrapy_bloomdupe.middleware import BloomDupeBatchMiddleware
+
+
+class DemoSpider(Spider):
+    name = "demo"
+
+
+@pytest.fixture
+def parts(redis_url: str) -> tuple[Any, RedisBloomDupeFilter, BloomDupeBatchMiddleware]:
+    crawler = get_crawler(DemoSpider, {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000,
+                                       "BLOOMDUPE_BATCH_SIZE": 3})
+    crawler.spider = crawler._create_spider()
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    mw = build_from_crawler(BloomDupeBatchMiddleware, crawler)
+    return crawler, df, mw
+
+
+def test_drops_duplicates_keeps_order_and_items(parts: Any) -> None:
+    crawler, df, mw = parts
+    dropped: list[Request] = []
+
+    def on_dropped(request: Request, spider: Spider) -> None:
+        dropped.append(request)
+
+    crawler.signals.connect(on_dropped, signal=signals.request_dropped)
+    df.request_seen(Request("http://a.example/old"))
+    out = [
+        {"item": 1},
+        Request("http://a.example/1"),
+        Request("http://a.example/old"),
+        Request("http://a.example/1#again"),
+        Request("http://a.example/old", dont_filter=True),
+        {"item": 2},
+        Request("http://a.example/2"),
+    ]
+    kept = list(mw.process_spider_output(None, iter(out)))
+    assert kept == [out[0], out[1], out[4], out[5], out[6]]
+    assert [r.url for r in dropped] == ["http://a.example/old", "http://a.example/1#again"]
+    assert crawler.stats.get_value("dupefilter/filtered") == 2
+    # Counted once: 1 earlier check plus 4 in the batches (dont_filter is not checked).
+    assert df.bloom.counters.checked == 5
+    assert df.bloom.counters.new == 3
+
+
+def test_marked_requests_pass_the_dupefilter_once_without_a_second_check(parts: Any) -> None:
+    _, df, mw = parts
+    (request,) = mw.process_spider_output(None, iter([Request("http://a.example/x")]))
+    assert CHECKED_META in request.meta
+    checked = df.bloom.counters.checked
+    assert not df.request_seen(request)
+    assert df.bloom.counters.checked == checked
+    assert CHECKED_META not in request.meta
+    # The mark is used up: scheduling the same request again finds it seen.
+    assert df.request_seen(request)
+
+
+def test_a_changed_request_is_checked_again(parts: Any) -> None:
+    _, df, mw = parts
+    df.request_seen(Request("http://a.example/target"))
+    (request,) = mw.process_spider_output(None, iter([Request("http://a.example/from")]))
+    # A redirect copies meta, mark included, but the URL changed.
+    redirected = request.replace(url="http://a.example/target")
+    assert df.request_seen(redirected)
+
+
+def test_async_callbacks(parts: Any) -> None:
+    _, _, mw = parts
+
+    async def output() -> AsyncIterator[Any]:
+        for url in ["http://a.example/a", "http://a.example/a", "http://a.example/b"]:
+            yield Request(url)
+
+    async def collect() -> list[Any]:
+        return [o async for o in mw.process_spider_output_async(None, output())]
+
+    kept = asyncio.run(collect())
+    assert [r.url for r in kept] == ["http://a.example/a", "http://a.example/b"]
+
+
+def test_can_be_turned_off(redis_url: str) -> None:
+    crawler = get_crawler(DemoSpider, {"BLOOMDUPE_BATCH": False})
+    with pytest.raises(NotConfigured):
+        build_from_crawler(BloomDupeBatchMiddleware, crawler)
+
+
+def test_without_the_bloom_dupefilter_it_passes_everything(redis_url: str) -> None:
+    crawler = get_crawler(DemoSpider, {})
+    mw = build_from_crawler(BloomDupeBatchMiddleware, crawler)
+    out = [Request("http://a.example/"), Request("http://a.example/")]
+    assert list(mw.process_spider_output(None, iter(out))) == out
