@@ -15,7 +15,7 @@ DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}
 # Adds bloomdupe/* figures (fill, estimated items, ...) to the stats and logs
 # them every BLOOMDUPE_LOG_INTERVAL seconds.
-# (These four lines in one: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)
+# (The four components above in one line: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)
 EXTENSIONS = {
     "scrapy_bloomdupe.extension.BloomDupeStats": 500,
     # Keep this worker open while the others may still queue work (see the extension).
@@ -28,12 +28,12 @@ EXTENSIONS = {
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
 # Keep the filter and the queue when a worker closes: a worker that runs out of
 # work first must not wipe them under the others. Delete the keys yourself
-# ("site:bloomdupe:meta", "{site:bloomdupe:*}:bits", "site:requests") to start over.
+# ("site:bloomdupe:meta", the "{site:bloomdupe:*}" keys, "site:requests") to start over.
 SCHEDULER_PERSIST = True
 # Items the filter is sized for at BLOOMDUPE_ERROR_RATE (default 0.001). The
 # demo site has 3,000 pages: room to spare. Memory is fixed by this number.
 BLOOMDUPE_CAPACITY = 10_000
-BLOOMDUPE_LOG_INTERVAL = 5.0
+BLOOMDUPE_LOG_INTERVAL = 5.0  # the extension's log line, every 5 s (default 60)
 
 # A worker closes once it has found no work in the shared queue for this many
 # seconds (demo.extensions.WaitForSharedQueue).
