@@ -1,0 +1,225 @@
+"""16 processes check-and-add the same 20,000 URLs: each must be accepted exactly once.
+
+Every worker is a separate OS process with its own Redis client and its own
+:class:`BloomFilter` on the same key, as the workers of a distributed crawl
+are. They open the filter at the same moment (racing its creation), then all
+check-and-add the same fingerprints, either each in its own random order or
+all in the identical order (the order in which a non-atomic GETBIT-then-SETBIT
+filter accepts thousands of duplicates), in lock mode and in atomic mode, one
+``add`` a call or ``add_many`` in batches of 100. Each reports the fingerprints
+it was told were new; the union must be every fingerprint exactly once.
+
+False positives. A fingerprint that nobody is told is new ("never accepted")
+is also what a Bloom-filter false positive looks like: all its bits set by
+other items before anyone added it. The filter is sized so that this chance is
+negligible: capacity 10,000,000 at error rate 0.01 gives m = 95,850,624 bits
+(8 shards of 11,981,328) and k = 7 hashes. With at most n = 20,000 items in
+it, the share of bits set is 1 - exp(-k n / m) = 0.00146, so one lookup is a
+false positive with probability at most 0.00146 ** 7 = 1.4e-20, and the chance
+that any of the 20,000 items is one is below 20,000 * 1.4e-20 = 2.8e-16 per
+run (the first test recomputes this bound from the real sizing). A missing
+fingerprint here is therefore a lost URL, not bad luck. (k = 7 rather than the
+k = 20 of error rate 1e-6: the check-and-add costs Redis about 2 us per hash,
+and 16 x 20,000 checks a case must fit the time budget.)
+
+Runtime. A single ``add`` costs the client about 80 us of Python, so 16 x
+20,000 single adds take 20-40 s on two cores. By default the single-add path
+runs in one combination (lock mode, identical order: every worker hits the
+same shard lock at the same moment); the other three single-add combinations
+run when ``BLOOMDUPE_RACE_FULL=1`` is set. All four ``add_many`` combinations
+always run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import multiprocessing
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from scrapy_bloomdupe import sizing
+from scrapy_bloomdupe.filter import BloomFilter
+
+pytestmark = pytest.mark.slow
+
+WORKERS = 16
+URLS = 20_000
+BATCH = 100
+CAPACITY = 10_000_000
+ERROR_RATE = 0.01
+SHARDS = 8
+BARRIER_TIMEOUT = 60.0
+TASK_TIMEOUT = 120.0
+
+_barrier: Any = None
+
+
+def fingerprints() -> list[bytes]:
+    return [hashlib.sha1(b"https://example.com/page/%d" % i).digest() for i in range(URLS)]
+
+
+def _init_worker(barrier: Any) -> None:
+    global _barrier
+    _barrier = barrier
+
+
+def _ready(_: int) -> int:
+    _barrier.wait(BARRIER_TIMEOUT)
+    return os.getpid()
+
+
+def check_and_add(
+    url: str, key: str, worker: int, shuffle: bool, use_lock: bool, batch: int
+) -> tuple[bytes, dict[str, Any]]:
+    """One crawl worker: returns one byte per fingerprint (1 = told new) and its counters.
+
+    Runs in a pool process; the barrier (shared at the pool's start) lines the
+    workers up before opening the filter and again before the first add.
+    """
+    fps = fingerprints()
+    order = list(range(URLS))
+    if shuffle:
+        random.Random(1_000 + worker).shuffle(order)
+    client = redis.Redis.from_url(url)
+    try:
+        _barrier.wait(BARRIER_TIMEOUT)
+        bf = BloomFilter.open(
+            client, key, sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS), use_lock=use_lock
+        )
+        try:
+            _barrier.wait(BARRIER_TIMEOUT)
+            new = bytearray(URLS)
+            if batch == 1:
+                for i in order:
+                    if bf.add(fps[i]):
+                        new[i] = 1
+            else:
+                for start in range(0, URLS, batch):
+                    chunk = order[start:start + batch]
+                    for i, flag in zip(chunk, bf.add_many([fps[i] for i in chunk]), strict=True):
+                        if flag:
+                            new[i] = 1
+            c = bf.counters
+            counters = {
+                "checked": c.checked,
+                "new": c.new,
+                "duplicates": c.duplicates,
+                "lock_acquired": c.lock.acquired,
+                "lock_waits": c.lock.waits,
+                "lock_timeouts": c.lock.timeouts,
+                "lock_lost": c.lock.lost,
+                "pid": os.getpid(),
+            }
+            return bytes(new), counters
+        finally:
+            bf.close()
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Any]:
+    """16 spawned worker processes, reused by every case, and a barrier they share."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(WORKERS)
+    p = ctx.Pool(WORKERS, initializer=_init_worker, initargs=(barrier,))
+    try:
+        # Start and import in all 16 before the first case: a task waits at the
+        # barrier until every process runs one, so they are 16 distinct processes.
+        pids = p.map(_ready, range(WORKERS), chunksize=1)
+        assert len(set(pids)) == WORKERS, pids
+        yield p
+    finally:
+        p.close()
+        p.join()
+
+
+def test_false_positives_are_negligible_for_the_race_assertion() -> None:
+    plan = sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS)
+    fill = 1.0 - math.exp(-plan.hashes * URLS / plan.total_bits)
+    per_lookup = fill**plan.hashes
+    bound = URLS * per_lookup
+    assert bound < 1e-15, (
+        f"m={plan.total_bits} k={plan.hashes}: fill {fill:.4f} at {URLS} items, "
+        f"P(any false positive) <= {bound:.3g}"
+    )
+
+
+FULL = os.environ.get("BLOOMDUPE_RACE_FULL") == "1"
+full_only = pytest.mark.skipif(
+    not FULL, reason="16 x 20,000 single adds take 20-40 s; set BLOOMDUPE_RACE_FULL=1"
+)
+
+CASES = [
+    # (use_lock, shuffle, batch)
+    pytest.param(True, True, BATCH, id="lock-random-add_many"),
+    pytest.param(True, False, BATCH, id="lock-identical-add_many"),
+    pytest.param(False, True, BATCH, id="atomic-random-add_many"),
+    pytest.param(False, False, BATCH, id="atomic-identical-add_many"),
+    pytest.param(True, False, 1, id="lock-identical-add"),
+    pytest.param(True, True, 1, id="lock-random-add", marks=full_only),
+    pytest.param(False, True, 1, id="atomic-random-add", marks=full_only),
+    pytest.param(False, False, 1, id="atomic-identical-add", marks=full_only),
+]
+
+
+@pytest.mark.parametrize(("use_lock", "shuffle", "batch"), CASES)
+def test_every_url_accepted_exactly_once(
+    pool: Any, redis_url: str, use_lock: bool, shuffle: bool, batch: int
+) -> None:
+    key = "race"
+    jobs = [
+        pool.apply_async(check_and_add, (redis_url, key, w, shuffle, use_lock, batch))
+        for w in range(WORKERS)
+    ]
+    results = [job.get(TASK_TIMEOUT) for job in jobs]
+
+    accepted = [0] * URLS
+    for flags, _ in results:
+        for i, flag in enumerate(flags):
+            accepted[i] += flag
+    twice = sum(1 for a in accepted if a > 1)
+    never = sum(1 for a in accepted if a == 0)
+    extra = sum(a - 1 for a in accepted if a > 1)
+    per_worker_new = [c["new"] for _, c in results]
+    totals = {
+        name: sum(c[name] for _, c in results)
+        for name in ("checked", "new", "duplicates", "lock_acquired", "lock_waits",
+                     "lock_timeouts", "lock_lost")
+    }
+    figures = (
+        f"{WORKERS} workers x {URLS} URLs, lock={use_lock} shuffle={shuffle} batch={batch}: "
+        f"{twice} accepted more than once ({extra} extra acceptances), {never} never accepted; "
+        f"new per worker {per_worker_new}; totals {totals}"
+    )
+    assert len({c["pid"] for _, c in results}) == WORKERS, figures
+    assert twice == 0, figures
+    assert never == 0, figures
+    assert totals["checked"] == WORKERS * URLS, figures
+    assert totals["new"] == URLS, figures
+    assert totals["duplicates"] == (WORKERS - 1) * URLS, figures
+    if use_lock:
+        # Lock mode really went through the shard locks; atomic mode never touched them.
+        assert totals["lock_acquired"] > 0, figures
+    else:
+        assert totals["lock_acquired"] == 0, figures
+
+    # Afterwards the filter holds every URL: a 17th worker is told all are seen.
+    client = redis.Redis.from_url(redis_url)
+    try:
+        bf = BloomFilter.open(client, key, sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS))
+        try:
+            fps = fingerprints()
+            assert all(bf.contains_many(fps)), figures
+            again = sum(bf.add_many(fps[:1000]))
+            assert again == 0, f"{again} of 1000 re-added URLs reported new; {figures}"
+        finally:
+            bf.close()
+    finally:
+        client.close()
