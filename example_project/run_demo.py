@@ -362,6 +362,9 @@ def report(args: argparse.Namespace, out: Path, workers: list[Worker], site_url:
     set_bytes = set_memory(client, f"{keys.bloom}:scratch-set:{secrets.token_hex(4)}",
                            fingerprints)
     crawl_time = (site["last_fetch"] - site["first_fetch"]) if site["first_fetch"] else 0.0
+    capacity = info.sizing.capacity
+    bloom_bytes = max(info.memory_bytes, 1)
+    set_at_capacity = set_bytes / len(fingerprints) * capacity
 
     print("\nPer worker")
     header = (f"  {'worker':<9}{'pages':>7}{'checked':>9}{'new':>7}{'filtered':>10}"
@@ -387,6 +390,10 @@ def report(args: argparse.Namespace, out: Path, workers: list[Worker], site_url:
          f"est. FPR {info.estimated_false_positive_rate:.1g})"),
         ("scrapy-redis SET, same URLs", f"{kib(set_bytes)}  ({len(fingerprints):,} sha1 "
          f"fingerprints, MEMORY USAGE; {set_bytes / max(info.memory_bytes, 1):.1f}x)"),
+        # The filter's memory is fixed by its capacity; the SET's grows with every URL.
+        ("at the filter's capacity", f"SET ~{kib(set_at_capacity)} for {capacity:,} URLs "
+         f"(extrapolated from the measurement), {set_at_capacity / bloom_bytes:.0f}x the "
+         f"filter's {kib(bloom_bytes)}"),
         ("time", f"{wall:.1f} s  (start of the workers to the last one's exit, "
          f"{args.idle_timeout:g} s idle wait included; first to last fetch "
          f"{crawl_time:.1f} s)"),

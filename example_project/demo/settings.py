@@ -15,7 +15,7 @@ DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}
 # Adds bloomdupe/* figures (fill, estimated items, ...) to the stats and logs
 # them every BLOOMDUPE_LOG_INTERVAL seconds.
-# (The four components above in one line: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)
+# (The add-on sets all four in one line: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)
 EXTENSIONS = {
     "scrapy_bloomdupe.extension.BloomDupeStats": 500,
     # Keep this worker open while the others may still queue work (see the extension).
