@@ -76,6 +76,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             client,
             config.key_for(crawler.spider.name),
             config.plan,
+            growth=config.growth,
             use_lock=config.lock,
             lock_ttl=config.lock_ttl,
             lock_wait=config.lock_wait,
@@ -93,10 +94,12 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         _by_crawler[crawler] = instance
         logger.info(
             "Bloom filter %(key)s: capacity %(capacity)d at error rate %(rate)g, %(shards)d "
-            "shard(s) of %(bytes)d bytes, %(k)d hashes, %(mode)s mode",
+            "shard(s) of %(bytes)d bytes, %(k)d hashes, %(gens)d generation(s), growth %(growth)s, "
+            "%(mode)s mode",
             {"key": bloom.key, "capacity": bloom.sizing.capacity,
              "rate": bloom.sizing.error_rate, "shards": bloom.sizing.shards,
              "bytes": bloom.sizing.bytes_per_shard, "k": bloom.sizing.hashes,
+             "gens": len(bloom.generations), "growth": "on" if bloom.growth else "off",
              "mode": "lock" if bloom.use_lock else "atomic"},
         )
         return instance
@@ -168,6 +171,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             "bloomdupe/hit_rate": counters.duplicates / counters.checked if counters.checked
             else 0.0,
             "bloomdupe/redis_errors": self.redis_errors,
+            "bloomdupe/generations": len(self.bloom.generations),
         }
         if self.bloom.use_lock:
             values.update({
@@ -185,15 +189,16 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "bloomdupe/estimated_false_positive_rate": info.estimated_false_positive_rate,
                 "bloomdupe/memory_bytes": info.memory_bytes,
             })
-            if info.estimated_items > self.bloom.sizing.capacity and not self._warned_full:
+            if (not self.bloom.growth and info.estimated_items > info.capacity
+                    and not self._warned_full):
                 self._warned_full = True
                 logger.warning(
                     "Bloom filter %(key)s holds about %(items)d items, past its capacity of "
                     "%(capacity)d: its false-positive rate is now %(fpr).2g and climbing, and "
-                    "every false positive is a page never crawled. Start a new filter with a "
-                    "larger BLOOMDUPE_CAPACITY.",
+                    "every false positive is a page never crawled. Turn on BLOOMDUPE_GROWTH, "
+                    "or start a new filter with a larger BLOOMDUPE_CAPACITY.",
                     {"key": self.bloom.key, "items": info.estimated_items,
-                     "capacity": self.bloom.sizing.capacity,
+                     "capacity": info.capacity,
                      "fpr": info.estimated_false_positive_rate},
                 )
         for name, value in values.items():

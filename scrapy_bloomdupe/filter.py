@@ -1,25 +1,37 @@
-"""The sharded Bloom filter in Redis: keys, metadata, check-and-add, clear, info.
+"""The sharded Bloom filter in Redis: keys, metadata, check-and-add, growth, clear, info.
 
-Layout for a filter whose key is ``K`` (``BLOOMDUPE_KEY``):
+Layout for a filter whose key is ``K`` (``BLOOMDUPE_KEY``), shard ``i`` and
+generation ``g``:
 
 * ``K:meta``: a hash with the parameters every worker must share (format
-  version, capacity, error rate, shards, bits per shard, hashes, seed, creation
-  time). The first worker creates it atomically; the others read it.
-* ``{K:i}:bits``: shard ``i``, a string of ``bits_per_shard`` bits, created at
-  full size so Redis never grows it (and never over-allocates) while bits
-  arrive.
+  version, capacity, error rate, shards, bits per shard, hashes, seed, growth,
+  generations, creation time). The first worker creates it atomically; the
+  others read it.
+* ``{K:i}:bits`` (generation 0) and ``{K:i}:bits:g`` (later generations): the
+  shard's bits, each string created at full size so Redis never grows (and
+  never over-allocates) it while bits arrive.
 * ``{K:i}:lock``: shard ``i``'s lock (lock mode).
+* ``{K:i}:gen``: how many generations shard ``i`` has seen in use (absent: 1).
 * ``{K:i}:ops:<client>``: the op log that makes retries safe (below).
+* ``K:growlock``: held while a generation is added.
 
-The hash tag ``{K:i}`` puts a shard's bits, lock and op logs in one Redis
-Cluster slot, so the check-and-add script touches a single slot, while
-different shards land on different slots and so spread over the masters.
+The hash tag ``{K:i}`` puts all of shard ``i`` (every generation's bits, the
+lock, the generation marker, the op logs) in one Redis Cluster slot, so the
+check-and-add script touches a single slot, while different shards land on
+different slots and so spread over the masters.
 
 Check-and-add is one Lua script per shard and round trip. All k bits of an item
-are in one shard, so the script sets them and reports whether any was 0
-("new") atomically. In lock mode the script first checks that the shard lock
-still holds this worker's token: a worker paused past the lock's TTL is
-rejected instead of trusted, and the script releases the lock as it ends.
+are in one shard, so the script checks every generation and sets the item's
+bits in the newest, reporting whether it was new, atomically. In lock mode the
+script first checks that the shard lock still holds this worker's token: a
+worker paused past the lock's TTL is rejected instead of trusted, and the
+script releases the lock as it ends.
+
+Growth: when the newest generation reaches its capacity, a worker adds a larger
+one under ``K:growlock`` (shards first, then the count in ``K:meta``). A worker
+that still writes with the old count is refused by the shard's generation
+marker, reloads the metadata and retries, so no item is ever added to a
+generation that is no longer the newest.
 
 Retries are idempotent. A reply lost after Redis ran the script (timeout,
 reset connection) would make a blind retry answer "seen" for an item the first
@@ -55,7 +67,12 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 #: How long an op log outlives its last write; a retry must come before this.
 OP_LOG_TTL_MS = 3_600_000
-#: Settings that must agree between the stored filter and a worker, by field.
+#: How long a worker may take to add a generation before others may try.
+GROW_LOCK_TTL_MS = 60_000
+#: Script replies besides the per-item flags.
+LOCK_BUSY = -1
+STALE_GENERATION = -2
+#: Fields that must agree between the stored filter and a worker, by setting.
 _SHARED_FIELDS = {
     "version": "format version",
     "capacity": "BLOOMDUPE_CAPACITY",
@@ -63,7 +80,9 @@ _SHARED_FIELDS = {
     "shards": "BLOOMDUPE_SHARDS",
     "bits_per_shard": "bits per shard",
     "hashes": "hashes",
+    "growth": "BLOOMDUPE_GROWTH",
 }
+_FLOAT_FIELDS = ("error_rate", "created")
 
 
 @dataclass
@@ -74,12 +93,15 @@ class FilterCounters:
     new: int = 0
     duplicates: int = 0
     script_reloads: int = 0
+    stale_generation: int = 0
+    generations_added: int = 0
     lock: LockCounters = field(default_factory=LockCounters)
 
 
 @dataclass(frozen=True)
 class ShardInfo:
     index: int
+    generation: int
     key: str
     set_bits: int
     bits: int
@@ -91,11 +113,9 @@ class ShardInfo:
 
 
 @dataclass(frozen=True)
-class FilterInfo:
-    key: str
+class GenerationInfo:
+    index: int
     sizing: sizing.Sizing
-    seed: int
-    created: float
     shards: list[ShardInfo]
 
     @property
@@ -104,7 +124,7 @@ class FilterInfo:
 
     @property
     def fill_ratio(self) -> float:
-        return self.set_bits / self.sizing.total_bits
+        return self.set_bits / sum(s.bits for s in self.shards)
 
     @property
     def estimated_items(self) -> float:
@@ -122,35 +142,89 @@ class FilterInfo:
     def memory_bytes(self) -> int:
         return sum(s.memory_bytes for s in self.shards)
 
+
+@dataclass(frozen=True)
+class FilterInfo:
+    key: str
+    sizing: sizing.Sizing
+    seed: int
+    created: float
+    growth: bool
+    generations: list[GenerationInfo]
+
+    @property
+    def shards(self) -> list[ShardInfo]:
+        return [s for g in self.generations for s in g.shards]
+
+    @property
+    def set_bits(self) -> int:
+        return sum(g.set_bits for g in self.generations)
+
+    @property
+    def total_bits(self) -> int:
+        """Bits in use (each shard's prime modulus), every generation."""
+        return sum(s.bits for s in self.shards)
+
+    @property
+    def fill_ratio(self) -> float:
+        return self.set_bits / self.total_bits
+
+    @property
+    def capacity(self) -> int:
+        return sum(g.sizing.capacity for g in self.generations)
+
+    @property
+    def estimated_items(self) -> float:
+        return sum(g.estimated_items for g in self.generations)
+
+    @property
+    def estimated_false_positive_rate(self) -> float:
+        missed = 1.0
+        for g in self.generations:
+            missed *= 1 - g.estimated_false_positive_rate
+        return 1 - missed
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(g.memory_bytes for g in self.generations)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
             "capacity": self.sizing.capacity,
             "error_rate": self.sizing.error_rate,
             "shards": self.sizing.shards,
-            "bits_per_shard": self.sizing.bits_per_shard,
-            "hashes": self.sizing.hashes,
+            "growth": self.growth,
             "created": self.created,
+            "total_capacity": self.capacity,
             "set_bits": self.set_bits,
             "fill_ratio": self.fill_ratio,
             "estimated_items": self.estimated_items,
             "estimated_false_positive_rate": self.estimated_false_positive_rate,
             "memory_bytes": self.memory_bytes,
-            "per_shard": [
+            "generations": [
                 {
-                    "index": s.index,
-                    "key": s.key,
-                    "set_bits": s.set_bits,
-                    "fill_ratio": s.fill_ratio,
-                    "memory_bytes": s.memory_bytes,
+                    "index": g.index,
+                    "capacity": g.sizing.capacity,
+                    "error_rate": g.sizing.error_rate,
+                    "bits_per_shard": g.sizing.bits_per_shard,
+                    "hashes": g.sizing.hashes,
+                    "fill_ratio": g.fill_ratio,
+                    "estimated_items": g.estimated_items,
+                    "memory_bytes": g.memory_bytes,
+                    "shards": [
+                        {"index": s.index, "key": s.key, "set_bits": s.set_bits,
+                         "fill_ratio": s.fill_ratio, "memory_bytes": s.memory_bytes}
+                        for s in g.shards
+                    ],
                 }
-                for s in self.shards
+                for g in self.generations
             ],
         }
 
 
 class BloomFilter:
-    """A sharded Bloom filter in Redis, shared by every worker of a crawl.
+    """A sharded, optionally growing Bloom filter in Redis, shared by every worker.
 
     Build it with :meth:`open`. Not thread-safe: use one instance per thread
     (Scrapy runs every component on one thread).
@@ -165,39 +239,79 @@ end
 return redis.call('HGETALL', KEYS[1])
 """
 
-    # KEYS[1] shard bits, KEYS[2] this client's op log for the shard,
-    # KEYS[3] shard lock (lock mode only).
-    # ARGV[1] hashes k, ARGV[2] bits per shard m, ARGV[3] lock token ('' in atomic mode),
-    # ARGV[4] ack: this client's op ids below it were answered and are forgotten,
-    # ARGV[5] op log TTL in ms, ARGV[6..] triples (op id, a, b): the item's bits are
-    # (a + i*b) mod m for i < k.
-    # Returns -1, having written nothing, when KEYS[3] does not hold the token;
-    # otherwise one character an item: '1' new (now added), '0' seen before.
+    # KEYS[1] this client's op log for the shard, KEYS[2] the shard's generation
+    # marker, KEYS[3] the shard's lock, KEYS[4..3+G] the shard's bits, oldest
+    # generation first.
+    # ARGV[1] lock token ('' in atomic mode), ARGV[2] ack: this client's op ids
+    # below it were answered and are forgotten, ARGV[3] op log TTL in ms,
+    # ARGV[4] G, the generation count, ARGV[5..4+2G] (k, m) of each generation
+    # (m is the shard's prime modulus, see sizing.Sizing.modulus),
+    # then per item: op id and G pairs (a, b); the item's bits in generation g
+    # are (a + i*b + (i^3 - i)/6) mod m for i < k (see hashing.py).
+    # Returns -1 (LOCK_BUSY) when KEYS[3] does not hold the token (unless
+    # the op log answers every item: a replay of a call that ran), -2
+    # (STALE_GENERATION) when the shard already has more than G generations,
+    # both having written nothing; otherwise one character an item: '1' new
+    # (now added to the newest generation), '0' seen before.
     CHECK_ADD_SCRIPT = """
-local token = ARGV[3]
+local token, G = ARGV[1], tonumber(ARGV[4])
 if token ~= '' and redis.call('GET', KEYS[3]) ~= token then
-  return -1
+  -- A retry of a call that ran (and released the lock) before its reply was
+  -- lost finds every item in the op log: answer it. Otherwise, nothing written.
+  local replay = {}
+  for j = 5 + 2 * G, #ARGV, 1 + 2 * G do
+    if not redis.call('ZSCORE', KEYS[1], ARGV[j]) then return -1 end
+    replay[#replay + 1] = 1
+  end
+  return table.concat(replay)
 end
-local k, m = tonumber(ARGV[1]), tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[4])
+local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
+if stored > G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -2
+elseif stored < G then
+  redis.call('SET', KEYS[2], G)
+end
+local ks, ms = {}, {}
+for g = 1, G do
+  ks[g], ms[g] = tonumber(ARGV[3 + 2 * g]), tonumber(ARGV[4 + 2 * g])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
 local out, logged = {}, false
-for j = 6, #ARGV, 3 do
+local newest = KEYS[3 + G]
+for j = 5 + 2 * G, #ARGV, 1 + 2 * G do
   local op, new = ARGV[j], 0
-  if redis.call('ZSCORE', KEYS[2], op) then
+  if redis.call('ZSCORE', KEYS[1], op) then
     new = 1
   else
-    local a, b = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-    for i = 0, k - 1 do
-      if redis.call('SETBIT', KEYS[1], (a + i * b) % m, 1) == 0 then new = 1 end
+    local found = false
+    for g = 1, G - 1 do
+      local a, b, m = tonumber(ARGV[j + 2 * g - 1]), tonumber(ARGV[j + 2 * g]), ms[g]
+      found = true
+      for i = 0, ks[g] - 1 do
+        if redis.call('GETBIT', KEYS[3 + g], (a + i * b + (i * i * i - i) / 6) % m) == 0 then
+          found = false
+          break
+        end
+      end
+      if found then break end
     end
-    if new == 1 then
-      redis.call('ZADD', KEYS[2], op, op)
-      logged = true
+    if not found then
+      local a, b, m = tonumber(ARGV[j + 2 * G - 1]), tonumber(ARGV[j + 2 * G]), ms[G]
+      for i = 0, ks[G] - 1 do
+        if redis.call('SETBIT', newest, (a + i * b + (i * i * i - i) / 6) % m, 1) == 0 then
+          new = 1
+        end
+      end
+      if new == 1 then
+        redis.call('ZADD', KEYS[1], op, op)
+        logged = true
+      end
     end
   end
   out[#out + 1] = new
 end
-if logged then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
+if logged then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 if token ~= '' then redis.call('DEL', KEYS[3]) end
 return table.concat(out)
 """
@@ -210,6 +324,8 @@ return table.concat(out)
         seed: int,
         created: float,
         *,
+        growth: bool = False,
+        generations: int = 1,
         use_lock: bool = True,
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
@@ -219,6 +335,7 @@ return table.concat(out)
         self.sizing = plan
         self.seed = seed
         self.created = created
+        self.growth = growth
         self.use_lock = use_lock
         self.counters = FilterCounters()
         self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
@@ -227,11 +344,26 @@ return table.concat(out)
         self._script = client.register_script(self.CHECK_ADD_SCRIPT)
         self._sha = self._script.sha
         self._link = Link(client)
-        m = plan.bits_per_shard
-        self._fixed_args = (plan.hashes, m)
-        self._bits_keys = [self.shard_key(i) for i in range(plan.shards)]
-        self._lock_keys = [self.lock_key(i) for i in range(plan.shards)]
-        self._op_keys = [f"{{{key}:{i}}}:ops:{self.client_id}" for i in range(plan.shards)]
+        shards = range(plan.shards)
+        self._lock_keys = [self.lock_key(i) for i in shards]
+        self._gen_keys = [f"{{{key}:{i}}}:gen" for i in shards]
+        self._op_keys = [f"{{{key}:{i}}}:ops:{self.client_id}" for i in shards]
+        self._new_since_grow_check = 0
+        self._set_generations(generations)
+
+    def _set_generations(self, count: int) -> None:
+        self.generations = [sizing.generation(self.sizing, g) for g in range(count)]
+        self._gen_args: list[Any] = [count]
+        for plan in self.generations:
+            self._gen_args.extend((plan.hashes, plan.modulus))
+        self._bits_keys = [
+            [self.shard_key(i, g) for g in range(count)] for i in range(self.sizing.shards)
+        ]
+        newest = self.generations[-1]
+        # Each worker looks at the fill every 0.1% of the capacity it adds, so
+        # N workers overfill a generation by about N * 0.1% before it grows.
+        # BITCOUNT scans 1.8 bytes an item, so this costs ~2 KB of scan per item.
+        self._grow_check_every = max(16, newest.capacity // 1000)
 
     # -- keys ---------------------------------------------------------------
 
@@ -239,8 +371,9 @@ return table.concat(out)
     def meta_key(key: str) -> str:
         return f"{key}:meta"
 
-    def shard_key(self, index: int) -> str:
-        return f"{{{self.key}:{index}}}:bits"
+    def shard_key(self, index: int, generation: int = 0) -> str:
+        suffix = f":{generation}" if generation else ""
+        return f"{{{self.key}:{index}}}:bits{suffix}"
 
     def lock_key(self, index: int) -> str:
         return f"{{{self.key}:{index}}}:lock"
@@ -254,15 +387,17 @@ return table.concat(out)
         key: str,
         plan: sizing.Sizing | None,
         *,
+        growth: bool = False,
         use_lock: bool = True,
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
     ) -> BloomFilter:
         """Create the filter at ``key``, or join the one there.
 
-        With ``plan`` None the stored filter is joined whatever its parameters
-        (for tools); otherwise a stored filter with other parameters raises
-        :class:`FilterMismatchError`.
+        ``plan`` is the first generation's sizing; with ``growth`` larger
+        generations are added as it fills. With ``plan`` None the stored filter
+        is joined whatever its parameters (for tools); otherwise a stored
+        filter with other parameters raises :class:`FilterMismatchError`.
         """
         validate_key(key)
         meta_key = cls.meta_key(key)
@@ -271,27 +406,20 @@ return table.concat(out)
             if not stored:
                 raise FilterMismatchError(key, {"filter": ("absent", "an existing filter")})
         else:
-            proposal = {
-                "version": FORMAT_VERSION,
-                "capacity": plan.capacity,
-                "error_rate": repr(plan.error_rate),
-                "shards": plan.shards,
-                "bits_per_shard": plan.bits_per_shard,
-                "hashes": plan.hashes,
-                "seed": secrets.randbits(32),
-                "created": repr(time.time()),
-            }
-            flat: list[Any] = [x for kv in proposal.items() for x in kv]
-            reply = client.register_script(cls.CREATE_META_SCRIPT)(keys=[meta_key], args=flat)
-            stored = _decode_meta(dict(zip(reply[::2], reply[1::2], strict=True)))
-            ours = {
+            ours: dict[str, Any] = {
                 "version": FORMAT_VERSION,
                 "capacity": plan.capacity,
                 "error_rate": plan.error_rate,
                 "shards": plan.shards,
                 "bits_per_shard": plan.bits_per_shard,
                 "hashes": plan.hashes,
+                "growth": int(growth),
             }
+            proposal = {**ours, "error_rate": repr(plan.error_rate), "generations": 1,
+                        "seed": secrets.randbits(32), "created": repr(time.time())}
+            flat: list[Any] = [x for kv in proposal.items() for x in kv]
+            reply = client.register_script(cls.CREATE_META_SCRIPT)(keys=[meta_key], args=flat)
+            stored = _decode_meta(dict(zip(reply[::2], reply[1::2], strict=True)))
             differences = {
                 _SHARED_FIELDS[name]: (stored.get(name), value)
                 for name, value in ours.items()
@@ -300,45 +428,48 @@ return table.concat(out)
             if differences:
                 raise FilterMismatchError(key, differences)
         stored_plan = sizing.Sizing(
-            capacity=int(stored["capacity"]),
-            error_rate=float(stored["error_rate"]),
-            shards=int(stored["shards"]),
-            bits_per_shard=int(stored["bits_per_shard"]),
-            hashes=int(stored["hashes"]),
+            capacity=stored["capacity"],
+            error_rate=stored["error_rate"],
+            shards=stored["shards"],
+            bits_per_shard=stored["bits_per_shard"],
+            hashes=stored["hashes"],
         )
         bloom = cls(
-            client,
-            key,
-            stored_plan,
-            int(stored["seed"]),
-            float(stored["created"]),
-            use_lock=use_lock,
-            lock_ttl=lock_ttl,
-            lock_wait=lock_wait,
+            client, key, stored_plan, stored["seed"], stored["created"],
+            growth=bool(stored.get("growth", 0)), generations=stored.get("generations", 1),
+            use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait,
         )
-        bloom._ensure_shards()
+        bloom._ensure_shards(range(len(bloom.generations)))
         client.script_load(cls.CHECK_ADD_SCRIPT)
         return bloom
 
-    def _ensure_shards(self) -> None:
+    def _ensure_shards(self, generations: range) -> None:
+        for g in generations:
+            names = [keys[g] for keys in self._bits_keys]
+            self._create_shards(names, self.generations[g].bytes_per_shard, g)
+
+    def _create_shards(self, names: list[str], size: int, generation: int) -> None:
         """Create missing shards at full size (``SET NX``: never overwrites bits)."""
-        size = self.sizing.bytes_per_shard
-        pipe = self.client.pipeline(transaction=False)
-        for name in self._bits_keys:
-            pipe.strlen(name)
-        lengths = pipe.execute()
-        missing = [n for n, length in zip(self._bits_keys, lengths, strict=True) if not length]
+        lengths = [self.client.strlen(n) for n in names]
+        missing = [n for n, length in zip(names, lengths, strict=True) if not length]
         if missing:
             zeros = bytes(size)
             for name in missing:
                 self.client.set(name, zeros, nx=True)
-            logger.info("Created %d Bloom filter shard(s) of %d bytes at %s", len(missing),
-                        size, self.key)
-            lengths = [self.client.strlen(n) for n in self._bits_keys]
-        wrong = [(n, got) for n, got in zip(self._bits_keys, lengths, strict=True) if got != size]
-        if wrong:
-            name, got = wrong[0]
-            raise FilterMismatchError(self.key, {f"length of {name}": (got, size)})
+            logger.info("Created %d Bloom filter shard(s) of %d bytes for %s generation %d",
+                        len(missing), size, self.key, generation)
+            lengths = [self.client.strlen(n) for n in names]
+        for name, got in zip(names, lengths, strict=True):
+            if got != size:
+                raise FilterMismatchError(self.key, {f"length of {name}": (got, size)})
+
+    def _reload(self) -> None:
+        """Adopt the generation count stored in Redis (another worker grew the filter)."""
+        stored = _decode_meta(self.client.hgetall(self.meta_key(self.key)))
+        count = stored.get("generations", 1)
+        if count != len(self.generations):
+            logger.info("Bloom filter %s now has %d generations", self.key, count)
+            self._set_generations(count)
 
     # -- check-and-add ------------------------------------------------------
 
@@ -354,43 +485,75 @@ return table.concat(out)
         """
         if not fingerprints:
             return []
-        plan = self.sizing
-        by_shard: dict[int, list[Any]] = {}
-        where: dict[int, list[int]] = {}
+        halves = [hashing.halves(fp, self.seed) for fp in fingerprints]
         op = ack = self._next_op
-        for index, fp in enumerate(fingerprints):
-            pos = hashing.position(fp, self.seed, plan.shards, plan.bits_per_shard)
-            by_shard.setdefault(pos.shard, []).extend((op, pos.a, pos.b))
-            where.setdefault(pos.shard, []).append(index)
-            op += 1
-        self._next_op = op
+        self._next_op += len(fingerprints)
         results: list[bool] = [False] * len(fingerprints)
-        pending = list(by_shard)
         use_lock = self.use_lock
-        tokens = {shard: self.locks.new_token() for shard in pending} if use_lock else {}
         pauses = self.locks.pauses() if use_lock else None
-        while pending:
-            replies = self._round_trip(pending, by_shard, ack, tokens if use_lock else None)
-            busy = []
-            for shard, reply in zip(pending, replies, strict=True):
-                if reply == -1:
-                    busy.append(shard)
-                    continue
-                for index, flag in zip(where[shard], reply, strict=True):
-                    results[index] = flag == 49  # ord("1")
-            pending = busy
-            if pending and pauses is not None and next(pauses, None) is None:
-                logger.warning(
-                    "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
-                    "without the lock (the check-and-add script is atomic on its own)",
-                    [self._lock_keys[s] for s in pending], self.locks.wait,
-                )
-                use_lock = False
+        tokens: dict[int, bytes] = {}
+        remaining: Sequence[int] = range(len(fingerprints))
+        while remaining:
+            by_shard, where = self._group(halves, remaining, op)
+            pending = list(by_shard)
+            refused: list[int] = []
+            while pending:
+                if use_lock:
+                    for shard in pending:
+                        tokens.setdefault(shard, self.locks.new_token())
+                replies = self._round_trip(pending, by_shard, ack, tokens if use_lock else None)
+                busy = []
+                for shard, reply in zip(pending, replies, strict=True):
+                    if reply == LOCK_BUSY:
+                        busy.append(shard)
+                    elif reply == STALE_GENERATION:
+                        refused.extend(where[shard])
+                    else:
+                        for index, flag in zip(where[shard], reply, strict=True):
+                            results[index] = flag == 49  # ord("1")
+                pending = busy
+                if pending and pauses is not None and next(pauses, None) is None:
+                    logger.warning(
+                        "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
+                        "without the lock (the check-and-add script is atomic on its own)",
+                        [self._lock_keys[s] for s in pending], self.locks.wait,
+                    )
+                    use_lock = False
+            if refused:
+                # Another worker added a generation: redo those items with it.
+                self.counters.stale_generation += 1
+                self._reload()
+            remaining = refused
         new = sum(results)
         self.counters.checked += len(results)
         self.counters.new += new
         self.counters.duplicates += len(results) - new
+        if self.growth and new:
+            self._new_since_grow_check += new
+            if self._new_since_grow_check >= self._grow_check_every:
+                self._new_since_grow_check = 0
+                self._maybe_grow()
         return results
+
+    def _group(self, halves: Sequence[tuple[int, int]], indexes: Sequence[int],
+               first_op: int) -> tuple[dict[int, list[Any]], dict[int, list[int]]]:
+        """Script arguments and item indexes per shard, for the current generations.
+
+        An item's op id is ``first_op`` plus its index, the same on every retry.
+        """
+        shards = self.sizing.shards
+        ms = [g.modulus for g in self.generations]
+        by_shard: dict[int, list[Any]] = {}
+        where: dict[int, list[int]] = {}
+        for index in indexes:
+            h1, h2 = halves[index]
+            shard = hashing.shard_of(h1, shards)
+            args = by_shard.setdefault(shard, [])
+            args.append(first_op + index)
+            for m in ms:
+                args.extend(hashing.start_and_stride(h1, h2, m))
+            where.setdefault(shard, []).append(index)
+        return by_shard, where
 
     def _round_trip(
         self,
@@ -401,24 +564,21 @@ return table.concat(out)
     ) -> list[Any]:
         """One round trip: per shard (the lock's SET NX PX and) the script.
 
-        Returns one reply per shard, -1 where the shard's lock was busy.
-        Scripts flushed from Redis (a restart) are loaded again and the round
-        trip repeated with the same tokens and op ids: it is idempotent.
+        Returns one reply per shard (see CHECK_ADD_SCRIPT). Scripts flushed
+        from Redis (a restart) are loaded again and the round trip repeated
+        with the same tokens and op ids: it is idempotent.
         """
         ttl_ms = self.locks.ttl_ms
+        generations = len(self.generations)
         commands: list[tuple[Any, ...]] = []
         for shard in shards:
+            token = tokens[shard] if tokens is not None else b""
+            lock = self._lock_keys[shard]
             if tokens is not None:
-                token = tokens[shard]
-                lock = self._lock_keys[shard]
                 commands.append(("SET", lock, token, "NX", "PX", ttl_ms))
-                commands.append(("EVALSHA", self._sha, 3, self._bits_keys[shard],
-                                 self._op_keys[shard], lock, *self._fixed_args, token, ack,
-                                 OP_LOG_TTL_MS, *by_shard[shard]))
-            else:
-                commands.append(("EVALSHA", self._sha, 2, self._bits_keys[shard],
-                                 self._op_keys[shard], *self._fixed_args, "", ack,
-                                 OP_LOG_TTL_MS, *by_shard[shard]))
+            commands.append(("EVALSHA", self._sha, 3 + generations, self._op_keys[shard],
+                             self._gen_keys[shard], lock, *self._bits_keys[shard], token, ack,
+                             OP_LOG_TTL_MS, *self._gen_args, *by_shard[shard]))
         raw = self._link.execute(commands)
         if any(isinstance(r, NoScriptError) for r in raw):
             self.counters.script_reloads += 1
@@ -434,7 +594,7 @@ return table.concat(out)
         for got_lock, reply in zip(raw[::2], raw[1::2], strict=True):
             if got_lock:
                 counters.acquired += 1
-                if reply == -1:
+                if reply == LOCK_BUSY:
                     # Taken by us, then gone before our script ran: it expired.
                     counters.lost += 1
             replies.append(reply)
@@ -447,15 +607,15 @@ return table.concat(out)
         token (it expired; another worker may hold it now). For tools and tests
         that take the lock in a separate step; :meth:`add` does both in one.
         """
-        plan = self.sizing
-        pos = hashing.position(fingerprint, self.seed, plan.shards, plan.bits_per_shard)
         op = self._next_op
         self._next_op += 1
-        keys = [self._bits_keys[pos.shard], self._op_keys[pos.shard], self._lock_keys[pos.shard]]
-        reply = self._script(keys=keys, args=[*self._fixed_args, token, op, OP_LOG_TTL_MS,
-                                              op, pos.a, pos.b])
-        if reply == -1:
-            self.counters.lock.lost += 1
+        by_shard, _ = self._group([hashing.halves(fingerprint, self.seed)], [0], op)
+        ((shard, args),) = by_shard.items()
+        keys = [self._op_keys[shard], self._gen_keys[shard], self._lock_keys[shard],
+                *self._bits_keys[shard]]
+        reply = self._script(keys=keys, args=[token, op, OP_LOG_TTL_MS, *self._gen_args, *args])
+        if reply in (LOCK_BUSY, STALE_GENERATION):
+            self.counters.lock.lost += reply == LOCK_BUSY
             return None
         new = bool(reply == b"1")
         self.counters.checked += 1
@@ -464,10 +624,57 @@ return table.concat(out)
         return new
 
     def lock_key_for(self, fingerprint: bytes) -> str:
-        plan = self.sizing
-        return self._lock_keys[
-            hashing.position(fingerprint, self.seed, plan.shards, plan.bits_per_shard).shard
-        ]
+        h1, _ = hashing.halves(fingerprint, self.seed)
+        return self._lock_keys[hashing.shard_of(h1, self.sizing.shards)]
+
+    # -- growth -------------------------------------------------------------
+
+    def _maybe_grow(self) -> None:
+        """Add a generation when the newest one has reached its capacity."""
+        self._reload()
+        newest = len(self.generations) - 1
+        if self._newest_items() < self.generations[newest].capacity:
+            return
+        lock = f"{self.key}:growlock"
+        token = self.locks.new_token()
+        if not self.client.set(lock, token, nx=True, px=GROW_LOCK_TTL_MS):
+            return  # another worker is adding it; the generation marker tells us when
+        try:
+            self._reload()
+            if len(self.generations) - 1 != newest:
+                return
+            try:
+                following = sizing.generation(self.sizing, newest + 1)
+            except ConfigError as e:
+                logger.warning("Bloom filter %s is full and cannot grow: %s", self.key, e)
+                return
+            # Shards first, then the count: no worker may use a generation
+            # before all of its shards exist.
+            self._create_shards(
+                [self.shard_key(i, newest + 1) for i in range(self.sizing.shards)],
+                following.bytes_per_shard, newest + 1,
+            )
+            self.client.hset(self.meta_key(self.key), "generations", newest + 2)
+            self._set_generations(newest + 2)
+            self.counters.generations_added += 1
+            logger.warning(
+                "Bloom filter %s reached the capacity of generation %d (%d items); added "
+                "generation %d for %d more at error rate %.2g, %d bytes",
+                self.key, newest, self.generations[newest].capacity, newest + 1,
+                following.capacity, following.error_rate,
+                following.bytes_per_shard * following.shards,
+            )
+        finally:
+            self.locks.release(lock, token)
+
+    def _newest_items(self) -> float:
+        g = len(self.generations) - 1
+        plan = self.generations[g]
+        pipe = self.client.pipeline(transaction=False)
+        for keys in self._bits_keys:
+            pipe.bitcount(keys[g])
+        return sum(sizing.estimate_items(plan.modulus, plan.hashes, int(n or 0))
+                   for n in pipe.execute())
 
     # -- reading ------------------------------------------------------------
 
@@ -476,36 +683,57 @@ return table.concat(out)
         return self.contains_many([fingerprint])[0]
 
     def contains_many(self, fingerprints: Sequence[bytes]) -> list[bool]:
-        plan = self.sizing
+        shards = self.sizing.shards
         pipe = self.client.pipeline(transaction=False)
         for fp in fingerprints:
-            pos = hashing.position(fp, self.seed, plan.shards, plan.bits_per_shard)
-            args: list[Any] = []
-            for offset in hashing.offsets(pos, plan.hashes, plan.bits_per_shard):
-                args.extend(("GET", "u1", offset))
-            pipe.execute_command("BITFIELD_RO", self._bits_keys[pos.shard], *args)
-        return [all(bits) for bits in pipe.execute()]
+            h1, h2 = hashing.halves(fp, self.seed)
+            shard = hashing.shard_of(h1, shards)
+            for g, plan in enumerate(self.generations):
+                m = plan.modulus
+                pos = hashing.Position(shard, *hashing.start_and_stride(h1, h2, m))
+                args: list[Any] = []
+                for offset in hashing.offsets(pos, plan.hashes, m):
+                    args.extend(("GET", "u1", offset))
+                pipe.execute_command("BITFIELD_RO", self._bits_keys[shard][g], *args)
+        replies = pipe.execute()
+        count = len(self.generations)
+        return [
+            any(all(bits) for bits in replies[i * count:(i + 1) * count])
+            for i in range(len(fingerprints))
+        ]
 
     def info(self) -> FilterInfo:
-        """Parameters, and per shard the set bits and memory (BITCOUNT is O(shard size))."""
+        """Parameters, and per generation and shard the set bits and memory.
+
+        BITCOUNT is O(shard size): a few milliseconds for 64 MiB.
+        """
+        self._reload()
         pipe = self.client.pipeline(transaction=False)
-        for name in self._bits_keys:
-            pipe.bitcount(name)
-            pipe.memory_usage(name, samples=0)
-        raw = pipe.execute()
-        shards = [
-            ShardInfo(i, name, int(raw[2 * i] or 0), self.sizing.bits_per_shard,
-                      int(raw[2 * i + 1] or 0))
-            for i, name in enumerate(self._bits_keys)
-        ]
-        return FilterInfo(self.key, self.sizing, self.seed, self.created, shards)
+        for g in range(len(self.generations)):
+            for keys in self._bits_keys:
+                pipe.bitcount(keys[g])
+                pipe.memory_usage(keys[g], samples=0)
+        raw = iter(pipe.execute())
+        generations = []
+        for g, plan in enumerate(self.generations):
+            shards = [
+                ShardInfo(i, g, keys[g], int(next(raw) or 0), plan.modulus,
+                          int(next(raw) or 0))
+                for i, keys in enumerate(self._bits_keys)
+            ]
+            generations.append(GenerationInfo(g, plan, shards))
+        return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
+                          generations)
 
     def clear(self) -> None:
-        """Delete the filter: metadata, shards, locks and op logs."""
-        names = [self.meta_key(self.key), *self._bits_keys, *self._lock_keys]
-        for i in range(self.sizing.shards):
+        """Delete the filter: metadata, every generation's shards, locks, markers, op logs."""
+        names = [self.meta_key(self.key), f"{self.key}:growlock", *self._lock_keys,
+                 *self._gen_keys]
+        for i, keys in enumerate(self._bits_keys):
+            names.extend(keys)
             names.extend(self.client.scan_iter(match=f"{{{self.key}:{i}}}:ops:*", count=1000))
-        for name in names:
+            names.extend(self.client.scan_iter(match=f"{{{self.key}:{i}}}:bits:*", count=1000))
+        for name in dict.fromkeys(names):
             self.client.delete(name)
 
     def close(self) -> None:
@@ -527,6 +755,5 @@ def _decode_meta(raw: dict[Any, Any]) -> dict[str, Any]:
     for name, value in raw.items():
         name = name.decode() if isinstance(name, bytes) else str(name)
         text = value.decode() if isinstance(value, bytes) else str(value)
-        out[name] = float(text) if name in ("error_rate", "created") else int(text)
+        out[name] = float(text) if name in _FLOAT_FIELDS else int(text)
     return out
-

@@ -24,6 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_SHARDS": None,
     "BLOOMDUPE_MAX_SHARD_BYTES": sizing.DEFAULT_MAX_SHARD_BYTES,
     "BLOOMDUPE_KEY": "%(spider)s:bloomdupe",
+    "BLOOMDUPE_GROWTH": True,
     "BLOOMDUPE_LOCK": True,
     "BLOOMDUPE_LOCK_TTL": 1.0,
     "BLOOMDUPE_LOCK_WAIT": 1.5,
@@ -90,6 +91,7 @@ class BloomDupeConfig:
     shards: int | None
     max_shard_bytes: int
     key: str
+    growth: bool
     lock: bool
     lock_ttl: float
     lock_wait: float
@@ -115,6 +117,7 @@ class BloomDupeConfig:
                 "BLOOMDUPE_KEY", key, f"is not a valid %-template (only %(spider)s is known): {e}"
             ) from None
         validate_key(example)
+        growth = parse_bool("BLOOMDUPE_GROWTH", _get(settings, "BLOOMDUPE_GROWTH"))
         lock = parse_bool("BLOOMDUPE_LOCK", _get(settings, "BLOOMDUPE_LOCK"))
         lock_ttl = parse_float("BLOOMDUPE_LOCK_TTL", _get(settings, "BLOOMDUPE_LOCK_TTL"),
                                low=0.001, high=3600)
@@ -122,9 +125,10 @@ class BloomDupeConfig:
                                 low=0, high=60)
         log_interval = parse_float("BLOOMDUPE_LOG_INTERVAL",
                                    _get(settings, "BLOOMDUPE_LOG_INTERVAL"), low=0)
-        plan = sizing.plan(capacity, error_rate, shards, max_shard_bytes)
-        return cls(capacity, error_rate, shards, max_shard_bytes, key, lock, lock_ttl, lock_wait,
-                   log_interval, plan)
+        plan = sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, growth),
+                           shards, max_shard_bytes)
+        return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
+                   lock_wait, log_interval, plan)
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})

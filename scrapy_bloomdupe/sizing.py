@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from .exceptions import ConfigError
 
@@ -37,6 +38,51 @@ class Sizing:
     @property
     def bytes_per_shard(self) -> int:
         return self.bits_per_shard // 8
+
+    @cached_property
+    def modulus(self) -> int:
+        """Bits of a shard that are used: the largest prime not above ``bits_per_shard``.
+
+        Double hashing steps through ``a + i*b mod m``; with a composite m a
+        stride sharing a large factor with m revisits a few bits, and such an
+        item is a false positive far more often than the filter's rate. With m
+        prime and 0 < b < m, every item's k offsets are distinct. Primes are
+        dense (a gap of about ln m), so only a few bits a shard go unused.
+        """
+        return largest_prime_at_most(self.bits_per_shard)
+
+
+def _is_prime(n: int) -> bool:
+    """Miller-Rabin with the first 12 primes as bases: exact for every n < 3.3e24."""
+    if n < 2:
+        return False
+    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+    for p in small:
+        if n % p == 0:
+            return n == p
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d //= 2
+        r += 1
+    for a in small:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def largest_prime_at_most(n: int) -> int:
+    if n < 2:
+        raise ValueError(f"no prime at most {n}")
+    while not _is_prime(n):
+        n -= 1
+    return n
 
 
 def optimal_bits(capacity: int, error_rate: float) -> int:
@@ -100,6 +146,39 @@ def plan(
             f"use at least {math.ceil(bits / REDIS_MAX_STRING_BITS)} shards",
         )
     return Sizing(capacity, float(error_rate), shards, bits_per_shard, hashes)
+
+
+#: Scalable Bloom filters (Almeida et al., 2007): generation g holds
+#: GROWTH_FACTOR**g times the first one's capacity at TIGHTENING**g times its
+#: error rate. With the first generation at p * (1 - TIGHTENING), the rates of
+#: all generations sum to at most p. A small ratio keeps the first generation,
+#: the only one of a well-sized crawl, within 1.5% of the memory of a
+#: fixed-size filter; later generations pay with more bits an item.
+GROWTH_FACTOR = 2
+TIGHTENING = 0.1
+
+
+def first_generation_error_rate(error_rate: float, growth: bool) -> float:
+    """The error rate of generation 0, leaving room for later ones when growing."""
+    return error_rate * (1 - TIGHTENING) if growth else error_rate
+
+
+def generation(first: Sizing, index: int) -> Sizing:
+    """Sizing of generation ``index`` (0 is ``first``): same shard count, larger shards."""
+    if index == 0:
+        return first
+    capacity = first.capacity * GROWTH_FACTOR**index
+    error_rate = first.error_rate * TIGHTENING**index
+    bits = optimal_bits(capacity, error_rate)
+    bits_per_shard = math.ceil(bits / first.shards / 8) * 8
+    if bits_per_shard > REDIS_MAX_STRING_BITS:
+        raise ConfigError(
+            "BLOOMDUPE_SHARDS", first.shards,
+            f"is too few for generation {index} ({bits_per_shard} bits a shard, over Redis's "
+            "2**32); start a new filter with more shards or a larger BLOOMDUPE_CAPACITY",
+        )
+    return Sizing(capacity, error_rate, first.shards, bits_per_shard,
+                  optimal_hashes(bits, capacity))
 
 
 def false_positive_rate(bits: int, hashes: int, items: float) -> float:

@@ -112,7 +112,7 @@ def test_warns_when_persisting_into_a_redis_without_persistence(
 
 
 def test_warns_past_capacity(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    crawler = crawler_for(redis_url, BLOOMDUPE_CAPACITY=100)
+    crawler = crawler_for(redis_url, BLOOMDUPE_CAPACITY=100, BLOOMDUPE_GROWTH=False)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     for i in range(300):
         df.request_seen(Request(f"http://a.example/{i}"))

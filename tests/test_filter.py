@@ -44,7 +44,7 @@ def test_metadata_is_created_once_and_joined(client: redis.Redis) -> None:
     assert first.created == second.created
     meta = {k.decode(): v.decode() for k, v in client.hgetall("t:meta").items()}
     assert set(meta) == {"version", "capacity", "error_rate", "shards", "bits_per_shard",
-                         "hashes", "seed", "created"}
+                         "hashes", "seed", "created", "growth", "generations"}
     assert int(meta["bits_per_shard"]) == plan.bits_per_shard
     first.add(b"x")
     assert not second.add(b"x")
@@ -84,8 +84,8 @@ def test_shards_are_presized_and_never_grow(client: redis.Redis) -> None:
     plan = sizing.plan(200_000, 0.001, shards=2)
     bf = BloomFilter.open(client, "t", plan)
     before = bf.info().memory_bytes
-    for name in bf._bits_keys:
-        assert client.strlen(name) == plan.bytes_per_shard
+    for shard in bf.info().shards:
+        assert client.strlen(shard.key) == plan.bytes_per_shard
     bf.add_many(fps(200_000))
     assert bf.info().memory_bytes == before
     # The bits themselves, rounded up to jemalloc's size class (classes are a
@@ -111,7 +111,7 @@ def test_info_reports_fill_items_and_error_rate(client: redis.Redis) -> None:
     expected = sizing.false_positive_rate(plan.total_bits, plan.hashes, 10_000)
     assert info.estimated_false_positive_rate == pytest.approx(expected, rel=0.25)
     as_dict = info.as_dict()
-    assert as_dict["shards"] == 4 and len(as_dict["per_shard"]) == 4
+    assert as_dict["shards"] == 4 and len(as_dict["generations"][0]["shards"]) == 4
 
 
 def test_false_positive_rate_at_capacity(client: redis.Redis) -> None:

@@ -6,7 +6,7 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scrapy_bloomdupe import hashing
+from scrapy_bloomdupe import hashing, sizing
 
 fingerprints = st.binary(min_size=0, max_size=64)
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -25,11 +25,27 @@ def test_offsets_stay_inside_one_shard(fp: bytes, seed: int, shards: int, bits: 
     assert all(0 <= o < bits for o in offsets)
 
 
+def test_offsets_rarely_repeat() -> None:
+    # Two offsets i < j coincide for one stride b in m: about k^2/2 / m of items.
+    modulus, k, n = sizing.largest_prime_at_most(19_320), 20, 20_000
+    repeats = sum(
+        len(set(hashing.offsets(hashing.position(b"u%d" % i, 1, 1, modulus), k, modulus))) < k
+        for i in range(n)
+    )
+    assert repeats <= 2 * n * (k * k / 2) / modulus
+
+
+def test_lua_and_python_expand_offsets_alike() -> None:
+    # The script's (i*i*i - i) / 6 is exact in doubles: i^3 - i is divisible by 6.
+    assert all((i * i * i - i) % 6 == 0 for i in range(1000))
+
+
 @given(fingerprints, seeds, shard_counts, shard_bits)
 def test_lua_arithmetic_is_exact(fp: bytes, seed: int, shards: int, bits: int) -> None:
     # The script computes (a + i*b) % m with doubles: every value must stay < 2**53.
     pos = hashing.position(fp, seed, shards, bits)
-    assert pos.a + 64 * pos.b < 2**53
+    k = 1000
+    assert pos.a + k * pos.b + (k**3 - k) // 6 < 2**53
 
 
 @given(fingerprints, seeds)
@@ -56,7 +72,7 @@ def test_identical_in_another_process() -> None:
 
 def test_pinned_values() -> None:
     # Changing these breaks every stored filter: bump FORMAT_VERSION if you must.
-    assert hashing.position(bytes(20), 42, 4, 8_000_000) == (0, 6694255, 6876178)
+    assert hashing.position(bytes(20), 42, 4, 7_999_993) == (0, 3636750, 6256131)
 
 
 def test_shards_are_used_evenly() -> None:

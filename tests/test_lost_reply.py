@@ -311,14 +311,6 @@ def test_two_lost_replies_in_a_row(
         bf.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "package bug: CHECK_ADD_SCRIPT checks the lock token before the op log and "
-        "releases the lock, so a retried add_with_token whose first copy ran returns "
-        "None ('nothing written') although it wrote the item; a later add says 'seen'"
-    ),
-)
 def test_add_with_token_survives_lost_reply(
     proxy: ReplyLosingProxy, proxied: redis.Redis
 ) -> None:

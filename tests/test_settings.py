@@ -50,6 +50,7 @@ def test_command_line_strings_are_parsed() -> None:
         ("BLOOMDUPE_MAX_SHARD_BYTES", 1),
         ("BLOOMDUPE_MAX_SHARD_BYTES", 2**30),
         ("BLOOMDUPE_LOCK", "maybe"),
+        ("BLOOMDUPE_GROWTH", "sometimes"),
         ("BLOOMDUPE_LOCK", 2),
         ("BLOOMDUPE_LOCK_TTL", 0),
         ("BLOOMDUPE_LOCK_TTL", "soon"),

@@ -35,6 +35,21 @@ def test_plan_meets_error_rate_at_capacity(capacity: int, rate: float) -> None:
     assert plan.total_bits - sizing.optimal_bits(capacity, rate) < 8 * plan.shards
 
 
+@given(st.integers(min_value=2, max_value=2**32))
+def test_modulus_is_the_largest_prime_at_most(n: int) -> None:
+    p = sizing.largest_prime_at_most(n)
+    assert p <= n and n - p < 400
+    assert all(p % d for d in range(2, min(p, 2000)) if d * d <= p)
+
+
+def test_known_primes() -> None:
+    assert sizing.largest_prime_at_most(2**32) == 4_294_967_291
+    assert sizing.largest_prime_at_most(19_320) == 19_319
+    assert sizing.largest_prime_at_most(2) == 2
+    assert [n for n in range(2, 60) if sizing._is_prime(n)] == [
+        2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59]
+
+
 @given(capacities, rates, st.integers(min_value=1024, max_value=2**29))
 def test_shards_respect_the_size_ceiling(capacity: int, rate: float, max_bytes: int) -> None:
     plan = sizing.plan(capacity, rate, max_shard_bytes=max_bytes)
