@@ -1,8 +1,9 @@
 """``DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"``.
 
-A thin Scrapy component: it turns requests into fingerprints with the
-crawler's own ``request_fingerprinter`` (so ``REQUEST_FINGERPRINTER_CLASS`` is
-honoured) and asks the shared :class:`~scrapy_bloomdupe.filter.BloomFilter`.
+A thin Scrapy component: it turns requests into fingerprints (the crawler's
+``request_fingerprinter`` by default, so ``REQUEST_FINGERPRINTER_CLASS`` is
+honoured; see :mod:`scrapy_bloomdupe.fingerprint`) and asks the shared
+:class:`~scrapy_bloomdupe.filter.BloomFilter`, through the outage guard.
 Works under Scrapy's own scheduler (one machine) and under
 :class:`scrapy_bloomdupe.scheduler.Scheduler` (many workers).
 """
@@ -10,16 +11,19 @@ Works under Scrapy's own scheduler (one machine) and under
 from __future__ import annotations
 
 import logging
+import time
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import redis
 from scrapy.dupefilters import BaseDupeFilter
+from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.request import referer_str
 
-from . import connection
+from . import connection, crawlstats, fingerprint
 from .filter import BloomFilter
+from .outage import OutageGuard, RedisUnavailable
 from .settings import BloomDupeConfig
 
 if TYPE_CHECKING:
@@ -32,8 +36,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: ``request.meta`` key of the batch middleware's mark: the fingerprint it checked.
 CHECKED_META = "_bloomdupe_checked"
+#: Close reason when Redis stays unavailable and ``BLOOMDUPE_ON_OUTAGE = "close"``.
+CLOSE_REASON = "bloomdupe_redis_unavailable"
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
     weakref.WeakKeyDictionary()
@@ -56,15 +64,28 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         debug: bool = False,
         persist: bool = False,
         stats: StatsCollector | None = None,
+        outage: OutageGuard | None = None,
+        on_outage: str = "close",
+        crawl_stats: crawlstats.CrawlStats | None = None,
+        stats_interval: float = 10.0,
+        crawler: Crawler | None = None,
     ) -> None:
         self.bloom = bloom
         self.fingerprinter = fingerprinter
         self.debug = debug
         self.persist = persist
         self.stats = stats
+        self.outage = outage or OutageGuard(0, connection.describe(bloom.client))
+        self.on_outage = on_outage
+        self.crawl_stats = crawl_stats
+        self.stats_interval = stats_interval
+        self.crawler = crawler
         self.logdupes = True
         self.redis_errors = 0
+        self.unchecked = 0
+        self._closing = False
         self._warned_full = False
+        self._next_flush = time.monotonic() + stats_interval
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -77,6 +98,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             config.key_for(crawler.spider.name),
             config.plan,
             growth=config.growth,
+            fingerprint=config.fingerprint,
             use_lock=config.lock,
             lock_ttl=config.lock_ttl,
             lock_wait=config.lock_wait,
@@ -86,21 +108,26 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             _warn_if_not_durable(client)
         instance = cls(
             bloom,
-            crawler.request_fingerprinter,
+            fingerprint.for_crawler(crawler, config.fingerprint),
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
             persist=persist,
             stats=crawler.stats,
+            outage=OutageGuard(config.outage_timeout, connection.describe(client)),
+            on_outage=config.on_outage,
+            crawl_stats=crawlstats.CrawlStats(client, bloom.key),
+            stats_interval=config.stats_interval,
+            crawler=crawler,
         )
         _by_crawler[crawler] = instance
         logger.info(
             "Bloom filter %(key)s: capacity %(capacity)d at error rate %(rate)g, %(shards)d "
             "shard(s) of %(bytes)d bytes, %(k)d hashes, %(gens)d generation(s), growth %(growth)s, "
-            "%(mode)s mode",
+            "%(fp)s fingerprints, %(mode)s mode",
             {"key": bloom.key, "capacity": bloom.sizing.capacity,
              "rate": bloom.sizing.error_rate, "shards": bloom.sizing.shards,
              "bytes": bloom.sizing.bytes_per_shard, "k": bloom.sizing.hashes,
              "gens": len(bloom.generations), "growth": "on" if bloom.growth else "off",
-             "mode": "lock" if bloom.use_lock else "atomic"},
+             "fp": bloom.fingerprint, "mode": "lock" if bloom.use_lock else "atomic"},
         )
         return instance
 
@@ -109,17 +136,17 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """What scrapy-redis's scheduler calls."""
         return cls.from_crawler(spider.crawler)
 
+    # -- checking -------------------------------------------------------------
+
     def request_seen(self, request: Request) -> bool:
-        fingerprint = self.fingerprinter.fingerprint(request)
-        if request.meta.get(CHECKED_META) == fingerprint:
+        fp = self.fingerprinter.fingerprint(request)
+        if request.meta.get(CHECKED_META) == fp:
             # Checked, and new, by the batch middleware: let it through once.
             del request.meta[CHECKED_META]
             return False
-        try:
-            return not self.bloom.add(fingerprint)
-        except redis.RedisError:
-            self.redis_errors += 1
-            raise
+        new = self._guarded(lambda: [self.bloom.add(fp)], [request])
+        self._maybe_flush()
+        return not new[0]
 
     def requests_seen(self, requests: Sequence[Request]) -> list[bool]:
         """Check-and-add many requests in one round trip; mark the new ones.
@@ -127,16 +154,55 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         The mark (the fingerprint in ``request.meta``) makes :meth:`request_seen`
         pass that request once without checking it again.
         """
-        fingerprints = [self.fingerprinter.fingerprint(r) for r in requests]
+        fps = [self.fingerprinter.fingerprint(r) for r in requests]
+        new = self._guarded(lambda: self.bloom.add_many(fps), requests)
+        for request, fp, is_new in zip(requests, fps, new, strict=True):
+            if is_new:
+                request.meta[CHECKED_META] = fp
+        self._maybe_flush()
+        return [not n for n in new]
+
+    def _guarded(self, check: Callable[[], list[bool]], requests: Sequence[Request]
+                 ) -> list[bool]:
+        """Run ``check`` through the outage guard; when Redis stays away, never drop.
+
+        Requests that could not be checked are reported new (unchecked), so
+        they are scheduled rather than lost; with ``BLOOMDUPE_ON_OUTAGE =
+        "close"`` the crawl is then stopped.
+        """
         try:
-            new = self.bloom.add_many(fingerprints)
+            return self.outage.call(check)
+        except RedisUnavailable as e:
+            self.unchecked += len(requests)
+            self.give_up(e)
+            return [True] * len(requests)
         except redis.RedisError:
             self.redis_errors += 1
             raise
-        for request, fingerprint, is_new in zip(requests, fingerprints, new, strict=True):
-            if is_new:
-                request.meta[CHECKED_META] = fingerprint
-        return [not n for n in new]
+
+    def give_up(self, error: RedisUnavailable) -> None:
+        """Redis stayed away past ``BLOOMDUPE_OUTAGE_TIMEOUT``: act on ``BLOOMDUPE_ON_OUTAGE``."""
+        self.redis_errors += 1
+        if self._closing:
+            return
+        if self.on_outage == "close":
+            self._closing = True
+            logger.error("%s. Stopping the crawl (BLOOMDUPE_ON_OUTAGE = 'close'); requests in "
+                         "hand are passed on unchecked.", error)
+            engine = None
+            if self.crawler is not None:
+                try:
+                    engine = self.crawler.engine
+                except RuntimeError:  # not crawling (a tool, a test)
+                    engine = None
+            if engine is not None:
+                deferred_from_coro(engine.close_spider_async(reason=CLOSE_REASON))
+        elif self.unchecked:
+            self._closing = True  # log once
+            logger.error("%s. Letting requests through unchecked (BLOOMDUPE_ON_OUTAGE = "
+                         "'allow'); duplicates are possible.", error)
+
+    # -- logging and stats ----------------------------------------------------
 
     def log(self, request: Request, spider: Spider | None) -> None:
         if self.debug:
@@ -154,9 +220,32 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if self.stats is not None:
             self.stats.inc_value("dupefilter/filtered")
 
-    def clear(self) -> None:
-        """Delete the filter in Redis (every worker's)."""
-        self.bloom.clear()
+    def counters(self) -> dict[str, int]:
+        """This worker's counters, under the names of :data:`crawlstats.COUNTERS`."""
+        c = self.bloom.counters
+        return {"checked": c.checked, "new": c.new, "duplicates": c.duplicates,
+                "lock_acquired": c.lock.acquired, "lock_waits": c.lock.waits,
+                "lock_timeouts": c.lock.timeouts, "lock_lost": c.lock.lost,
+                "redis_errors": self.redis_errors}
+
+    def _maybe_flush(self) -> None:
+        if time.monotonic() >= self._next_flush:
+            self._next_flush = time.monotonic() + self.stats_interval
+            self.flush_crawl_stats()
+
+    def flush_crawl_stats(self, closed: str | None = None) -> None:
+        """Add this worker's counters to the crawl-wide ones in Redis; copy the totals back."""
+        crawl_stats = self.crawl_stats
+        if crawl_stats is None:
+            return
+        try:
+            totals = self.outage.call(lambda: crawl_stats.flush(self.counters(), closed))
+        except (RedisUnavailable, redis.RedisError) as e:
+            logger.warning("Could not add this worker's counters to the crawl-wide stats: %s", e)
+            return
+        if self.stats is not None:
+            for name, value in totals.items():
+                self.stats.set_value(f"bloomdupe/crawl/{name}", value)
 
     def update_stats(self, *, with_fill: bool = False) -> None:
         """Copy the counters into Scrapy's stats; with ``with_fill``, read the fill from Redis."""
@@ -171,6 +260,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             "bloomdupe/hit_rate": counters.duplicates / counters.checked if counters.checked
             else 0.0,
             "bloomdupe/redis_errors": self.redis_errors,
+            "bloomdupe/unchecked": self.unchecked,
+            "bloomdupe/outages": self.outage.outages,
+            "bloomdupe/outage_time": round(self.outage.outage_time, 3),
             "bloomdupe/generations": len(self.bloom.generations),
         }
         if self.bloom.use_lock:
@@ -188,6 +280,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "bloomdupe/estimated_items": round(info.estimated_items),
                 "bloomdupe/estimated_false_positive_rate": info.estimated_false_positive_rate,
                 "bloomdupe/memory_bytes": info.memory_bytes,
+                "bloomdupe/generations": len(info.generations),
             })
             if (not self.bloom.growth and info.estimated_items > info.capacity
                     and not self._warned_full):
@@ -198,11 +291,16 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                     "every false positive is a page never crawled. Turn on BLOOMDUPE_GROWTH, "
                     "or start a new filter with a larger BLOOMDUPE_CAPACITY.",
                     {"key": self.bloom.key, "items": info.estimated_items,
-                     "capacity": info.capacity,
-                     "fpr": info.estimated_false_positive_rate},
+                     "capacity": info.capacity, "fpr": info.estimated_false_positive_rate},
                 )
         for name, value in values.items():
             self.stats.set_value(name, value)
+
+    # -- end ------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Delete the filter in Redis (every worker's) and the crawl-wide stats."""
+        self.bloom.clear()
 
     def close(self, reason: str = "") -> None:
         try:
@@ -210,6 +308,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         except redis.RedisError as e:
             logger.warning("Could not read the Bloom filter's final figures from Redis: %s", e)
             self.update_stats()
+        if self.persist:
+            self.flush_crawl_stats(closed=reason or "closed")
         if self.stats is not None:
             get = self.stats.get_value
             logger.info(
@@ -222,7 +322,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                  "fpr": get("bloomdupe/estimated_false_positive_rate", 0.0)},
             )
         if not self.persist:
-            self.clear()
+            try:
+                self.clear()
+            except redis.RedisError as e:
+                logger.error("Could not delete the Bloom filter %s (SCHEDULER_PERSIST is off): "
+                             "%s", self.bloom.key, e)
         self.bloom.close()
 
 
@@ -234,7 +338,7 @@ def _warn_if_not_durable(client: redis.Redis | redis.RedisCluster) -> None:
         logger.debug("Cannot read Redis persistence settings: %s", e)
         return
     if not isinstance(config, dict) or "appendonly" not in config:
-        return  # a cluster client answers per node; checked by the cluster docs instead
+        return  # a cluster client answers per node
     if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
         logger.warning(
             "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "

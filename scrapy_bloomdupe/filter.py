@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
 
-from . import hashing, sizing
+from . import crawlstats, hashing, sizing
 from .exceptions import ConfigError, FilterMismatchError
 from .lock import LockCounters, ShardLocks
 from .transport import Link
@@ -81,7 +81,9 @@ _SHARED_FIELDS = {
     "bits_per_shard": "bits per shard",
     "hashes": "hashes",
     "growth": "BLOOMDUPE_GROWTH",
+    "fingerprint": "BLOOMDUPE_FINGERPRINT",
 }
+_TEXT_FIELDS = ("fingerprint",)
 _FLOAT_FIELDS = ("error_rate", "created")
 
 
@@ -326,6 +328,7 @@ return table.concat(out)
         *,
         growth: bool = False,
         generations: int = 1,
+        fingerprint: str = "scrapy",
         use_lock: bool = True,
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
@@ -336,6 +339,7 @@ return table.concat(out)
         self.seed = seed
         self.created = created
         self.growth = growth
+        self.fingerprint = fingerprint
         self.use_lock = use_lock
         self.counters = FilterCounters()
         self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
@@ -388,6 +392,7 @@ return table.concat(out)
         plan: sizing.Sizing | None,
         *,
         growth: bool = False,
+        fingerprint: str = "scrapy",
         use_lock: bool = True,
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
@@ -414,6 +419,7 @@ return table.concat(out)
                 "bits_per_shard": plan.bits_per_shard,
                 "hashes": plan.hashes,
                 "growth": int(growth),
+                "fingerprint": fingerprint,
             }
             proposal = {**ours, "error_rate": repr(plan.error_rate), "generations": 1,
                         "seed": secrets.randbits(32), "created": repr(time.time())}
@@ -437,6 +443,7 @@ return table.concat(out)
         bloom = cls(
             client, key, stored_plan, stored["seed"], stored["created"],
             growth=bool(stored.get("growth", 0)), generations=stored.get("generations", 1),
+            fingerprint=stored.get("fingerprint", "scrapy"),
             use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait,
         )
         bloom._ensure_shards(range(len(bloom.generations)))
@@ -726,9 +733,10 @@ return table.concat(out)
                           generations)
 
     def clear(self) -> None:
-        """Delete the filter: metadata, every generation's shards, locks, markers, op logs."""
-        names = [self.meta_key(self.key), f"{self.key}:growlock", *self._lock_keys,
-                 *self._gen_keys]
+        """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
+        and the crawl-wide stats (``crawlstats``)."""
+        names = [self.meta_key(self.key), f"{self.key}:growlock", crawlstats.stats_key(self.key),
+                 crawlstats.workers_key(self.key), *self._lock_keys, *self._gen_keys]
         for i, keys in enumerate(self._bits_keys):
             names.extend(keys)
             names.extend(self.client.scan_iter(match=f"{{{self.key}:{i}}}:ops:*", count=1000))
@@ -755,5 +763,8 @@ def _decode_meta(raw: dict[Any, Any]) -> dict[str, Any]:
     for name, value in raw.items():
         name = name.decode() if isinstance(name, bytes) else str(name)
         text = value.decode() if isinstance(value, bytes) else str(value)
-        out[name] = float(text) if name in _FLOAT_FIELDS else int(text)
+        if name in _TEXT_FIELDS:
+            out[name] = text
+        else:
+            out[name] = float(text) if name in _FLOAT_FIELDS else int(text)
     return out

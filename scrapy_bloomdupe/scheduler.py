@@ -13,7 +13,9 @@ Redis client with the dupefilter, counts stats without the deprecated
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_redis import defaults
@@ -21,12 +23,17 @@ from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
+from .outage import RedisUnavailable
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request
     from scrapy.spiders import Spider
     from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 
@@ -60,7 +67,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             serializer = importlib.import_module(serializer)
         if serializer:
             kwargs["serializer"] = serializer
-        instance = cls(server=connection.get_client(crawler), **kwargs)
+        server = connection.get_client(crawler)
+        connection.check(server)  # fail here, before the engine opens anything
+        instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats
         return instance
@@ -77,20 +86,39 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         super().open(spider)
 
     def close(self, reason: str) -> None:
+        if self.df is None:  # open() failed; nothing to close
+            return
         if not self.persist:
-            self.queue.clear()
+            self._guarded(self.queue.clear, None)
         self.df.close(reason)
 
     def enqueue_request(self, request: Request) -> bool:
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
-        self.stats.inc_value("scheduler/enqueued/redis")
-        self.queue.push(request)
-        return True
+        if self._guarded(lambda: self.queue.push(request) or True, False):
+            self.stats.inc_value("scheduler/enqueued/redis")
+            return True
+        logger.error("Could not queue %s: Redis is unavailable", request)
+        return False
 
     def next_request(self) -> Request | None:
-        request: Request | None = self.queue.pop(self.idle_before_close)
+        request: Request | None = self._guarded(
+            lambda: self.queue.pop(self.idle_before_close), None)
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
         return request
+
+    def has_pending_requests(self) -> bool:
+        # Unknown while Redis is away: say yes, so the spider is not closed as idle.
+        return bool(self._guarded(lambda: len(self.queue) > 0, True))
+
+    def _guarded(self, call: Callable[[], T], fallback: T) -> T:
+        """Queue calls wait out Redis outages like the dupefilter's checks."""
+        if not isinstance(self.df, RedisBloomDupeFilter):
+            return call()
+        try:
+            return self.df.outage.call(call)
+        except RedisUnavailable as e:
+            self.df.give_up(e)
+            return fallback

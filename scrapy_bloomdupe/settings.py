@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import sizing
+from . import fingerprint, sizing
 from .exceptions import ConfigError
 from .filter import validate_key
 
@@ -30,7 +30,13 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_LOCK_WAIT": 1.5,
     "BLOOMDUPE_REDIS_URL": None,
     "BLOOMDUPE_LOG_INTERVAL": 60.0,
+    "BLOOMDUPE_STATS_INTERVAL": 10.0,
+    "BLOOMDUPE_FINGERPRINT": "scrapy",
+    "BLOOMDUPE_OUTAGE_TIMEOUT": 300.0,
+    "BLOOMDUPE_ON_OUTAGE": "close",
 }
+
+OUTAGE_ACTIONS = ("close", "allow")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -96,6 +102,10 @@ class BloomDupeConfig:
     lock_ttl: float
     lock_wait: float
     log_interval: float
+    stats_interval: float
+    fingerprint: str
+    outage_timeout: float
+    on_outage: str
     plan: sizing.Sizing
 
     @classmethod
@@ -125,10 +135,20 @@ class BloomDupeConfig:
                                 low=0, high=60)
         log_interval = parse_float("BLOOMDUPE_LOG_INTERVAL",
                                    _get(settings, "BLOOMDUPE_LOG_INTERVAL"), low=0)
+        stats_interval = parse_float("BLOOMDUPE_STATS_INTERVAL",
+                                     _get(settings, "BLOOMDUPE_STATS_INTERVAL"), low=0.1)
+        fingerprint_mode = fingerprint.validate(_get(settings, "BLOOMDUPE_FINGERPRINT"))
+        outage_timeout = parse_float("BLOOMDUPE_OUTAGE_TIMEOUT",
+                                     _get(settings, "BLOOMDUPE_OUTAGE_TIMEOUT"), low=0)
+        on_outage = _get(settings, "BLOOMDUPE_ON_OUTAGE")
+        if on_outage not in OUTAGE_ACTIONS:
+            raise ConfigError("BLOOMDUPE_ON_OUTAGE", on_outage,
+                              f"must be one of {', '.join(OUTAGE_ACTIONS)}")
         plan = sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, growth),
                            shards, max_shard_bytes)
         return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
-                   lock_wait, log_interval, plan)
+                   lock_wait, log_interval, stats_interval, fingerprint_mode, outage_timeout,
+                   on_outage, plan)
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})

@@ -1,0 +1,97 @@
+"""Waiting out a Redis outage: retry with backoff, one error when it starts, one line at the end.
+
+redis-py's own ``Retry`` absorbs blips (a reset connection, a server that is
+loading its AOF for a second). What outlasts it reaches this module, which
+keeps retrying with growing pauses for up to ``BLOOMDUPE_OUTAGE_TIMEOUT``
+seconds, logging one ERROR when the outage starts and one INFO when Redis is
+back, and counting both. Retrying is safe because every command this package
+sends is idempotent (the check-and-add by op id).
+
+The pauses run on Scrapy's reactor thread and freeze the crawl while they last.
+That is deliberate: the queue and the filter live in Redis, so the crawl can do
+nothing useful until Redis answers, and freezing keeps every request in hand
+instead of dropping it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    ReadOnlyError,
+    TimeoutError,
+    TryAgainError,
+)
+
+from .exceptions import BloomDupeError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Errors that mean "Redis is not (fully) there", worth waiting out. A
+#: failover shows as READONLY from a demoted master and CLUSTERDOWN/TRYAGAIN
+#: from a cluster mid-election.
+TRANSIENT = (ConnectionError, TimeoutError, ReadOnlyError, ClusterDownError, TryAgainError)
+FIRST_PAUSE = 0.25
+MAX_PAUSE = 5.0
+
+
+class RedisUnavailable(BloomDupeError):
+    """Redis stayed unreachable for ``BLOOMDUPE_OUTAGE_TIMEOUT`` seconds."""
+
+
+class OutageGuard:
+    """Runs Redis calls, waiting out outages for up to ``timeout`` seconds."""
+
+    def __init__(self, timeout: float, where: str, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.timeout = timeout
+        self.where = where
+        self.outages = 0
+        self.outage_time = 0.0
+        self._clock = clock
+        self._sleep = sleep
+
+    def call(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except TRANSIENT as error:
+            return self._wait_out(fn, error)
+
+    def _wait_out(self, fn: Callable[[], T], error: Exception) -> T:
+        self.outages += 1
+        started = self._clock()
+        deadline = started + self.timeout
+        logger.error(
+            "Redis at %s is unavailable (%s: %s); retrying for up to %ss "
+            "(BLOOMDUPE_OUTAGE_TIMEOUT). The crawl waits meanwhile; no request is dropped.",
+            self.where, type(error).__name__, error, self.timeout,
+        )
+        pause = FIRST_PAUSE
+        try:
+            while True:
+                left = deadline - self._clock()
+                if left <= 0:
+                    raise RedisUnavailable(
+                        f"Redis at {self.where} stayed unavailable for {self.timeout}s "
+                        f"(BLOOMDUPE_OUTAGE_TIMEOUT); last error: {type(error).__name__}: {error}"
+                    ) from None
+                self._sleep(min(pause, left))
+                pause = min(pause * 2, MAX_PAUSE)
+                try:
+                    result = fn()
+                except TRANSIENT as again:
+                    error = again
+                    continue
+                logger.info("Redis at %s is back after %.1fs; resuming", self.where,
+                            self._clock() - started)
+                return result
+        finally:
+            self.outage_time += self._clock() - started
