@@ -212,10 +212,13 @@ def watch(workers: list[Worker], site: subprocess.Popen[bytes], site_url: str,
         alive = sum(w.process.poll() is None for w in workers)
         now = time.monotonic()
         if now >= next_line or not alive:
-            fetched = site_stats(site_url)["fetches"]
-            done = sum(1 for n in fetched if n)
-            line = (f"{now - started:6.1f}s  pages fetched {done:>{len(str(pages))}}/{pages}"
-                    f"  fetches {sum(fetched)}  queue {queue_length(client, keys.queue)}"
+            try:
+                fetched = site_stats(site_url)["fetches"]
+                progress = (f"pages fetched {sum(1 for n in fetched if n):>{len(str(pages))}}"
+                            f"/{pages}  fetches {sum(fetched)}")
+            except OSError as e:  # a busy site: say so, try again next second
+                progress = f"(site stats: {e})"
+            line = (f"{now - started:6.1f}s  {progress}  queue {queue_length(client, keys.queue)}"
                     f"  workers alive {alive}/{len(workers)}")
             if tty:
                 print("\r\033[K" + line, end="\n" if not alive else "", flush=True)
@@ -256,21 +259,26 @@ def run(args: argparse.Namespace) -> int:
     workers: list[Worker] = []
     client = None
     if args.redis_url:
-        redis_url = args.redis_url
         # Someone else's Redis: keys of our own, deleted at the end.
         prefix = f"bloomdupe-demo-{secrets.token_hex(4)}"
         keys = Keys(bloom=f"{prefix}:bloomdupe", queue=f"{prefix}:requests")
     else:
-        from scrapy_bloomdupe.testing import RedisServer
-
-        # AOF on, as a real crawl needs (SCHEDULER_PERSIST keeps state in Redis);
-        # fsync once a second, Redis's usual setting, rather than at every write.
-        redis_server = RedisServer(persist=True, extra=["--appendfsync", "everysec"]).start()
-        redis_url = redis_server.url
         keys = Keys(bloom=f"{SPIDER}:bloomdupe", queue=f"{SPIDER}:requests")
     try:
+        if args.redis_url:
+            redis_url = args.redis_url
+        else:
+            from scrapy_bloomdupe.testing import RedisServer
+
+            # AOF on, as a real crawl needs (SCHEDULER_PERSIST keeps state in Redis);
+            # fsync once a second, Redis's usual setting, rather than at every write.
+            redis_server = RedisServer(persist=True, extra=["--appendfsync", "everysec"])
+            redis_url = redis_server.start().url
         client = redis.Redis.from_url(redis_url)
-        client.ping()
+        try:
+            client.ping()
+        except redis.RedisError as e:
+            raise DemoError(f"cannot use Redis at {redis_url}: {e}") from None
         print(f"Redis at {redis_url} ({'given' if args.redis_url else 'started for the demo'}); "
               f"filter key {keys.bloom!r}, queue key {keys.queue!r}")
         site, site_url = start_site(args.pages, args.seed, out)
@@ -296,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         for w in workers:
             collect(w)
         return report(args, out, workers, site_url, client, keys, wall)
-    except DemoError as e:
+    except (DemoError, RuntimeError) as e:  # RuntimeError: redis-server would not start
         print(f"\nDEMO FAILED: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -311,8 +319,12 @@ def run(args: argparse.Namespace) -> int:
             if site.stdout is not None:
                 site.stdout.close()
         if client is not None:
-            if args.redis_url:
-                cleanup(client, keys)
+            if args.redis_url and workers:
+                try:
+                    cleanup(client, keys)
+                except redis.RedisError as e:
+                    print(f"Could not delete the demo's keys ({keys.bloom}*, {keys.queue}): {e}",
+                          file=sys.stderr)
             client.close()
         if redis_server is not None:
             redis_server.close()
@@ -448,6 +460,10 @@ def report(args: argparse.Namespace, out: Path, workers: list[Worker], site_url:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # stop the workers, the site and Redis on the way out
+
+    signal.signal(signal.SIGTERM, terminated)
     return run(parse_args(argv))
 
 
