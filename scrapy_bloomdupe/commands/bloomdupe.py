@@ -1,0 +1,59 @@
+"""``scrapy bloomdupe COMMAND SPIDER ...``: the ``bloomdupe`` tool with a project's settings.
+
+The filter's key is the project's ``BLOOMDUPE_KEY`` with the spider's name (or
+``--key KEY``); Redis, ``REQUEST_FINGERPRINTER_CLASS`` and every
+``BLOOMDUPE_*`` setting come from the project's settings, the spider's
+``custom_settings`` and add-ons, and Scrapy's ``-s NAME=VALUE``. See
+:mod:`scrapy_bloomdupe.cli` for the commands; the exit status is the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class Command(ScrapyCommand):
+    # It works outside a project too (settings from -s); inside one it uses the
+    # project's settings and spiders.
+    requires_project = False
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "info|stats|check|clear|import SPIDER [URL ...] [options]"
+
+    def short_desc(self) -> str:
+        return "Inspect, check, clear or import into a spider's scrapy-bloomdupe filter"
+
+    def long_desc(self) -> str:
+        return (
+            "info: the filter's parameters, fill, estimated items and false-positive rate, "
+            "memory. stats: crawl-wide and per-worker counters. check SPIDER URL...: seen or "
+            "new, adding nothing. clear: delete the filter (asks to type its key unless "
+            "--yes). import --from-set KEY | --from-jobdir DIR: add a scrapy-redis SET's or "
+            "a JOBDIR's fingerprints (a new filter is made from the project's BLOOMDUPE_* "
+            "settings). The key is BLOOMDUPE_KEY with the spider's name; Redis and the "
+            "fingerprinter are the project's. --json for scripts. Exit status 0 done, 1 "
+            "failed, 2 bad usage."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        from scrapy_bloomdupe.cli import add_project_options
+
+        add_project_options(parser)
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_bloomdupe.cli import UsageProblem, run_project_command
+
+        assert self.settings is not None
+        try:
+            self.exitcode = run_project_command(self.settings, args, opts)
+        except UsageProblem as e:
+            raise UsageError(str(e), print_help=False) from None
