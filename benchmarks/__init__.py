@@ -1,0 +1,1 @@
+"""Benchmarks of scrapy-bloomdupe against scrapy-redis: ``python benchmarks/run.py``."""

@@ -1,0 +1,145 @@
+"""End-to-end crawl: N ``scrapy crawl site`` workers on the example project's demo site.
+
+Uses ``example_project/`` as it is (its site server ``demo/site.py``, its spider
+and settings: scrapy-redis's shared queue, ``SCHEDULER_PERSIST``, the
+wait-for-the-shared-queue extension) and changes only the dedup settings of a
+contender plus ``DUPEFILTER_CLASS``, set to a timed wrapper
+(:mod:`benchmarks.timed`) of the contender's dupefilter, so each worker
+reports the CPU it spent in dedup.
+
+Not ``run_demo.py``: that script checks and reports this package's filter
+(it opens the Bloom filter at the end), and the comparison needs scrapy-redis's
+own dupefilter and scheduler in the same harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ROOT / "example_project"
+SPIDER = "site"
+
+
+def available() -> bool:
+    return (PROJECT / "scrapy.cfg").exists() and (PROJECT / "demo" / "site.py").exists()
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _start_site(pages: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "demo.site", "--port", "0", "--pages", str(pages)],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=log.open("wb"),
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().decode()
+    match = re.search(r"at (http://\S+)", line)
+    if not match:
+        _stop(process)
+        raise RuntimeError(f"demo site did not start: {line!r} {log.read_text()}")
+    return process, match.group(1)
+
+
+def _site_stats(site_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(site_url + "__stats", timeout=10) as reply:
+        result: dict[str, Any] = json.load(reply)
+        return result
+
+
+def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, workers: int,
+          out: Path, idle_timeout: float = 3.0, timeout: float = 600.0) -> dict[str, Any]:
+    """One crawl of the demo site by ``workers`` processes; figures from the site and workers."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    directory = out / f"e2e-{slug}"
+    timing = directory / "timing"
+    timing.mkdir(parents=True, exist_ok=True)
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    site, site_url = _start_site(pages, directory / "site.err")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        env = {**os.environ, "REDIS_URL": redis_url,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(PROJECT),
+                                                           os.environ.get("PYTHONPATH")]))}
+        common = {
+            "REDIS_URL": redis_url,
+            "DEMO_SITE_URL": site_url,
+            "SHARED_QUEUE_IDLE_TIMEOUT": str(idle_timeout),
+            "BENCH_TIMING_DIR": str(timing),
+            "LOG_LEVEL": "INFO",
+            "BLOOMDUPE_CAPACITY": str(max(10_000, 2 * pages)),
+        }
+        started = time.monotonic()
+        for i in range(workers):
+            command = [sys.executable, "-m", "scrapy", "crawl", SPIDER]
+            all_settings = {**common, **settings,
+                            "LOG_FILE": str(directory / f"worker-{i}.log"),
+                            "DEMO_STATS_FILE": str(directory / f"worker-{i}.stats.json")}
+            for key, value in all_settings.items():
+                command += ["-s", f"{key}={value}"]
+            procs.append(subprocess.Popen(
+                command, cwd=PROJECT, env=env, stdout=(directory / f"worker-{i}.out").open("wb"),
+                stderr=subprocess.STDOUT))
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"e2e crawl {name!r} did not finish in {timeout:.0f}s")
+            time.sleep(0.1)
+        wall = time.monotonic() - started
+        failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            raise RuntimeError(f"e2e crawl {name!r}: worker(s) {failed} failed; see {directory}")
+        stats = _site_stats(site_url)
+    finally:
+        for p in procs:
+            _stop(p)
+        _stop(site)
+        if site.stdout is not None:
+            site.stdout.close()
+        client.close()
+    fetches: list[int] = stats["fetches"]
+    timings = [json.loads(p.read_text()) for p in sorted(timing.glob("*.json"))]
+    if len(timings) != workers:
+        raise RuntimeError(f"e2e crawl {name!r}: {len(timings)} of {workers} workers wrote "
+                           f"timings; see {directory}")
+    crawl_seconds = (stats["last_fetch"] - stats["first_fetch"]) if stats["first_fetch"] else 0.0
+    dedup_cpu = sum(t["dedup_cpu"] for t in timings)
+    worker_cpu = sum(t["worker_cpu"] for t in timings)
+    return {
+        "name": name,
+        "pages": len(fetches),
+        "workers": workers,
+        "fetches": sum(fetches),
+        "fetched_twice": sum(1 for n in fetches if n > 1),
+        "never_fetched": sum(1 for n in fetches if n == 0),
+        "crawl_seconds": crawl_seconds,
+        "wall_seconds": wall,
+        "pages_per_second": sum(1 for n in fetches if n) / crawl_seconds if crawl_seconds else 0.0,
+        "dedup_cpu": dedup_cpu,
+        "dedup_wall": sum(t["dedup_wall"] for t in timings),
+        "worker_cpu": worker_cpu,
+        "worker_wall": sum(t["worker_wall"] for t in timings),
+        "dedup_requests": sum(t["requests"] for t in timings),
+        "dedup_calls": sum(t["calls"] for t in timings),
+        "dedup_cpu_share": dedup_cpu / worker_cpu if worker_cpu else 0.0,
+        "logs": str(directory),
+    }

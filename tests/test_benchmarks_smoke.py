@@ -1,0 +1,57 @@
+"""``benchmarks/run.py --quick`` runs end to end and reports every contender."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTENDERS = (
+    "scrapy-redis RFPDupeFilter (SADD)",
+    "Scrapy RFPDupeFilter (in memory)",
+    "bloomdupe, lock mode",
+    "bloomdupe, atomic mode",
+    "bloomdupe batched, lock mode",
+    "bloomdupe batched, atomic mode",
+)
+SECTIONS = ("## Machine", "## a.", "## b.", "## c.", "## d.", "## e.", "## f.", "## Targets")
+
+
+@pytest.mark.slow
+def test_quick_benchmark_run(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=55,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout
+    written = (out / "results.md").read_text()
+    assert printed.strip() == written.strip()
+    for section in SECTIONS:
+        assert section in written, section
+    for name in CONTENDERS:
+        assert name in written, name
+    # Every contender in the one-process table; every Redis contender in the
+    # latency and 16-process tables.
+    sections = written.split("\n## ")
+    local = next(s for s in sections if s.startswith("a."))
+    latency = next(s for s in sections if s.startswith("b."))
+    race = next(s for s in sections if s.startswith("e."))
+    for name in CONTENDERS:
+        assert f"| {name} |" in local, name
+        if "in memory" not in name:
+            assert f"| {name} |" in latency, name
+            assert f"| {name} |" in race, name
+    results = json.loads((out / "results.json").read_text())
+    assert results["quick"] is True
+    # Correctness figures hold even at smoke-test sizes.
+    for name, race_result in results["race"].items():
+        assert race_result["duplicates"] == 0, name
+        assert race_result["lost"] == 0, name
+    assert "PASS" in written or "FAIL" in written
+    assert (out / "benchmarks.png").stat().st_size > 0
