@@ -248,8 +248,8 @@ return redis.call('HGETALL', KEYS[1])
     # below it were answered and are forgotten, ARGV[3] op log TTL in ms,
     # ARGV[4] G, the generation count, ARGV[5..4+2G] (k, m) of each generation
     # (m is the shard's prime modulus, see sizing.Sizing.modulus),
-    # then per item: op id and G pairs (a, b); the item's bits in generation g
-    # are (a + i*b + (i^3 - i)/6) mod m for i < k (see hashing.py).
+    # then per item: op id and G triples (a, b, c); the item's bits in
+    # generation g are (a + i*b + c*(i^3 - i)/6) mod m for i < k (hashing.py).
     # Returns -1 (LOCK_BUSY) when KEYS[3] does not hold the token (unless
     # the op log answers every item: a replay of a call that ran), -2
     # (STALE_GENERATION) when the shard already has more than G generations,
@@ -261,7 +261,7 @@ if token ~= '' and redis.call('GET', KEYS[3]) ~= token then
   -- A retry of a call that ran (and released the lock) before its reply was
   -- lost finds every item in the op log: answer it. Otherwise, nothing written.
   local replay = {}
-  for j = 5 + 2 * G, #ARGV, 1 + 2 * G do
+  for j = 5 + 2 * G, #ARGV, 1 + 3 * G do
     if not redis.call('ZSCORE', KEYS[1], ARGV[j]) then return -1 end
     replay[#replay + 1] = 1
   end
@@ -281,17 +281,18 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
 local out, logged = {}, false
 local newest = KEYS[3 + G]
-for j = 5 + 2 * G, #ARGV, 1 + 2 * G do
+for j = 5 + 2 * G, #ARGV, 1 + 3 * G do
   local op, new = ARGV[j], 0
   if redis.call('ZSCORE', KEYS[1], op) then
     new = 1
   else
     local found = false
     for g = 1, G - 1 do
-      local a, b, m = tonumber(ARGV[j + 2 * g - 1]), tonumber(ARGV[j + 2 * g]), ms[g]
+      local t = j + 3 * g - 2
+      local a, b, c, m = tonumber(ARGV[t]), tonumber(ARGV[t + 1]), tonumber(ARGV[t + 2]), ms[g]
       found = true
       for i = 0, ks[g] - 1 do
-        if redis.call('GETBIT', KEYS[3 + g], (a + i * b + (i * i * i - i) / 6) % m) == 0 then
+        if redis.call('GETBIT', KEYS[3 + g], (a + i * b + c * ((i * i * i - i) / 6)) % m) == 0 then
           found = false
           break
         end
@@ -299,9 +300,10 @@ for j = 5 + 2 * G, #ARGV, 1 + 2 * G do
       if found then break end
     end
     if not found then
-      local a, b, m = tonumber(ARGV[j + 2 * G - 1]), tonumber(ARGV[j + 2 * G]), ms[G]
+      local t = j + 3 * G - 2
+      local a, b, c, m = tonumber(ARGV[t]), tonumber(ARGV[t + 1]), tonumber(ARGV[t + 2]), ms[G]
       for i = 0, ks[G] - 1 do
-        if redis.call('SETBIT', newest, (a + i * b + (i * i * i - i) / 6) % m, 1) == 0 then
+        if redis.call('SETBIT', newest, (a + i * b + c * ((i * i * i - i) / 6)) % m, 1) == 0 then
           new = 1
         end
       end
@@ -558,7 +560,7 @@ return table.concat(out)
             args = by_shard.setdefault(shard, [])
             args.append(first_op + index)
             for m in ms:
-                args.extend(hashing.start_and_stride(h1, h2, m))
+                args.extend(hashing.coefficients(h1, h2, m))
             where.setdefault(shard, []).append(index)
         return by_shard, where
 
@@ -697,7 +699,7 @@ return table.concat(out)
             shard = hashing.shard_of(h1, shards)
             for g, plan in enumerate(self.generations):
                 m = plan.modulus
-                pos = hashing.Position(shard, *hashing.start_and_stride(h1, h2, m))
+                pos = hashing.Position(shard, *hashing.coefficients(h1, h2, m))
                 args: list[Any] = []
                 for offset in hashing.offsets(pos, plan.hashes, m):
                     args.extend(("GET", "u1", offset))

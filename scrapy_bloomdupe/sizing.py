@@ -14,6 +14,8 @@ from functools import cached_property
 
 from .exceptions import ConfigError
 
+#: Most hashes an item may have (the script's arithmetic must stay exact; see hashing.py).
+MAX_HASHES = 200
 #: Redis strings hold at most 512 MiB, that is 2**32 bits.
 REDIS_MAX_STRING_BITS = 2**32
 #: Default ceiling for one shard: 64 MiB, an eighth of Redis's string limit,
@@ -137,6 +139,9 @@ def plan(
         shards = max(1, math.ceil(bits / (max_shard_bytes * 8)))
     elif isinstance(shards, bool) or not isinstance(shards, int) or shards <= 0:
         raise ConfigError("BLOOMDUPE_SHARDS", shards, "must be a whole number above 0")
+    if optimal_hashes(bits, capacity) > MAX_HASHES:
+        raise ConfigError("BLOOMDUPE_ERROR_RATE", error_rate,
+                          f"needs more than {MAX_HASHES} hashes; use a rate of at least 1e-60")
     bits_per_shard = math.ceil(bits / shards / 8) * 8
     if bits_per_shard > REDIS_MAX_STRING_BITS:
         raise ConfigError(
@@ -171,6 +176,9 @@ def generation(first: Sizing, index: int) -> Sizing:
     error_rate = first.error_rate * TIGHTENING**index
     bits = optimal_bits(capacity, error_rate)
     bits_per_shard = math.ceil(bits / first.shards / 8) * 8
+    if optimal_hashes(bits, capacity) > MAX_HASHES:
+        raise ConfigError("BLOOMDUPE_ERROR_RATE", first.error_rate,
+                          f"leaves generation {index} more than {MAX_HASHES} hashes")
     if bits_per_shard > REDIS_MAX_STRING_BITS:
         raise ConfigError(
             "BLOOMDUPE_SHARDS", first.shards,

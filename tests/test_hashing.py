@@ -19,7 +19,7 @@ def test_offsets_stay_inside_one_shard(fp: bytes, seed: int, shards: int, bits: 
                                        k: int) -> None:
     pos = hashing.position(fp, seed, shards, bits)
     assert 0 <= pos.shard < shards
-    assert 0 <= pos.a < bits and 0 <= pos.b < bits
+    assert 0 <= pos.a < bits and 0 < pos.b < bits and 0 < pos.c < bits
     offsets = hashing.offsets(pos, k, bits)
     assert len(offsets) == k
     assert all(0 <= o < bits for o in offsets)
@@ -35,6 +35,16 @@ def test_offsets_rarely_repeat() -> None:
     assert repeats <= 2 * n * (k * k / 2) / modulus
 
 
+def test_equal_first_two_coefficients_do_not_make_equal_offsets() -> None:
+    # Double hashing's floor: an item whose (a, b) equals an inserted item's is
+    # always a false positive. The third coefficient separates such items.
+    modulus, k = 57_731, 40
+    first = hashing.Position(0, 15092, 18946, 7)
+    second = hashing.Position(0, 15092, 18946, 4242)
+    shared = set(hashing.offsets(first, k, modulus)) & set(hashing.offsets(second, k, modulus))
+    assert len(shared) <= 3
+
+
 def test_lua_and_python_expand_offsets_alike() -> None:
     # The script's (i*i*i - i) / 6 is exact in doubles: i^3 - i is divisible by 6.
     assert all((i * i * i - i) % 6 == 0 for i in range(1000))
@@ -44,8 +54,9 @@ def test_lua_and_python_expand_offsets_alike() -> None:
 def test_lua_arithmetic_is_exact(fp: bytes, seed: int, shards: int, bits: int) -> None:
     # The script computes (a + i*b) % m with doubles: every value must stay < 2**53.
     pos = hashing.position(fp, seed, shards, bits)
-    k = 1000
-    assert pos.a + k * pos.b + (k**3 - k) // 6 < 2**53
+    k = sizing.MAX_HASHES
+    assert pos.a + k * pos.b + pos.c * ((k**3 - k) // 6) < 2**53
+    assert 0 < pos.c < bits
 
 
 @given(fingerprints, seeds)
@@ -72,7 +83,7 @@ def test_identical_in_another_process() -> None:
 
 def test_pinned_values() -> None:
     # Changing these breaks every stored filter: bump FORMAT_VERSION if you must.
-    assert hashing.position(bytes(20), 42, 4, 7_999_993) == (0, 3636750, 6256131)
+    assert hashing.position(bytes(20), 42, 4, 7_999_993) == (0, 3636750, 6256131, 5939703)
 
 
 def test_shards_are_used_evenly() -> None:
