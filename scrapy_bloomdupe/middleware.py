@@ -44,7 +44,7 @@ class BloomDupeBatchMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         if not parse_bool("BLOOMDUPE_BATCH", settings.get("BLOOMDUPE_BATCH", True)):
-            raise NotConfigured("BLOOMDUPE_BATCH is off")
+            raise NotConfigured  # no message: Scrapy would log a message as a warning
         size = parse_int("BLOOMDUPE_BATCH_SIZE", settings.get("BLOOMDUPE_BATCH_SIZE", 1000))
         return cls(crawler, size)
 

@@ -83,7 +83,23 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self.df = build_from_crawler(dupefilter_cls, self.crawler)
             else:
                 self.df = dupefilter_cls.from_spider(spider)
-        super().open(spider)
+        # What scrapy-redis's open() does, without its deprecated spider.log().
+        self.spider = spider
+        try:
+            self.queue = load_object(self.queue_cls)(
+                server=self.server,
+                spider=spider,
+                key=self.queue_key % {"spider": spider.name},
+                serializer=self.serializer,
+            )
+        except TypeError as e:
+            raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
+        if self.flush_on_start:
+            self.flush()
+        pending = self._guarded(lambda: len(self.queue), 0)
+        if pending:
+            logger.info("Resuming crawl (%d requests scheduled)", pending,
+                        extra={"spider": spider})
 
     def close(self, reason: str) -> None:
         if self.df is None:  # open() failed; nothing to close
