@@ -429,7 +429,8 @@ return table.concat(out)
             reply = client.register_script(cls.CREATE_META_SCRIPT)(keys=[meta_key], args=flat)
             stored = _decode_meta(dict(zip(reply[::2], reply[1::2], strict=True)))
             differences = {
-                _SHARED_FIELDS[name]: (stored.get(name), value)
+                _SHARED_FIELDS[name]: (_configured(name, stored.get(name), stored),
+                                       _configured(name, value, ours))
                 for name, value in ours.items()
                 if stored.get(name) != value
             }
@@ -758,6 +759,13 @@ def validate_key(key: str) -> None:
         raise ConfigError(
             "BLOOMDUPE_KEY", key, "must not contain '{' or '}': the filter adds its own hash tags"
         )
+
+
+def _configured(name: str, value: Any, fields: dict[str, Any]) -> Any:
+    """A stored field as the user configured it: growth keeps part of the error rate back."""
+    if name == "error_rate" and fields.get("growth") and isinstance(value, float):
+        return float(f"{value / (1 - sizing.TIGHTENING):.12g}")
+    return value
 
 
 def _decode_meta(raw: dict[Any, Any]) -> dict[str, Any]:

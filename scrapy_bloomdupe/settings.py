@@ -144,8 +144,12 @@ class BloomDupeConfig:
         if on_outage not in OUTAGE_ACTIONS:
             raise ConfigError("BLOOMDUPE_ON_OUTAGE", on_outage,
                               f"must be one of {', '.join(OUTAGE_ACTIONS)}")
-        plan = sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, growth),
-                           shards, max_shard_bytes)
+        try:
+            plan = sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, growth),
+                               shards, max_shard_bytes)
+        except ConfigError as e:  # name the value the user wrote, not the derived one
+            value = error_rate if e.setting == "BLOOMDUPE_ERROR_RATE" else e.value
+            raise ConfigError(e.setting, value, e.reason) from None
         return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
                    lock_wait, log_interval, stats_interval, fingerprint_mode, outage_timeout,
                    on_outage, plan)

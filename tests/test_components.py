@@ -132,6 +132,11 @@ def test_mismatch_between_workers_fails_at_start(redis_url: str) -> None:
     with pytest.raises(FilterMismatchError, match="BLOOMDUPE_CAPACITY"):
         build_from_crawler(RedisBloomDupeFilter,
                            crawler_for(redis_url, BLOOMDUPE_CAPACITY=20_000))
+    # Error rates are shown as configured (growth keeps part of the rate back).
+    with pytest.raises(FilterMismatchError,
+                       match="BLOOMDUPE_ERROR_RATE: stored 0.001, this worker 0.01"):
+        build_from_crawler(RedisBloomDupeFilter,
+                           crawler_for(redis_url, BLOOMDUPE_ERROR_RATE=0.01))
 
 
 def test_unreachable_redis_is_one_clear_error() -> None:
@@ -203,3 +208,43 @@ def test_addon_can_keep_scrapys_scheduler() -> None:
     crawler = get_crawler(DemoSpider, {"ADDONS": {BloomDupeAddon: 100},
                                        "BLOOMDUPE_SCHEDULER": False})
     assert crawler.settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
+
+
+@pytest.mark.parametrize("mode", ["scrapy", "scrapy-redis"])
+def test_odd_requests_are_deduplicated(redis_url: str, mode: str) -> None:
+    df = build_from_crawler(RedisBloomDupeFilter,
+                            crawler_for(redis_url, BLOOMDUPE_FINGERPRINT=mode))
+    long_url = "http://a.example/" + "x" * 100_000
+    odd = [
+        Request(long_url),
+        Request(long_url + "y"),
+        Request("http://a.example/caf\u00e9?q=\u00fc\u00df"),
+        Request("http://\u4f8b\u3048.jp/\u30da\u30fc\u30b8"),
+        Request("http://a.example/upload", method="POST", body=bytes(range(256)) * 40),
+        Request("http://a.example/upload", method="POST", body=bytes(range(256)) * 40 + b"\0"),
+    ]
+    assert not any(df.request_seen(r) for r in odd)
+    assert all(df.request_seen(r.replace()) for r in odd)
+    # The same resource spelled another way is the same request.
+    assert df.request_seen(Request("http://a.example/caf%C3%A9?q=%C3%BC%C3%9F"))
+    assert df.request_seen(Request("http://xn--r8jz45g.jp/%E3%83%9A%E3%83%BC%E3%82%B8"))
+    assert df.bloom.fingerprint == mode
+
+
+def test_fingerprint_mode_must_match_between_workers(redis_url: str) -> None:
+    build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
+    with pytest.raises(FilterMismatchError, match="BLOOMDUPE_FINGERPRINT"):
+        build_from_crawler(RedisBloomDupeFilter,
+                           crawler_for(redis_url, BLOOMDUPE_FINGERPRINT="scrapy-redis"))
+
+
+def test_scrapy_redis_mode_stores_scrapy_redis_fingerprints(redis_url: str) -> None:
+    from scrapy_redis.dupefilter import RFPDupeFilter
+
+    df = build_from_crawler(RedisBloomDupeFilter,
+                            crawler_for(redis_url, BLOOMDUPE_FINGERPRINT="scrapy-redis"))
+    request = Request("http://a.example/page?b=1&a=2")
+    member = RFPDupeFilter.request_fingerprint(None, request).encode()
+    assert not df.bloom.contains(member)
+    df.request_seen(request)
+    assert df.bloom.contains(member)

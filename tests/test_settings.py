@@ -61,6 +61,12 @@ def test_command_line_strings_are_parsed() -> None:
         ("BLOOMDUPE_KEY", "%(name)s"),
         ("BLOOMDUPE_KEY", 5),
         ("BLOOMDUPE_LOG_INTERVAL", -5),
+        ("BLOOMDUPE_STATS_INTERVAL", 0),
+        ("BLOOMDUPE_FINGERPRINT", "sha1"),
+        ("BLOOMDUPE_OUTAGE_TIMEOUT", -1),
+        ("BLOOMDUPE_OUTAGE_TIMEOUT", "forever"),
+        ("BLOOMDUPE_ON_OUTAGE", "panic"),
+        ("BLOOMDUPE_ERROR_RATE", 1e-70),
     ],
 )
 def test_bad_values_name_setting_and_value(setting: str, value: Any) -> None:
