@@ -69,6 +69,9 @@ FORMAT_VERSION = 1
 OP_LOG_TTL_MS = 3_600_000
 #: How long a worker may take to add a generation before others may try.
 GROW_LOCK_TTL_MS = 60_000
+#: Most items in one script call: about a millisecond of Redis time (Lua
+#: scripts block every other client of the server while they run).
+MAX_ITEMS_PER_SCRIPT = 256
 #: Script replies besides the per-item flags.
 LOCK_BUSY = -1
 STALE_GENERATION = -2
@@ -85,6 +88,16 @@ _SHARED_FIELDS = {
 }
 _TEXT_FIELDS = ("fingerprint",)
 _FLOAT_FIELDS = ("error_rate", "created")
+
+
+@dataclass
+class _Unit:
+    """One script call of a batch: items of one shard, with the lock token it uses."""
+
+    shard: int
+    token: bytes
+    args: list[Any]
+    indexes: list[int]
 
 
 @dataclass
@@ -491,7 +504,8 @@ return table.concat(out)
         """Check-and-add many items in one pipelined round trip (per lock wait).
 
         Returns, in order, True for each item that was new. An item twice in
-        the batch is new at most once.
+        the batch is new at most once. Each script call carries at most
+        ``MAX_ITEMS_PER_SCRIPT`` items, so no call blocks Redis for long.
         """
         if not fingerprints:
             return []
@@ -501,32 +515,27 @@ return table.concat(out)
         results: list[bool] = [False] * len(fingerprints)
         use_lock = self.use_lock
         pauses = self.locks.pauses() if use_lock else None
-        tokens: dict[int, bytes] = {}
         remaining: Sequence[int] = range(len(fingerprints))
         while remaining:
-            by_shard, where = self._group(halves, remaining, op)
-            pending = list(by_shard)
+            pending = self._group(halves, remaining, op)
             refused: list[int] = []
             while pending:
-                if use_lock:
-                    for shard in pending:
-                        tokens.setdefault(shard, self.locks.new_token())
-                replies = self._round_trip(pending, by_shard, ack, tokens if use_lock else None)
+                replies = self._round_trip(pending, ack, use_lock)
                 busy = []
-                for shard, reply in zip(pending, replies, strict=True):
+                for unit, reply in zip(pending, replies, strict=True):
                     if reply == LOCK_BUSY:
-                        busy.append(shard)
+                        busy.append(unit)
                     elif reply == STALE_GENERATION:
-                        refused.extend(where[shard])
+                        refused.extend(unit.indexes)
                     else:
-                        for index, flag in zip(where[shard], reply, strict=True):
+                        for index, flag in zip(unit.indexes, reply, strict=True):
                             results[index] = flag == 49  # ord("1")
                 pending = busy
                 if pending and pauses is not None and next(pauses, None) is None:
                     logger.warning(
                         "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
                         "without the lock (the check-and-add script is atomic on its own)",
-                        [self._lock_keys[s] for s in pending], self.locks.wait,
+                        sorted({self._lock_keys[u.shard] for u in pending}), self.locks.wait,
                     )
                     use_lock = False
             if refused:
@@ -546,58 +555,57 @@ return table.concat(out)
         return results
 
     def _group(self, halves: Sequence[tuple[int, int]], indexes: Sequence[int],
-               first_op: int) -> tuple[dict[int, list[Any]], dict[int, list[int]]]:
-        """Script arguments and item indexes per shard, for the current generations.
+               first_op: int) -> list[_Unit]:
+        """Script calls for these items under the current generations: per shard,
+        in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
 
         An item's op id is ``first_op`` plus its index, the same on every retry.
         """
         shards = self.sizing.shards
         ms = [g.modulus for g in self.generations]
-        by_shard: dict[int, list[Any]] = {}
-        where: dict[int, list[int]] = {}
+        open_units: dict[int, _Unit] = {}
+        units: list[_Unit] = []
         for index in indexes:
             h1, h2 = halves[index]
             shard = hashing.shard_of(h1, shards)
-            args = by_shard.setdefault(shard, [])
-            args.append(first_op + index)
+            unit = open_units.get(shard)
+            if unit is None or len(unit.indexes) >= MAX_ITEMS_PER_SCRIPT:
+                unit = open_units[shard] = _Unit(shard, self.locks.new_token(), [], [])
+                units.append(unit)
+            unit.args.append(first_op + index)
             for m in ms:
-                args.extend(hashing.coefficients(h1, h2, m))
-            where.setdefault(shard, []).append(index)
-        return by_shard, where
+                unit.args.extend(hashing.coefficients(h1, h2, m))
+            unit.indexes.append(index)
+        return units
 
-    def _round_trip(
-        self,
-        shards: list[int],
-        by_shard: dict[int, list[Any]],
-        ack: int,
-        tokens: dict[int, bytes] | None,
-    ) -> list[Any]:
-        """One round trip: per shard (the lock's SET NX PX and) the script.
+    def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool) -> list[Any]:
+        """One round trip: per unit (the shard lock's SET NX PX and) the script.
 
-        Returns one reply per shard (see CHECK_ADD_SCRIPT). Scripts flushed
+        Returns one reply per unit (see CHECK_ADD_SCRIPT). Scripts flushed
         from Redis (a restart) are loaded again and the round trip repeated
         with the same tokens and op ids: it is idempotent.
         """
         ttl_ms = self.locks.ttl_ms
         generations = len(self.generations)
         commands: list[tuple[Any, ...]] = []
-        for shard in shards:
-            token = tokens[shard] if tokens is not None else b""
+        for unit in units:
+            shard = unit.shard
+            token = unit.token if use_lock else b""
             lock = self._lock_keys[shard]
-            if tokens is not None:
+            if use_lock:
                 commands.append(("SET", lock, token, "NX", "PX", ttl_ms))
             commands.append(("EVALSHA", self._sha, 3 + generations, self._op_keys[shard],
                              self._gen_keys[shard], lock, *self._bits_keys[shard], token, ack,
-                             OP_LOG_TTL_MS, *self._gen_args, *by_shard[shard]))
+                             OP_LOG_TTL_MS, *self._gen_args, *unit.args))
         raw = self._link.execute(commands)
         if any(isinstance(r, NoScriptError) for r in raw):
             self.counters.script_reloads += 1
             self.client.script_load(self.CHECK_ADD_SCRIPT)
-            return self._round_trip(shards, by_shard, ack, tokens)
+            return self._round_trip(units, ack, use_lock)
         for r in raw:
             if isinstance(r, Exception):
                 raise r
-        if tokens is None:
+        if not use_lock:
             return raw
         counters = self.locks.counters
         replies = []
@@ -619,11 +627,12 @@ return table.concat(out)
         """
         op = self._next_op
         self._next_op += 1
-        by_shard, _ = self._group([hashing.halves(fingerprint, self.seed)], [0], op)
-        ((shard, args),) = by_shard.items()
+        (unit,) = self._group([hashing.halves(fingerprint, self.seed)], [0], op)
+        shard = unit.shard
         keys = [self._op_keys[shard], self._gen_keys[shard], self._lock_keys[shard],
                 *self._bits_keys[shard]]
-        reply = self._script(keys=keys, args=[token, op, OP_LOG_TTL_MS, *self._gen_args, *args])
+        reply = self._script(keys=keys,
+                             args=[token, op, OP_LOG_TTL_MS, *self._gen_args, *unit.args])
         if reply in (LOCK_BUSY, STALE_GENERATION):
             self.counters.lock.lost += reply == LOCK_BUSY
             return None

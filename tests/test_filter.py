@@ -165,3 +165,16 @@ def test_op_log_holds_one_round_trip_at_most(client: redis.Redis) -> None:
     (log_key,) = client.keys("{t:0}:ops:*")
     assert client.zcard(log_key) == 100
     assert 0 < client.pttl(log_key) <= 3_600_000
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_big_batches_are_split_into_short_scripts(client: redis.Redis, use_lock: bool) -> None:
+    from scrapy_bloomdupe.filter import MAX_ITEMS_PER_SCRIPT
+
+    bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=use_lock)
+    items = fps(3 * MAX_ITEMS_PER_SCRIPT + 7)
+    half = items[: len(items) // 2]
+    assert bf.add_many(half) == [True] * len(half)
+    assert bf.add_many(items) == [False] * len(half) + [True] * (len(items) - len(half))
+    if use_lock:
+        assert bf.counters.lock.acquired >= 2 * 3 and bf.counters.lock.waits == 0
