@@ -120,6 +120,6 @@ def check(client: Redis | RedisCluster) -> None:
         raise
     except (redis.ConnectionError, redis.TimeoutError) as e:
         raise BloomDupeError(
-            f"Cannot reach Redis at {where}: {str(e).rstrip('.')}. Start Redis or point REDIS_URL / "
-            "BLOOMDUPE_REDIS_URL at it."
+            f"Cannot reach Redis at {where}: {str(e).rstrip('.')}. Start Redis or point "
+            "REDIS_URL / BLOOMDUPE_REDIS_URL at it."
         ) from None

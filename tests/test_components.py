@@ -134,7 +134,7 @@ def test_mismatch_between_workers_fails_at_start(redis_url: str) -> None:
                            crawler_for(redis_url, BLOOMDUPE_CAPACITY=20_000))
     # Error rates are shown as configured (growth keeps part of the rate back).
     with pytest.raises(FilterMismatchError,
-                       match="BLOOMDUPE_ERROR_RATE: stored 0.001, this worker 0.01"):
+                       match=r"BLOOMDUPE_ERROR_RATE: stored 0\.001, this worker 0\.01"):
         build_from_crawler(RedisBloomDupeFilter,
                            crawler_for(redis_url, BLOOMDUPE_ERROR_RATE=0.01))
 
