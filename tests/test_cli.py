@@ -89,7 +89,7 @@ def clean(result: subprocess.CompletedProcess[str]) -> str:
     return output
 
 
-def make_filter(client: redis.Redis, key: str, urls: Sequence[str], *, mode: str = "scrapy",
+def make_filter(client: Any, key: str, urls: Sequence[str], *, mode: str = "scrapy",
                 capacity: int = 1000, shards: int = 2, growth: bool = False) -> None:
     bloom = BloomFilter.open(client, key, sizing.plan(capacity, 0.01, shards), growth=growth,
                              fingerprint=mode)
@@ -659,3 +659,36 @@ def test_scrapy_command_errors(redis_url: str) -> None:
     clean(result)
     assert result.returncode == 1 and "Cannot reach Redis" in result.stderr
     assert "pw-s3cret" not in result.stdout + result.stderr
+
+
+# -- a Redis Cluster ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_info_shows_the_spread_of_shards_over_a_cluster() -> None:
+    testing_cluster = pytest.importorskip("scrapy_bloomdupe.testing_cluster")
+    cluster_module = pytest.importorskip("scrapy_bloomdupe.cluster")
+    if not hasattr(cluster_module, "shard_nodes"):
+        pytest.skip("scrapy_bloomdupe.cluster.shard_nodes is not there")
+    from redis.cluster import RedisCluster
+
+    with testing_cluster.LocalCluster(masters=3, replicas=0) as local:
+        client = RedisCluster.from_url(local.url)
+        try:
+            make_filter(client, "shop:bloomdupe", URLS, shards=6)
+        finally:
+            client.close()
+        result = run_cli("info", "--cluster", "--key", "shop:bloomdupe", "--json",
+                         redis_url=local.url)
+        assert result.returncode == 0, result.stderr
+        nodes = json.loads(result.stdout)["nodes"]
+        assert len(nodes) == 3
+        assert sorted(i for shards in nodes.values() for i in shards) == list(range(6))
+        result = run_cli("info", "--cluster", "--key", "shop:bloomdupe", redis_url=local.url)
+        clean(result)
+        assert "Shards over 3 master(s)" in result.stdout
+        rows = [line for line in result.stdout.splitlines() if re.match(r"  [0-5] ", line)]
+        assert len(rows) == 1 + 6 and all("127.0.0.1:" in r for r in rows[1:])
+        result = run_cli("check", "--cluster", "--key", "shop:bloomdupe", URLS[0],
+                         f"{SITE}/other", redis_url=local.url)
+        assert result.stdout.split()[::2] == ["seen", "new"]
