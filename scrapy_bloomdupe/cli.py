@@ -766,6 +766,12 @@ def cmd_import(ctx: Context, opts: argparse.Namespace) -> int:
                  f"(capacity {plan.capacity:,}, error rate {rate(plan.error_rate)}, "
                  f"{plan.shards} shard(s), growth {'on' if bloom.growth else 'off'}, "
                  f"{bloom.fingerprint} fingerprints)")
+        asked = [o for o, v in (("--capacity", getattr(opts, "capacity", None)),
+                                ("--error-rate", getattr(opts, "error_rate", None)),
+                                ("-s", getattr(opts, "settings", None))) if v]
+        if asked and not created:
+            ctx.note(f"note: {', '.join(asked)} ignored: they size a new filter, and "
+                     f"{ctx.key!r} exists with the parameters above.")
         if source.total and not bloom.growth and source.total > plan.capacity:
             ctx.note(f"warning: {source.total:,} fingerprints exceed the filter's capacity of "
                      f"{plan.capacity:,} and it cannot grow (BLOOMDUPE_GROWTH off): its "

@@ -415,10 +415,12 @@ def test_import_creates_the_filter_from_the_options(redis_url: str, client: redi
 
     # Run again: all already there.
     result = run_cli("import", "--key", "shop:bloomdupe", "--from-set", "shop:dupefilter",
-                     "--json", "--no-progress", redis_url=redis_url)
+                     "--json", "--no-progress", "--capacity", "99", redis_url=redis_url)
     data = json.loads(result.stdout)
     assert (data["created"], data["added"], data["already_present"]) == (False, 0, 30)
     assert "import:" not in result.stderr  # --no-progress
+    assert "note: --capacity ignored" in result.stderr
+    assert info_json(redis_url, "shop:bloomdupe")["capacity"] == 5000
 
 
 def test_import_refuses_fingerprints_of_the_other_kind(redis_url: str, tmp_path: Path,
