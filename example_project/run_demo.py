@@ -106,6 +106,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         metavar="NAME=VALUE", help="extra Scrapy setting for every worker")
     parser.add_argument("--allow-warnings", action="store_true",
                         help="do not fail on warnings in the workers' logs")
+    parser.add_argument("--keep-keys", action="store_true",
+                        help="with --redis-url: leave the demo's keys in Redis (to look at "
+                             "them with `bloomdupe info/stats --key <filter key>`)")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.pages < 1:
         parser.error("--workers and --pages must be at least 1")
@@ -319,7 +322,11 @@ def run(args: argparse.Namespace) -> int:
             if site.stdout is not None:
                 site.stdout.close()
         if client is not None:
-            if args.redis_url and workers:
+            if args.redis_url and workers and args.keep_keys:
+                print(f"Kept the demo's keys: `bloomdupe info --key {keys.bloom}`, "
+                      f"`bloomdupe stats --key {keys.bloom}`; `bloomdupe clear --key "
+                      f"{keys.bloom}` and DEL {keys.queue} delete them.")
+            elif args.redis_url and workers:
                 try:
                     cleanup(client, keys)
                 except redis.RedisError as e:
