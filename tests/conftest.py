@@ -29,3 +29,17 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     c = redis.Redis.from_url(redis_url)
     yield c
     c.close()
+
+
+@pytest.fixture
+def durable_redis(redis_url: str) -> Iterator[str]:
+    """The session's Redis with an RDB save point, so a crawl with SCHEDULER_PERSIST does
+    not (rightly) warn that a restart would forget the filter; restored afterwards."""
+    client = redis.Redis.from_url(redis_url)
+    before = client.config_get("save")["save"]
+    client.config_set("save", "3600 1")
+    try:
+        yield redis_url
+    finally:
+        client.config_set("save", before)
+        client.close()

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,19 +42,6 @@ def demo_command(redis_url: str, out: Path, *extra: str) -> list[str]:
     return [sys.executable, str(RUN_DEMO), "--workers", str(WORKERS), "--pages", str(PAGES),
             "--redis-url", redis_url, "--out", str(out), "--timeout", "90", *extra]
 
-
-@pytest.fixture
-def durable_redis(redis_url: str) -> Iterator[str]:
-    """The session's Redis with an RDB save point, so workers with SCHEDULER_PERSIST do
-    not (rightly) warn that a restart would forget the filter; restored afterwards."""
-    client = redis.Redis.from_url(redis_url)
-    before = client.config_get("save")["save"]
-    client.config_set("save", "3600 1")
-    try:
-        yield redis_url
-    finally:
-        client.config_set("save", before)
-        client.close()
 
 
 @pytest.mark.slow

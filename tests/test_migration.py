@@ -63,19 +63,6 @@ def site() -> Iterator[Any]:
         thread.join(10)
 
 
-@pytest.fixture
-def durable_redis(redis_url: str) -> Iterator[str]:
-    """The session's Redis with an RDB save point, so a crawl with SCHEDULER_PERSIST does
-    not (rightly) warn that a restart would forget the filter; restored afterwards."""
-    client = redis.Redis.from_url(redis_url)
-    before = client.config_get("save")["save"]
-    client.config_set("save", "3600 1")
-    try:
-        yield redis_url
-    finally:
-        client.config_set("save", before)
-        client.close()
-
 
 def fetches(site: Any) -> list[int]:
     with urllib.request.urlopen(site.url + "__stats", timeout=10) as reply:
