@@ -570,7 +570,8 @@ return table.concat(out)
             shard = hashing.shard_of(h1, shards)
             unit = open_units.get(shard)
             if unit is None or len(unit.indexes) >= MAX_ITEMS_PER_SCRIPT:
-                unit = open_units[shard] = _Unit(shard, self.locks.new_token(), [], [])
+                token = self.locks.new_token() if self.use_lock else b""
+                unit = open_units[shard] = _Unit(shard, token, [], [])
                 units.append(unit)
             unit.args.append(first_op + index)
             for m in ms:
