@@ -74,6 +74,7 @@ class Size:
     repeats: int
     latency_requests: int
     latency_repeats: int
+    batched_latency_repeats: int
     memory_urls: int
     fpr_probes: int
     race_processes: int
@@ -83,9 +84,11 @@ class Size:
 
 
 FULL = Size(requests=20_000, repeats=5, latency_requests=4_000, latency_repeats=3,
+            batched_latency_repeats=7,
             memory_urls=1_000_000, fpr_probes=1_000_000, race_processes=16, race_urls=20_000,
             e2e_pages=3_000, e2e_workers=4)
 QUICK = Size(requests=1_500, repeats=2, latency_requests=150, latency_repeats=1,
+             batched_latency_repeats=1,
              memory_urls=20_000, fpr_probes=20_000, race_processes=4, race_urls=1_000,
              e2e_pages=0, e2e_workers=2)
 DELAYS_MS = (0.5, 2.0)
@@ -290,14 +293,24 @@ def measure(contender: Contender, redis_url: str, direct: redis.Redis, urls: Seq
 
 
 def throughput(contenders: Sequence[Contender], redis_url: str, direct: redis.Redis,
-               urls: Sequence[str], repeats: int, batch: int, label: str) -> dict[str, Any]:
-    """Best of ``repeats`` runs per contender, contenders interleaved in each round."""
+               urls: Sequence[str], repeats: int, batch: int, label: str,
+               batched_repeats: int | None = None) -> dict[str, Any]:
+    """Best of ``repeats`` runs per contender, contenders interleaved in each round.
+
+    ``batched_repeats`` (default ``repeats``) gives the batched contenders more
+    rounds where their runs are short (the added-latency runs).
+    """
+    wanted = {c.name: (batched_repeats or repeats) if c.batched else repeats
+              for c in contenders}
+    rounds = max(wanted.values())
     runs: dict[str, list[dict[str, float]]] = {c.name: [] for c in contenders}
-    for rep in range(repeats):
+    for rep in range(rounds):
         for contender in contenders:
+            if rep >= wanted[contender.name]:
+                continue
             result = measure(contender, redis_url, direct, urls, batch)
             runs[contender.name].append(result)
-            progress(f"  {label} run {rep + 1}/{repeats}: {contender.name}: "
+            progress(f"  {label} run {rep + 1}/{wanted[contender.name]}: {contender.name}: "
                      f"{result['rate']:,.0f} checks/s")
     out: dict[str, Any] = {}
     for name, results in runs.items():
@@ -305,6 +318,7 @@ def throughput(contenders: Sequence[Contender], redis_url: str, direct: redis.Re
         out[name] = {
             "rate": best["rate"],
             "rates": [r["rate"] for r in results],
+            "runs": len(results),
             "cpu_us": statistics.median(r["cpu_us"] for r in results),
             "redis_cpu_us": statistics.median(r["redis_cpu_us"] for r in results),
             "wall_us": best["wall_us"],
@@ -548,11 +562,14 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
         rows = []
         for c in ALL:
             r = local[c.name]
-            rows.append([c.name, f"{r['rate']:,.0f}", ratio(r["rate"], sr),
+            rows.append([c.name, f"{r['rate']:,.0f}",
+                         f"{min(r['rates']):,.0f} - {max(r['rates']):,.0f}",
+                         ratio(r["rate"], sr),
                          ratio(r["rate"], mem), f"{r['cpu_us']:.0f}",
                          f"{r['redis_cpu_us']:.0f}" if c.uses_redis else "-",
                          f"{r['wall_us']:.0f}", f"{r['new']:,.0f}"])
-        out.append(table(["contender", "checks/s", "vs scrapy-redis", "vs in-memory",
+        out.append(table(["contender", "checks/s (best)", "all runs", "vs scrapy-redis",
+                          "vs in-memory",
                           "client CPU µs/check", "Redis CPU µs/check", "wall µs/check",
                           "new"], rows))
 
@@ -560,8 +577,9 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
     if latency:
         out.append("\n## b. Checks per second with added round-trip latency\n\n"
                    f"{size.latency_requests:,} requests (same stream, cut), best of "
-                   f"{size.latency_repeats}, through a TCP proxy that delays every chunk "
-                   "from client to Redis (its own overhead, "
+                   f"{size.latency_repeats} (batched: of {size.batched_latency_repeats}), "
+                   "through a TCP proxy that delays every chunk from client to Redis (its own "
+                   "overhead, "
                    f"{latency['proxy_overhead_us']:.0f} µs, taken off the delay it is given). "
                    f"Median PING round trip: direct {latency['base_rtt_us']:.0f} µs; "
                    + "; ".join(f"+{d['delay_ms']} ms: {d['rtt_us']:.0f} µs (added "
@@ -569,13 +587,15 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
                    + ".\n")
         header = ["contender"]
         for d in latency["delays"]:
-            header += [f"+{d['delay_ms']} ms checks/s", "vs scrapy-redis"]
+            header += [f"+{d['delay_ms']} ms checks/s (best)", "all runs", "vs scrapy-redis"]
         rows = []
         for c in REDIS_CONTENDERS:
             row = [c.name]
             for d in latency["delays"]:
-                r = d["results"][c.name]["rate"]
-                row += [f"{r:,.0f}", ratio(r, d["results"][SCRAPY_REDIS.name]["rate"])]
+                got = d["results"][c.name]
+                r = got["rate"]
+                row += [f"{r:,.0f}", f"{min(got['rates']):,.0f} - {max(got['rates']):,.0f}",
+                        ratio(r, d["results"][SCRAPY_REDIS.name]["rate"])]
             rows.append(row)
         out.append(table(header, rows))
 
@@ -887,7 +907,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "added_us": (rtt - base_rtt) * 1e6,
                         "results": throughput(REDIS_CONTENDERS, proxy.url, direct, urls,
                                               size.latency_repeats, args.batch,
-                                              f"+{delay} ms"),
+                                              f"+{delay} ms",
+                                              batched_repeats=size.batched_latency_repeats),
                     })
             results["latency"] = {"base_rtt_us": base_rtt * 1e6,
                                   "proxy_overhead_us": overhead * 1e6, "delays": delays}
