@@ -106,7 +106,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return
         if not self.persist:
             self._guarded(self.queue.clear, None)
-        self.df.close(reason)
+        if isinstance(self.df, RedisBloomDupeFilter):
+            self.df.close(reason)  # honours SCHEDULER_PERSIST, writes the final stats
+        elif not self.persist:
+            self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting
 
     def enqueue_request(self, request: Request) -> bool:
         if not request.dont_filter and self.df.request_seen(request):

@@ -185,6 +185,17 @@ def test_scheduler_keeps_a_dupefilter_the_user_chose(redis_url: str) -> None:
     assert type(scheduler.df).__name__ == "BaseDupeFilter"
 
 
+def test_scheduler_keeps_scrapy_redis_set_when_persisting(redis_url: str,
+                                                         client: redis.Redis) -> None:
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True,
+                          DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter")
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    scheduler.enqueue_request(Request("http://a.example/1"))
+    scheduler.close("finished")
+    assert client.exists("demo:dupefilter")
+
+
 def test_scheduler_without_persist_clears_queue_and_filter(redis_url: str,
                                                           client: redis.Redis) -> None:
     crawler = crawler_for(redis_url)
