@@ -9,8 +9,11 @@ reply per command. Retries use the connection's ``Retry`` object (the one the
 client was configured with), reconnecting between attempts: every batch this
 package sends is safe to send twice.
 
-A cluster client has no single connection; there the batch goes through
-redis-py's cluster pipeline, which routes each command to its slot's node.
+A cluster client (``redis.cluster.RedisCluster``) has no single connection:
+there :class:`~scrapy_bloomdupe.cluster.ClusterLink` groups the batch by the
+master of each command's slot, writes every group before reading any reply, and
+retries through a failover with the cluster client's ``Retry`` (count and
+backoff). Any other client without a connection pool gets redis-py's pipeline.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import MovedError, ResponseError
+
+from .cluster import ClusterLink, LinkCounters, WaitPolicy, is_cluster
+from .cluster import wait_replicas as configured_wait_replicas
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -29,21 +35,52 @@ if TYPE_CHECKING:
 class Link:
     """One round trip per :meth:`execute`; error replies come back as exceptions."""
 
-    def __init__(self, client: Redis | RedisCluster) -> None:
+    def __init__(self, client: Redis | RedisCluster, *, wait_replicas: int | None = None,
+                 wait_timeout_ms: int | None = None) -> None:
         self.client = client
         self._pool = getattr(client, "connection_pool", None)
         self._conn: AbstractConnection | None = None
+        self._moved = False
+        if wait_replicas is None:
+            wait_replicas = configured_wait_replicas(client)
+        self._cluster: ClusterLink | None = None
+        if self._pool is None and is_cluster(client):
+            self._cluster = ClusterLink(client,  # type: ignore[arg-type]
+                                        wait_replicas=wait_replicas,
+                                        wait_timeout_ms=wait_timeout_ms)
+        #: When to send ``WAIT`` (``wait_replicas``), and how often it came back short.
+        self.wait = (self._cluster.wait if self._cluster is not None
+                     else WaitPolicy(wait_replicas, wait_timeout_ms))
+
+    @property
+    def counters(self) -> LinkCounters | None:
+        """Retry and redirection counts of a cluster link (None for one node)."""
+        return self._cluster.counters if self._cluster is not None else None
 
     def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        if self._cluster is not None:
+            return self._cluster.execute(commands)
         if self._pool is None:
             pipe = self.client.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
             return pipe.execute(raise_on_error=False)
         conn = self._connection()
-        return conn.retry.call_with_retry(
+        wait = self.wait.command("")  # one node: one key
+        if wait is not None:
+            commands = [*commands, wait]
+        replies: list[Any] = conn.retry.call_with_retry(
             lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
         )
+        if wait is not None:
+            self.wait.answered("", replies.pop())
+        if self._moved:
+            # A single-node client on a Redis Cluster node: say what to set.
+            self._moved = False
+            from .connection import describe, not_a_cluster_client
+
+            raise not_a_cluster_client(describe(self.client))
+        return replies
 
     def _connection(self) -> AbstractConnection:
         if self._conn is None:
@@ -51,13 +88,15 @@ class Link:
             self._conn = self._pool.get_connection()
         return self._conn
 
-    @staticmethod
-    def _attempt(conn: AbstractConnection, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _attempt(self, conn: AbstractConnection, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         conn.send_packed_command(conn.pack_commands(commands))
         replies: list[Any] = []
         for _ in commands:
             try:
                 replies.append(conn.read_response())
+            except MovedError as e:
+                self._moved = True
+                replies.append(e)
             except ResponseError as e:
                 replies.append(e)
         return replies
