@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -31,6 +31,7 @@ from scrapy.utils.misc import load_object
 
 from . import cluster
 from .exceptions import BloomDupeError, ConfigError
+from .settings import parse_bool, parse_int
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -54,20 +55,42 @@ WAIT_SETTING = "BLOOMDUPE_WAIT_REPLICAS"
 #: Client arguments a ``RedisCluster`` ignores (its node connections never retry;
 #: it retries itself) or cannot take, dropped in cluster mode.
 _CLUSTER_DROPPED = ("health_check_interval", "retry_on_timeout", "retry_on_error")
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 _clients: weakref.WeakKeyDictionary[Crawler, Redis | RedisCluster] = weakref.WeakKeyDictionary()
 
 
+_SECRET_QUERY = {"password"}
+
+
 def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and logs."""
+    """``url`` with any password (``user:password@`` or ``?password=``) replaced by ``***``."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name.lower() in _SECRET_QUERY for name, _ in pairs):
+        query = urlencode([(n, "***" if n.lower() in _SECRET_QUERY else v) for n, v in pairs],
+                          safe="*")
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
+
+
+class _Retry(Retry):
+    """redis-py's ``Retry``, except that a refused password is never retried.
+
+    redis-py's AuthenticationError is a ConnectionError, so a plain Retry
+    resends a wrong password for seconds before the user hears of it.
+    """
+
+    def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+                        with_failure_count: bool = False) -> Any:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, redis.AuthenticationError):
+                return False
+            return is_retryable is None or bool(is_retryable(error))
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
 def client_params(settings: BaseSettings) -> tuple[str | None, dict[str, Any]]:
@@ -78,7 +101,7 @@ def client_params(settings: BaseSettings) -> tuple[str | None, dict[str, Any]]:
         raise ConfigError("REDIS_PARAMS", user_params, "must be a dict of redis client arguments")
     params.update(user_params)
     params.setdefault(
-        "retry", Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), DEFAULT_RETRIES)
+        "retry", _Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), DEFAULT_RETRIES)
     )
     for setting, name in (("REDIS_HOST", "host"), ("REDIS_PORT", "port"), ("REDIS_DB", "db")):
         if settings.get(setting):
@@ -107,15 +130,7 @@ def wait_replicas_setting(settings: BaseSettings) -> int:
     raw = settings.get(WAIT_SETTING)
     if raw is None or raw == "":
         return 0
-    if isinstance(raw, bool):
-        raise ConfigError(WAIT_SETTING, raw, "must be a whole number >= 0, not a boolean")
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(WAIT_SETTING, raw, "must be a whole number >= 0") from None
-    if value < 0:
-        raise ConfigError(WAIT_SETTING, raw, "must be a whole number >= 0")
-    return value
+    return parse_int(WAIT_SETTING, raw, minimum=0)
 
 
 def _from_settings(settings: BaseSettings) -> Redis | RedisCluster:
@@ -155,7 +170,7 @@ def cluster_mode(settings: BaseSettings, redis_cls: Any = None) -> bool:
     raw = settings.get(CLUSTER_SETTING)
     if raw is None or raw == "":
         return is_cluster_cls
-    wanted = _parse_bool(CLUSTER_SETTING, raw)
+    wanted = parse_bool(CLUSTER_SETTING, raw)
     if wanted and redis_cls is not None and not is_cluster_cls:
         raise ConfigError(
             "REDIS_PARAMS", {"redis_cls": redis_cls},
@@ -169,16 +184,6 @@ def cluster_mode(settings: BaseSettings, redis_cls: Any = None) -> bool:
             f"{CLUSTER_SETTING} = True (or remove redis_cls)",
         )
     return wanted
-
-
-def _parse_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ConfigError(name, value, "must be true or false")
 
 
 def cluster_params(params: dict[str, Any], *, user_retry: bool = False) -> dict[str, Any]:
@@ -238,6 +243,12 @@ def _cluster_start_error(where: str, e: RedisClusterException) -> BloomDupeError
     text = str(e)
     cause = e.__cause__ or e.__context__
     detail = str(cause).rstrip(".") if cause is not None else text.rstrip(".")
+    denied = _find_cause(e, redis.exceptions.NoPermissionError)
+    if denied is not None:
+        return BloomDupeError(
+            f"Redis Cluster at {where} refused a command to this user ({denied}); grant the "
+            "ACL of docs/security.md (on a cluster also +cluster|slots +command), on every node"
+        )
     if "Cluster mode is not enabled" in text or "cluster support disabled" in text:
         return ConfigError(
             CLUSTER_SETTING, True,
@@ -296,6 +307,21 @@ def _describe_cluster(client: Any) -> str:
     return f"Redis Cluster ({len(masters)} masters: {shown})"
 
 
+def _find_cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` among ``error``'s causes and contexts."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kind):
+            return e
+        todo.extend((e.__cause__, e.__context__))
+    return None
+
+
 def check(client: Redis | RedisCluster) -> None:
     """Ping Redis; turn the failures a user can fix into one clear error.
 
@@ -312,11 +338,13 @@ def check(client: Redis | RedisCluster) -> None:
             "in REDIS_URL / BLOOMDUPE_REDIS_URL or REDIS_PARAMS."
         ) from None
     except redis.ResponseError as e:
-        if "NOAUTH" in str(e) or "NOPERM" in str(e):
+        # redis-py's NoPermissionError drops the "NOPERM" prefix from the message.
+        if isinstance(e, redis.exceptions.NoPermissionError) or "NOAUTH" in str(e) \
+                or "NOPERM" in str(e):
             raise BloomDupeError(
                 f"Redis at {where} needs a password or more permissions ({e}). Put the "
                 "credentials in REDIS_URL (redis://user:password@host:port) and grant the ACL "
-                "in the README."
+                "of docs/security.md."
             ) from None
         raise
     except (redis.ConnectionError, redis.TimeoutError) as e:

@@ -52,10 +52,9 @@ SECRETS = (ADMIN_PASSWORD, PASSWORD, WRONG_PASSWORD)
 ACL_COMMANDS = (
     "ping", "evalsha", "script|load",                       # health check, scripts
     "get", "set", "del", "exists", "pexpire",               # locks, shards, op logs
-    "strlen", "getbit", "setbit", "bitcount", "bitfield_ro", "memory|usage",  # bits
-    "hgetall", "hset", "hincrby",                           # meta, crawl-wide stats
-    "zadd", "zscore", "zremrangebyscore",                   # op logs (and the queue)
-    "zcard", "zrange", "zremrangebyrank", "multi", "exec",  # priority queue
+    "strlen", "bitfield", "bitcount", "bitfield_ro", "memory|usage",  # bits
+    "hget", "hgetall", "hset", "hincrby",                   # meta, op logs, crawl-wide stats
+    "zadd", "zcard", "zrange", "zremrangebyrank", "multi", "exec",  # priority queue
     "scan",                                                 # clear: find op logs
 )
 ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*", "~sec:requests")
@@ -145,11 +144,14 @@ def crawl_workload(url: str, *, lock: bool, persist: bool,
     # Batches of 20 (the middleware's way) past the first generation's capacity.
     seen = [s for i in range(100, 400, 20)
             for s in df.requests_seen([Request(u) for u in urls[i:i + 20]])]
-    assert sum(seen) <= 2  # false positives of the first generation, if any
+    # False positives of the first generation, if any: about 0.3 expected at
+    # 300 items and p = 0.0009; more than 5 has a chance below 1e-6 (Poisson),
+    # and the minimality test runs this workload some 30 times.
+    assert sum(seen) <= 5
     assert len(df.bloom.generations) >= 2, "the filter did not grow"
     # With two generations the script also reads the old one (GETBIT).
     seen = df.requests_seen([Request(u) for u in urls[:50] + urls[400:]])
-    assert all(seen[:50]) and sum(seen[50:]) <= 2
+    assert all(seen[:50]) and sum(seen[50:]) <= 5
     assert all(sched.next_request() is not None for _ in range(5))
     assert sched.has_pending_requests()
     assert df.bloom.contains(df.fingerprinter.fingerprint(Request(urls[0])))
@@ -213,8 +215,8 @@ def assert_no_secret(texts: list[str], *, secrets: tuple[str, ...] = SECRETS) ->
             assert secret not in text, f"a password shows in: {text[:300]!r}"
 
 
-#: A client that does not retry: a refused password fails at once (see the
-#: xfail test below for what the package's default retry does today).
+#: A client that does not retry (the package's default retry also gives up at
+#: once on a refused password: test_a_refused_password_is_not_retried).
 NO_RETRY = {"retry": Retry(NoBackoff(), 0)}
 
 
@@ -245,9 +247,6 @@ def test_wrong_credentials_one_clear_error_without_the_password(
     assert_no_secret([repr(connection.get_client(crawler))])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "redis-py's AuthenticationError is a ConnectionError, so the package's Retry retries a "
-    "refused password (about 2 s; about 10 s with no password); fix in docs/security.md"))
 def test_a_refused_password_is_not_retried(auth_server: RedisServer, admin: redis.Redis) -> None:
     crawler = crawler_for(url_for(auth_server, f":{WRONG_PASSWORD}"))
     started = time.monotonic()
@@ -256,9 +255,6 @@ def test_a_refused_password_is_not_retried(auth_server: RedisServer, admin: redi
     assert time.monotonic() - started < 0.5
 
 
-@pytest.mark.xfail(strict=True, raises=redis.exceptions.NoPermissionError, reason=(
-    "connection.check() looks for 'NOPERM' in the message, but redis-py's NoPermissionError "
-    "drops that prefix; fix in docs/security.md"))
 def test_too_few_permissions_is_one_clear_error(auth_server: RedisServer, admin: redis.Redis,
                                                 caplog: pytest.LogCaptureFixture) -> None:
     set_user(admin, ["reset", "on", f">{PASSWORD}", "~*", "-@all"])
@@ -289,8 +285,6 @@ def test_redacted_hides_the_password_in_the_userinfo() -> None:
     assert PASSWORD not in shown and shown.endswith("@h:1/0")
 
 
-@pytest.mark.xfail(strict=True, reason="redacted() does not yet hide ?password=...; the fix is "
-                   "in docs/security.md, 'Known gaps'")
 def test_redacted_hides_a_password_in_the_query() -> None:
     """redis-py reads ``?password=`` from the URL too; a bad URL's error shows the URL."""
     with pytest.raises(BloomDupeError) as info:
@@ -568,8 +562,6 @@ def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
                            "--spider", "sec", *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.xfail(strict=True, reason="the tool prints where it connects with "
-                   "connection.redacted(), which keeps ?password=...; see docs/security.md")
 def test_cli_hides_a_password_given_in_the_query(auth_server: RedisServer,
                                                  admin: redis.Redis) -> None:
     set_user(admin, acl_rules())
