@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
+QUEUE_CLASS = "scrapy_bloomdupe.cluster.PriorityQueue"
 
 
 class Scheduler(RedisScheduler):  # type: ignore[misc]
@@ -53,7 +54,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             "flush_on_start": settings.getbool("SCHEDULER_FLUSH_ON_START"),
             "idle_before_close": idle,
             "queue_key": settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY,
-            "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or defaults.SCHEDULER_QUEUE_CLASS,
+            # scrapy-redis's priority queue, popping in a way a Redis Cluster accepts too.
+            "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or QUEUE_CLASS,
             "dupefilter_cls": DUPEFILTER_CLASS,
         }
         # Scrapy's default DUPEFILTER_CLASS is in-memory, one per worker: it would

@@ -29,6 +29,9 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_LOCK_TTL": 1.0,
     "BLOOMDUPE_LOCK_WAIT": 1.5,
     "BLOOMDUPE_REDIS_URL": None,
+    # Read by connection.py when it builds the client:
+    "BLOOMDUPE_REDIS_CLUSTER": False,
+    "BLOOMDUPE_WAIT_REPLICAS": 0,
     "BLOOMDUPE_LOG_INTERVAL": 60.0,
     "BLOOMDUPE_STATS_INTERVAL": 10.0,
     "BLOOMDUPE_FINGERPRINT": "scrapy",
