@@ -221,7 +221,11 @@ def watch(workers: list[Worker], site: subprocess.Popen[bytes], site_url: str,
                             f"/{pages}  fetches {sum(fetched)}")
             except OSError as e:  # a busy site: say so, try again next second
                 progress = f"(site stats: {e})"
-            line = (f"{now - started:6.1f}s  {progress}  queue {queue_length(client, keys.queue)}"
+            try:
+                queued: int | str = queue_length(client, keys.queue)
+            except redis.RedisError:  # Redis away: the workers wait it out, so do we
+                queued = "? (Redis unavailable)"
+            line = (f"{now - started:6.1f}s  {progress}  queue {queued}"
                     f"  workers alive {alive}/{len(workers)}")
             if tty:
                 print("\r\033[K" + line, end="\n" if not alive else "", flush=True)

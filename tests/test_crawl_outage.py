@@ -1,0 +1,61 @@
+"""Redis killed and restarted (with AOF) in the middle of a real multi-worker crawl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from scrapy_bloomdupe.testing import RedisServer
+
+RUN_DEMO = Path(__file__).resolve().parent.parent / "example_project" / "run_demo.py"
+
+
+@pytest.mark.slow
+def test_crawl_survives_a_redis_restart(tmp_path: Path) -> None:
+    with RedisServer(persist=True) as server:
+        client = redis.Redis.from_url(server.url)
+        demo = subprocess.Popen(
+            [sys.executable, str(RUN_DEMO), "--workers", "3", "--pages", "600",
+             "--redis-url", server.url, "--out", str(tmp_path), "--timeout", "180",
+             "--set", "BLOOMDUPE_LOG_INTERVAL=0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        try:
+            # Wait until the crawl is under way: the filter exists and pages are queued.
+            deadline = time.monotonic() + 120
+            while not any(client.zcard(k) for k in client.keys("*:requests")):
+                assert demo.poll() is None, demo.communicate()[0][-3000:]
+                assert time.monotonic() < deadline, "the crawl did not start"
+                time.sleep(0.1)
+            server.kill()
+            time.sleep(2)
+            server.start()
+            output, _ = demo.communicate(timeout=240)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.communicate()
+            client.close()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    figures = {k: summary[k] for k in ("pages", "total_fetches", "fetched_twice",
+                                        "never_fetched")}
+    # Lists of the pages fetched twice and never fetched.
+    assert summary["fetched_twice"] == [], (figures, output[-3000:])
+    assert summary["never_fetched"] == [], (figures, output[-3000:])
+    assert summary["total_fetches"] == summary["pages"], figures
+    workers = summary["workers"]
+    assert all(w["returncode"] == 0 for w in workers), output[-3000:]
+    # One ERROR line per outage and worker that met it, and nothing else bad.
+    bad = [line for w in workers for line in w["bad_log_lines"]]
+    errors = [line for line in bad if " ERROR: " in line]
+    assert errors and all("unavailable" in line for line in errors), bad
+    assert len(errors) <= len(workers), bad
+    stats = [w["stats"] for w in workers]
+    assert sum(s.get("bloomdupe/outages", 0) for s in stats) >= 1
+    assert all(s.get("bloomdupe/unchecked", 0) == 0 for s in stats)
