@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import secrets
 import time
 import weakref
 from collections.abc import Sequence
@@ -465,23 +466,49 @@ def _priority_queue_class() -> type:
     from scrapy_redis.queue import PriorityQueue as RedisPriorityQueue
 
     class PriorityQueue(RedisPriorityQueue):  # type: ignore[misc]
-        """scrapy-redis's priority queue that also works on a Redis Cluster.
+        """scrapy-redis's priority queue, with a pop that survives a lost reply and
+        works on a Redis Cluster.
 
-        scrapy-redis pops with ``pipeline()`` then ``multi()``, which a
-        ``RedisCluster`` pipeline refuses ("method multi() is not supported
-        outside of transactional context"). This pops with
-        ``pipeline(transaction=True)``: the same MULTI/EXEC on one Redis, a
-        single-slot transaction on a cluster (the queue is one key).
-        ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.cluster.PriorityQueue"``.
+        scrapy-redis pops with MULTI (ZRANGE, ZREMRANGEBYRANK): if Redis runs it
+        and the reply is lost (a crash, a reset connection), a retry pops the
+        next request and the first is never crawled. Here a script pops and
+        records what it popped under this client's pop number, which advances
+        only once the pop has come back; a retried pop is answered from the
+        record. The record shares the queue's slot (hash tag), so the script is
+        single-slot on a cluster, where scrapy-redis's ``multi()`` is refused.
+        ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.cluster.PriorityQueue"`` (the
+        scheduler's default).
         """
 
+        # KEYS[1] the queue (a sorted set), KEYS[2] this client's pop record.
+        # ARGV[1] this pop's number, ARGV[2] the record's TTL in ms.
+        # Returns the popped request, or false when the queue is empty; a pop
+        # already run (its number recorded) returns what it popped then.
+        POP_SCRIPT = """
+local prefix = ARGV[1] .. ':'
+local done = redis.call('GET', KEYS[2])
+if done and string.sub(done, 1, #prefix) == prefix then
+  return string.sub(done, #prefix + 1)
+end
+local item = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+if not item then return false end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, 0)
+redis.call('SET', KEYS[2], prefix .. item, 'PX', ARGV[2])
+return item
+"""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._pop_script = self.server.register_script(self.POP_SCRIPT)
+            self._record = f"{{{self.key}}}:pop:{secrets.token_hex(6)}"
+            self._pop_number = 1
+
         def pop(self, timeout: int = 0) -> Any:
-            pipe = self.server.pipeline(transaction=True)
-            pipe.zrange(self.key, 0, 0)
-            pipe.zremrangebyrank(self.key, 0, 0)
-            results, _removed = pipe.execute()
-            if results:
-                return self._decode_request(results[0])
+            item = self._pop_script(keys=[self.key, self._record],
+                                    args=[self._pop_number, 3_600_000])
+            self._pop_number += 1  # only once the reply is in: a retry replays
+            if item:
+                return self._decode_request(item)
             return None
 
     PriorityQueue.__module__ = __name__

@@ -76,6 +76,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.persist = persist
         self.stats = stats
         self.outage = outage or OutageGuard(0, connection.describe(bloom.client))
+        # The filter waits outages out around each round trip, so that a retry
+        # replays the same call (same ids) and a lost reply loses no URL.
+        bloom.outage = self.outage
         self.on_outage = on_outage
         self.crawl_stats = crawl_stats
         self.stats_interval = stats_interval
@@ -164,14 +167,14 @@ class RedisBloomDupeFilter(BaseDupeFilter):
 
     def _guarded(self, check: Callable[[], list[bool]], requests: Sequence[Request]
                  ) -> list[bool]:
-        """Run ``check`` through the outage guard; when Redis stays away, never drop.
+        """Run ``check`` (the filter waits outages out); when Redis stays away, never drop.
 
         Requests that could not be checked are reported new (unchecked), so
         they are scheduled rather than lost; with ``BLOOMDUPE_ON_OUTAGE =
         "close"`` the crawl is then stopped.
         """
         try:
-            return self.outage.call(check)
+            return check()
         except RedisUnavailable as e:
             self.unchecked += len(requests)
             self.give_up(e)

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
@@ -57,7 +58,11 @@ class BloomDupeStats:
         df = dupefilter_module.for_crawler(self.crawler)
         if df is None:
             return
-        df.update_stats(with_fill=True)
+        try:
+            df.update_stats(with_fill=True)
+        except redis.RedisError as e:  # Redis away: the dupefilter says so; skip this line
+            logger.debug("No Bloom filter figures this time: %s", e)
+            return
         counters = df.bloom.counters
         now = time.monotonic()
         rate = (counters.checked - self._last_checked) / max(now - self._last_time, 1e-9) * 60

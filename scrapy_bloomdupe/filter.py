@@ -55,15 +55,16 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from . import crawlstats, hashing, sizing
 from .exceptions import ConfigError, FilterMismatchError
 from .lock import LockCounters, ShardLocks
+from .outage import OutageGuard
 from .transport import Link
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 FORMAT_VERSION = 1
 #: How long an op log outlives its last write; a retry must come before this.
@@ -356,8 +359,12 @@ return reply
         use_lock: bool = True,
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
+        outage: OutageGuard | None = None,
     ) -> None:
         self.client = client
+        #: Waits out Redis outages around each round trip (retrying the very same
+        #: commands, so a reply lost in the outage is answered from the op log).
+        self.outage = outage
         self.key = key
         self.sizing = plan
         self.seed = seed
@@ -548,7 +555,7 @@ return reply
             if refused:
                 # Another worker added a generation: redo those items with it.
                 self.counters.stale_generation += 1
-                self._reload()
+                self._guarded(self._reload)
             remaining = refused
         new = sum(results)
         self.counters.checked += len(results)
@@ -558,8 +565,16 @@ return reply
             self._new_since_grow_check += new
             if self._new_since_grow_check >= self._grow_check_every:
                 self._new_since_grow_check = 0
-                self._maybe_grow()
+                try:
+                    self._maybe_grow()
+                except RedisError as e:  # the answers stand; the next check tries again
+                    logger.warning("Could not check whether Bloom filter %s must grow: %s",
+                                   self.key, e)
         return results
+
+    def _guarded(self, call: Callable[[], T]) -> T:
+        """``call``, waiting out Redis outages when the filter has an outage guard."""
+        return call() if self.outage is None else self.outage.call(call)
 
     def _group(self, halves: Sequence[tuple[int, int]], indexes: Sequence[int],
                first_op: int) -> list[_Unit]:
@@ -606,10 +621,10 @@ return reply
             commands.append(("EVALSHA", self._sha, 3 + generations, self._op_keys[shard],
                              self._gen_keys[shard], lock, *self._bits_keys[shard], token,
                              unit.call, ack, OP_LOG_TTL_MS, *self._gen_args, *unit.args))
-        raw = self._link.execute(commands)
+        raw = self._guarded(lambda: self._link.execute(commands))
         if any(isinstance(r, NoScriptError) for r in raw):
             self.counters.script_reloads += 1
-            self.client.script_load(self.CHECK_ADD_SCRIPT)
+            self._guarded(lambda: self.client.script_load(self.CHECK_ADD_SCRIPT))
             return self._round_trip(units, ack, use_lock)
         for r in raw:
             if isinstance(r, Exception):

@@ -259,3 +259,20 @@ def test_scrapy_redis_mode_stores_scrapy_redis_fingerprints(redis_url: str) -> N
     assert not df.bloom.contains(member)
     df.request_seen(request)
     assert df.bloom.contains(member)
+
+
+def test_queue_pop_is_replayed_when_its_reply_was_lost(redis_url: str) -> None:
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://a.example/{i}"))
+    queue = scheduler.queue
+    first = queue.pop()
+    # A retry after a lost reply carries the same pop number (it advances only
+    # once a reply is in): it gets the same request, and pops nothing more.
+    queue._pop_number -= 1
+    again = queue.pop()
+    assert again.url == first.url
+    assert len(queue) == 2
+    assert queue.pop().url != first.url
