@@ -511,6 +511,14 @@ return item
                 return self._decode_request(item)
             return None
 
+        def close(self) -> None:
+            """Forget this client's pop record (no pop is under way at close)."""
+            self.server.delete(self._record)
+
+        def clear(self) -> None:
+            super().clear()
+            self.close()
+
     PriorityQueue.__module__ = __name__
     return PriorityQueue
 

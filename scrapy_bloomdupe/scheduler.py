@@ -108,6 +108,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return
         if not self.persist:
             self._guarded(self.queue.clear, None)
+        close_queue = getattr(self.queue, "close", None)
+        if close_queue is not None:
+            self._guarded(close_queue, None)
         if isinstance(self.df, RedisBloomDupeFilter):
             self.df.close(reason)  # honours SCHEDULER_PERSIST, writes the final stats
         elif not self.persist:

@@ -54,10 +54,10 @@ ACL_COMMANDS = (
     "get", "set", "del", "exists", "pexpire",               # locks, shards, op logs
     "strlen", "bitfield", "bitcount", "bitfield_ro", "memory|usage",  # bits
     "hget", "hgetall", "hset", "hincrby",                   # meta, op logs, crawl-wide stats
-    "zadd", "zcard", "zrange", "zremrangebyrank", "multi", "exec",  # priority queue
+    "zadd", "zcard", "zrange", "zremrangebyrank",          # priority queue (its pop script)
     "scan",                                                 # clear: find op logs
 )
-ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*", "~sec:requests")
+ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*", "~sec:requests", "~{sec:requests}:*")
 #: Denied on purpose and handled: the persistence warning's CONFIG GET.
 TOLERATED_DENIALS = {"config|get"}
 
