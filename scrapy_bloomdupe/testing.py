@@ -31,11 +31,11 @@ class RedisServer:
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, dir: Path | None = None) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not on PATH (Debian: apt-get install redis-server)")
         self.port = port or free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="bloomdupe-redis-"))
+        self.dir = dir or Path(tempfile.mkdtemp(prefix="bloomdupe-redis-"))
         self.persist = persist
         self.extra = list(extra or [])
         self.process: subprocess.Popen[bytes] | None = None
@@ -53,9 +53,8 @@ class RedisServer:
         ]
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        self.process = subprocess.Popen(
-            self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        with (self.dir / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         probe = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
         try:
@@ -69,7 +68,8 @@ class RedisServer:
                     return self  # up, but wants a password
                 except redis.ConnectionError:
                     if self.process.poll() is not None or time.monotonic() > deadline:
-                        message = f"redis-server on port {self.port} did not start"
+                        message = (f"redis-server on port {self.port} did not start; "
+                                   f"see {self.dir}/redis.log")
                         raise RuntimeError(message) from None
                     time.sleep(0.02)
         finally:

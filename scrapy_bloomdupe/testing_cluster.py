@@ -20,12 +20,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import redis
+
+from .testing import RedisServer
 
 __all__ = ["ClusterNodeProcess", "LocalCluster"]
 
@@ -52,16 +53,14 @@ def _cluster_info(c: redis.Redis) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.split() if ":" in line)
 
 
-@dataclass(eq=False)
-class ClusterNodeProcess:
+class ClusterNodeProcess(RedisServer):
     """One ``redis-server --cluster-enabled yes`` of a :class:`LocalCluster`."""
 
-    port: int
-    bus_port: int
-    dir: Path
-    node_timeout_ms: int
-    extra: list[str] = field(default_factory=list)
-    process: subprocess.Popen[bytes] | None = None
+    def __init__(self, port: int, bus_port: int, dir: Path, node_timeout_ms: int,
+                 extra: list[str] | None = None) -> None:
+        super().__init__(port=port, dir=dir, extra=extra)
+        self.bus_port = bus_port
+        self.node_timeout_ms = node_timeout_ms
 
     @property
     def address(self) -> str:
@@ -89,47 +88,6 @@ class ClusterNodeProcess:
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    def start(self, timeout: float = 10.0) -> None:
-        log = (self.dir / "redis.log").open("ab")
-        try:
-            self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT)
-        finally:
-            log.close()
-        deadline = time.monotonic() + timeout
-        probe = self.client(socket_timeout=1, socket_connect_timeout=1)
-        try:
-            while True:
-                try:
-                    probe.ping()
-                    return
-                except redis.BusyLoadingError:
-                    pass
-                except redis.ConnectionError:
-                    if not self.alive:
-                        raise RuntimeError(
-                            f"redis-server on port {self.port} exited; see {self.dir}/redis.log"
-                        ) from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start")
-                time.sleep(0.02)
-        finally:
-            probe.close()
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, as in a crash."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
     def info(self, section: str) -> dict[str, Any]:
         c = self.client(socket_timeout=1, socket_connect_timeout=1)

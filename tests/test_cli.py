@@ -668,11 +668,9 @@ def test_scrapy_command_errors(redis_url: str) -> None:
 
 @pytest.mark.slow
 def test_info_shows_the_spread_of_shards_over_a_cluster() -> None:
-    testing_cluster = pytest.importorskip("scrapy_bloomdupe.testing_cluster")
-    cluster_module = pytest.importorskip("scrapy_bloomdupe.cluster")
-    if not hasattr(cluster_module, "shard_nodes"):
-        pytest.skip("scrapy_bloomdupe.cluster.shard_nodes is not there")
     from redis.cluster import RedisCluster
+
+    from scrapy_bloomdupe import testing_cluster
 
     with testing_cluster.LocalCluster(masters=3, replicas=0) as local:
         client = RedisCluster.from_url(local.url)
