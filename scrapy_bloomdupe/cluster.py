@@ -461,20 +461,32 @@ def spread_summary(spread: dict[str, list[int]]) -> str:
 # -- the scheduler's queue ----------------------------------------------------------
 
 
+#: How long the queue's push and pop records outlive their last write; a retry
+#: must come before this.
+RECORD_TTL_MS = 3_600_000
+
+
 def _priority_queue_class() -> type:
     """Build :class:`PriorityQueue` (imports scrapy-redis, so only when asked for)."""
     from scrapy_redis.queue import PriorityQueue as RedisPriorityQueue
 
     class PriorityQueue(RedisPriorityQueue):  # type: ignore[misc]
-        """scrapy-redis's priority queue, with a pop that survives a lost reply and
-        works on a Redis Cluster.
+        """scrapy-redis's priority queue, with a push and a pop that survive a lost
+        reply, and that work on a Redis Cluster.
 
         scrapy-redis pops with MULTI (ZRANGE, ZREMRANGEBYRANK): if Redis runs it
         and the reply is lost (a crash, a reset connection), a retry pops the
-        next request and the first is never crawled. Here a script pops and
-        records what it popped under this client's pop number, which advances
-        only once the pop has come back; a retried pop is answered from the
-        record. The record shares the queue's slot (hash tag), so the script is
+        next request and the first is never crawled. And it pushes with a plain
+        ZADD: if that reply is lost and another worker pops the request before
+        the retry, the retry queues it again and it is crawled twice (seen in a
+        real crawl whose Redis was killed: ``tests/test_crawl_outage.py``).
+
+        Here each is a script that records its work under this client's push or
+        pop number; a retry carries the same number and is answered from the
+        record instead of doing the work again. A pop's number advances once a
+        pop has come back; a push's advances with every new request, and is
+        kept while the same request is pushed again after a failure (a retry).
+        Both records share the queue's slot (hash tag), so the scripts are
         single-slot on a cluster, where scrapy-redis's ``multi()`` is refused.
         ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.cluster.PriorityQueue"`` (the
         scheduler's default).
@@ -497,23 +509,47 @@ redis.call('SET', KEYS[2], prefix .. item, 'PX', ARGV[2])
 return item
 """
 
+        # KEYS[1] the queue, KEYS[2] this client's push record. ARGV[1] this push's
+        # number, ARGV[2] the score, ARGV[3] the request, ARGV[4] the record's TTL
+        # in ms. Returns 1 when it queued the request, 0 when this push already ran.
+        PUSH_SCRIPT = """
+if redis.call('GET', KEYS[2]) == ARGV[1] then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
+return 1
+"""
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            client = secrets.token_hex(6)
             self._pop_script = self.server.register_script(self.POP_SCRIPT)
-            self._record = f"{{{self.key}}}:pop:{secrets.token_hex(6)}"
+            self._record = f"{{{self.key}}}:pop:{client}"
             self._pop_number = 1
+            self._push_script = self.server.register_script(self.PUSH_SCRIPT)
+            self._push_record = f"{{{self.key}}}:push:{client}"
+            self._push_number = 0
+            self._unanswered_push: bytes | None = None
+
+        def push(self, request: Any) -> None:
+            data = self._encode_request(request)
+            if data != self._unanswered_push:  # a new push, not a retry of the last
+                self._push_number += 1
+                self._unanswered_push = data
+            self._push_script(keys=[self.key, self._push_record],
+                              args=[self._push_number, -request.priority, data, RECORD_TTL_MS])
+            self._unanswered_push = None
 
         def pop(self, timeout: int = 0) -> Any:
             item = self._pop_script(keys=[self.key, self._record],
-                                    args=[self._pop_number, 3_600_000])
+                                    args=[self._pop_number, RECORD_TTL_MS])
             self._pop_number += 1  # only once the reply is in: a retry replays
             if item:
                 return self._decode_request(item)
             return None
 
         def close(self) -> None:
-            """Forget this client's pop record (no pop is under way at close)."""
-            self.server.delete(self._record)
+            """Forget this client's records (no push or pop is under way at close)."""
+            self.server.delete(self._record, self._push_record)
 
         def clear(self) -> None:
             super().clear()

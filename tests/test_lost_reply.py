@@ -331,3 +331,75 @@ def test_add_with_token_survives_lost_reply(
         )
     finally:
         bf.close()
+
+
+# -- the scheduler's queue: a retried push must not queue a request again -------
+
+
+@pytest.fixture
+def unretried(proxy: ReplyLosingProxy) -> Iterator[redis.Redis]:
+    """A client through the proxy without redis-py's retry: a lost reply raises, and
+    the retry is the caller's (as the scheduler's outage guard retries a push)."""
+    c = redis.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def pushed_popped_pushed_again(queue: Any, other: Any, proxy: ReplyLosingProxy) -> list[str]:
+    """Push X with its reply lost; another worker pops X; the push is retried.
+    Returns the URLs left in the queue."""
+    from scrapy import Request
+
+    x = Request("https://example.com/lost-push-x")
+    queue.push(Request("https://example.com/warm-up"))  # connect before arming
+    assert other.pop().url == "https://example.com/warm-up"
+    proxy.arm(b"lost-push-x")
+    with pytest.raises(redis.ConnectionError):
+        queue.push(x)
+    assert not proxy.armed and proxy.lost_replies == 1
+    assert other.pop().url == x.url  # the first push ran; X is crawled once
+    queue.push(x)  # the retry
+    left = []
+    while (request := other.pop()) is not None:
+        left.append(request.url)
+    return left
+
+
+def test_control_scrapy_redis_push_retry_queues_a_crawled_request_again(
+    proxy: ReplyLosingProxy, unretried: redis.Redis, client: redis.Redis
+) -> None:
+    from scrapy import Spider
+    from scrapy_redis.queue import PriorityQueue
+
+    spider = Spider("lost")
+    left = pushed_popped_pushed_again(PriorityQueue(unretried, spider, "lost:requests"),
+                                      PriorityQueue(client, spider, "lost:requests"), proxy)
+    assert left == ["https://example.com/lost-push-x"]  # X would be fetched twice
+
+
+def test_queue_push_retried_after_a_lost_reply_queues_once(
+    proxy: ReplyLosingProxy, unretried: redis.Redis, client: redis.Redis
+) -> None:
+    from scrapy import Request, Spider
+
+    from scrapy_bloomdupe.cluster import PriorityQueue
+
+    spider = Spider("lost")
+    queue = PriorityQueue(unretried, spider, "lost:requests")
+    other = PriorityQueue(client, spider, "lost:requests")
+    assert pushed_popped_pushed_again(queue, other, proxy) == []
+    # A failed push followed by another request (no retry): that one is queued.
+    proxy.arm(b"lost-push-y")
+    with pytest.raises(redis.ConnectionError):
+        queue.push(Request("https://example.com/lost-push-y"))
+    queue.push(Request("https://example.com/z"))
+    assert sorted(r.url for r in iter(other.pop, None)) == [
+        "https://example.com/lost-push-y", "https://example.com/z"]
+    # The same request pushed again later (not a retry) is queued again, as before.
+    queue.push(Request("https://example.com/z"))
+    assert other.pop().url == "https://example.com/z"
+    assert client.exists(queue._push_record)
+    queue.close()  # forgets its push and pop records
+    assert not client.exists(queue._push_record, queue._record)
