@@ -358,6 +358,10 @@ def pushed_popped_pushed_again(queue: Any, other: Any, proxy: ReplyLosingProxy) 
     proxy.arm(b"lost-push-x")
     with pytest.raises(redis.ConnectionError):
         queue.push(x)
+    # The proxy counts the lost reply just after the reset the client saw.
+    deadline = time.monotonic() + 5
+    while proxy.lost_replies < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not proxy.armed and proxy.lost_replies == 1
     assert other.pop().url == x.url  # the first push ran; X is crawled once
     queue.push(x)  # the retry
