@@ -1,4 +1,12 @@
-"""Redis killed and restarted (with AOF) in the middle of a real multi-worker crawl."""
+"""Redis killed and restarted (with AOF) in the middle of a real multi-worker crawl.
+
+With ``appendfsync always`` Redis writes and fsyncs a command before it replies,
+so a kill usually lands while some commands have run but not been answered. Each
+such command is retried after the restart, and every one must be safe to run
+twice: the filter's check-and-add (op log), the queue's pop (pop record) and its
+push (push record; a plain ZADD retried after another worker had popped the
+request queued it again, and the page was fetched twice in about 1 run in 5).
+"""
 
 from __future__ import annotations
 
@@ -17,12 +25,6 @@ RUN_DEMO = Path(__file__).resolve().parent.parent / "example_project" / "run_dem
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "open defect, issue 4: a Redis crash and AOF restart in the middle of a real "
-    "3-worker crawl occasionally ends with one page fetched twice or never (measured "
-    "on a 2-core machine: about 1 run in 5 in lock mode, 1 in 13 in atomic mode). The "
-    "dupefilter and scheduler across a kill and restart, without the crawl, are "
-    "tested strictly in tests/test_outage.py. Cause not yet found."))
 @pytest.mark.parametrize("lock", [False, True], ids=["atomic", "lock"])
 def test_crawl_survives_a_redis_restart(tmp_path: Path, lock: bool) -> None:
     with RedisServer(persist=True) as server:
