@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from scrapy_bloomdupe import sizing
-from scrapy_bloomdupe.filter import BloomFilter
+from scrapy_bloomdupe.filter import BloomFilter, parse_op_log
 from scrapy_bloomdupe.lock import FIRST_PAUSE, MAX_PAUSE, ShardLocks
 
 KEY = "fence"
@@ -61,7 +61,7 @@ def op_logs(client: redis.Redis, client_id: str) -> list[bytes]:
 def logged_replies(client: redis.Redis, client_id: str) -> list[bytes]:
     """The replies a client's calls recorded (one per call that ran), all shards."""
     return sorted(reply for key in op_logs(client, client_id)
-                  for field, reply in client.hgetall(key).items() if field != b"ack")
+                  for reply in parse_op_log(client.get(key))[1].values())
 
 
 # -- a paused holder, with real processes -------------------------------------

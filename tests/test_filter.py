@@ -8,7 +8,7 @@ import redis
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.exceptions import ConfigError, FilterMismatchError
-from scrapy_bloomdupe.filter import BloomFilter
+from scrapy_bloomdupe.filter import BloomFilter, parse_op_log
 
 
 def fps(n: int, prefix: str = "u") -> list[bytes]:
@@ -163,10 +163,16 @@ def test_op_log_holds_one_round_trip_at_most(client: redis.Redis) -> None:
     for batch in range(5):
         bf.add_many(fps(100, f"b{batch}-"))
     (log_key,) = client.keys("{t:0}:ops:*")
-    # The ack and the reply of the last round trip's one call (100 items, one shard).
-    log = client.hgetall(log_key)
-    assert len(log) == 2 and b"ack" in log
+    # "<ack>|<call>:<reply>|": the last round trip's one call (100 items, one shard).
+    ack, replies = parse_op_log(client.get(log_key))
+    assert ack == 401 and list(replies) == [401] and len(replies[401]) == 100
     assert 0 < client.pttl(log_key) <= 3_600_000
+    # A round trip of several calls to the shard (batches are cut at 256 items)
+    # logs each of them.
+    bf.add_many(fps(600, "big-"))
+    ack, replies = parse_op_log(client.get(log_key))
+    assert ack == 501 and list(replies) == [501, 757, 1013]
+    assert [len(r) for r in replies.values()] == [256, 256, 88]
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])

@@ -293,6 +293,27 @@ def test_add_many_survives_lost_reply(
 
 
 @pytest.mark.parametrize("use_lock", MODES)
+def test_lost_reply_to_several_calls_on_one_shard(
+    proxy: ReplyLosingProxy, proxied: redis.Redis, use_lock: bool
+) -> None:
+    # More than MAX_ITEMS_PER_SCRIPT items of one shard: several calls to it in
+    # one round trip, each of which must be answered from the op log on the retry.
+    bf = BloomFilter.open(proxied, KEY, sizing.plan(100_000, 0.001, shards=1),
+                          use_lock=use_lock)
+    try:
+        seen = [fp(1000 + i) for i in range(300)]
+        fresh = [fp(2000 + i) for i in range(300)]
+        assert all(bf.add_many(seen))
+        accepted = proxy.accepted
+        proxy.arm(b"EVALSHA")
+        flags = bf.add_many(seen + fresh)
+        assert_one_reply_lost(proxy, accepted)
+        assert flags == [False] * 300 + [True] * 300
+    finally:
+        bf.close()
+
+
+@pytest.mark.parametrize("use_lock", MODES)
 def test_two_lost_replies_in_a_row(
     proxy: ReplyLosingProxy, proxied: redis.Redis, use_lock: bool
 ) -> None:

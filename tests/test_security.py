@@ -51,9 +51,9 @@ SECRETS = (ADMIN_PASSWORD, PASSWORD, WRONG_PASSWORD)
 #: Commands called inside the Lua scripts count: Redis checks them too.
 ACL_COMMANDS = (
     "ping", "evalsha", "script|load",                       # health check, scripts
-    "get", "set", "del", "exists", "pexpire",               # locks, shards, op logs
+    "get", "set", "del", "exists",                          # locks, shards, op logs
     "strlen", "bitfield", "bitcount", "bitfield_ro", "memory|usage",  # bits
-    "hget", "hgetall", "hset", "hincrby",                   # meta, op logs, crawl-wide stats
+    "hgetall", "hset", "hincrby",                           # meta, crawl-wide stats
     "zadd", "zcard", "zrange", "zremrangebyrank",          # priority queue (its pop script)
     "scan",                                                 # clear: find op logs
 )
