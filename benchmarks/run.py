@@ -201,6 +201,9 @@ class Contender:
     kind: str  # "scrapy-redis", "memory" or "bloom"
     lock: bool = True
     batched: bool = False
+    #: BLOOMDUPE_LOCAL_CACHE on (the default): repeats this process has met are
+    #: answered without Redis. Off: every check is a round trip.
+    cache: bool = True
 
     @property
     def uses_redis(self) -> bool:
@@ -213,8 +216,15 @@ LOCK = Contender("bloomdupe, lock mode", "bloom", lock=True)
 ATOMIC = Contender("bloomdupe, atomic mode", "bloom", lock=False)
 BATCHED_LOCK = Contender("bloomdupe batched, lock mode", "bloom", lock=True, batched=True)
 BATCHED_ATOMIC = Contender("bloomdupe batched, atomic mode", "bloom", lock=False, batched=True)
-ALL = (SCRAPY_REDIS, MEMORY, LOCK, ATOMIC, BATCHED_LOCK, BATCHED_ATOMIC)
-REDIS_CONTENDERS = tuple(c for c in ALL if c.uses_redis)
+LOCK_UNCACHED = Contender("bloomdupe, lock mode, local cache off", "bloom", lock=True,
+                          cache=False)
+ATOMIC_UNCACHED = Contender("bloomdupe, atomic mode, local cache off", "bloom", lock=False,
+                            cache=False)
+ALL = (SCRAPY_REDIS, MEMORY, LOCK, ATOMIC, BATCHED_LOCK, BATCHED_ATOMIC, LOCK_UNCACHED,
+       ATOMIC_UNCACHED)
+#: With added latency: the defaults (a round trip per check without the cache
+#: is section a's figure, plus the added delay).
+REDIS_CONTENDERS = (SCRAPY_REDIS, LOCK, ATOMIC, BATCHED_LOCK, BATCHED_ATOMIC)
 
 
 def crawler_for(redis_url: str, **settings: Any) -> Any:
@@ -233,7 +243,8 @@ def build(contender: Contender, redis_url: str) -> tuple[Any, Callable[[], None]
     if contender.kind == "memory":
         df = build_from_crawler(ScrapyRFPDupeFilter, crawler_for(redis_url))
         return df, lambda: None
-    crawler = crawler_for(redis_url, BLOOMDUPE_LOCK=contender.lock)
+    crawler = crawler_for(redis_url, BLOOMDUPE_LOCK=contender.lock,
+                          BLOOMDUPE_LOCAL_CACHE=None if contender.cache else 0)
     bloom_df: RedisBloomDupeFilter = build_from_crawler(RedisBloomDupeFilter, crawler)
 
     def close() -> None:
@@ -736,6 +747,11 @@ def judge(results: dict[str, Any]) -> list[dict[str, str]]:
             rel(ATOMIC, sr) >= 1.0)
         add("lock ≥ 0.85x scrapy-redis per request", f"{rel(LOCK, sr):.2f}x",
             rel(LOCK, sr) >= 0.85)
+        # The same targets a round trip per check (BLOOMDUPE_LOCAL_CACHE = 0).
+        add("atomic, local cache off, ≥ 1.0x scrapy-redis per request",
+            f"{rel(ATOMIC_UNCACHED, sr):.2f}x", rel(ATOMIC_UNCACHED, sr) >= 1.0)
+        add("lock, local cache off, ≥ 0.85x scrapy-redis per request",
+            f"{rel(LOCK_UNCACHED, sr):.2f}x", rel(LOCK_UNCACHED, sr) >= 0.85)
         for c in (BATCHED_LOCK, BATCHED_ATOMIC):
             add(f"{c.name} ≥ 2.5x scrapy-redis", f"{rel(c, sr):.2f}x", rel(c, sr) >= 2.5)
             add(f"{c.name} ≥ 0.7x Scrapy in-memory", f"{rel(c, mem):.2f}x", rel(c, mem) >= 0.7)
@@ -777,10 +793,13 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         return False
     short = {SCRAPY_REDIS.name: "scrapy-redis", MEMORY.name: "Scrapy in-memory",
              LOCK.name: "bloomdupe lock", ATOMIC.name: "bloomdupe atomic",
-             BATCHED_LOCK.name: "batched lock", BATCHED_ATOMIC.name: "batched atomic"}
+             BATCHED_LOCK.name: "batched lock", BATCHED_ATOMIC.name: "batched atomic",
+             LOCK_UNCACHED.name: "lock, no local cache",
+             ATOMIC_UNCACHED.name: "atomic, no local cache"}
     colours = {SCRAPY_REDIS.name: "#d62728", MEMORY.name: "#7f7f7f", LOCK.name: "#1f77b4",
                ATOMIC.name: "#2ca02c", BATCHED_LOCK.name: "#9467bd",
-               BATCHED_ATOMIC.name: "#17becf"}
+               BATCHED_ATOMIC.name: "#17becf", LOCK_UNCACHED.name: "#aec7e8",
+               ATOMIC_UNCACHED.name: "#98df8a"}
     panels = [k for k in ("local", "latency", "memory") if results.get(k)]
     if isinstance(results.get("e2e"), list):
         panels.append("e2e")

@@ -575,6 +575,8 @@ def cmd_stats(ctx: Context, opts: argparse.Namespace) -> int:
         ("new", f"{totals['new']:,}"),
         ("duplicates", f"{totals['duplicates']:,}"),
         ("hit rate", f"{totals['hit_rate']:.1%}  (duplicates / checked)"),
+        ("local hits", f"{totals['local_hits']:,}  (duplicates answered by a worker's "
+                       "BLOOMDUPE_LOCAL_CACHE, without Redis)"),
         ("lock acquired", f"{totals['lock_acquired']:,}"),
         ("lock waits", f"{totals['lock_waits']:,}"),
         ("lock timeouts", f"{totals['lock_timeouts']:,}"),

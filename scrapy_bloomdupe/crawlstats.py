@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
 #: The counters added up across workers.
-COUNTERS = ("checked", "new", "duplicates", "lock_acquired", "lock_waits", "lock_timeouts",
-            "lock_lost", "redis_errors")
+COUNTERS = ("checked", "new", "duplicates", "local_hits", "lock_acquired", "lock_waits",
+            "lock_timeouts", "lock_lost", "redis_errors")
 
 
 def stats_key(key: str) -> str:

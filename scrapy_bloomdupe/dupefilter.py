@@ -105,6 +105,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             use_lock=config.lock,
             lock_ttl=config.lock_ttl,
             lock_wait=config.lock_wait,
+            local_cache=config.local_cache,
         )
         persist = crawler.settings.getbool("SCHEDULER_PERSIST")
         if persist:
@@ -227,6 +228,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """This worker's counters, under the names of :data:`crawlstats.COUNTERS`."""
         c = self.bloom.counters
         return {"checked": c.checked, "new": c.new, "duplicates": c.duplicates,
+                "local_hits": c.local_hits,
                 "lock_acquired": c.lock.acquired, "lock_waits": c.lock.waits,
                 "lock_timeouts": c.lock.timeouts, "lock_lost": c.lock.lost,
                 "redis_errors": self.redis_errors}
@@ -260,6 +262,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             "bloomdupe/checked": counters.checked,
             "bloomdupe/new": counters.new,
             "bloomdupe/duplicates": counters.duplicates,
+            "bloomdupe/local_hits": counters.local_hits,
             "bloomdupe/hit_rate": counters.duplicates / counters.checked if counters.checked
             else 0.0,
             "bloomdupe/redis_errors": self.redis_errors,

@@ -25,7 +25,9 @@ are in one shard, so the script checks every generation and sets the item's
 bits in the newest, reporting whether it was new, atomically. In lock mode the
 script first checks that the shard lock still holds this worker's token: a
 worker paused past the lock's TTL is rejected instead of trusted, and the
-script releases the lock as it ends.
+script releases the lock as it ends. Items Redis has already answered for
+are answered "seen" from this worker's memory (:mod:`scrapy_bloomdupe.localcache`,
+``BLOOMDUPE_LOCAL_CACHE``) and not sent.
 
 Growth: when the newest generation reaches its capacity, a worker adds a larger
 one under ``K:growlock`` (shards first, then the count in ``K:meta``). A worker
@@ -55,7 +57,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -63,6 +65,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from . import crawlstats, hashing, sizing
 from .exceptions import ConfigError, FilterMismatchError
+from .localcache import LocalCache
 from .lock import LockCounters, ShardLocks
 from .outage import OutageGuard
 from .transport import Link
@@ -119,6 +122,8 @@ class FilterCounters:
     checked: int = 0
     new: int = 0
     duplicates: int = 0
+    #: Duplicates answered by the local cache, without Redis (in ``duplicates`` too).
+    local_hits: int = 0
     script_reloads: int = 0
     stale_generation: int = 0
     generations_added: int = 0
@@ -366,6 +371,7 @@ return reply
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
         outage: OutageGuard | None = None,
+        local_cache: int = 0,
     ) -> None:
         self.client = client
         #: Waits out Redis outages around each round trip (retrying the very same
@@ -379,6 +385,8 @@ return reply
         self.fingerprint = fingerprint
         self.use_lock = use_lock
         self.counters = FilterCounters()
+        #: Items Redis has answered for (they are in the filter for good); see localcache.
+        self.cache = LocalCache(local_cache)
         self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
         self.client_id = secrets.token_hex(6)
         self._next_op = 1
@@ -431,6 +439,7 @@ return reply
         use_lock: bool = True,
         lock_ttl: float = 1.0,
         lock_wait: float = 1.5,
+        local_cache: int = 0,
     ) -> BloomFilter:
         """Create the filter at ``key``, or join the one there.
 
@@ -480,7 +489,7 @@ return reply
             client, key, stored_plan, stored["seed"], stored["created"],
             growth=bool(stored.get("growth", 0)), generations=stored.get("generations", 1),
             fingerprint=stored.get("fingerprint", "scrapy"),
-            use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait,
+            use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait, local_cache=local_cache,
         )
         bloom._ensure_shards(range(len(bloom.generations)))
         client.script_load(cls.CHECK_ADD_SCRIPT)
@@ -529,13 +538,20 @@ return reply
         """
         if not fingerprints:
             return []
-        halves = [hashing.halves(fp, self.seed) for fp in fingerprints]
+        count = len(fingerprints)
+        cache = self.cache
+        remaining: Sequence[int] = range(count)
+        if cache.size:
+            remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
+            self.counters.local_hits += count - len(remaining)
+        seed = self.seed
+        halves = {i: hashing.halves(fingerprints[i], seed) for i in remaining}
+        asked = remaining
         op = ack = self._next_op
-        self._next_op += len(fingerprints)
-        results: list[bool] = [False] * len(fingerprints)
+        self._next_op += count
+        results: list[bool] = [False] * count
         use_lock = self.use_lock
         pauses = self.locks.pauses() if use_lock else None
-        remaining: Sequence[int] = range(len(fingerprints))
         while remaining:
             pending = self._group(halves, remaining, op)
             refused: list[int] = []
@@ -563,6 +579,7 @@ return reply
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
             remaining = refused
+        cache.update(fingerprints[i] for i in asked)
         new = sum(results)
         self.counters.checked += len(results)
         self.counters.new += new
@@ -582,7 +599,7 @@ return reply
         """``call``, waiting out Redis outages when the filter has an outage guard."""
         return call() if self.outage is None else self.outage.call(call)
 
-    def _group(self, halves: Sequence[tuple[int, int]], indexes: Sequence[int],
+    def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
                first_op: int) -> list[_Unit]:
         """Script calls for these items under the current generations: per shard,
         in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
@@ -657,7 +674,7 @@ return reply
         """
         op = self._next_op
         self._next_op += 1
-        (unit,) = self._group([hashing.halves(fingerprint, self.seed)], [0], op)
+        (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
         shard = unit.shard
         keys = [self._op_keys[shard], self._gen_keys[shard], self._lock_keys[shard],
                 *self._bits_keys[shard]]
@@ -785,6 +802,7 @@ return reply
             names.extend(self.client.scan_iter(match=f"{{{self.key}:{i}}}:bits:*", count=1000))
         for name in dict.fromkeys(names):
             self.client.delete(name)
+        self.cache.clear()
 
     def close(self) -> None:
         """Give the held connection back to the client's pool."""

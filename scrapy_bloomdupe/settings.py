@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_LOCK": True,
     "BLOOMDUPE_LOCK_TTL": 1.0,
     "BLOOMDUPE_LOCK_WAIT": 1.5,
+    "BLOOMDUPE_LOCAL_CACHE": 100_000,
     "BLOOMDUPE_REDIS_URL": None,
     # Read by connection.py when it builds the client:
     "BLOOMDUPE_REDIS_CLUSTER": False,
@@ -104,6 +105,7 @@ class BloomDupeConfig:
     lock: bool
     lock_ttl: float
     lock_wait: float
+    local_cache: int
     log_interval: float
     stats_interval: float
     fingerprint: str
@@ -136,6 +138,8 @@ class BloomDupeConfig:
                                low=0.001, high=3600)
         lock_wait = parse_float("BLOOMDUPE_LOCK_WAIT", _get(settings, "BLOOMDUPE_LOCK_WAIT"),
                                 low=0, high=60)
+        local_cache = parse_int("BLOOMDUPE_LOCAL_CACHE", _get(settings, "BLOOMDUPE_LOCAL_CACHE"),
+                                minimum=0)
         log_interval = parse_float("BLOOMDUPE_LOG_INTERVAL",
                                    _get(settings, "BLOOMDUPE_LOG_INTERVAL"), low=0)
         stats_interval = parse_float("BLOOMDUPE_STATS_INTERVAL",
@@ -154,8 +158,8 @@ class BloomDupeConfig:
             value = error_rate if e.setting == "BLOOMDUPE_ERROR_RATE" else e.value
             raise ConfigError(e.setting, value, e.reason) from None
         return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
-                   lock_wait, log_interval, stats_interval, fingerprint_mode, outage_timeout,
-                   on_outage, plan)
+                   lock_wait, local_cache, log_interval, stats_interval, fingerprint_mode,
+                   outage_timeout, on_outage, plan)
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})

@@ -74,6 +74,23 @@ def test_two_workers_share_the_filter(redis_url: str) -> None:
     assert two.request_seen(Request("http://a.example/"))
 
 
+@pytest.mark.parametrize("size", [None, 0], ids=["default", "off"])
+def test_local_cache_setting_and_stat(redis_url: str, size: int | None) -> None:
+    crawler = crawler_for(redis_url, BLOOMDUPE_LOCAL_CACHE=size)
+    one = build_from_crawler(RedisBloomDupeFilter, crawler)
+    two = build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
+    assert one.bloom.cache.size == (100_000 if size is None else 0)
+    assert not one.request_seen(Request("http://a.example/"))
+    assert two.request_seen(Request("http://a.example/b")) is False
+    for _ in range(3):  # its own repeat: local; another worker's: from Redis
+        assert one.request_seen(Request("http://a.example/#top"))
+        assert one.request_seen(Request("http://a.example/b"))
+    one.update_stats()
+    stats = crawler.stats.get_stats()
+    assert stats["bloomdupe/duplicates"] == 6
+    assert stats["bloomdupe/local_hits"] == (5 if size is None else 0)
+
+
 def test_log_first_duplicate_only_unless_debug(redis_url: str,
                                               caplog: pytest.LogCaptureFixture) -> None:
     for debug, expected in ((False, 1), (True, 3)):

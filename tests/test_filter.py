@@ -186,3 +186,48 @@ def test_big_batches_are_split_into_short_scripts(client: redis.Redis, use_lock:
     assert bf.add_many(items) == [False] * len(half) + [True] * (len(items) - len(half))
     if use_lock:
         assert bf.counters.lock.acquired >= 2 * 3 and bf.counters.lock.waits == 0
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_local_cache_answers_repeats_without_redis(client: redis.Redis, use_lock: bool) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=use_lock,
+                          local_cache=1_000)
+    other = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=use_lock)
+    items = fps(200)
+    assert bf.add_many(items[:100]) == [True] * 100
+    assert other.add_many(items[100:150]) == [True] * 50  # another worker's adds
+    client.config_resetstat()
+    # Known here: answered without Redis. Another worker's, and new ones: asked.
+    assert bf.add_many(items[:100]) == [False] * 100
+    assert evalsha_calls(client) == 0
+    assert bf.add_many(items[50:200]) == [False] * 100 + [True] * 50
+    assert evalsha_calls(client) == 1
+    assert not any(bf.add_many(items))
+    assert evalsha_calls(client) == 1
+    c = bf.counters
+    assert (c.checked, c.new, c.duplicates, c.local_hits) == (550, 150, 400, 100 + 50 + 200)
+    bf.clear()  # a filter cleared by this worker forgets locally too
+    assert len(bf.cache) == 0
+
+
+def test_local_cache_is_bounded(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=False,
+                          local_cache=100)
+    items = fps(1_000)
+    for start in range(0, 1_000, 10):
+        bf.add_many(items[start:start + 10])
+    assert len(bf.cache) <= 100
+    assert not any(bf.add_many(items))  # forgotten locally, still seen in Redis
+    assert bf.counters.new == 1_000
+
+
+def test_local_cache_off(client: redis.Redis) -> None:
+    bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=False)
+    bf.add_many(fps(10))
+    client.config_resetstat()
+    assert bf.add_many(fps(10)) == [False] * 10
+    assert evalsha_calls(client) == 1 and bf.counters.local_hits == 0

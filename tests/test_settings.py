@@ -56,6 +56,8 @@ def test_command_line_strings_are_parsed() -> None:
         ("BLOOMDUPE_LOCK_TTL", "soon"),
         ("BLOOMDUPE_LOCK_WAIT", -1),
         ("BLOOMDUPE_LOCK_WAIT", 3600),
+        ("BLOOMDUPE_LOCAL_CACHE", -1),
+        ("BLOOMDUPE_LOCAL_CACHE", "big"),
         ("BLOOMDUPE_KEY", ""),
         ("BLOOMDUPE_KEY", "{tagged}"),
         ("BLOOMDUPE_KEY", "%(name)s"),
