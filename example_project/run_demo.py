@@ -404,7 +404,9 @@ def report(args: argparse.Namespace, out: Path, workers: list[Worker], site_url:
         ("pages on the site", f"{pages:,}"),
         ("fetches", f"{sum(fetches):,}"),
         ("URLs checked by the filter", f"{total('bloomdupe/checked'):,}"),
-        ("duplicates filtered", f"{total('dupefilter/filtered'):,}"),
+        ("duplicates filtered", f"{total('dupefilter/filtered'):,}  "
+         f"({total('bloomdupe/local_hits'):,} answered by the workers' local caches, "
+         "without Redis)"),
         ("pages fetched twice", f"{len(twice)}"),
         ("pages never fetched", f"{len(never)}"),
         ("Bloom filter in Redis", f"{kib(info.memory_bytes)}  (capacity "
