@@ -648,7 +648,7 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
                    f"filled in {memory['add_seconds']:.1f} s with `add_many` in batches of "
                    f"10,000. Not counted above: each client's transient op log of its last "
                    f"round trip ({memory['op_log_bytes']:,} bytes after the last batch of "
-                   f"10,000 items, about 100 bytes per new item of the last call; an hour's "
+                   f"10,000 items: one character per item of the last round trip; an hour's "
                    f"TTL).")
 
         lo, hi = memory["fpr_ci95"]

@@ -45,11 +45,14 @@ answered (``ack``: every round trip before this one), and the script forgets
 those, so a log holds one round trip's replies at most (one short string,
 rewritten with one ``SET ... PX``) and expires when a client goes away.
 
-Redis-side cost, measured (``INFO commandstats``, k = 10): 6.6 us an item in
-calls of 50 and 18 us for a call of one, against 18 and 34 us for a first
-design that kept an op id per item and set bits with one ``SETBIT`` each from
-offsets computed in Lua. The client now computes the offsets, and one
-``BITFIELD`` sets an item's k bits.
+Redis-side cost, measured (``benchmarks/script_cost.py``, k = 10, load average
+about 1): 8.3 us an item in calls of 50 and 19 us for a call of one, against
+9.9 and 23 us with the op log as a hash (emptied and refilled by every call of
+one). A first design, which kept an op id per item and set bits with one
+``SETBIT`` each from offsets computed in Lua, cost 18 and 34 us under more
+load. The client computes the offsets, and one ``BITFIELD`` sets an item's k
+bits; every argument is a string (Redis converts a Lua number to text first).
+Where the rest goes: docs/benchmarks.md.
 """
 
 from __future__ import annotations

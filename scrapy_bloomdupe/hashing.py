@@ -22,10 +22,9 @@ Dillinger and Manolios 2004) because of two measured failures:
 At real sizes both effects are far below the configured rate (n/m^2 is 5e-9 at
 1,000,000 URLs and 0.001); they matter for small filters with tiny rates.
 
-Redis's Lua has only doubles, so the offsets are sent as (a, b, c) and expanded
-by the script: every intermediate value stays below 2**53 for m <= 2**32 and
-k <= ``sizing.MAX_HASHES``. :func:`offsets` does the same expansion in Python, for checks
-and tests.
+The client expands (a, b, c) into the k offsets (:func:`offsets`) and sends them
+to the check-and-add script as strings: Redis converts a Lua number to a string
+for every ``redis.call`` argument, which costs more than the client's work.
 """
 
 from __future__ import annotations
