@@ -137,10 +137,15 @@ def test_redis_killed_and_restarted_loses_nothing(durable: RedisServer, use_lock
 def test_allow_lets_requests_through_unchecked(durable: RedisServer) -> None:
     crawler = crawler_for(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.5, BLOOMDUPE_ON_OUTAGE="allow")
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    other = build_from_crawler(RedisBloomDupeFilter, crawler_for(durable.url))
     df.request_seen(Request("http://a.example/"))
+    other.request_seen(Request("http://a.example/b"))  # another worker's
     durable.kill()
-    # Not dropped as a duplicate: passed on unchecked, and counted.
-    assert not df.request_seen(Request("http://a.example/"))
+    # Known to this worker (its local cache): still answered, as Redis would.
+    assert df.request_seen(Request("http://a.example/"))
+    # In Redis but not known here: not dropped as a duplicate for want of
+    # Redis, but passed on unchecked, and counted.
+    assert not df.request_seen(Request("http://a.example/b"))
     assert not any(df.requests_seen([Request("http://a.example/x")]))
     assert df.unchecked == 2 and df.redis_errors == 2
 
