@@ -523,7 +523,7 @@ return 1
             super().__init__(*args, **kwargs)
             client = secrets.token_hex(6)
             self._pop_script = self.server.register_script(self.POP_SCRIPT)
-            self._record = f"{{{self.key}}}:pop:{client}"
+            self._pop_record = f"{{{self.key}}}:pop:{client}"
             self._pop_number = 1
             self._push_script = self.server.register_script(self.PUSH_SCRIPT)
             self._push_record = f"{{{self.key}}}:push:{client}"
@@ -540,7 +540,7 @@ return 1
             self._unanswered_push = None
 
         def pop(self, timeout: int = 0) -> Any:
-            item = self._pop_script(keys=[self.key, self._record],
+            item = self._pop_script(keys=[self.key, self._pop_record],
                                     args=[self._pop_number, RECORD_TTL_MS])
             self._pop_number += 1  # only once the reply is in: a retry replays
             if item:
@@ -549,7 +549,7 @@ return 1
 
         def close(self) -> None:
             """Forget this client's records (no push or pop is under way at close)."""
-            self.server.delete(self._record, self._push_record)
+            self.server.delete(self._pop_record, self._push_record)
 
         def clear(self) -> None:
             super().clear()

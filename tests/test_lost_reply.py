@@ -427,4 +427,4 @@ def test_queue_push_retried_after_a_lost_reply_queues_once(
     assert other.pop().url == "https://example.com/z"
     assert client.exists(queue._push_record)
     queue.close()  # forgets its push and pop records
-    assert not client.exists(queue._push_record, queue._record)
+    assert not client.exists(queue._push_record, queue._pop_record)
