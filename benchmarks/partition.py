@@ -260,7 +260,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     from scrapy.settings import Settings
 
     from scrapy_bloomdupe import connection
-    from scrapy_bloomdupe.filter import BloomFilter
+    from scrapy_bloomdupe.bloom.filter import BloomFilter
 
     settings = Settings({
         "REDIS_URL": spec["url"],
@@ -269,10 +269,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
                          "socket_connect_timeout": spec["socket_timeout"]},
     })
     client = connection.from_settings(settings)
-    if spec["wait_replicas"]:
-        from scrapy_bloomdupe import cluster
-        cluster.set_wait_replicas(client, spec["wait_replicas"])
-    bloom = BloomFilter.open(client, KEY, None, use_lock=spec["lock"])
+    bloom = BloomFilter.open(client, KEY, None, use_lock=spec["lock"],
+                             wait_replicas=spec["wait_replicas"])
     bloom.contains(_fingerprint(-1))  # connected to the shards' masters too
     # Ready; the clock starts when every worker is.
     Path(spec["ready"]).touch()
@@ -347,7 +345,7 @@ def run_scenario(sc: Scenario, args: argparse.Namespace, net: Network) -> Result
     from redis.crc import key_slot
 
     from scrapy_bloomdupe import sizing
-    from scrapy_bloomdupe.filter import BloomFilter
+    from scrapy_bloomdupe.bloom.filter import BloomFilter
 
     slot0 = key_slot(f"{{{KEY}:0}}".encode())
     lo = max(0, min(slot0 - 2730, 16383 - 5461))

@@ -57,9 +57,9 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisRFPDupeFilter
 
-from scrapy_bloomdupe import sizing
+from scrapy_bloomdupe import keys, sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
-from scrapy_bloomdupe.filter import BloomFilter
 from scrapy_bloomdupe.testing import RedisServer
 
 ERROR_RATE = 0.001
@@ -370,7 +370,7 @@ def memory_and_fpr(redis_url: str, count: int, probes: int) -> dict[str, Any]:
             new += sum(bloom.add_many(items[start:start + batch]))
         add_seconds = time.perf_counter() - started
         info = bloom.info()
-        op_logs = list(client.scan_iter(match="*:ops:*"))
+        op_logs = list(client.scan_iter(match=keys.ALL_OP_LOGS))
         op_log_bytes = sum(int(client.memory_usage(k, samples=0) or 0) for k in op_logs)
         progress(f"  probing with {probes:,} fresh fingerprints")
         started = time.perf_counter()

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import redis
 
 from scrapy_bloomdupe import sizing
-from scrapy_bloomdupe.filter import BloomFilter
+from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.testing import RedisServer
 
 #: k SETBIT calls per item, offsets (a + i*b) mod m computed in Lua.

@@ -343,8 +343,8 @@ def run(args: argparse.Namespace) -> int:
 
 def cleanup(client: redis.Redis, keys: Keys) -> None:
     """Delete the demo's keys from a Redis that is not ours."""
+    from scrapy_bloomdupe.bloom.filter import BloomFilter
     from scrapy_bloomdupe.exceptions import FilterMismatchError
-    from scrapy_bloomdupe.filter import BloomFilter
 
     try:
         bloom = BloomFilter.open(client, keys.bloom, None)
@@ -365,7 +365,7 @@ def kib(n: float) -> str:
 
 def report(args: argparse.Namespace, out: Path, workers: list[Worker], site_url: str,
            client: redis.Redis, keys: Keys, wall: float) -> int:
-    from scrapy_bloomdupe.filter import BloomFilter
+    from scrapy_bloomdupe.bloom.filter import BloomFilter
 
     site = site_stats(site_url)
     fetches: list[int] = site["fetches"]

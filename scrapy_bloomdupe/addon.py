@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .settings import use_scheduler
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -19,7 +21,7 @@ class BloomDupeAddon:
     def update_settings(self, settings: BaseSettings) -> None:
         settings.set("DUPEFILTER_CLASS", "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter",
                      "addon")
-        if settings.getbool("BLOOMDUPE_SCHEDULER", True):
+        if use_scheduler(settings):
             settings.set("SCHEDULER", "scrapy_bloomdupe.scheduler.Scheduler", "addon")
         settings["EXTENSIONS"]["scrapy_bloomdupe.extension.BloomDupeStats"] = 500
         settings["SPIDER_MIDDLEWARES"]["scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"] = 10

@@ -16,6 +16,8 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import keys
+
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
@@ -23,14 +25,6 @@ if TYPE_CHECKING:
 #: The counters added up across workers.
 COUNTERS = ("checked", "new", "duplicates", "local_hits", "lock_acquired", "lock_waits",
             "lock_timeouts", "lock_lost", "redis_errors")
-
-
-def stats_key(key: str) -> str:
-    return f"{key}:stats"
-
-
-def workers_key(key: str) -> str:
-    return f"{key}:workers"
 
 
 class CrawlStats:
@@ -52,8 +46,8 @@ class CrawlStats:
                 **{name: counters.get(name, 0) for name in COUNTERS}}
         pipe = self.client.pipeline(transaction=False)
         for name in COUNTERS:
-            pipe.hincrby(stats_key(self.key), name, deltas[name])
-        pipe.hset(workers_key(self.key), self.worker_id, json.dumps(line))
+            pipe.hincrby(keys.stats(self.key), name, deltas[name])
+        pipe.hset(keys.workers(self.key), self.worker_id, json.dumps(line))
         replies = pipe.execute()
         self._flushed = {name: counters.get(name, 0) for name in COUNTERS}
         return {name: int(total) for name, total in zip(COUNTERS, replies, strict=False)}
@@ -62,17 +56,17 @@ class CrawlStats:
 def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
     """Crawl-wide totals and hit rate, and each worker's line (for tools)."""
     totals: dict[str, float] = dict.fromkeys(COUNTERS, 0)
-    for name, value in client.hgetall(stats_key(key)).items():
+    for name, value in client.hgetall(keys.stats(key)).items():
         totals[_text(name)] = int(value)
     totals["hit_rate"] = totals["duplicates"] / totals["checked"] if totals["checked"] else 0.0
     workers = {_text(worker): json.loads(line)
-               for worker, line in client.hgetall(workers_key(key)).items()}
+               for worker, line in client.hgetall(keys.workers(key)).items()}
     return {"totals": totals, "workers": workers}
 
 
 def clear(client: Redis | RedisCluster, key: str) -> None:
-    client.delete(stats_key(key))
-    client.delete(workers_key(key))
+    client.delete(keys.stats(key))
+    client.delete(keys.workers(key))
 
 
 def _text(value: bytes | str) -> str:

@@ -3,7 +3,7 @@
 A thin Scrapy component: it turns requests into fingerprints (the crawler's
 ``request_fingerprinter`` by default, so ``REQUEST_FINGERPRINTER_CLASS`` is
 honoured; see :mod:`scrapy_bloomdupe.fingerprint`) and asks the shared
-:class:`~scrapy_bloomdupe.filter.BloomFilter`, through the outage guard.
+:class:`~scrapy_bloomdupe.bloom.filter.BloomFilter`, through the outage guard.
 Works under Scrapy's own scheduler (one machine) and under
 :class:`scrapy_bloomdupe.scheduler.Scheduler` (many workers).
 """
@@ -22,9 +22,10 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint
-from .filter import BloomFilter
-from .outage import OutageGuard, RedisUnavailable
-from .settings import BloomDupeConfig
+from .bloom.filter import BloomFilter
+from .settings import BloomDupeConfig, wait_replicas
+from .transport.diagnose import check, describe, warn_if_not_durable
+from .transport.outage import OutageGuard, RedisUnavailable
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -75,7 +76,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.debug = debug
         self.persist = persist
         self.stats = stats
-        self.outage = outage or OutageGuard(0, connection.describe(bloom.client))
+        self.outage = outage or OutageGuard(0, describe(bloom.client))
         # The filter waits outages out around each round trip, so that a retry
         # replays the same call (same ids) and a lost reply loses no URL.
         bloom.outage = self.outage
@@ -94,7 +95,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = BloomDupeConfig.from_settings(crawler.settings)
         client = connection.get_client(crawler)
-        connection.check(client)
+        check(client)
         assert crawler.spider is not None, "the dupefilter is built once the spider exists"
         bloom = BloomFilter.open(
             client,
@@ -106,17 +107,18 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             lock_ttl=config.lock_ttl,
             lock_wait=config.lock_wait,
             local_cache=config.local_cache,
+            wait_replicas=wait_replicas(crawler.settings),
         )
         persist = crawler.settings.getbool("SCHEDULER_PERSIST")
         if persist:
-            _warn_if_not_durable(client)
+            warn_if_not_durable(client)
         instance = cls(
             bloom,
             fingerprint.for_crawler(crawler, config.fingerprint),
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
             persist=persist,
             stats=crawler.stats,
-            outage=OutageGuard(config.outage_timeout, connection.describe(client)),
+            outage=OutageGuard(config.outage_timeout, describe(client)),
             on_outage=config.on_outage,
             crawl_stats=crawlstats.CrawlStats(client, bloom.key),
             stats_interval=config.stats_interval,
@@ -334,20 +336,3 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 logger.error("Could not delete the Bloom filter %s (SCHEDULER_PERSIST is off): "
                              "%s", self.bloom.key, e)
         self.bloom.close()
-
-
-def _warn_if_not_durable(client: redis.Redis | redis.RedisCluster) -> None:
-    """Warn when Redis keeps nothing on disk: a restart would forget every seen URL."""
-    try:
-        config = client.config_get("appendonly") | client.config_get("save")
-    except redis.ResponseError as e:  # CONFIG is often not granted; then say nothing
-        logger.debug("Cannot read Redis persistence settings: %s", e)
-        return
-    if not isinstance(config, dict) or "appendonly" not in config:
-        return  # a cluster client answers per node
-    if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
-        logger.warning(
-            "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "
-            "points): a Redis restart forgets every seen URL and the crawl fetches them all "
-            "again. Turn on AOF (appendonly yes) or RDB snapshots."
-        )

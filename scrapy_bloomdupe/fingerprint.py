@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import RequestFingerprinter
 from scrapy_redis.dupefilter import RFPDupeFilter
 
-from .exceptions import ConfigError
+from .settings import parse_fingerprint
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request
     from scrapy.utils.request import RequestFingerprinterProtocol
-
-MODES = ("scrapy", "scrapy-redis")
-
 
 class ScrapyRedisFingerprinter:
     """scrapy-redis's fingerprint, as the bytes of its hex string (its SET members)."""
@@ -33,13 +32,20 @@ class ScrapyRedisFingerprinter:
         return hexdigest.encode()
 
 
-def validate(mode: object) -> str:
-    if mode not in MODES:
-        raise ConfigError("BLOOMDUPE_FINGERPRINT", mode, f"must be one of {', '.join(MODES)}")
-    return str(mode)
-
-
 def for_crawler(crawler: Crawler, mode: str) -> RequestFingerprinterProtocol:
-    if validate(mode) == "scrapy-redis":
+    if parse_fingerprint(mode) == "scrapy-redis":
         return ScrapyRedisFingerprinter()
     return crawler.request_fingerprinter
+
+
+def for_tool(crawler: Crawler | None, mode: str) -> RequestFingerprinterProtocol:
+    """As :func:`for_crawler`, for a tool whose crawler never crawls (so has no
+    ``request_fingerprinter`` yet): the project's ``REQUEST_FINGERPRINTER_CLASS``
+    built from ``crawler``; without a crawler, Scrapy's default fingerprinter."""
+    if parse_fingerprint(mode) == "scrapy-redis":
+        return ScrapyRedisFingerprinter()
+    if crawler is not None:
+        cls = load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
+        fingerprinter: RequestFingerprinterProtocol = build_from_crawler(cls, crawler)
+        return fingerprinter
+    return RequestFingerprinter()

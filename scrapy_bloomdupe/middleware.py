@@ -25,7 +25,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from . import dupefilter as dupefilter_module
-from .settings import parse_bool, parse_int
+from .settings import batch_size
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -42,10 +42,9 @@ class BloomDupeBatchMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        settings = crawler.settings
-        if not parse_bool("BLOOMDUPE_BATCH", settings.get("BLOOMDUPE_BATCH", True)):
+        size = batch_size(crawler.settings)
+        if size is None:
             raise NotConfigured  # no message: Scrapy would log a message as a warning
-        size = parse_int("BLOOMDUPE_BATCH_SIZE", settings.get("BLOOMDUPE_BATCH_SIZE", 1000))
         return cls(crawler, size)
 
     def process_spider_output(self, response: Response | None,

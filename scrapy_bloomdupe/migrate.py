@@ -32,9 +32,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .connection import describe
+from . import keys
+from .bloom.filter import BloomFilter
 from .exceptions import BloomDupeError
-from .filter import BloomFilter
+from .transport.diagnose import describe
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -275,7 +276,7 @@ def mode_mismatch(source: Source, filter_mode: str, *, key: str, exists: bool,
 
 
 def filter_exists(client: Redis | RedisCluster, key: str) -> bool:
-    return bool(client.exists(BloomFilter.meta_key(key)))
+    return bool(client.exists(keys.meta(key)))
 
 
 def open_target(client: Redis | RedisCluster, key: str, config: BloomDupeConfig,

@@ -23,7 +23,8 @@ from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
-from .outage import RedisUnavailable
+from .transport.diagnose import check
+from .transport.outage import RedisUnavailable
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
-QUEUE_CLASS = "scrapy_bloomdupe.cluster.PriorityQueue"
+QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
 
 
 class Scheduler(RedisScheduler):  # type: ignore[misc]
@@ -70,7 +71,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if serializer:
             kwargs["serializer"] = serializer
         server = connection.get_client(crawler)
-        connection.check(server)  # fail here, before the engine opens anything
+        check(server)  # fail here, before the engine opens anything
         instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats

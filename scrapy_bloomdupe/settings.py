@@ -1,18 +1,24 @@
-"""Every ``BLOOMDUPE_*`` setting, its default, and the one config object built from them.
+"""Every setting this package reads, its default, and the objects built from them.
 
-:meth:`BloomDupeConfig.from_settings` parses and validates everything once, at
-start; each error names the setting and the value it got.
+Every ``BLOOMDUPE_*`` setting (and scrapy-redis's ``REDIS_*`` ones) is parsed
+here and nowhere else, once, at start; each error names the setting and the
+value it got. :class:`BloomDupeConfig` is the filter's, :class:`RedisSettings`
+the client's, :func:`batch_size` the batch middleware's and
+:func:`use_scheduler` the add-on's.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import fingerprint, sizing
+from redis.cluster import RedisCluster
+
+from . import sizing
 from .exceptions import ConfigError
-from .filter import validate_key
+from .keys import validate_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -30,7 +36,6 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_LOCK_WAIT": 1.5,
     "BLOOMDUPE_LOCAL_CACHE": 100_000,
     "BLOOMDUPE_REDIS_URL": None,
-    # Read by connection.py when it builds the client:
     "BLOOMDUPE_REDIS_CLUSTER": False,
     "BLOOMDUPE_WAIT_REPLICAS": 0,
     "BLOOMDUPE_LOG_INTERVAL": 60.0,
@@ -38,9 +43,18 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_FINGERPRINT": "scrapy",
     "BLOOMDUPE_OUTAGE_TIMEOUT": 300.0,
     "BLOOMDUPE_ON_OUTAGE": "close",
+    "BLOOMDUPE_BATCH": True,
+    "BLOOMDUPE_BATCH_SIZE": 1000,
+    "BLOOMDUPE_SCHEDULER": True,
 }
 
 OUTAGE_ACTIONS = ("close", "allow")
+#: ``BLOOMDUPE_FINGERPRINT`` values (see :mod:`scrapy_bloomdupe.fingerprint`).
+FINGERPRINT_MODES = ("scrapy", "scrapy-redis")
+#: ``True``: connect with ``redis.cluster.RedisCluster``.
+CLUSTER_SETTING = "BLOOMDUPE_REDIS_CLUSTER"
+#: Replicas every check-and-add waits for (``WAIT n``) before its reply is used.
+WAIT_SETTING = "BLOOMDUPE_WAIT_REPLICAS"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -144,7 +158,7 @@ class BloomDupeConfig:
                                    _get(settings, "BLOOMDUPE_LOG_INTERVAL"), low=0)
         stats_interval = parse_float("BLOOMDUPE_STATS_INTERVAL",
                                      _get(settings, "BLOOMDUPE_STATS_INTERVAL"), low=0.1)
-        fingerprint_mode = fingerprint.validate(_get(settings, "BLOOMDUPE_FINGERPRINT"))
+        fingerprint_mode = parse_fingerprint(_get(settings, "BLOOMDUPE_FINGERPRINT"))
         outage_timeout = parse_float("BLOOMDUPE_OUTAGE_TIMEOUT",
                                      _get(settings, "BLOOMDUPE_OUTAGE_TIMEOUT"), low=0)
         on_outage = _get(settings, "BLOOMDUPE_ON_OUTAGE")
@@ -163,3 +177,113 @@ class BloomDupeConfig:
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})
+
+
+def parse_fingerprint(mode: object) -> str:
+    if mode not in FINGERPRINT_MODES:
+        raise ConfigError("BLOOMDUPE_FINGERPRINT", mode,
+                          f"must be one of {', '.join(FINGERPRINT_MODES)}")
+    return str(mode)
+
+
+def batch_size(settings: BaseSettings) -> int | None:
+    """The batch middleware's chunk size, or None when ``BLOOMDUPE_BATCH`` turns it off."""
+    if not parse_bool("BLOOMDUPE_BATCH", _get(settings, "BLOOMDUPE_BATCH")):
+        return None
+    return parse_int("BLOOMDUPE_BATCH_SIZE", _get(settings, "BLOOMDUPE_BATCH_SIZE"))
+
+
+def use_scheduler(settings: BaseSettings) -> bool:
+    """``BLOOMDUPE_SCHEDULER``: whether the add-on sets this package's scheduler."""
+    return parse_bool("BLOOMDUPE_SCHEDULER", _get(settings, "BLOOMDUPE_SCHEDULER"))
+
+
+# -- Redis ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    """Where and how to connect, from scrapy-redis's settings and ours.
+
+    ``REDIS_URL`` (overridden by ``BLOOMDUPE_REDIS_URL``),
+    ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``, ``REDIS_PARAMS`` (keyword
+    arguments for the client; its ``redis_cls`` is taken out into
+    :attr:`redis_cls`), ``BLOOMDUPE_REDIS_CLUSTER`` and
+    ``BLOOMDUPE_WAIT_REPLICAS``. :mod:`scrapy_bloomdupe.transport.client`
+    builds the client from it.
+    """
+
+    url: str | None
+    #: The user's client arguments (``REDIS_PARAMS`` with ``REDIS_HOST``/``PORT``/``DB``).
+    params: dict[str, Any] = field(default_factory=dict)
+    redis_cls: Any = None
+    cluster: bool = False
+    wait_replicas: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> RedisSettings:
+        user_params = settings.get("REDIS_PARAMS") or {}
+        if not isinstance(user_params, dict):
+            raise ConfigError("REDIS_PARAMS", user_params,
+                              "must be a dict of redis client arguments")
+        params = dict(user_params)
+        for setting, name in (("REDIS_HOST", "host"), ("REDIS_PORT", "port"),
+                              ("REDIS_DB", "db")):
+            if settings.get(setting):
+                params[name] = settings.get(setting)
+        url = settings.get("BLOOMDUPE_REDIS_URL") or settings.get("REDIS_URL") or None
+        if url is not None and not isinstance(url, str):
+            raise ConfigError("REDIS_URL", url, "must be a redis:// or rediss:// URL string")
+        redis_cls = _load_class(params.pop("redis_cls", None))
+        return cls(url, params, redis_cls, cluster_mode(settings, redis_cls),
+                   wait_replicas(settings))
+
+
+def _load_class(value: Any) -> Any:
+    """A ``redis_cls`` given as a dotted path, imported (as Scrapy's ``load_object``)."""
+    if not isinstance(value, str):
+        return value
+    module, _, name = value.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError("REDIS_PARAMS", {"redis_cls": value},
+                          f"cannot be imported ({e})") from None
+
+
+def wait_replicas(settings: BaseSettings) -> int:
+    """``BLOOMDUPE_WAIT_REPLICAS``: replicas each check-and-add waits for (``WAIT``)."""
+    raw = settings.get(WAIT_SETTING)
+    if raw is None or raw == "":
+        return 0
+    return parse_int(WAIT_SETTING, raw, minimum=0)
+
+
+def cluster_mode(settings: BaseSettings, redis_cls: Any = None) -> bool:
+    """Whether ``settings`` ask for a Redis Cluster client.
+
+    ``BLOOMDUPE_REDIS_CLUSTER`` (a bool) decides; unset, a ``redis_cls`` in
+    ``REDIS_PARAMS`` that is a ``RedisCluster`` means yes.
+    """
+    if redis_cls is None:
+        user_params = settings.get("REDIS_PARAMS") or {}
+        redis_cls = _load_class(user_params.get("redis_cls")) if isinstance(
+            user_params, dict) else None
+    is_cluster_cls = isinstance(redis_cls, type) and issubclass(redis_cls, RedisCluster)
+    raw = settings.get(CLUSTER_SETTING)
+    if raw is None or raw == "":
+        return is_cluster_cls
+    wanted = parse_bool(CLUSTER_SETTING, raw)
+    if wanted and redis_cls is not None and not is_cluster_cls:
+        raise ConfigError(
+            "REDIS_PARAMS", {"redis_cls": redis_cls},
+            f"redis_cls must be redis.cluster.RedisCluster (or a subclass) when "
+            f"{CLUSTER_SETTING} is True; remove it to get RedisCluster",
+        )
+    if not wanted and is_cluster_cls:
+        raise ConfigError(
+            CLUSTER_SETTING, raw,
+            "is False but REDIS_PARAMS['redis_cls'] is a RedisCluster; set "
+            f"{CLUSTER_SETTING} = True (or remove redis_cls)",
+        )
+    return wanted

@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from ..cli.context import UsageProblem
+from ..cli.options import add_project_options
+from ..cli.run import run_project_command
+
 if TYPE_CHECKING:
     import argparse
 
@@ -45,13 +49,9 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        from scrapy_bloomdupe.cli import add_project_options
-
         add_project_options(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        from scrapy_bloomdupe.cli import UsageProblem, run_project_command
-
         assert self.settings is not None
         try:
             self.exitcode = run_project_command(self.settings, args, opts)

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
+#: The fence every check-and-add script runs after the op log's replay (see
+#: :mod:`.oplog`): in lock mode a call whose token is no longer in the lock
+#: (``KEYS[3]``) returns -1 having written nothing. A worker paused past the
+#: lock's TTL is rejected instead of trusted.
+FENCE = """\
+if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
+"""
+
 #: First pause when a lock is busy, and the most any one pause lasts (seconds).
 FIRST_PAUSE = 0.0005
 MAX_PAUSE = 0.02

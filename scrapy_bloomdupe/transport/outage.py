@@ -28,7 +28,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from .exceptions import BloomDupeError
+from ..exceptions import BloomDupeError
 
 logger = logging.getLogger(__name__)
 

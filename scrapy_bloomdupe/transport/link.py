@@ -10,10 +10,13 @@ client was configured with), reconnecting between attempts: every batch this
 package sends is safe to send twice.
 
 A cluster client (``redis.cluster.RedisCluster``) has no single connection:
-there :class:`~scrapy_bloomdupe.cluster.ClusterLink` groups the batch by the
+there :class:`~scrapy_bloomdupe.transport.cluster.ClusterLink` groups the batch by the
 master of each command's slot, writes every group before reading any reply, and
 retries through a failover with the cluster client's ``Retry`` (count and
 backoff). Any other client without a connection pool gets redis-py's pipeline.
+
+``wait_replicas`` (``BLOOMDUPE_WAIT_REPLICAS``, passed in by the filter's
+owner) ends each node's commands with ``WAIT``; see :mod:`.wait`.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import MovedError, ResponseError
 
-from .cluster import ClusterLink, LinkCounters, WaitPolicy, is_cluster
-from .cluster import wait_replicas as configured_wait_replicas
+from .cluster import ClusterLink, LinkCounters, is_cluster
+from .diagnose import describe, not_a_cluster_client
+from .wait import WaitPolicy
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -35,14 +39,12 @@ if TYPE_CHECKING:
 class Link:
     """One round trip per :meth:`execute`; error replies come back as exceptions."""
 
-    def __init__(self, client: Redis | RedisCluster, *, wait_replicas: int | None = None,
+    def __init__(self, client: Redis | RedisCluster, *, wait_replicas: int = 0,
                  wait_timeout_ms: int | None = None) -> None:
         self.client = client
         self._pool = getattr(client, "connection_pool", None)
         self._conn: AbstractConnection | None = None
         self._moved = False
-        if wait_replicas is None:
-            wait_replicas = configured_wait_replicas(client)
         self._cluster: ClusterLink | None = None
         if self._pool is None and is_cluster(client):
             self._cluster = ClusterLink(client,  # type: ignore[arg-type]
@@ -77,8 +79,6 @@ class Link:
         if self._moved:
             # A single-node client on a Redis Cluster node: say what to set.
             self._moved = False
-            from .connection import describe, not_a_cluster_client
-
             raise not_a_cluster_client(describe(self.client))
         return replies
 

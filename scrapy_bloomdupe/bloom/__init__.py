@@ -1,0 +1,1 @@
+"""The sharded Bloom filter in Redis, Scrapy-free. Never imports ``frontier``."""

@@ -1,0 +1,429 @@
+"""The sharded Bloom filter in Redis: open or join, check-and-add in batches, growth, clear.
+
+The engine-neutral front. It turns fingerprints into hashes (a per-filter
+random seed, :mod:`scrapy_bloomdupe.hashing`), groups a batch into one script
+call per shard (at most ``MAX_ITEMS_PER_SCRIPT`` items each), gives each call
+an op id so a retry after a lost reply is answered from the op log
+(:mod:`.oplog`), takes the shard locks in the same round trip (:mod:`.lock`),
+answers repeats from this worker's memory (:mod:`scrapy_bloomdupe.localcache`),
+counts, and adds a generation when the newest one is full. What is stored and
+how bits are set is the engine's (:mod:`.lua`); the stored parameters are
+:mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`.
+
+Growth: when the newest generation reaches its capacity, a worker adds a larger
+one under ``keys.growlock`` (shards first, then the count in the metadata). A
+worker that still writes with the old count is refused by the shard's
+generation marker, reloads the metadata and retries, so no item is ever added
+to a generation that is no longer the newest.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import NoScriptError, RedisError
+
+from .. import hashing, keys, sizing
+from ..exceptions import ConfigError, FilterMismatchError
+from ..localcache import LocalCache
+from ..transport.link import Link
+from ..transport.outage import OutageGuard
+from . import meta
+from .info import FilterInfo, GenerationInfo
+from .lock import LockCounters, ShardLocks
+from .lua import LOCK_BUSY, STALE_GENERATION, LuaEngine
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How long a worker may take to add a generation before others may try.
+GROW_LOCK_TTL_MS = 60_000
+#: Most items in one script call: about a millisecond of Redis time (Lua
+#: scripts block every other client of the server while they run).
+MAX_ITEMS_PER_SCRIPT = 256
+
+
+@dataclass
+class _Unit:
+    """One script call of a batch: items of one shard, with the lock token it uses."""
+
+    shard: int
+    token: bytes
+    call: int
+    args: list[Any]
+    indexes: list[int]
+
+
+@dataclass
+class FilterCounters:
+    """What this worker's filter did; lock figures live in ``lock``."""
+
+    checked: int = 0
+    new: int = 0
+    duplicates: int = 0
+    #: Duplicates answered by the local cache, without Redis (in ``duplicates`` too).
+    local_hits: int = 0
+    script_reloads: int = 0
+    stale_generation: int = 0
+    generations_added: int = 0
+    lock: LockCounters = field(default_factory=LockCounters)
+
+
+class BloomFilter:
+    """A sharded, optionally growing Bloom filter in Redis, shared by every worker.
+
+    Build it with :meth:`open`. Not thread-safe: use one instance per thread
+    (Scrapy runs every component on one thread).
+    """
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        key: str,
+        plan: sizing.Sizing,
+        seed: int,
+        created: float,
+        *,
+        growth: bool = False,
+        generations: int = 1,
+        fingerprint: str = "scrapy",
+        use_lock: bool = True,
+        lock_ttl: float = 1.0,
+        lock_wait: float = 1.5,
+        outage: OutageGuard | None = None,
+        local_cache: int = 0,
+        wait_replicas: int = 0,
+    ) -> None:
+        self.client = client
+        #: Waits out Redis outages around each round trip (retrying the very same
+        #: commands, so a reply lost in the outage is answered from the op log).
+        self.outage = outage
+        self.key = key
+        self.sizing = plan
+        self.seed = seed
+        self.created = created
+        self.growth = growth
+        self.fingerprint = fingerprint
+        self.use_lock = use_lock
+        self.counters = FilterCounters()
+        #: Items Redis has answered for (they are in the filter for good); see localcache.
+        self.cache = LocalCache(local_cache)
+        self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
+        self.client_id = secrets.token_hex(6)
+        self._next_op = 1
+        self.engine = LuaEngine(client, key, plan.shards, self.client_id)
+        self._link = Link(client, wait_replicas=wait_replicas)
+        self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
+        self._new_since_grow_check = 0
+        self._set_generations(generations)
+
+    def _set_generations(self, count: int) -> None:
+        self.generations = [sizing.generation(self.sizing, g) for g in range(count)]
+        self.engine.set_generations(self.generations)
+        newest = self.generations[-1]
+        # Each worker looks at the fill every 0.1% of the capacity it adds, so
+        # N workers overfill a generation by about N * 0.1% before it grows.
+        # BITCOUNT scans 1.8 bytes an item, so this costs ~2 KB of scan per item.
+        self._grow_check_every = max(16, newest.capacity // 1000)
+
+    # -- keys ---------------------------------------------------------------
+
+    def shard_key(self, index: int, generation: int = 0) -> str:
+        return keys.bits(self.key, index, generation)
+
+    def lock_key(self, index: int) -> str:
+        return keys.lock(self.key, index)
+
+    # -- creation -----------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        client: Redis | RedisCluster,
+        key: str,
+        plan: sizing.Sizing | None,
+        *,
+        growth: bool = False,
+        fingerprint: str = "scrapy",
+        use_lock: bool = True,
+        lock_ttl: float = 1.0,
+        lock_wait: float = 1.5,
+        local_cache: int = 0,
+        wait_replicas: int = 0,
+    ) -> BloomFilter:
+        """Create the filter at ``key``, or join the one there.
+
+        ``plan`` is the first generation's sizing; with ``growth`` larger
+        generations are added as it fills. With ``plan`` None the stored filter
+        is joined whatever its parameters (for tools); otherwise a stored
+        filter with other parameters raises :class:`FilterMismatchError`.
+        """
+        keys.validate_key(key)
+        if plan is None:
+            stored = meta.read(client, key)
+            if not stored:
+                raise FilterMismatchError(key, {"filter": ("absent", "an existing filter")})
+        else:
+            stored = meta.create_or_join(client, key, plan, growth=growth,
+                                         fingerprint=fingerprint)
+        stored_plan = meta.stored_plan(stored)
+        bloom = cls(
+            client, key, stored_plan, stored["seed"], stored["created"],
+            growth=bool(stored.get("growth", 0)), generations=stored.get("generations", 1),
+            fingerprint=stored.get("fingerprint", "scrapy"),
+            use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait, local_cache=local_cache,
+            wait_replicas=wait_replicas,
+        )
+        for g, generation in enumerate(bloom.generations):
+            bloom.engine.create_shards(g, generation)
+        bloom.engine.load_script()
+        return bloom
+
+    def _reload(self) -> None:
+        """Adopt the generation count stored in Redis (another worker grew the filter)."""
+        count = meta.read(self.client, self.key).get("generations", 1)
+        if count != len(self.generations):
+            logger.info("Bloom filter %s now has %d generations", self.key, count)
+            self._set_generations(count)
+
+    # -- check-and-add ------------------------------------------------------
+
+    def add(self, fingerprint: bytes) -> bool:
+        """Add one item; True when it was new, False when it was seen before."""
+        return self.add_many([fingerprint])[0]
+
+    def add_many(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        """Check-and-add many items in one pipelined round trip (per lock wait).
+
+        Returns, in order, True for each item that was new. An item twice in
+        the batch is new at most once. Each script call carries at most
+        ``MAX_ITEMS_PER_SCRIPT`` items, so no call blocks Redis for long.
+        """
+        if not fingerprints:
+            return []
+        count = len(fingerprints)
+        cache = self.cache
+        remaining: Sequence[int] = range(count)
+        if cache.size:
+            remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
+            self.counters.local_hits += count - len(remaining)
+        seed = self.seed
+        halves = {i: hashing.halves(fingerprints[i], seed) for i in remaining}
+        asked = remaining
+        op = ack = self._next_op
+        self._next_op += count
+        results: list[bool] = [False] * count
+        use_lock = self.use_lock
+        pauses = self.locks.pauses() if use_lock else None
+        while remaining:
+            pending = self._group(halves, remaining, op)
+            refused: list[int] = []
+            while pending:
+                replies = self._round_trip(pending, ack, use_lock)
+                busy = []
+                for unit, reply in zip(pending, replies, strict=True):
+                    if reply == LOCK_BUSY:
+                        busy.append(unit)
+                    elif reply == STALE_GENERATION:
+                        refused.extend(unit.indexes)
+                    else:
+                        for index, flag in zip(unit.indexes, reply, strict=True):
+                            results[index] = flag == 49  # ord("1")
+                pending = busy
+                if pending and pauses is not None and next(pauses, None) is None:
+                    logger.warning(
+                        "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
+                        "without the lock (the check-and-add script is atomic on its own)",
+                        sorted({self._lock_keys[u.shard] for u in pending}), self.locks.wait,
+                    )
+                    use_lock = False
+            if refused:
+                # Another worker added a generation: redo those items with it.
+                self.counters.stale_generation += 1
+                self._guarded(self._reload)
+            remaining = refused
+        cache.update(fingerprints[i] for i in asked)
+        new = sum(results)
+        self.counters.checked += len(results)
+        self.counters.new += new
+        self.counters.duplicates += len(results) - new
+        if self.growth and new:
+            self._new_since_grow_check += new
+            if self._new_since_grow_check >= self._grow_check_every:
+                self._new_since_grow_check = 0
+                try:
+                    self._maybe_grow()
+                except RedisError as e:  # the answers stand; the next check tries again
+                    logger.warning("Could not check whether Bloom filter %s must grow: %s",
+                                   self.key, e)
+        return results
+
+    def _guarded(self, call: Callable[[], T]) -> T:
+        """``call``, waiting out Redis outages when the filter has an outage guard."""
+        return call() if self.outage is None else self.outage.call(call)
+
+    def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
+               first_op: int) -> list[_Unit]:
+        """Script calls for these items under the current generations: per shard,
+        in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
+
+        An item's op id is ``first_op`` plus its index, and a call's id is its
+        first item's: the same on every retry.
+        """
+        shards = self.sizing.shards
+        engine = self.engine
+        open_units: dict[int, _Unit] = {}
+        units: list[_Unit] = []
+        for index in indexes:
+            h1, h2 = halves[index]
+            shard = hashing.shard_of(h1, shards)
+            unit = open_units.get(shard)
+            if unit is None or len(unit.indexes) >= MAX_ITEMS_PER_SCRIPT:
+                token = self.locks.new_token() if self.use_lock else b""
+                unit = open_units[shard] = _Unit(shard, token, first_op + index, [], [])
+                units.append(unit)
+            unit.args.extend(engine.item_args(shard, h1, h2))
+            unit.indexes.append(index)
+        return units
+
+    def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool) -> list[Any]:
+        """One round trip: per unit (the shard lock's SET NX PX and) the script.
+
+        Returns one reply per unit (see the engine's script). Scripts flushed
+        from Redis (a restart) are loaded again and the round trip repeated
+        with the same tokens and op ids: it is idempotent.
+        """
+        ttl_ms = self.locks.ttl_ms
+        engine = self.engine
+        commands: list[tuple[Any, ...]] = []
+        for unit in units:
+            token = unit.token if use_lock else b""
+            if use_lock:
+                commands.append(("SET", self._lock_keys[unit.shard], token, "NX", "PX", ttl_ms))
+            commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
+                                                     unit.args))
+        raw = self._guarded(lambda: self._link.execute(commands))
+        if any(isinstance(r, NoScriptError) for r in raw):
+            self.counters.script_reloads += 1
+            self._guarded(engine.load_script)
+            return self._round_trip(units, ack, use_lock)
+        for r in raw:
+            if isinstance(r, Exception):
+                raise r
+        if not use_lock:
+            return raw
+        counters = self.locks.counters
+        replies = []
+        for got_lock, reply in zip(raw[::2], raw[1::2], strict=True):
+            if got_lock:
+                counters.acquired += 1
+                if reply == LOCK_BUSY:
+                    # Taken by us, then gone before our script ran: it expired.
+                    counters.lost += 1
+            replies.append(reply)
+        return replies
+
+    def add_with_token(self, fingerprint: bytes, token: bytes) -> bool | None:
+        """Fenced check-and-add under a lock already taken with ``token``.
+
+        Returns None, having written nothing, when the lock no longer holds the
+        token (it expired; another worker may hold it now). For tools and tests
+        that take the lock in a separate step; :meth:`add` does both in one.
+        """
+        op = self._next_op
+        self._next_op += 1
+        (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
+        reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args)
+        if reply in (LOCK_BUSY, STALE_GENERATION):
+            self.counters.lock.lost += reply == LOCK_BUSY
+            return None
+        new = bool(reply == b"1")
+        self.counters.checked += 1
+        self.counters.new += new
+        self.counters.duplicates += not new
+        return new
+
+    def lock_key_for(self, fingerprint: bytes) -> str:
+        h1, _ = hashing.halves(fingerprint, self.seed)
+        return self._lock_keys[hashing.shard_of(h1, self.sizing.shards)]
+
+    # -- growth -------------------------------------------------------------
+
+    def _maybe_grow(self) -> None:
+        """Add a generation when the newest one has reached its capacity."""
+        self._reload()
+        newest = len(self.generations) - 1
+        if self.engine.newest_items() < self.generations[newest].capacity:
+            return
+        lock = keys.growlock(self.key)
+        token = self.locks.new_token()
+        if not self.client.set(lock, token, nx=True, px=GROW_LOCK_TTL_MS):
+            return  # another worker is adding it; the generation marker tells us when
+        try:
+            self._reload()
+            if len(self.generations) - 1 != newest:
+                return
+            try:
+                following = sizing.generation(self.sizing, newest + 1)
+            except ConfigError as e:
+                logger.warning("Bloom filter %s is full and cannot grow: %s", self.key, e)
+                return
+            # Shards first, then the count: no worker may use a generation
+            # before all of its shards exist.
+            self.engine.create_shards(newest + 1, following)
+            self.client.hset(keys.meta(self.key), "generations", newest + 2)
+            self._set_generations(newest + 2)
+            self.counters.generations_added += 1
+            logger.warning(
+                "Bloom filter %s reached the capacity of generation %d (%d items); added "
+                "generation %d for %d more at error rate %.2g, %d bytes",
+                self.key, newest, self.generations[newest].capacity, newest + 1,
+                following.capacity, following.error_rate,
+                following.bytes_per_shard * following.shards,
+            )
+        finally:
+            self.locks.release(lock, token)
+
+    # -- reading ------------------------------------------------------------
+
+    def contains(self, fingerprint: bytes) -> bool:
+        """True when every bit of the item is set (it was probably added). Writes nothing."""
+        return self.contains_many([fingerprint])[0]
+
+    def contains_many(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        return self.engine.contains_many([hashing.halves(fp, self.seed) for fp in fingerprints])
+
+    def info(self) -> FilterInfo:
+        """Parameters, and per generation and shard the set bits and memory."""
+        self._reload()
+        generations = [GenerationInfo(g, plan, shards) for g, (plan, shards)
+                       in enumerate(zip(self.generations, self.engine.shard_infos(), strict=True))]
+        return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
+                          generations)
+
+    def clear(self) -> None:
+        """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
+        and the crawl-wide stats (``crawlstats``)."""
+        names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
+                 keys.workers(self.key), *self._lock_keys,
+                 *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),
+                 *self.engine.shard_names()]
+        for i in range(self.sizing.shards):
+            names.extend(self.client.scan_iter(match=keys.op_log_pattern(self.key, i),
+                                               count=1000))
+        for name in dict.fromkeys(names):
+            self.client.delete(name)
+        self.cache.clear()
+
+    def close(self) -> None:
+        """Give the held connection back to the client's pool."""
+        self._link.close()

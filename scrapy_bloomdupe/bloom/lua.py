@@ -1,0 +1,231 @@
+"""The Lua engine: the filter's bits are plain Redis strings, checked and set with BITFIELD.
+
+Each shard's bits are one string per generation (``keys.bits``), created at
+full size so Redis never grows (and never over-allocates) it while bits
+arrive. All k bits of an item are in one shard, so one script call checks
+every generation and sets the item's bits in the newest, reporting whether it
+was new, atomically. The script is the op log's replay (:mod:`.oplog`), the
+lock's fence (:mod:`.lock`), then this engine's body, then the op log's record.
+
+The client computes the offsets (:mod:`scrapy_bloomdupe.hashing`), and one
+``BITFIELD`` sets an item's k bits; every argument is a string (Redis converts
+a Lua number to text first). Redis-side cost, measured
+(``benchmarks/script_cost.py``, k = 10, load average about 1): 8.3 us an item
+in calls of 50 and 19 us for a call of one. Where the rest goes:
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import hashing, keys, sizing
+from ..exceptions import FilterMismatchError
+from . import lock, oplog
+from .info import ShardInfo
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+logger = logging.getLogger(__name__)
+
+#: Script replies besides the per-item flags.
+LOCK_BUSY = -1
+STALE_GENERATION = -2
+
+
+class LuaEngine:
+    """The bits of one filter, every generation, and the script that checks and sets them."""
+
+    # The engine's part of the check-and-add script (see oplog.py for the
+    # shared KEYS[1], KEYS[3] and ARGV[1..4]).
+    # KEYS[2] the shard's generation marker, KEYS[4..3+G] the shard's bits,
+    # oldest generation first.
+    # ARGV[5] G, the generation count, ARGV[6..5+G] k of each generation, then
+    # per item its k bit offsets in each generation, oldest first.
+    # Returns -2 (STALE_GENERATION) when the shard already has more than G
+    # generations, having written nothing; otherwise sets ``reply``, one
+    # character an item: '1' new (now added to the newest generation), '0'
+    # seen before.
+    BODY = """\
+local G = tonumber(ARGV[5])
+local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
+if stored > G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -2
+elseif stored < G then
+  redis.call('SET', KEYS[2], G)
+end
+local ks, width, args = {}, 0, {}
+for g = 1, G do
+  ks[g] = tonumber(ARGV[5 + g])
+  width = width + ks[g]
+end
+local out = {}
+for j = 6 + G, #ARGV, width do
+  local at, found = j, false
+  for g = 1, G - 1 do
+    for i = 0, ks[g] - 1 do
+      args[3 * i + 1], args[3 * i + 2], args[3 * i + 3] = 'GET', 'u1', ARGV[at + i]
+    end
+    at = at + ks[g]
+    found = true
+    for _, bit in ipairs(redis.call('BITFIELD_RO', KEYS[3 + g], unpack(args, 1, 3 * ks[g]))) do
+      if bit == 0 then
+        found = false
+        break
+      end
+    end
+    if found then break end
+  end
+  local new = '0'
+  if not found then
+    at = j + width - ks[G]
+    for i = 0, ks[G] - 1 do
+      args[4 * i + 1], args[4 * i + 2], args[4 * i + 3], args[4 * i + 4] =
+        'SET', 'u1', ARGV[at + i], '1'
+    end
+    for _, bit in ipairs(redis.call('BITFIELD', KEYS[3 + G], unpack(args, 1, 4 * ks[G]))) do
+      if bit == 0 then
+        new = '1'
+        break
+      end
+    end
+  end
+  out[#out + 1] = new
+end
+local reply = table.concat(out)
+"""
+
+    CHECK_ADD_SCRIPT = oplog.REPLAY + lock.FENCE + BODY + oplog.RECORD
+
+    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
+                 client_id: str) -> None:
+        self.client = client
+        self.key = key
+        self.shards = shards
+        self.script = client.register_script(self.CHECK_ADD_SCRIPT)
+        self.sha = self.script.sha
+        indexes = range(shards)
+        self._fixed_keys = [
+            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
+            for i in indexes
+        ]
+        self.generations: list[sizing.Sizing] = []
+        self.bits_keys: list[list[str]] = []
+        self._gen_args: list[Any] = []
+
+    def set_generations(self, generations: list[sizing.Sizing]) -> None:
+        count = len(generations)
+        self.generations = generations
+        self._gen_args = [count, *(plan.hashes for plan in generations)]
+        self.bits_keys = [[keys.bits(self.key, i, g) for g in range(count)]
+                          for i in range(self.shards)]
+
+    # -- check-and-add ------------------------------------------------------
+
+    def item_args(self, shard: int, h1: int, h2: int) -> list[int]:
+        """An item's part of a call: its offsets in every generation, oldest first."""
+        args: list[int] = []
+        for plan in self.generations:
+            m = plan.modulus
+            args.extend(hashing.offsets(
+                hashing.Position(shard, *hashing.coefficients(h1, h2, m)), plan.hashes, m))
+        return args
+
+    def _script_keys(self, shard: int) -> list[str]:
+        return [*self._fixed_keys[shard], *self.bits_keys[shard]]
+
+    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
+                          args: Sequence[Any]) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call, for a round trip."""
+        script_keys = self._script_keys(shard)
+        return ("EVALSHA", self.sha, len(script_keys), *script_keys, token, call, ack,
+                oplog.OP_LOG_TTL_MS, *self._gen_args, *args)
+
+    def check_add(self, shard: int, token: bytes, call: int, ack: int,
+                  args: Sequence[Any]) -> Any:
+        """One call on its own (loading the script if Redis lacks it)."""
+        return self.script(keys=self._script_keys(shard),
+                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args, *args])
+
+    def load_script(self) -> None:
+        self.client.script_load(self.CHECK_ADD_SCRIPT)
+
+    # -- shards -------------------------------------------------------------
+
+    def create_shards(self, generation: int, plan: sizing.Sizing) -> None:
+        """Create generation ``generation``'s missing shards at full size (``SET NX``:
+        never overwrites bits); refuse shards of another size."""
+        names = [keys.bits(self.key, i, generation) for i in range(self.shards)]
+        size = plan.bytes_per_shard
+        lengths = [self.client.strlen(n) for n in names]
+        missing = [n for n, length in zip(names, lengths, strict=True) if not length]
+        if missing:
+            zeros = bytes(size)
+            for name in missing:
+                self.client.set(name, zeros, nx=True)
+            logger.info("Created %d Bloom filter shard(s) of %d bytes for %s generation %d",
+                        len(missing), size, self.key, generation)
+            lengths = [self.client.strlen(n) for n in names]
+        for name, got in zip(names, lengths, strict=True):
+            if got != size:
+                raise FilterMismatchError(self.key, {f"length of {name}": (got, size)})
+
+    def shard_names(self) -> list[str]:
+        """Every key of this engine's shards, for deleting the filter."""
+        names: list[str] = []
+        for i, bits in enumerate(self.bits_keys):
+            names.extend(bits)
+            names.extend(self.client.scan_iter(match=keys.later_bits_pattern(self.key, i),
+                                               count=1000))
+        return names
+
+    # -- reading ------------------------------------------------------------
+
+    def newest_items(self) -> float:
+        """Estimated items in the newest generation (``BITCOUNT`` of its shards)."""
+        g = len(self.generations) - 1
+        plan = self.generations[g]
+        pipe = self.client.pipeline(transaction=False)
+        for bits in self.bits_keys:
+            pipe.bitcount(bits[g])
+        return sum(sizing.estimate_items(plan.modulus, plan.hashes, int(n or 0))
+                   for n in pipe.execute())
+
+    def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
+        """Whether every bit of each item is set in some generation. Writes nothing."""
+        pipe = self.client.pipeline(transaction=False)
+        for h1, h2 in halves:
+            shard = hashing.shard_of(h1, self.shards)
+            for g, plan in enumerate(self.generations):
+                m = plan.modulus
+                pos = hashing.Position(shard, *hashing.coefficients(h1, h2, m))
+                args: list[Any] = []
+                for offset in hashing.offsets(pos, plan.hashes, m):
+                    args.extend(("GET", "u1", offset))
+                pipe.execute_command("BITFIELD_RO", self.bits_keys[shard][g], *args)
+        replies = pipe.execute()
+        count = len(self.generations)
+        return [
+            any(all(bits) for bits in replies[i * count:(i + 1) * count])
+            for i in range(len(halves))
+        ]
+
+    def shard_infos(self) -> list[list[ShardInfo]]:
+        """Per generation, each shard's set bits and memory (``BITCOUNT``: O(shard size),
+        a few milliseconds for 64 MiB)."""
+        pipe = self.client.pipeline(transaction=False)
+        for g in range(len(self.generations)):
+            for bits in self.bits_keys:
+                pipe.bitcount(bits[g])
+                pipe.memory_usage(bits[g], samples=0)
+        raw = iter(pipe.execute())
+        return [
+            [ShardInfo(i, g, bits[g], int(next(raw) or 0), plan.modulus, int(next(raw) or 0))
+             for i, bits in enumerate(self.bits_keys)]
+            for g, plan in enumerate(self.generations)
+        ]

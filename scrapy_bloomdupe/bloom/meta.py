@@ -1,0 +1,119 @@
+"""A filter's stored parameters (``keys.meta``): created once, joined by every other worker.
+
+The hash holds what every worker must share (format version, capacity, error
+rate, shards, bits per shard, hashes, seed, growth, fingerprint mode,
+generations, creation time). The first worker creates it atomically; the
+others read it, and a worker configured otherwise is refused with a
+:class:`~scrapy_bloomdupe.exceptions.FilterMismatchError` naming each
+difference by its setting.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import keys, sizing
+from ..exceptions import FilterMismatchError
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+FORMAT_VERSION = 1
+#: Fields that must agree between the stored filter and a worker, by setting.
+SHARED_FIELDS = {
+    "version": "format version",
+    "capacity": "BLOOMDUPE_CAPACITY",
+    "error_rate": "BLOOMDUPE_ERROR_RATE",
+    "shards": "BLOOMDUPE_SHARDS",
+    "bits_per_shard": "bits per shard",
+    "hashes": "hashes",
+    "growth": "BLOOMDUPE_GROWTH",
+    "fingerprint": "BLOOMDUPE_FINGERPRINT",
+}
+_TEXT_FIELDS = ("fingerprint",)
+#: Fields no other tool's ``*:meta`` hash is likely to have both of.
+_IDENTIFYING_FIELDS = ("bits_per_shard", "seed")
+_FLOAT_FIELDS = ("error_rate", "created")
+
+# KEYS[1] meta hash. ARGV: field, value, ... to store when the hash is absent.
+# Returns the stored hash as a flat field/value list (ours or the one found).
+CREATE_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV))
+end
+return redis.call('HGETALL', KEYS[1])
+"""
+
+
+def is_filter_meta(client: Redis | RedisCluster, name: bytes | str) -> bool:
+    """Whether the hash ``name`` is a filter's metadata (not another tool's ``*:meta``)."""
+    return all(client.hexists(name, field) for field in _IDENTIFYING_FIELDS)
+
+
+def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
+    """The stored fields, decoded ({} when there is no filter at ``key``)."""
+    return decode(client.hgetall(keys.meta(key)))
+
+
+def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, *,
+                   growth: bool, fingerprint: str) -> dict[str, Any]:
+    """Store a new filter's fields (with a fresh random seed) unless one is there;
+    return the stored fields. Raises :class:`FilterMismatchError` when they differ
+    from ours."""
+    ours: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "capacity": plan.capacity,
+        "error_rate": plan.error_rate,
+        "shards": plan.shards,
+        "bits_per_shard": plan.bits_per_shard,
+        "hashes": plan.hashes,
+        "growth": int(growth),
+        "fingerprint": fingerprint,
+    }
+    proposal = {**ours, "error_rate": repr(plan.error_rate), "generations": 1,
+                "seed": secrets.randbits(32), "created": repr(time.time())}
+    flat: list[Any] = [x for kv in proposal.items() for x in kv]
+    reply = client.register_script(CREATE_SCRIPT)(keys=[keys.meta(key)], args=flat)
+    stored = decode(dict(zip(reply[::2], reply[1::2], strict=True)))
+    differences = {
+        SHARED_FIELDS[name]: (_configured(name, stored.get(name), stored),
+                              _configured(name, value, ours))
+        for name, value in ours.items()
+        if stored.get(name) != value
+    }
+    if differences:
+        raise FilterMismatchError(key, differences)
+    return stored
+
+
+def stored_plan(stored: dict[str, Any]) -> sizing.Sizing:
+    """The first generation's sizing, as stored."""
+    return sizing.Sizing(
+        capacity=stored["capacity"],
+        error_rate=stored["error_rate"],
+        shards=stored["shards"],
+        bits_per_shard=stored["bits_per_shard"],
+        hashes=stored["hashes"],
+    )
+
+
+def _configured(name: str, value: Any, fields: dict[str, Any]) -> Any:
+    """A stored field as the user configured it: growth keeps part of the error rate back."""
+    if name == "error_rate" and fields.get("growth") and isinstance(value, float):
+        return float(f"{value / (1 - sizing.TIGHTENING):.12g}")
+    return value
+
+
+def decode(raw: dict[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        if name in _TEXT_FIELDS:
+            out[name] = text
+        else:
+            out[name] = float(text) if name in _FLOAT_FIELDS else int(text)
+    return out

@@ -1,0 +1,63 @@
+"""The op log: what makes a retried check-and-add answer what the first attempt did.
+
+A reply lost after Redis ran a script (timeout, reset connection) would make
+a blind retry answer "seen" for an item the first attempt added, and that URL
+would never be crawled. So each script call carries an id unique to its
+client, and the script records its reply in the client's op log for the shard
+(``keys.op_log``); a retried call is answered from that record, before
+anything else is checked. Each call also says which calls have been answered
+(``ack``: every round trip before this one), and the script forgets those, so
+a log holds one round trip's replies at most (one short string, rewritten with
+one ``SET ... PX``) and expires when a client goes away.
+
+Every engine's check-and-add script is :data:`REPLAY`, then the engine's own
+body, then :data:`RECORD`. The protocol they share:
+
+* ``KEYS[1]`` this client's op log for the shard, ``KEYS[3]`` the shard's lock;
+* ``ARGV[1]`` the lock token (``''`` in atomic mode), ``ARGV[2]`` this call's
+  id, ``ARGV[3]`` the ack, ``ARGV[4]`` the op log's TTL in ms;
+* the body sets the Lua string ``reply`` (one character an item) or returns
+  early having written nothing.
+
+The op log holds ``<ack>|<call>:<reply>|<call>:<reply>|...``: the replies of
+the round trip under way (several calls when a round trip sends more than one
+to the shard). A call with a new ack starts it afresh.
+"""
+
+from __future__ import annotations
+
+#: How long an op log outlives its last write; a retry must come before this.
+OP_LOG_TTL_MS = 3_600_000
+
+#: A call already recorded returns its recorded reply (and frees the lock the
+#: retry took); otherwise ``log`` is what the record is appended to.
+REPLAY = """
+local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
+local log = redis.call('GET', KEYS[1])
+local head = ack .. '|'
+if log and string.sub(log, 1, #head) == head then
+  local tag = '|' .. call .. ':'
+  local at = string.find(log, tag, #head, true)
+  if at then
+    if token ~= '' and redis.call('GET', KEYS[3]) == token then redis.call('DEL', KEYS[3]) end
+    local from = at + #tag
+    return string.sub(log, from, string.find(log, '|', from, true) - 1)
+  end
+else
+  log = head
+end
+"""
+
+#: Records ``reply`` under this call's id, releases the lock, returns ``reply``.
+RECORD = """\
+redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
+if token ~= '' then redis.call('DEL', KEYS[3]) end
+return reply
+"""
+
+
+def parse_op_log(raw: bytes) -> tuple[int, dict[int, bytes]]:
+    """An op log's ack and its recorded replies by call id (for tools and tests)."""
+    ack, *entries, _ = raw.split(b"|")
+    calls = (entry.split(b":") for entry in entries)
+    return int(ack), {int(call): reply for call, reply in calls}

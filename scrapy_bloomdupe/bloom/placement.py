@@ -1,0 +1,60 @@
+"""Where a filter's shards live: their keys, their Redis Cluster slots, their masters.
+
+Every key of shard ``i`` carries the hash tag ``{K:i}`` (see
+:mod:`scrapy_bloomdupe.keys`), so each shard lives in one slot on one master;
+different shards hash to different slots and so spread over the masters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from redis.crc import key_slot
+
+from .. import keys
+from ..transport.cluster import is_cluster
+from ..transport.diagnose import describe
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+    from .filter import BloomFilter
+
+
+def shard_keys(bloom: BloomFilter, index: int) -> list[str]:
+    """The fixed keys of shard ``index``: every generation's bits, lock, generation marker,
+    and this client's op log."""
+    names = [keys.bits(bloom.key, index, g) for g in range(len(bloom.generations))]
+    names.append(keys.lock(bloom.key, index))
+    names.append(keys.generation_marker(bloom.key, index))
+    names.append(keys.op_log(bloom.key, index, bloom.client_id))
+    return names
+
+
+def shard_slots(bloom: BloomFilter) -> list[int]:
+    """The Redis Cluster slot of each shard, in shard order."""
+    return [key_slot(keys.bits(bloom.key, i).encode()) for i in range(bloom.sizing.shards)]
+
+
+def shard_nodes(client: Redis | RedisCluster, bloom: BloomFilter) -> dict[str, list[int]]:
+    """Which master holds which shards: ``{"host:port": [shard index, ...]}``.
+
+    Masters that hold no shard are listed with an empty list, so an uneven
+    spread shows. A single-node client gives one entry with every shard.
+    """
+    shards = range(bloom.sizing.shards)
+    if not is_cluster(client):
+        return {describe(client): list(shards)}
+    cluster: Any = client
+    spread: dict[str, list[int]] = {n.name: [] for n in cluster.get_primaries()}
+    for index, slot in zip(shards, shard_slots(bloom), strict=True):
+        node = cluster.nodes_manager.get_node_from_slot(slot)
+        spread.setdefault(node.name, []).append(index)
+    return {name: spread[name] for name in sorted(spread)}
+
+
+def spread_summary(spread: dict[str, list[int]]) -> str:
+    """One line for logs and the CLI: ``3 masters: 127.0.0.1:7000 [0, 3], ...``."""
+    parts = [f"{name} {indexes}" for name, indexes in spread.items()]
+    return f"{len(spread)} master(s): " + ", ".join(parts)

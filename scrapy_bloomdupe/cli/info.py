@@ -1,0 +1,99 @@
+"""``bloomdupe info``: the filter's parameters, fill per generation and shard, estimated
+items, false-positive rate, memory, and on a cluster which master holds which shard."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..bloom.filter import BloomFilter
+from ..bloom.info import FilterInfo
+from ..bloom.placement import shard_nodes
+from ..transport.cluster import is_cluster
+from .context import EXIT_OK, Context, open_existing
+from .output import count, fields, human_bytes, percent, rate, table, when
+
+#: BLOOMDUPE_FINGERPRINT modes, for people.
+MODE_DESCRIPTIONS = {
+    "scrapy": "Scrapy's request fingerprinter (REQUEST_FINGERPRINTER_CLASS)",
+    "scrapy-redis": "scrapy-redis's sha1 hex fingerprint, as in its dupefilter SET",
+}
+
+
+def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
+              nodes: dict[str, list[int]] | None) -> dict[str, Any]:
+    data = info.as_dict()
+    data.update({
+        "redis": ctx.where,
+        "fingerprint": bloom.fingerprint,
+        "hashes": info.sizing.hashes,
+        "bits_per_shard": info.sizing.bits_per_shard,
+        "generation_count": len(info.generations),
+        "total_bits": info.total_bits,
+        "nodes": nodes,
+    })
+    return data
+
+
+def run(ctx: Context, opts: argparse.Namespace) -> int:
+    bloom = open_existing(ctx)
+    try:
+        info = bloom.info()
+        nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
+    finally:
+        bloom.close()
+    if ctx.json:
+        ctx.emit(info_dict(ctx, bloom, info, nodes))
+        return EXIT_OK
+    first = info.sizing
+    newest = info.generations[-1].sizing
+    growth = "on" if info.growth else "off"
+    if info.growth:
+        growth += f" (each new generation twice the last; newest holds {newest.capacity:,})"
+    lines = [f"Bloom filter {info.key!r} in Redis at {ctx.where}"]
+    lines += fields([
+        ("created", when(info.created)),
+        ("fingerprints", f"{bloom.fingerprint}: {MODE_DESCRIPTIONS.get(bloom.fingerprint, '?')}"),
+        ("capacity", f"{first.capacity:,} at error rate {rate(first.error_rate)} (first "
+                     f"generation); {info.capacity:,} in all"),
+        ("shards", f"{first.shards}, {human_bytes(first.bytes_per_shard)} each in generation 0"),
+        ("hashes", str(first.hashes)),
+        ("growth", growth),
+        ("generations", str(len(info.generations))),
+        ("estimated items", f"{count(info.estimated_items)} "
+                            f"({info.estimated_items / info.capacity:.1%} of capacity)"),
+        ("fill", f"{percent(info.fill_ratio)} of {info.total_bits:,} bits"),
+        ("est. false-positive rate", f"{rate(info.estimated_false_positive_rate)} now"),
+        ("memory", human_bytes(info.memory_bytes)),
+    ])
+    lines += ["", "Generations"]
+    lines += table(
+        ["gen", "capacity", "error rate", "bits/shard", "hashes", "fill", "est. items",
+         "est. FPR", "memory"],
+        [[str(g.index), f"{g.sizing.capacity:,}", rate(g.sizing.error_rate),
+          f"{g.sizing.bits_per_shard:,}", str(g.sizing.hashes), percent(g.fill_ratio),
+          count(g.estimated_items), rate(g.estimated_false_positive_rate),
+          human_bytes(g.memory_bytes)] for g in info.generations],
+    )
+    node_of: dict[int, str] = {}
+    if nodes:
+        for name, indexes in nodes.items():
+            for index in indexes:
+                node_of[index] = name
+    headers = ["shard", *(f"fill g{g.index}" for g in info.generations), "memory"]
+    rows = []
+    for i in range(first.shards):
+        row = [str(i), *(percent(g.shards[i].fill_ratio) for g in info.generations),
+               human_bytes(sum(g.shards[i].memory_bytes for g in info.generations))]
+        if nodes:
+            row.append(node_of.get(i, "?"))
+        rows.append(row)
+    if nodes:
+        headers.append("node")
+    lines += ["", "Shards"]
+    lines += table(headers, rows, left=(0, len(headers) - 1) if nodes else (0,))
+    if nodes:
+        lines += ["", f"Shards over {len(nodes)} master(s)"]
+        lines += fields([(name, f"{len(idx)} shard(s) {idx}") for name, idx in nodes.items()])
+    ctx.print("\n".join(lines))
+    return EXIT_OK

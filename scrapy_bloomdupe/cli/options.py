@@ -1,0 +1,155 @@
+"""The ``bloomdupe`` command line: the console script's parser, and the options
+``scrapy bloomdupe`` adds to Scrapy's own."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .. import __version__, migrate
+from ..settings import DEFAULTS
+from .context import DEFAULT_KEY_TEMPLATE, DEFAULT_REDIS_URL, PROG
+
+
+def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """``--redis-url``, ``--key``/``--spider``, ``--key-template``, ``--cluster``, ``--json``.
+
+    Given to the main parser and to every command's (so they may come before
+    or after the command), with ``SUPPRESS`` defaults so neither overwrites the
+    other; :func:`standalone_defaults` fills them in.
+    """
+    default = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("Redis and filter")
+    group.add_argument("--redis-url", metavar="URL", default=default,
+                       help=f"Redis to use (default: $REDIS_URL, else {DEFAULT_REDIS_URL})")
+    group.add_argument("--cluster", action="store_true", default=default,
+                       help="the URL is a node of a Redis Cluster")
+    group.add_argument("--key", metavar="KEY", default=default,
+                       help="the filter's key (BLOOMDUPE_KEY, resolved)")
+    group.add_argument("--spider", metavar="NAME", default=default,
+                       help="the spider whose filter to use: the key is --key-template "
+                            "with %%(spider)s = NAME")
+    group.add_argument("--key-template", metavar="TEMPLATE", default=default,
+                       help=f"BLOOMDUPE_KEY template for --spider (default "
+                            f"{DEFAULT_KEY_TEMPLATE.replace('%', '%%')!r})")
+    _add_json(parser, default)
+
+
+def _add_json(parser: argparse.ArgumentParser, default: Any = False) -> None:
+    parser.add_argument("--json", action="store_true", default=default,
+                        help="print JSON for scripts instead of tables")
+
+
+def add_check_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("check options")
+    group.add_argument("--method", default="GET",
+                       help="HTTP method of the requests to check (default GET)")
+    group.add_argument("--body", default=None, help="body of the requests to check")
+
+
+def add_clear_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("clear options")
+    group.add_argument("-y", "--yes", action="store_true",
+                       help="delete without asking to type the key")
+
+
+def add_import_options(parser: argparse.ArgumentParser, *, standalone: bool) -> None:
+    group = parser.add_argument_group("import options")
+    source = group.add_mutually_exclusive_group(required=standalone)
+    source.add_argument("--from-set", metavar="KEY",
+                        help="scrapy-redis's dupefilter SET (e.g. 'myspider:dupefilter'); "
+                             "needs a filter with BLOOMDUPE_FINGERPRINT = 'scrapy-redis'")
+    source.add_argument("--from-jobdir", metavar="DIR",
+                        help="a Scrapy JOBDIR (its requests.seen) or the requests.seen file; "
+                             "needs a filter with BLOOMDUPE_FINGERPRINT = 'scrapy'")
+    group.add_argument("--batch-size", type=int, default=migrate.DEFAULT_BATCH_SIZE,
+                       metavar="N", help=f"fingerprints a round trip "
+                                         f"(default {migrate.DEFAULT_BATCH_SIZE})")
+    group.add_argument("--no-progress", dest="progress", action="store_false",
+                       help="no progress bar or progress lines on stderr")
+    if standalone:
+        group.add_argument("--capacity", type=str, metavar="N",
+                           help="BLOOMDUPE_CAPACITY of a new filter (default "
+                                f"{DEFAULTS['BLOOMDUPE_CAPACITY']:_})")
+        group.add_argument("--error-rate", type=str, metavar="P",
+                           help="BLOOMDUPE_ERROR_RATE of a new filter (default "
+                                f"{DEFAULTS['BLOOMDUPE_ERROR_RATE']})")
+        group.add_argument("-s", "--set", dest="settings", action="append", default=[],
+                           metavar="NAME=VALUE",
+                           help="any other BLOOMDUPE_* setting of a new filter, as the "
+                                "crawl will have it (BLOOMDUPE_SHARDS, BLOOMDUPE_GROWTH, "
+                                "BLOOMDUPE_FINGERPRINT, BLOOMDUPE_LOCK, ...); may be repeated")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Look at, check, clear and fill the Redis Bloom filter of a "
+                    "scrapy-bloomdupe crawl. Inside a Scrapy project, `scrapy bloomdupe "
+                    "COMMAND SPIDER` does the same with the project's settings.",
+        epilog="Exit status: 0 done, 1 failed (Redis unreachable, no filter, import refused, "
+               "clear not confirmed), 2 bad usage. `bloomdupe COMMAND -h` for a command's "
+               "options.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_common(parser, suppress=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=text, description=text)
+        _add_common(sub, suppress=True)
+        return sub
+
+    command("info", "the filter's parameters, fill per generation and shard, estimated items, "
+                    "false-positive rate, memory")
+    command("stats", "crawl-wide counters (checked, new, duplicates, hit rate) and each "
+                     "worker's, with when it was last seen")
+    check = command("check", "whether each URL is in the filter (seen) or not (new), "
+                             "without adding it")
+    check.add_argument("urls", nargs="+", metavar="URL")
+    add_check_options(check)
+    clear = command("clear", "delete the filter and its crawl stats (asks to type the key)")
+    add_clear_options(clear)
+    imp = command("import", "add the fingerprints of a scrapy-redis SET or of a JOBDIR's "
+                            "requests.seen to the filter (created if absent)")
+    add_import_options(imp, standalone=True)
+    return parser
+
+
+def standalone_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    values = vars(args)
+    values.setdefault("redis_url", None)
+    values.setdefault("cluster", False)
+    values.setdefault("key", None)
+    values.setdefault("spider", None)
+    values.setdefault("key_template", None)
+    values.setdefault("json", False)
+    values["cluster"] = bool(values["cluster"])
+    values["json"] = bool(values["json"])
+    return args
+
+
+
+#: Options of ``scrapy bloomdupe`` and the commands they apply to.
+PROJECT_OPTIONS: dict[str, tuple[str, Any, tuple[str, ...]]] = {
+    # dest: (option, default, commands)
+    "method": ("--method", "GET", ("check",)),
+    "body": ("--body", None, ("check",)),
+    "yes": ("--yes", False, ("clear",)),
+    "from_set": ("--from-set", None, ("import",)),
+    "from_jobdir": ("--from-jobdir", None, ("import",)),
+    "batch_size": ("--batch-size", migrate.DEFAULT_BATCH_SIZE, ("import",)),
+    "progress": ("--no-progress", True, ("import",)),
+}
+
+
+def add_project_options(parser: argparse.ArgumentParser) -> None:
+    """``scrapy bloomdupe``'s options, added to Scrapy's own (``-s``, ``--loglevel``, ...)."""
+    group = parser.add_argument_group("filter options")
+    group.add_argument("--key", metavar="KEY",
+                       help="the filter's key, instead of BLOOMDUPE_KEY with the spider's name")
+    group.add_argument("--json", action="store_true", default=False,
+                       help="print JSON for scripts instead of tables")
+    add_check_options(parser)
+    add_clear_options(parser)
+    add_import_options(parser, standalone=False)

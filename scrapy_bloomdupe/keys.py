@@ -1,0 +1,107 @@
+"""Every Redis key this package writes, spelled once.
+
+For a filter whose key is ``K`` (``BLOOMDUPE_KEY``), shard ``i`` and
+generation ``g``:
+
+==============================  =====================================================
+``K:meta``                      hash: the parameters every worker must share
+``K:growlock``                  string: held while a generation is added
+``K:stats``, ``K:workers``      hashes: crawl-wide counters, one line per worker
+``{K:i}:bits``, ``{K:i}:bits:g`` strings: shard ``i``'s bits, generation 0 and ``g``
+``{K:i}:lock``                  string: shard ``i``'s lock (lock mode)
+``{K:i}:gen``                   string: generations shard ``i`` has seen in use
+``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
+==============================  =====================================================
+
+and for a request queue ``Q`` (``SCHEDULER_QUEUE_KEY``): ``Q`` (a sorted set),
+``{Q}:push:<client>`` and ``{Q}:pop:<client>`` (a client's push and pop
+records).
+
+The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
+its check-and-add script is single-slot, while different shards land on
+different slots and so spread over the masters. ``{Q}`` keeps a queue's records
+in the queue's slot.
+"""
+
+from __future__ import annotations
+
+from .exceptions import ConfigError
+
+
+def validate_key(key: str) -> None:
+    """Refuse a ``BLOOMDUPE_KEY`` that cannot name a filter."""
+    if not isinstance(key, str) or not key:
+        raise ConfigError("BLOOMDUPE_KEY", key, "must be a non-empty string")
+    if "{" in key or "}" in key:
+        raise ConfigError(
+            "BLOOMDUPE_KEY", key, "must not contain '{' or '}': the filter adds its own hash tags"
+        )
+
+
+# -- a filter -----------------------------------------------------------------------
+
+META_SUFFIX = ":meta"
+
+
+def meta(key: str) -> str:
+    return f"{key}{META_SUFFIX}"
+
+
+def growlock(key: str) -> str:
+    return f"{key}:growlock"
+
+
+def stats(key: str) -> str:
+    return f"{key}:stats"
+
+
+def workers(key: str) -> str:
+    return f"{key}:workers"
+
+
+def _shard(key: str, index: int) -> str:
+    return f"{{{key}:{index}}}"
+
+
+def bits(key: str, index: int, generation: int = 0) -> str:
+    suffix = f":{generation}" if generation else ""
+    return f"{_shard(key, index)}:bits{suffix}"
+
+
+def later_bits_pattern(key: str, index: int) -> str:
+    """``SCAN MATCH`` pattern of shard ``index``'s bits in generations after the first."""
+    return f"{_shard(key, index)}:bits:*"
+
+
+def lock(key: str, index: int) -> str:
+    return f"{_shard(key, index)}:lock"
+
+
+def generation_marker(key: str, index: int) -> str:
+    return f"{_shard(key, index)}:gen"
+
+
+def op_log(key: str, index: int, client: str) -> str:
+    return f"{_shard(key, index)}:ops:{client}"
+
+
+def op_log_pattern(key: str, index: int) -> str:
+    """``SCAN MATCH`` pattern of every client's op log on shard ``index``."""
+    return f"{_shard(key, index)}:ops:*"
+
+
+#: ``SCAN MATCH`` pattern of every op log of every filter.
+ALL_OP_LOGS = "*:ops:*"
+#: ``SCAN MATCH`` pattern of every filter's metadata.
+ALL_METAS = f"*{META_SUFFIX}"
+
+
+# -- a request queue ----------------------------------------------------------------
+
+
+def push_record(queue: str, client: str) -> str:
+    return f"{{{queue}}}:push:{client}"
+
+
+def pop_record(queue: str, client: str) -> str:
+    return f"{{{queue}}}:pop:{client}"

@@ -1,0 +1,312 @@
+"""Redis Cluster transport: one round trip over several masters, and failover retries.
+
+:class:`ClusterLink` is what :class:`~scrapy_bloomdupe.transport.link.Link` uses
+for a ``redis.cluster.RedisCluster`` client. It groups a batch by the master
+that owns each command's slot, writes every group on that master's connection
+before reading any reply (one round trip, masters in parallel), and retries
+through a failover itself, because redis-py's cluster client retries a failed
+command without pausing: while a killed master's replica is being promoted
+(``cluster-node-timeout`` plus an election, a few seconds) its retries are
+spent in milliseconds. :class:`ClusterLink` instead follows the client's
+``Retry`` object (``RedisCluster(retry=...)``): the count and the backoff
+between attempts. Before each new attempt it reloads the slot map, so the
+promoted replica is found as soon as the cluster has elected it.
+
+What is retried: connection errors and timeouts (reconnect to the slot's
+master, whoever it now is), ``CLUSTERDOWN`` (no master for some slots yet),
+``TRYAGAIN``, ``READONLY`` (a stale slot map sent a write to a replica) and a
+slot with no known master; ``MOVED`` is followed at once, ``ASK`` through the
+cluster client. Only the commands without an answer are sent again. Every
+command this package sends is safe to send twice (the check-and-add is
+idempotent by op id), so a command that may have run is simply repeated.
+
+Replication is asynchronous. A check-and-add that a master acknowledged but had
+not yet passed to its replica is lost if that master dies and the replica takes
+over: the URL was reported new once, and will be reported new again (a
+duplicate crawl). With ``wait_replicas`` (``WAIT n timeout`` after each
+master's group of commands, see :mod:`.wait`) a reply is read only once
+``n`` replicas have the write, or the timeout has passed, which closes that
+window for the replica that gets promoted (unless the wait timed out), at the
+cost of one replication round trip per batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.backoff import EqualJitterBackoff
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    ConnectionError,
+    MovedError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+    TimeoutError,
+    TryAgainError,
+)
+from redis.retry import Retry
+
+from .wait import WaitPolicy
+
+if TYPE_CHECKING:
+    from redis.cluster import ClusterNode, RedisCluster
+
+logger = logging.getLogger(__name__)
+
+#: Retries of a cluster client made by :func:`scrapy_bloomdupe.transport.client.build`
+#: (``BLOOMDUPE_REDIS_CLUSTER = True``) unless ``REDIS_PARAMS`` has a ``retry``: pauses of
+#: 0.25-0.5 s after the first few, so 40 retries wait 10-19 s in all. A master's
+#: failover takes ``cluster-node-timeout`` plus about a second of election.
+CLUSTER_RETRIES = 40
+CLUSTER_BACKOFF_CAP = 0.5
+CLUSTER_BACKOFF_BASE = 0.05
+#: How many ``MOVED`` redirections one attempt follows before it counts as failed.
+MAX_REDIRECTS = 5
+
+#: Errors after which the commands without an answer are sent again (after a pause).
+RETRY_ERRORS: tuple[type[Exception], ...] = (
+    ConnectionError,
+    TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    MovedError,
+)
+
+
+def default_retry() -> Retry:
+    """The ``Retry`` this package gives a cluster client: rides out a master's failover."""
+    return Retry(EqualJitterBackoff(cap=CLUSTER_BACKOFF_CAP, base=CLUSTER_BACKOFF_BASE),
+                 CLUSTER_RETRIES)
+
+
+def is_cluster(client: object) -> bool:
+    """True for a ``redis.cluster.RedisCluster`` (or anything that routes by slot like it)."""
+    return hasattr(client, "nodes_manager") and not hasattr(client, "connection_pool")
+
+
+@dataclass
+class LinkCounters:
+    """What a :class:`ClusterLink` had to do besides the plain round trip."""
+
+    round_trips: int = 0
+    #: Attempts that left commands without an answer and were followed by a pause.
+    retries: int = 0
+    #: Slot map reloads (after a failed attempt).
+    refreshes: int = 0
+    #: ``MOVED`` replies followed, and commands sent through the client after ``ASK``.
+    redirects: int = 0
+    asks: int = 0
+    #: The last error that caused a retry, as text.
+    last_error: str = ""
+
+
+class _Attempt(Exception):
+    """Some commands are still without an answer; ``error`` is the first reason."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class ClusterLink:
+    """One round trip per :meth:`execute` on a cluster client; replies as :class:`Link`'s.
+
+    ``wait_replicas`` > 0 appends ``WAIT wait_replicas wait_timeout_ms`` to each
+    master's commands (see the module docstring).
+    """
+
+    def __init__(self, client: RedisCluster, *, wait_replicas: int = 0,
+                 wait_timeout_ms: int | None = None) -> None:
+        # redis-py's cluster and connection internals carry no annotations.
+        self.client: Any = client
+        self.wait = WaitPolicy(wait_replicas, wait_timeout_ms)
+        self.counters = LinkCounters()
+        retry = getattr(client, "retry", None)
+        self._retry = copy.copy(retry) if isinstance(retry, Retry) else default_retry()
+        self._retry.update_supported_errors([_Attempt])
+        self._refresh_due = False
+        self._failed_node: str | None = None
+        self._slots: dict[Any, int] = {}
+
+    # -- routing --------------------------------------------------------------
+
+    def _slot(self, command: Sequence[Any]) -> int:
+        """The slot of the command's first key (every key of one command shares it)."""
+        name = str(command[0]).upper()
+        if name in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO"):
+            if int(command[2]) < 1:
+                raise RedisClusterException(f"{name} without keys cannot be routed")
+            key = command[3]
+        else:
+            key = command[1]
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = key_slot(self.client.encoder.encode(key))
+            if len(self._slots) < 100_000:
+                self._slots[key] = slot
+        return slot
+
+    def _master(self, slot: int) -> ClusterNode:
+        node: ClusterNode = self.client.nodes_manager.get_node_from_slot(slot)
+        return node
+
+    # -- the round trip -------------------------------------------------------
+
+    def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands``; return one reply each, error replies as exceptions.
+
+        Raises the last connection or cluster error once the client's retries
+        are spent.
+        """
+        results: list[Any] = [None] * len(commands)
+        pending: list[int] = list(range(len(commands)))
+
+        def attempt() -> list[Any]:
+            nonlocal pending
+            if self._refresh_due:
+                self._refresh()
+            pending = self._attempt(commands, pending, results)
+            return results
+
+        try:
+            return self._retry.call_with_retry(attempt, self._failed)
+        except _Attempt as e:
+            raise e.error from None
+
+    def _failed(self, error: Exception) -> None:
+        self.counters.retries += 1
+        cause = error.error if isinstance(error, _Attempt) else error
+        self.counters.last_error = f"{type(cause).__name__}: {cause}"
+        self._refresh_due = True
+        logger.debug("Cluster round trip incomplete, will retry: %s", self.counters.last_error)
+
+    def _refresh(self) -> None:
+        """Reload the slot map (who is master of what) from any node that answers."""
+        self._refresh_due = False
+        self.counters.refreshes += 1
+        try:
+            self.client.nodes_manager.initialize(last_failed_node_name=self._failed_node)
+        except (RedisError, RedisClusterException) as e:
+            # No node answered, or the map has holes: the next attempt fails and retries.
+            logger.debug("Cluster slot map reload failed: %s", e)
+        self._failed_node = None
+
+    def _attempt(self, commands: Sequence[tuple[Any, ...]], pending: list[int],
+                 results: list[Any]) -> list[int]:
+        """Send the pending commands; fill ``results``; raise :class:`_Attempt` if any
+        are left without an answer (returning them is never needed: on success none are)."""
+        first_error: Exception | None = None
+        for _ in range(1 + MAX_REDIRECTS):
+            left, error, moved = self._send(commands, pending, results)
+            if error is not None and first_error is None:
+                first_error = error
+            pending = left
+            if not pending or not moved or first_error is not None:
+                break
+            self.counters.redirects += 1
+        if pending:
+            raise _Attempt(first_error or ClusterError(
+                f"MOVED more than {MAX_REDIRECTS} times in one round trip"))
+        return pending
+
+    def _send(self, commands: Sequence[tuple[Any, ...]], pending: list[int],
+              results: list[Any]) -> tuple[list[int], Exception | None, bool]:
+        """One pass: (indexes still without an answer, first retryable error, moved?)."""
+        groups: dict[str, tuple[ClusterNode, list[int]]] = {}
+        left: list[int] = []
+        error: Exception | None = None
+        for i in pending:
+            try:
+                node = self._master(self._slot(commands[i]))
+            except SlotNotCoveredError as e:
+                left.append(i)
+                error = error or e
+                continue
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        sent: list[tuple[ClusterNode, Any, Any, list[int], bool]] = []
+        for node, indexes in groups.values():
+            redis_node = self.client.get_redis_connection(node)
+            batch: list[tuple[Any, ...]] = [commands[i] for i in indexes]
+            wait = self.wait.command(node.name)
+            if wait is not None:
+                batch.append(wait)
+            conn: Any = None
+            try:
+                conn = redis_node.connection_pool.get_connection()
+                conn.send_packed_command(conn.pack_commands(batch))
+            except (ConnectionError, TimeoutError) as e:
+                if conn is not None:
+                    conn.disconnect()
+                    redis_node.connection_pool.release(conn)
+                self._failed_node = node.name
+                left.extend(indexes)
+                error = error or e
+                continue
+            sent.append((node, redis_node, conn, indexes, wait is not None))
+        moved = False
+        asks: list[int] = []
+        self.counters.round_trips += 1
+        for node, redis_node, conn, indexes, waited in sent:
+            read = 0
+            try:
+                for i in indexes:
+                    try:
+                        reply = conn.read_response()
+                    except ResponseError as e:
+                        reply = e
+                    read += 1
+                    if isinstance(reply, MovedError):
+                        self.client.nodes_manager.move_slot(reply)
+                        moved = True
+                        left.append(i)
+                    elif isinstance(reply, AskError):
+                        asks.append(i)
+                    elif isinstance(reply, (ClusterDownError, TryAgainError, ReadOnlyError)):
+                        left.append(i)
+                        error = error or reply
+                    else:
+                        results[i] = reply
+                if waited:
+                    self.wait.answered(node.name, conn.read_response())
+            except (ConnectionError, TimeoutError) as e:
+                # Replies not read: those commands may or may not have run. Send again
+                # (all of them when a WAIT was pending: their writes are unconfirmed).
+                conn.disconnect()
+                self._failed_node = node.name
+                unanswered = indexes if waited else indexes[read:]
+                for i in unanswered:
+                    results[i] = None
+                left.extend(unanswered)
+                error = error or e
+            except ResponseError as e:
+                # Only WAIT can get here (a replica cannot WAIT): keep the replies.
+                logger.debug("WAIT failed on %s: %s", node.name, e)
+            finally:
+                redis_node.connection_pool.release(conn)
+        for i in asks:
+            # A slot being migrated: let the cluster client follow ASK (rare).
+            self.counters.asks += 1
+            try:
+                results[i] = self.client.execute_command(*commands[i])
+            except RETRY_ERRORS as e:
+                left.append(i)
+                error = error or e
+            except RedisError as e:
+                results[i] = e
+        left.sort()
+        return left, error, moved and error is None
+
+    def close(self) -> None:
+        """Nothing is held between round trips."""

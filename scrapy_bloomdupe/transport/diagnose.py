@@ -1,0 +1,205 @@
+"""Looking at a Redis before using it, and saying clearly what is wrong with it.
+
+Where a client points (without credentials), a ping that turns what a user can
+fix into one clear error, the server's mode, a persistence warning, and the
+one error for a cluster client that could not start.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from ..exceptions import BloomDupeError, ConfigError
+from ..settings import CLUSTER_SETTING
+from .cluster import is_cluster
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+logger = logging.getLogger(__name__)
+
+_SECRET_QUERY = {"password"}
+
+
+def redacted(url: str) -> str:
+    """``url`` with any password (``user:password@`` or ``?password=``) replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name.lower() in _SECRET_QUERY for name, _ in pairs):
+        query = urlencode([(n, "***" if n.lower() in _SECRET_QUERY else v) for n, v in pairs],
+                          safe="*")
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
+
+
+def describe(client: Redis | RedisCluster) -> str:
+    """Where ``client`` points, without credentials."""
+    if is_cluster(client):
+        return _describe_cluster(client)
+    kwargs = getattr(client, "connection_pool", None)
+    kw = kwargs.connection_kwargs if kwargs is not None else {}
+    if "path" in kw:
+        return f"unix://{kw['path']}"
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')} db {kw.get('db', 0)}"
+
+
+def _describe_cluster(client: Any) -> str:
+    try:
+        masters = sorted(n.name for n in client.get_primaries())
+    except Exception:  # describing must never fail
+        masters = []
+    if not masters:
+        return "Redis Cluster"
+    shown = ", ".join(masters[:3]) + (", ..." if len(masters) > 3 else "")
+    return f"Redis Cluster ({len(masters)} masters: {shown})"
+
+
+def _find_cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` among ``error``'s causes and contexts."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kind):
+            return e
+        todo.extend((e.__cause__, e.__context__))
+    return None
+
+
+def check(client: Redis | RedisCluster) -> None:
+    """Ping Redis; turn the failures a user can fix into one clear error.
+
+    A single-node client pointed at a Redis Cluster node (it would get
+    ``MOVED`` for most keys) is refused with a :class:`ConfigError` that says to
+    set ``BLOOMDUPE_REDIS_CLUSTER = True``.
+    """
+    where = describe(client)
+    try:
+        client.ping()
+    except redis.AuthenticationError as e:
+        raise BloomDupeError(
+            f"Redis at {where} refused the credentials ({e}). Check the user and password "
+            "in REDIS_URL / BLOOMDUPE_REDIS_URL or REDIS_PARAMS."
+        ) from None
+    except redis.ResponseError as e:
+        # redis-py's NoPermissionError drops the "NOPERM" prefix from the message.
+        if isinstance(e, redis.exceptions.NoPermissionError) or "NOAUTH" in str(e) \
+                or "NOPERM" in str(e):
+            raise BloomDupeError(
+                f"Redis at {where} needs a password or more permissions ({e}). Put the "
+                "credentials in REDIS_URL (redis://user:password@host:port) and grant the ACL "
+                "of docs/security.md."
+            ) from None
+        raise
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise BloomDupeError(
+            f"Cannot reach Redis at {where}: {str(e).rstrip('.')}. Start Redis or point "
+            "REDIS_URL / BLOOMDUPE_REDIS_URL at it."
+        ) from None
+    except RedisClusterException as e:
+        raise BloomDupeError(f"Redis Cluster at {where} cannot be used: {e}") from None
+    if not is_cluster(client) and server_mode(client) == "cluster":
+        raise not_a_cluster_client(where)
+
+
+def not_a_cluster_client(where: str) -> ConfigError:
+    return ConfigError(
+        CLUSTER_SETTING, False,
+        f"Redis at {where} is a Redis Cluster node: a single-node client gets MOVED "
+        f"errors for the keys other masters hold. Set {CLUSTER_SETTING} = True",
+    )
+
+
+def server_mode(client: Redis | RedisCluster) -> str | None:
+    """``"standalone"``, ``"cluster"`` or ``"sentinel"`` as the server says (``HELLO``);
+    None when it does not say (HELLO is exempt from ACLs, but older servers lack it)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return "cluster" if is_cluster(client) else None
+    conn = pool.get_connection()
+    try:
+        meta: Any = conn.handshake_metadata  # set by the RESP3 handshake (HELLO 3)
+        if not meta:
+            # RESP2: HELLO with no version only reports, it switches nothing.
+            conn.send_command("HELLO")
+            meta = conn.read_response()
+    except redis.ResponseError:
+        return None
+    except (redis.ConnectionError, redis.TimeoutError):
+        conn.disconnect()
+        return None
+    finally:
+        pool.release(conn)
+    if isinstance(meta, list):
+        meta = dict(zip(meta[::2], meta[1::2], strict=False))
+    if not isinstance(meta, dict):
+        return None
+    mode = meta.get(b"mode", meta.get("mode"))
+    return mode.decode() if isinstance(mode, bytes) else (str(mode) if mode else None)
+
+
+def cluster_start_error(where: str, e: RedisClusterException) -> BloomDupeError:
+    """The one clear error for a cluster client that could not start."""
+    text = str(e)
+    cause = e.__cause__ or e.__context__
+    detail = str(cause).rstrip(".") if cause is not None else text.rstrip(".")
+    denied = _find_cause(e, redis.exceptions.NoPermissionError)
+    if denied is not None:
+        return BloomDupeError(
+            f"Redis Cluster at {where} refused a command to this user ({denied}); grant the "
+            "ACL of docs/security.md (on a cluster also +cluster|slots +command), on every node"
+        )
+    if "Cluster mode is not enabled" in text or "cluster support disabled" in text:
+        return ConfigError(
+            CLUSTER_SETTING, True,
+            f"Redis at {where} is not a Redis Cluster node (cluster support disabled). "
+            f"Set {CLUSTER_SETTING} = False (and drop a RedisCluster redis_cls from "
+            "REDIS_PARAMS) for a single Redis, or point REDIS_URL / BLOOMDUPE_REDIS_URL at "
+            "a cluster node",
+        )
+    if "db" in text and "cluster mode" in text:
+        return ConfigError("REDIS_URL", where, "the database must be 0 on a Redis Cluster")
+    if "Unix Domain Socket" in text:
+        return ConfigError("REDIS_URL", where, "a Redis Cluster client connects over TCP only")
+    if isinstance(cause, redis.AuthenticationError) or any(
+            mark in text for mark in ("WRONGPASS", "NOAUTH", "invalid password",
+                                      "already authenticated", "Authentication")):
+        return BloomDupeError(
+            f"Redis Cluster at {where} refused the credentials. Check the user and password "
+            "in REDIS_URL / BLOOMDUPE_REDIS_URL or REDIS_PARAMS."
+        )
+    if isinstance(cause, (redis.ConnectionError, redis.TimeoutError)) or "connect" in text:
+        return BloomDupeError(
+            f"Cannot reach Redis Cluster at {where}: {detail}. Start the cluster or "
+            "point REDIS_URL / BLOOMDUPE_REDIS_URL at one of its nodes."
+        )
+    return BloomDupeError(f"Cannot start a Redis Cluster client for {where}: {text}")
+
+
+def warn_if_not_durable(client: Redis | RedisCluster) -> None:
+    """Warn when Redis keeps nothing on disk: a restart would forget every seen URL."""
+    try:
+        config = client.config_get("appendonly") | client.config_get("save")
+    except redis.ResponseError as e:  # CONFIG is often not granted; then say nothing
+        logger.debug("Cannot read Redis persistence settings: %s", e)
+        return
+    if not isinstance(config, dict) or "appendonly" not in config:
+        return  # a cluster client answers per node
+    if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
+        logger.warning(
+            "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "
+            "points): a Redis restart forgets every seen URL and the crawl fetches them all "
+            "again. Turn on AOF (appendonly yes) or RDB snapshots."
+        )

@@ -1,0 +1,92 @@
+"""``WAIT n``: a round trip's writes confirmed on ``n`` replicas before its replies are used.
+
+Replication is asynchronous. A check-and-add that a master acknowledged but had
+not yet passed to its replica is lost if that master dies and the replica takes
+over: the URL was reported new once, and will be reported new again (a
+duplicate crawl). With ``BLOOMDUPE_WAIT_REPLICAS = n`` each round trip ends
+each node's commands with ``WAIT n timeout`` and reads the replies only once
+``n`` replicas have the writes, or the timeout has passed. The count is passed
+to :class:`~scrapy_bloomdupe.transport.link.Link` explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: ``WAIT`` timeout: the longest a round trip waits for replicas (ms).
+WAIT_TIMEOUT_MS = 500
+#: ``WAIT`` timeout for a node whose last ``WAIT`` came back short (ms). Redis
+#: ends a timed-out ``WAIT`` on its server timer, so on an idle server this costs
+#: up to ``1000 / hz`` ms (100 ms at the default ``hz 10``).
+WAIT_DEGRADED_TIMEOUT_MS = 20
+#: After this many short ``WAIT`` replies in a row a node is taken to have no live
+#: replica (e.g. the replica just promoted by a failover, until a new one joins):
+#: it then gets a ``WAIT`` only once per :data:`WAIT_PROBE_INTERVAL` seconds,
+#: instead of costing every round trip the timeout.
+WAIT_DEGRADED_TRIES = 10
+WAIT_PROBE_INTERVAL = 1.0
+
+
+class WaitPolicy:
+    """The ``WAIT replicas timeout`` to append to a node's commands, if any.
+
+    ``WAIT`` returns once ``replicas`` replicas acknowledged every write sent
+    before it on the connection, or after the timeout. A short count means the
+    writes are not (yet) on a replica: a slow replica, or none at all. After a
+    short reply the node gets :data:`WAIT_DEGRADED_TIMEOUT_MS`; after
+    :data:`WAIT_DEGRADED_TRIES` short replies in a row, one ``WAIT`` per
+    :data:`WAIT_PROBE_INTERVAL`; a full reply restores the normal timeout.
+    :attr:`short` counts short replies and :attr:`skipped` round trips sent
+    without ``WAIT`` meanwhile: the writes a failover could have lost.
+    """
+
+    def __init__(self, replicas: int, timeout_ms: int | None = None,
+                 degraded_timeout_ms: int | None = None) -> None:
+        self.replicas = replicas
+        self.timeout_ms = WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+        self.degraded_timeout_ms = (WAIT_DEGRADED_TIMEOUT_MS if degraded_timeout_ms is None
+                                    else degraded_timeout_ms)
+        self.short = 0
+        self.skipped = 0
+        self._shorts: dict[str, int] = {}
+        self._next_probe: dict[str, float] = {}
+        self._warned: set[str] = set()
+
+    def command(self, node: str) -> tuple[Any, ...] | None:
+        """The ``WAIT`` to send after ``node``'s commands, or None."""
+        if not self.replicas:
+            return None
+        shorts = self._shorts.get(node, 0)
+        if not shorts:
+            return ("WAIT", self.replicas, self.timeout_ms)
+        if shorts >= WAIT_DEGRADED_TRIES and time.monotonic() < self._next_probe.get(node, 0.0):
+            self.skipped += 1
+            return None
+        return ("WAIT", self.replicas, self.degraded_timeout_ms)
+
+    def answered(self, node: str, acked: Any) -> None:
+        if not isinstance(acked, int):
+            return
+        if acked >= self.replicas:
+            if self._shorts.pop(node, 0):
+                logger.debug("WAIT %d on %s: replicas acknowledge again", self.replicas,
+                             node or "Redis")
+            return
+        self.short += 1
+        shorts = self._shorts[node] = self._shorts.get(node, 0) + 1
+        if shorts >= WAIT_DEGRADED_TRIES:
+            self._next_probe[node] = time.monotonic() + WAIT_PROBE_INTERVAL
+        if shorts == 1:
+            # Once per node at WARNING (a slow replica can flap), then DEBUG.
+            level = logging.DEBUG if node in self._warned else logging.WARNING
+            self._warned.add(node)
+            logger.log(
+                level,
+                "WAIT %d on %s: %d replica(s) acknowledged within %d ms; until one does, "
+                "a failover there can lose acknowledged check-and-adds (duplicate crawls)",
+                self.replicas, node or "Redis", acked, self.timeout_ms,
+            )
