@@ -133,7 +133,7 @@ class Node:
                 "--cluster-node-timeout", str(self.node_timeout),
                 "--cluster-announce-ip", self.ip, "--dir", str(self.dir),
                 "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
-                "--logfile", str(self.dir / "redis.log"), *self.extra]
+                "--maxmemory", "1gb", "--logfile", str(self.dir / "redis.log"), *self.extra]
         if self.in_ns:
             args = ["ip", "netns", "exec", NS, *args]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL,

@@ -17,6 +17,10 @@ from types import TracebackType
 import redis
 
 
+#: Memory cap of every server started here (``--maxmemory``), unless told otherwise.
+DEFAULT_MAXMEMORY = "1gb"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -28,16 +32,20 @@ class RedisServer:
 
     ``persist`` turns on the append-only file, so :meth:`restart` after
     :meth:`kill` keeps the data. ``extra`` adds ``redis-server`` arguments.
+    ``maxmemory`` caps the server's memory (a runaway test must not grow a
+    Redis until the kernel kills it); ``--maxmemory`` in ``extra`` wins.
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
-                 port: int | None = None, dir: Path | None = None) -> None:
+                 port: int | None = None, dir: Path | None = None,
+                 maxmemory: str = DEFAULT_MAXMEMORY) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not on PATH (Debian: apt-get install redis-server)")
         self.port = port or free_port()
         self.dir = dir or Path(tempfile.mkdtemp(prefix="bloomdupe-redis-"))
         self.persist = persist
         self.extra = list(extra or [])
+        self.maxmemory = maxmemory
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -49,7 +57,9 @@ class RedisServer:
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "",
             "--appendonly", "yes" if self.persist else "no",
-            "--appendfsync", "always", "--protected-mode", "no", *self.extra,
+            "--appendfsync", "always", "--protected-mode", "no",
+            *([] if "--maxmemory" in self.extra else ["--maxmemory", self.maxmemory]),
+            *self.extra,
         ]
 
     def start(self, timeout: float = 10.0) -> RedisServer:

@@ -76,6 +76,7 @@ class ClusterNodeProcess(RedisServer):
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
             # A new replica's first sync starts at once, not after 5 s.
             "--repl-diskless-sync-delay", "0",
+            *([] if "--maxmemory" in self.extra else ["--maxmemory", self.maxmemory]),
             *self.extra,
         ]
 
