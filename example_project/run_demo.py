@@ -98,8 +98,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "them at the end")
     parser.add_argument("--out", type=Path, help="directory for logs, stats and summary.json")
     parser.add_argument("--idle-timeout", type=float, default=3.0,
-                        help="SHARED_QUEUE_IDLE_TIMEOUT: a worker closes after finding no work "
-                             "for this many seconds (3)")
+                        help="BLOOMDUPE_DONE_GRACE: workers close once the shared queue has "
+                             "been empty, with nothing leased, for this many seconds (3)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="give up (and fail) after this many seconds (300)")
     parser.add_argument("--set", dest="settings", action="append", default=[],
@@ -156,13 +156,13 @@ def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
     return Worker(index, process, log, out_file, stats_file, output)
 
 
-def queue_length(client: redis.Redis, key: str) -> int:
-    kind = client.type(key)
-    if kind == b"zset":
-        return int(client.zcard(key))
-    if kind == b"list":
-        return int(client.llen(key))
-    return 0
+def queue_length(client: redis.Redis, keys: Keys) -> int:
+    """Requests waiting in the shared queue (its shards follow the filter's)."""
+    from scrapy_bloomdupe.bloom import meta
+    from scrapy_bloomdupe.frontier import queue
+
+    shards = meta.read(client, keys.bloom).get("shards", 1)
+    return queue.status(client, keys.bloom, shards)[0]
 
 
 def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
@@ -222,7 +222,7 @@ def watch(workers: list[Worker], site: subprocess.Popen[bytes], site_url: str,
             except OSError as e:  # a busy site: say so, try again next second
                 progress = f"(site stats: {e})"
             try:
-                queued: int | str = queue_length(client, keys.queue)
+                queued: int | str = queue_length(client, keys)
             except redis.RedisError:  # Redis away: the workers wait it out, so do we
                 queued = "? (Redis unavailable)"
             line = (f"{now - started:6.1f}s  {progress}  queue {queued}"
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
         except redis.RedisError as e:
             raise DemoError(f"cannot use Redis at {redis_url}: {e}") from None
         print(f"Redis at {redis_url} ({'given' if args.redis_url else 'started for the demo'}); "
-              f"filter key {keys.bloom!r}, queue key {keys.queue!r}")
+              f"filter key {keys.bloom!r}; the shared queue's keys carry its hash tags")
         site, site_url = start_site(args.pages, args.seed, out)
         print(f"Demo site at {site_url}")
         settings = {
@@ -295,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
             "DEMO_SITE_URL": site_url,
             "BLOOMDUPE_KEY": keys.bloom,
             "SCHEDULER_QUEUE_KEY": keys.queue,
-            "SHARED_QUEUE_IDLE_TIMEOUT": str(args.idle_timeout),
+            "BLOOMDUPE_DONE_GRACE": str(args.idle_timeout),
         }
         if 2 * args.pages > SETTINGS_CAPACITY:
             settings["BLOOMDUPE_CAPACITY"] = str(2 * args.pages)
@@ -329,12 +329,12 @@ def run(args: argparse.Namespace) -> int:
             if args.redis_url and workers and args.keep_keys:
                 print(f"Kept the demo's keys: `bloomdupe info --key {keys.bloom}`, "
                       f"`bloomdupe stats --key {keys.bloom}`; `bloomdupe clear --key "
-                      f"{keys.bloom}` and DEL {keys.queue} delete them.")
+                      f"{keys.bloom}` and the {{{keys.bloom}:*}} keys delete them.")
             elif args.redis_url and workers:
                 try:
                     cleanup(client, keys)
                 except redis.RedisError as e:
-                    print(f"Could not delete the demo's keys ({keys.bloom}*, {keys.queue}): {e}",
+                    print(f"Could not delete the demo's keys ({keys.bloom}*): {e}",
                           file=sys.stderr)
             client.close()
         if redis_server is not None:
@@ -351,9 +351,15 @@ def cleanup(client: redis.Redis, keys: Keys) -> None:
     except FilterMismatchError:  # no filter was made (the workers failed at start)
         pass
     else:
+        from scrapy_bloomdupe import keys as names
+
+        for shard in range(bloom.sizing.shards):
+            client.delete(names.queue(keys.bloom, shard), names.leases(keys.bloom, shard),
+                          names.owners(keys.bloom, shard),
+                          *client.scan_iter(match=names.push_record(keys.bloom, shard, "*")))
+        client.delete(names.failed(keys.bloom))
         bloom.clear()
         bloom.close()
-    client.delete(keys.queue)
 
 
 # -- the summary ---------------------------------------------------------------------

@@ -23,6 +23,7 @@ from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint
 from .bloom.filter import BloomFilter
+from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, wait_replicas
 from .transport.diagnose import check, describe, warn_if_not_durable
 from .transport.outage import OutageGuard, RedisUnavailable
@@ -168,6 +169,25 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self._maybe_flush()
         return [not n for n in new]
 
+    def check_and_queue(self, requests: Sequence[Request], queue: PriorityQueue
+                        ) -> list[bool] | None:
+        """Check ``requests`` and queue the new ones into ``queue`` in the same script
+        (see :meth:`BloomFilter.add_many`): no crash can leave a request in the
+        filter and in no queue. Returns, in order, whether each was seen before;
+        None when Redis stayed away (nothing was queued)."""
+        fps = [self.fingerprinter.fingerprint(r) for r in requests]
+        entries = [queue.entry(r) for r in requests]
+        try:
+            new = self.outage.call(lambda: self.bloom.add_many(fps, queue, entries))
+        except RedisUnavailable as e:
+            self.give_up(e)
+            return None
+        except redis.RedisError:
+            self.redis_errors += 1
+            raise
+        self._maybe_flush()
+        return [not n for n in new]
+
     def _guarded(self, check: Callable[[], list[bool]], requests: Sequence[Request]
                  ) -> list[bool]:
         """Run ``check`` (the filter waits outages out); when Redis stays away, never drop.
@@ -310,7 +330,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Delete the filter in Redis (every worker's) and the crawl-wide stats."""
         self.bloom.clear()
 
-    def close(self, reason: str = "") -> None:
+    def close(self, reason: str = "", *, clear: bool | None = None) -> None:
+        """Write the final figures; delete the filter when ``clear`` (by default, when
+        ``SCHEDULER_PERSIST`` is off: the scheduler decides for a shared crawl)."""
+        if clear is None:
+            clear = not self.persist
         try:
             self.update_stats(with_fill=True)
         except redis.RedisError as e:
@@ -329,7 +353,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                  "fill": 100 * get("bloomdupe/fill_ratio", 0.0),
                  "fpr": get("bloomdupe/estimated_false_positive_rate", 0.0)},
             )
-        if not self.persist:
+        if clear:
             try:
                 self.clear()
             except redis.RedisError as e:

@@ -13,14 +13,21 @@ generation ``g``:
 ``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
 ==============================  =====================================================
 
-and for a request queue ``Q`` (``SCHEDULER_QUEUE_KEY``): ``Q`` (a sorted set),
-``{Q}:push:<client>`` and ``{Q}:pop:<client>`` (a client's push and pop
-records).
+and for the crawl's shared request queue (the frontier), sharded like the
+filter:
+
+==============================  =====================================================
+``{K:i}:queue``                 sorted set: requests waiting (score: -priority)
+``{K:i}:leases``                hash: requests taken by a worker, until it is done
+``{K:i}:owners``                sorted set: workers holding leases, by last heartbeat
+``{K:i}:push:<client>``         string: a client's last unfiltered push
+``K:failed``                    stream: requests that failed for good
+==============================  =====================================================
 
 The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
-its check-and-add script is single-slot, while different shards land on
-different slots and so spread over the masters. ``{Q}`` keeps a queue's records
-in the queue's slot.
+its check-and-add script, and the push into the queue that goes with it, is
+single-slot, while different shards land on different slots and so spread over
+the masters.
 """
 
 from __future__ import annotations
@@ -96,12 +103,24 @@ ALL_OP_LOGS = "*:ops:*"
 ALL_METAS = f"*{META_SUFFIX}"
 
 
-# -- a request queue ----------------------------------------------------------------
+# -- the shared request queue ------------------------------------------------------
 
 
-def push_record(queue: str, client: str) -> str:
-    return f"{{{queue}}}:push:{client}"
+def queue(key: str, index: int) -> str:
+    return f"{_shard(key, index)}:queue"
 
 
-def pop_record(queue: str, client: str) -> str:
-    return f"{{{queue}}}:pop:{client}"
+def leases(key: str, index: int) -> str:
+    return f"{_shard(key, index)}:leases"
+
+
+def owners(key: str, index: int) -> str:
+    return f"{_shard(key, index)}:owners"
+
+
+def push_record(key: str, index: int, client: str) -> str:
+    return f"{_shard(key, index)}:push:{client}"
+
+
+def failed(key: str) -> str:
+    return f"{key}:failed"

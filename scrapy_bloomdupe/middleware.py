@@ -6,7 +6,10 @@ reactor thread, each a full Redis round trip. This middleware collects the
 requests a callback produced (in chunks of ``BLOOMDUPE_BATCH_SIZE``), checks
 them all with one pipelined call, drops the duplicates and marks the new ones
 with their fingerprint; the dupefilter then lets a marked request through
-without a second check. The mark holds a fingerprint and is used once, so a
+without a second check. Under this package's scheduler with its leased queue,
+the same call also queues the new ones (one script checks and queues, so no
+crash leaves a request in the filter and in no queue), and the scheduler only
+counts them. The mark holds a fingerprint and is used once, so a
 request changed later (a redirect) or scheduled again is checked as usual.
 
 It sits at order 10, closest to the engine, so it sees a request only after
@@ -25,6 +28,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from . import dupefilter as dupefilter_module
+from . import scheduler as scheduler_module
 from .settings import batch_size
 
 if TYPE_CHECKING:
@@ -74,7 +78,16 @@ class BloomDupeBatchMiddleware:
         requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
         if df is None or not requests:
             return outputs
-        seen = df.requests_seen(requests)
+        scheduler = scheduler_module.for_crawler(self.crawler)
+        if scheduler is not None and scheduler.leased and scheduler.df is df:
+            # Checked and queued in one round trip: the new ones are marked so the
+            # scheduler does not queue them again.
+            seen = scheduler.check_and_queue(requests)
+            for request, was_seen in zip(requests, seen, strict=True):
+                if not was_seen:
+                    request.meta[scheduler_module.QUEUED_META] = True
+        else:
+            seen = df.requests_seen(requests)
         dropped = {id(r) for r, s in zip(requests, seen, strict=True) if s}
         if not dropped:
             return outputs

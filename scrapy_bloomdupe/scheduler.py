@@ -1,28 +1,56 @@
 """``SCHEDULER = "scrapy_bloomdupe.scheduler.Scheduler"``: scrapy-redis's scheduler, deduplicated
-by the Bloom filter.
+by the Bloom filter, with a leased shared queue.
 
 It keeps everything of scrapy-redis's :class:`scrapy_redis.scheduler.Scheduler`
 (the shared request queue and its classes, ``SCHEDULER_PERSIST``,
 ``SCHEDULER_FLUSH_ON_START``, ``SCHEDULER_IDLE_BEFORE_CLOSE``,
-``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_SERIALIZER``) and changes what Scrapy 2.13+
-and a shared crawl need: it is built from the crawler, shares the crawler's one
-Redis client with the dupefilter, counts stats without the deprecated
-``spider=`` argument, and closes the dupefilter so its figures reach the stats.
+``SCHEDULER_SERIALIZER``) and changes what Scrapy and a shared crawl need: it is
+built from the crawler, shares the crawler's one Redis client with the
+dupefilter, counts stats without the deprecated ``spider=`` argument, and
+closes the dupefilter so its figures reach the stats.
+
+With its default queue (:class:`scrapy_bloomdupe.frontier.queue.PriorityQueue`)
+it also makes the crawl lose nothing when a worker dies:
+
+* A request it hands to Scrapy stays leased in Redis until Scrapy is done with
+  it: its callback's output is queued (or it failed for good and the failure
+  middleware recorded it). Done is when the engine lets go of the request
+  (its ``_slot.inprogress``, which Scrapy keeps until the callback's output is
+  scheduled); the ack rides on the next round trip. A heartbeat every few
+  seconds keeps this worker's leases; the leases of a worker that stops
+  heartbeating for ``BLOOMDUPE_LEASE_TIMEOUT`` seconds are put back in the
+  queue by the live ones.
+* A new request is checked against the filter and queued by one script
+  (:meth:`RedisBloomDupeFilter.check_and_queue`), so no crash leaves a request
+  in the filter and in no queue.
+* A worker stays open while the shared queue has requests or any worker holds a
+  lease (its page may still yield more), and closes ("finished") once the
+  queue has been empty with no lease held for ``BLOOMDUPE_DONE_GRACE``
+  seconds. Only such a worker clears the queue and the filter when
+  ``SCHEDULER_PERSIST`` is off; one that leaves early never does.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider
+from scrapy.settings import Settings
+from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
+from .frontier.queue import Lease, PriorityQueue
+from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check
 from .transport.outage import RedisUnavailable
 
@@ -30,6 +58,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request
     from scrapy.spiders import Spider
+    from scrapy.utils.asyncio import AsyncioLoopingCall
+    from twisted.internet.task import LoopingCall
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
@@ -38,6 +68,17 @@ T = TypeVar("T")
 
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
+#: ``request.meta`` key of a request the batch middleware has already queued.
+QUEUED_META = "_bloomdupe_queued"
+#: How often an idle worker looks at the shared queue again (seconds).
+IDLE_POLL = 0.5
+#: Most seconds between two heartbeats (and looks for dead workers' leases).
+MAX_HEARTBEAT = 5.0
+
+
+def for_crawler(crawler: Crawler) -> Scheduler | None:
+    """The crawler's scheduler, once it is open."""
+    return _by_crawler.get(crawler)
 
 
 class Scheduler(RedisScheduler):  # type: ignore[misc]
@@ -45,6 +86,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     crawler: Crawler
     df: Any
+
+    def __init__(self, *args: Any, frontier: FrontierConfig | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.frontier = frontier or FrontierConfig.from_settings(Settings())
+        #: Leases taken and not yet handed to Scrapy, then handed and not yet done.
+        self._buffer: list[Lease] = []
+        self._handed: dict[str, Lease] = {}
+        self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
+        self._wakeup: Any = None
+        self._idle_since: float | None = None
+        self._waiting_for: str | None = None
+        #: True once this worker has seen the crawl done (queue empty, no lease held).
+        self.crawl_done = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -55,7 +110,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             "flush_on_start": settings.getbool("SCHEDULER_FLUSH_ON_START"),
             "idle_before_close": idle,
             "queue_key": settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY,
-            # scrapy-redis's priority queue, popping in a way a Redis Cluster accepts too.
+            # The leased, sharded queue, retry-safe, that a Redis Cluster accepts too.
             "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or QUEUE_CLASS,
             "dupefilter_cls": DUPEFILTER_CLASS,
         }
@@ -70,12 +125,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             serializer = importlib.import_module(serializer)
         if serializer:
             kwargs["serializer"] = serializer
+        kwargs["frontier"] = FrontierConfig.from_settings(settings)
         server = connection.get_client(crawler)
         check(server)  # fail here, before the engine opens anything
         instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats
         return instance
+
+    @property
+    def leased(self) -> bool:
+        """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
+        return isinstance(self.queue, PriorityQueue)
 
     def open(self, spider: Spider) -> None:
         if self.df is None:
@@ -88,12 +149,24 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self.df = dupefilter_cls.from_spider(spider)
         # What scrapy-redis's open() does, without its deprecated spider.log().
         self.spider = spider
+        queue_cls = load_object(self.queue_cls)
+        extra: dict[str, Any] = {}
+        if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue):
+            if isinstance(self.df, RedisBloomDupeFilter):
+                tag, shards = self.df.bloom.key, self.df.bloom.sizing.shards
+            else:
+                tag, shards = BloomDupeConfig.from_settings(self.crawler.settings).key_for(
+                    spider.name), 1
+            extra = {"tag": tag, "shards": shards,
+                     "lease_timeout": self.frontier.lease_timeout,
+                     "wait_replicas": wait_replicas(self.crawler.settings)}
         try:
-            self.queue = load_object(self.queue_cls)(
+            self.queue = queue_cls(
                 server=self.server,
                 spider=spider,
                 key=self.queue_key % {"spider": spider.name},
                 serializer=self.serializer,
+                **extra,
             )
         except TypeError as e:
             raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
@@ -103,21 +176,52 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
+        _by_crawler[self.crawler] = self
+        self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
+        if self.leased:
+            self._guarded(self.queue.heartbeat, None)
+            self._heartbeat = create_looping_call(self._tick)
+            self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3),
+                                  now=False)
 
     def close(self, reason: str) -> None:
         if self.df is None:  # open() failed; nothing to close
             return
-        if not self.persist:
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
+        clear = not self.persist and self.crawl_done
+        if not self.persist and not clear:
+            logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
+                        "done: the shared queue and the filter are kept for the others",
+                        extra={"spider": self.spider})
+        self._settle()
+        if clear:
             self._guarded(self.queue.clear, None)
-        close_queue = getattr(self.queue, "close", None)
-        if close_queue is not None:
-            self._guarded(close_queue, None)
+        else:
+            close_queue = getattr(self.queue, "close", None)
+            if close_queue is not None:
+                self._guarded(close_queue, None)
         if isinstance(self.df, RedisBloomDupeFilter):
-            self.df.close(reason)  # honours SCHEDULER_PERSIST, writes the final stats
-        elif not self.persist:
+            self.df.close(reason, clear=clear)  # writes the final stats
+        elif clear:
             self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting
 
+    # -- queueing -------------------------------------------------------------------
+
     def enqueue_request(self, request: Request) -> bool:
+        if request.meta.pop(QUEUED_META, False):  # checked and queued by the middleware
+            self.stats.inc_value("scheduler/enqueued/redis")
+            return True
+        if not request.dont_filter and self.leased and isinstance(
+                self.df, RedisBloomDupeFilter):
+            (seen,) = self.check_and_queue([request])
+            if seen:
+                self.df.log(request, self.spider)
+            return not seen
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
@@ -127,16 +231,113 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         logger.error("Could not queue %s: Redis is unavailable", request)
         return False
 
+    def check_and_queue(self, requests: list[Request]) -> list[bool]:
+        """Check ``requests`` against the filter and queue the new ones, in one round
+        trip (the leased queue with the Bloom dupefilter only). Returns, in order,
+        whether each was seen before."""
+        seen: list[bool] | None = self.df.check_and_queue(requests, self.queue)
+        if seen is None:  # Redis stayed away (the dupefilter has said so)
+            for request in requests:
+                logger.error("Could not queue %s: Redis is unavailable", request)
+            return [True] * len(requests)
+        self.stats.inc_value("scheduler/enqueued/redis", seen.count(False))
+        return seen
+
     def next_request(self) -> Request | None:
-        request: Request | None = self._guarded(
-            lambda: self.queue.pop(self.idle_before_close), None)
+        if not self.leased:
+            request: Request | None = self._guarded(
+                lambda: self.queue.pop(self.idle_before_close), None)
+        else:
+            self._settle()
+            if not self._buffer:
+                self._buffer = self._guarded(lambda: self.queue.pop_leases(1), [])
+            request = None
+            if self._buffer:
+                lease = self._buffer.pop(0)
+                self._handed[lease.field] = lease
+                request = lease.request
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
         return request
 
     def has_pending_requests(self) -> bool:
+        if self.leased and self._buffer:
+            return True
         # Unknown while Redis is away: say yes, so the spider is not closed as idle.
         return bool(self._guarded(lambda: len(self.queue) > 0, True))
+
+    # -- leases ---------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Ack the leases whose work is done: requests the engine has let go of."""
+        if not self._handed:
+            return
+        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        in_progress = slot.inprogress if slot is not None else ()
+        done = [lease for lease in self._handed.values() if lease.request not in in_progress]
+        for lease in done:
+            del self._handed[lease.field]
+        self.queue.ack(done)
+
+    def _tick(self) -> None:
+        """Heartbeat (with the pending acks), and put dead workers' leases back."""
+        self._settle()
+        self._guarded(self.queue.heartbeat, None)
+        self._reap()
+
+    def _reap(self) -> int:
+        back: int = self._guarded(self.queue.reap, 0)
+        if back:
+            self.stats.inc_value("bloomdupe/requeued", back)
+            logger.warning("Put %d request(s) back in the shared queue: leased by a worker "
+                           "that stopped heartbeating for %ss (BLOOMDUPE_LEASE_TIMEOUT)",
+                           back, self.frontier.lease_timeout, extra={"spider": self.spider})
+        return back
+
+    # -- the end of the crawl -----------------------------------------------------------
+
+    def _spider_idle(self, spider: Spider) -> None:
+        """This worker has nothing to do: stay while the crawl may still make work."""
+        self._settle()
+        if self.leased:
+            self._reap()
+            queued, leased = self._guarded(self.queue.status, (1, 0))
+        else:
+            queued, leased = self._guarded(lambda: len(self.queue), 1), 0
+        if queued or leased:
+            self._idle_since = None
+            waiting = ("the shared queue has requests" if queued else
+                       f"{leased} request(s) are leased by other workers, whose pages may "
+                       "queue more")
+            if waiting != self._waiting_for:
+                self._waiting_for = waiting
+                logger.info("Idle, staying: %s", waiting, extra={"spider": spider})
+            self._wake_later()
+            raise DontCloseSpider
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self.frontier.done_grace:
+            self._wake_later()
+            raise DontCloseSpider
+        self.crawl_done = True
+        logger.info("The crawl is done: the shared queue is empty and no worker holds a "
+                    "lease (for %.1fs, BLOOMDUPE_DONE_GRACE); closing",
+                    now - self._idle_since, extra={"spider": spider})
+
+    def _wake_later(self) -> None:
+        if self._wakeup is None:
+            self._wakeup = call_later(IDLE_POLL, self._wake)
+
+    def _wake(self) -> None:
+        # An idle engine asks its scheduler again only on its 5 s heartbeat. Ask
+        # now, so this worker takes work another worker queued (and spider_idle
+        # comes back, if there is none). Scrapy has no public call for this.
+        self._wakeup = None
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
 
     def _guarded(self, call: Callable[[], T], fallback: T) -> T:
         """Queue calls wait out Redis outages like the dupefilter's checks."""
@@ -147,3 +348,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         except RedisUnavailable as e:
             self.df.give_up(e)
             return fallback
+
+
+_by_crawler: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

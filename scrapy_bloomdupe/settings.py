@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_FINGERPRINT": "scrapy",
     "BLOOMDUPE_OUTAGE_TIMEOUT": 300.0,
     "BLOOMDUPE_ON_OUTAGE": "close",
+    "BLOOMDUPE_LEASE_TIMEOUT": 30.0,
+    "BLOOMDUPE_DONE_GRACE": 3.0,
+    "BLOOMDUPE_FAILED_LIMIT": 100_000,
     "BLOOMDUPE_BATCH": True,
     "BLOOMDUPE_BATCH_SIZE": 1000,
     "BLOOMDUPE_SCHEDULER": True,
@@ -191,6 +194,29 @@ def batch_size(settings: BaseSettings) -> int | None:
     if not parse_bool("BLOOMDUPE_BATCH", _get(settings, "BLOOMDUPE_BATCH")):
         return None
     return parse_int("BLOOMDUPE_BATCH_SIZE", _get(settings, "BLOOMDUPE_BATCH_SIZE"))
+
+
+@dataclass(frozen=True)
+class FrontierConfig:
+    """The shared queue's settings: leases, the end of a crawl, failed requests."""
+
+    #: Seconds without a heartbeat after which a worker's leases go back to the queue.
+    lease_timeout: float
+    #: Seconds the queue must stay empty, with no lease held, before the crawl is done.
+    done_grace: float
+    #: Failed requests kept (the oldest go first).
+    failed_limit: int
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> FrontierConfig:
+        return cls(
+            parse_float("BLOOMDUPE_LEASE_TIMEOUT", _get(settings, "BLOOMDUPE_LEASE_TIMEOUT"),
+                        low=1, high=86_400),
+            parse_float("BLOOMDUPE_DONE_GRACE", _get(settings, "BLOOMDUPE_DONE_GRACE"),
+                        low=0, high=3600),
+            parse_int("BLOOMDUPE_FAILED_LIMIT", _get(settings, "BLOOMDUPE_FAILED_LIMIT"),
+                      minimum=0),
+        )
 
 
 def use_scheduler(settings: BaseSettings) -> bool:

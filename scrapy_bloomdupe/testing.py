@@ -16,7 +16,6 @@ from types import TracebackType
 
 import redis
 
-
 #: Memory cap of every server started here (``--maxmemory``), unless told otherwise.
 DEFAULT_MAXMEMORY = "1gb"
 

@@ -18,8 +18,6 @@ SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10
 # (The add-on sets all four in one line: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)
 EXTENSIONS = {
     "scrapy_bloomdupe.extension.BloomDupeStats": 500,
-    # Keep this worker open while the others may still queue work (see the extension).
-    "demo.extensions.WaitForSharedQueue": 510,
     # Write the final stats as JSON to DEMO_STATS_FILE, for run_demo.py.
     "demo.extensions.StatsToJson": 900,
 }
@@ -28,16 +26,17 @@ EXTENSIONS = {
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
 # Keep the filter and the queue when a worker closes: a worker that runs out of
 # work first must not wipe them under the others. Delete the keys yourself
-# ("site:bloomdupe:meta", the "{site:bloomdupe:*}" keys, "site:requests") to start over.
+# (`bloomdupe clear --key site:bloomdupe`, and the "{site:bloomdupe:*}" keys) to start over.
 SCHEDULER_PERSIST = True
 # Items the filter is sized for at BLOOMDUPE_ERROR_RATE (default 0.001). The
 # demo site has 3,000 pages: room to spare. Memory is fixed by this number.
 BLOOMDUPE_CAPACITY = 10_000
 BLOOMDUPE_LOG_INTERVAL = 5.0  # the extension's log line, every 5 s (default 60)
 
-# A worker closes once it has found no work in the shared queue for this many
-# seconds (demo.extensions.WaitForSharedQueue).
-SHARED_QUEUE_IDLE_TIMEOUT = 3.0
+# Workers stay while the shared queue has requests or any worker holds one
+# (leased); they close once it has been empty, with nothing leased, for this
+# many seconds (default 3).
+BLOOMDUPE_DONE_GRACE = 3.0
 
 # --- the rest ------------------------------------------------------------------
 # The site to crawl; run_demo.py starts one and passes its URL.

@@ -35,7 +35,7 @@ from ..transport.outage import OutageGuard
 from . import meta
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
-from .lua import LOCK_BUSY, STALE_GENERATION, LuaEngine
+from .lua import LOCK_BUSY, STALE_GENERATION, LuaEngine, Sink
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -61,6 +61,7 @@ class _Unit:
     call: int
     args: list[Any]
     indexes: list[int]
+    sink_args: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -201,12 +202,17 @@ class BloomFilter:
         """Add one item; True when it was new, False when it was seen before."""
         return self.add_many([fingerprint])[0]
 
-    def add_many(self, fingerprints: Sequence[bytes]) -> list[bool]:
+    def add_many(self, fingerprints: Sequence[bytes], sink: Sink | None = None,
+                 entries: Sequence[Sequence[Any]] = ()) -> list[bool]:
         """Check-and-add many items in one pipelined round trip (per lock wait).
 
         Returns, in order, True for each item that was new. An item twice in
         the batch is new at most once. Each script call carries at most
         ``MAX_ITEMS_PER_SCRIPT`` items, so no call blocks Redis for long.
+
+        With a ``sink`` (the crawl's queue), the script that finds an item new
+        also hands ``entries[i]`` (its score and serialized request) to the
+        sink, atomically: an item is never added without being queued.
         """
         if not fingerprints:
             return []
@@ -225,10 +231,10 @@ class BloomFilter:
         use_lock = self.use_lock
         pauses = self.locks.pauses() if use_lock else None
         while remaining:
-            pending = self._group(halves, remaining, op)
+            pending = self._group(halves, remaining, op, entries if sink is not None else ())
             refused: list[int] = []
             while pending:
-                replies = self._round_trip(pending, ack, use_lock)
+                replies = self._round_trip(pending, ack, use_lock, sink)
                 busy = []
                 for unit, reply in zip(pending, replies, strict=True):
                     if reply == LOCK_BUSY:
@@ -272,7 +278,7 @@ class BloomFilter:
         return call() if self.outage is None else self.outage.call(call)
 
     def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
-               first_op: int) -> list[_Unit]:
+               first_op: int, entries: Sequence[Sequence[Any]] = ()) -> list[_Unit]:
         """Script calls for these items under the current generations: per shard,
         in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
 
@@ -292,10 +298,13 @@ class BloomFilter:
                 unit = open_units[shard] = _Unit(shard, token, first_op + index, [], [])
                 units.append(unit)
             unit.args.extend(engine.item_args(shard, h1, h2))
+            if entries:
+                unit.sink_args.extend(entries[index])
             unit.indexes.append(index)
         return units
 
-    def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool) -> list[Any]:
+    def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool,
+                    sink: Sink | None = None) -> list[Any]:
         """One round trip: per unit (the shard lock's SET NX PX and) the script.
 
         Returns one reply per unit (see the engine's script). Scripts flushed
@@ -310,12 +319,13 @@ class BloomFilter:
             if use_lock:
                 commands.append(("SET", self._lock_keys[unit.shard], token, "NX", "PX", ttl_ms))
             commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
-                                                     unit.args))
+                                                     unit.args, len(unit.indexes), sink,
+                                                     unit.sink_args))
         raw = self._guarded(lambda: self._link.execute(commands))
         if any(isinstance(r, NoScriptError) for r in raw):
             self.counters.script_reloads += 1
             self._guarded(engine.load_script)
-            return self._round_trip(units, ack, use_lock)
+            return self._round_trip(units, ack, use_lock, sink)
         for r in raw:
             if isinstance(r, Exception):
                 raise r
@@ -342,7 +352,7 @@ class BloomFilter:
         op = self._next_op
         self._next_op += 1
         (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
-        reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args)
+        reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args, 1)
         if reply in (LOCK_BUSY, STALE_GENERATION):
             self.counters.lock.lost += reply == LOCK_BUSY
             return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import hashing, keys, sizing
 from ..exceptions import FilterMismatchError
@@ -29,12 +29,32 @@ from .info import ShardInfo
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
+    from redis.commands.core import Script
 
 logger = logging.getLogger(__name__)
 
 #: Script replies besides the per-item flags.
 LOCK_BUSY = -1
 STALE_GENERATION = -2
+
+
+class Sink(Protocol):
+    """Where a check-and-add also puts the items it found new, in the same script.
+
+    ``SINK_LUA`` runs after the engine's body, with the Lua locals ``out``
+    (``'1'`` for each new item, in order), ``sink_at`` (the index in ``ARGV`` of
+    the first item's sink arguments, :data:`SINK_ARGS` of them an item) and
+    ``sink_key``; ``sink_key(shard)`` names that key for a shard (it must carry
+    the shard's hash tag). The frontier's queue is one.
+    """
+
+    SINK_LUA: str
+
+    def sink_key(self, shard: int) -> str: ...
+
+
+#: Sink arguments per item.
+SINK_ARGS = 2
 
 
 class LuaEngine:
@@ -44,12 +64,14 @@ class LuaEngine:
     # shared KEYS[1], KEYS[3] and ARGV[1..4]).
     # KEYS[2] the shard's generation marker, KEYS[4..3+G] the shard's bits,
     # oldest generation first.
-    # ARGV[5] G, the generation count, ARGV[6..5+G] k of each generation, then
-    # per item its k bit offsets in each generation, oldest first.
+    # ARGV[5] G, the generation count, ARGV[6..5+G] k of each generation,
+    # ARGV[6+G] n, the item count, then per item its k bit offsets in each
+    # generation, oldest first; then, with a sink, its arguments (from
+    # ``sink_at``; the sink's key is KEYS[4+G]).
     # Returns -2 (STALE_GENERATION) when the shard already has more than G
-    # generations, having written nothing; otherwise sets ``reply``, one
-    # character an item: '1' new (now added to the newest generation), '0'
-    # seen before.
+    # generations, having written nothing; otherwise sets ``out`` and
+    # ``reply``, one character an item: '1' new (now added to the newest
+    # generation), '0' seen before.
     BODY = """\
 local G = tonumber(ARGV[5])
 local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
@@ -64,8 +86,11 @@ for g = 1, G do
   ks[g] = tonumber(ARGV[5 + g])
   width = width + ks[g]
 end
+local n = tonumber(ARGV[6 + G])
+local first = 7 + G
+local sink_at, sink_key = first + n * width, KEYS[4 + G]
 local out = {}
-for j = 6 + G, #ARGV, width do
+for j = first, sink_at - 1, width do
   local at, found = j, false
   for g = 1, G - 1 do
     for i = 0, ks[g] - 1 do
@@ -109,6 +134,7 @@ local reply = table.concat(out)
         self.shards = shards
         self.script = client.register_script(self.CHECK_ADD_SCRIPT)
         self.sha = self.script.sha
+        self._sink_scripts: dict[str, Script] = {}
         indexes = range(shards)
         self._fixed_keys = [
             (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
@@ -139,21 +165,36 @@ local reply = table.concat(out)
     def _script_keys(self, shard: int) -> list[str]:
         return [*self._fixed_keys[shard], *self.bits_keys[shard]]
 
+    def _sink_script(self, sink: Sink) -> Script:
+        script = self._sink_scripts.get(sink.SINK_LUA)
+        if script is None:
+            text = oplog.REPLAY + lock.FENCE + self.BODY + sink.SINK_LUA + oplog.RECORD
+            script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
+        return script
+
     def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
-                          args: Sequence[Any]) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call, for a round trip."""
+                          args: Sequence[Any], items: int, sink: Sink | None = None,
+                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
         script_keys = self._script_keys(shard)
-        return ("EVALSHA", self.sha, len(script_keys), *script_keys, token, call, ack,
-                oplog.OP_LOG_TTL_MS, *self._gen_args, *args)
+        sha = self.sha
+        if sink is not None:
+            script_keys.append(sink.sink_key(shard))
+            sha = self._sink_script(sink).sha
+        return ("EVALSHA", sha, len(script_keys), *script_keys, token, call, ack,
+                oplog.OP_LOG_TTL_MS, *self._gen_args, items, *args, *sink_args)
 
     def check_add(self, shard: int, token: bytes, call: int, ack: int,
-                  args: Sequence[Any]) -> Any:
+                  args: Sequence[Any], items: int) -> Any:
         """One call on its own (loading the script if Redis lacks it)."""
         return self.script(keys=self._script_keys(shard),
-                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args, *args])
+                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
+                                 items, *args])
 
     def load_script(self) -> None:
         self.client.script_load(self.CHECK_ADD_SCRIPT)
+        for script in self._sink_scripts.values():
+            self.client.script_load(script.script)
 
     # -- shards -------------------------------------------------------------
 

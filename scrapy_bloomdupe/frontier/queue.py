@@ -1,104 +1,355 @@
-"""The shared request queue: scrapy-redis's priority queue, safe to retry and cluster-ready.
+"""The crawl's shared request queue: leased, sharded like the filter, safe to retry.
 
-Scrapy-free but for scrapy-redis's base class, which (de)serializes requests.
+A worker that takes a request from the queue does not remove it from Redis: it
+moves it into the shard's lease hash under its own name (its *owner* id), and
+deletes it from there (an *ack*) only once the work it started is safe (the
+scheduler decides when: the request's callback output is queued, or the
+request failed for good and was recorded). Each worker marks itself alive in
+every shard's owner set (a heartbeat, Redis's own clock); a worker that has
+not done so for ``lease_timeout`` seconds is dead, and any live worker puts
+its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
+filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
+loses nothing: what it held is fetched again by the others.
+
+Shards: the queue has one sorted set per filter shard, with the filter shard's
+hash tag (see :mod:`scrapy_bloomdupe.keys`), so on Redis Cluster every master
+carries part of the pushes and pops, and a new request is pushed by the very
+script that checks it against the filter (:data:`SINK`, run by the filter's
+engine): a request is never in the filter without being in the queue or a
+lease. Within a shard, requests come out by priority (highest first, then by
+their serialized bytes); across shards, a worker takes from the shards in
+turn, so priorities hold approximately.
+
+The shape (a sorted set and a lease hash, moved by Lua scripts) was measured
+against Streams with a consumer group (``XREADGROUP``/``XACK``/``XAUTOCLAIM``):
+docs/queue_shapes.md. Streams have no priorities.
+
+Every call is safe to repeat after a lost reply: a pop carries this worker's
+pop number and a retry gets the same leases back; an unfiltered push carries a
+push number recorded with it; acks and heartbeats are idempotent.
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from scrapy_redis.queue import PriorityQueue as RedisPriorityQueue
+from redis.exceptions import NoScriptError
+from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys
+from ..transport.link import Link
 
-#: How long the queue's push and pop records outlive their last write; a retry
-#: must come before this.
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy import Request, Spider
+
+#: How long an unfiltered push's record outlives its last write; a retry must come
+#: before this.
 RECORD_TTL_MS = 3_600_000
+#: Default time without a heartbeat after which a worker's leases go back.
+LEASE_TIMEOUT = 30.0
+
+#: The filter engine's check-and-add script runs this after its check (see
+#: ``bloom/lua.py``): each item reported new (``out[j] == '1'``) is queued,
+#: with its score and serialized request taken from ``ARGV[sink_at ..]``, two
+#: values an item, into ``sink_key`` (the shard's queue).
+SINK = """\
+for j = 1, #out do
+  if out[j] == '1' then
+    local at = sink_at + 2 * (j - 1)
+    redis.call('ZADD', sink_key, ARGV[at], ARGV[at + 1])
+  end
+end
+"""
+
+# The server's clock in ms, so that workers' clocks never have to agree.
+_NOW = """\
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+"""
 
 
-class PriorityQueue(RedisPriorityQueue):  # type: ignore[misc]
-    """scrapy-redis's priority queue, with a push and a pop that survive a lost
-    reply, and that work on a Redis Cluster.
+@dataclass(frozen=True)
+class Lease:
+    """A request this worker took: where its lease lives, and the request."""
 
-    scrapy-redis pops with MULTI (ZRANGE, ZREMRANGEBYRANK): if Redis runs it
-    and the reply is lost (a crash, a reset connection), a retry pops the
-    next request and the first is never crawled. And it pushes with a plain
-    ZADD: if that reply is lost and another worker pops the request before
-    the retry, the retry queues it again and it is crawled twice (seen in a
-    real crawl whose Redis was killed: ``tests/faults/test_crawl_outage.py``).
+    shard: int
+    field: str
+    request: Request
 
-    Here each is a script that records its work under this client's push or
-    pop number; a retry carries the same number and is answered from the
-    record instead of doing the work again. A pop's number advances once a
-    pop has come back; a push's advances with every new request, and is
-    kept while the same request is pushed again after a failure (a retry).
-    Both records share the queue's slot (hash tag), so the scripts are
-    single-slot on a cluster, where scrapy-redis's ``multi()`` is refused.
+
+class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
+    """scrapy-redis's priority queue, with leases, shards and retry-safe calls.
+
     ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"``
     (the scheduler's default; ``scrapy_bloomdupe.cluster.PriorityQueue`` is the
-    same class under its old name).
+    same class under its old name). ``tag`` is the filter's key (the shards'
+    hash tags), ``shards`` the filter's shard count; ``key`` (scrapy-redis's
+    ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given.
     """
 
-    # KEYS[1] the queue (a sorted set), KEYS[2] this client's pop record.
-    # ARGV[1] this pop's number, ARGV[2] the record's TTL in ms.
-    # Returns the popped request, or false when the queue is empty; a pop
-    # already run (its number recorded) returns what it popped then.
-    POP_SCRIPT = """
-local prefix = ARGV[1] .. ':'
-local done = redis.call('GET', KEYS[2])
-if done and string.sub(done, 1, #prefix) == prefix then
-  return string.sub(done, #prefix + 1)
+    # KEYS[1] the shard's queue, KEYS[2] this client's push record.
+    # ARGV[1] this push's number, ARGV[2] the record's TTL in ms, then per
+    # request its score and its serialized bytes.
+    # Returns how many it queued, or -1 when this push already ran (a retry).
+    PUSH_SCRIPT = """\
+if redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+for j = 3, #ARGV, 2 do
+  redis.call('ZADD', KEYS[1], ARGV[j], ARGV[j + 1])
 end
-local item = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-if not item then return false end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, 0)
-redis.call('SET', KEYS[2], prefix .. item, 'PX', ARGV[2])
-return item
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return (#ARGV - 2) / 2
 """
 
-    # KEYS[1] the queue, KEYS[2] this client's push record. ARGV[1] this push's
-    # number, ARGV[2] the score, ARGV[3] the request, ARGV[4] the record's TTL
-    # in ms. Returns 1 when it queued the request, 0 when this push already ran.
-    PUSH_SCRIPT = """
-if redis.call('GET', KEYS[2]) == ARGV[1] then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
-return 1
+    # KEYS[1] the shard's queue, KEYS[2] its leases, KEYS[3] its owners.
+    # ARGV[1] this worker (owner id), ARGV[2] its pop number, ARGV[3] how many.
+    # Leases up to ARGV[3] requests, highest priority first, under the fields
+    # "<owner>:<pop number>.<j>", and marks the owner alive. Returns the leased
+    # entries, "<score>|<request>"; a pop already run (a retry) returns the
+    # same ones again.
+    POP_SCRIPT = _NOW + """\
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+local prefix = ARGV[1] .. ':' .. ARGV[2] .. '.'
+local count = tonumber(ARGV[3])
+local out = {}
+local again = redis.call('HGET', KEYS[2], prefix .. '0')
+if again then
+  out[1] = again
+  for j = 1, count - 1 do
+    local entry = redis.call('HGET', KEYS[2], prefix .. j)
+    if not entry then break end
+    out[#out + 1] = entry
+  end
+  return out
+end
+local items = redis.call('ZRANGE', KEYS[1], 0, count - 1, 'WITHSCORES')
+if #items == 0 then return out end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #items / 2 - 1)
+for j = 1, #items, 2 do
+  local entry = items[j + 1] .. '|' .. items[j]
+  redis.call('HSET', KEYS[2], prefix .. ((j - 1) / 2), entry)
+  out[#out + 1] = entry
+end
+return out
 """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        client = secrets.token_hex(6)
-        self._pop_script = self.server.register_script(self.POP_SCRIPT)
-        self._pop_record = keys.pop_record(self.key, client)
+    # KEYS[1] a shard's owners. ARGV[1] this worker. Marks it alive now.
+    HEARTBEAT_SCRIPT = _NOW + """\
+return redis.call('ZADD', KEYS[1], now, ARGV[1])
+"""
+
+    # KEYS[1] the shard's queue, KEYS[2] its leases, KEYS[3] its owners.
+    # ARGV[1] the lease timeout in ms, ARGV[2] an owner whose leases go back
+    # now whatever its heartbeat ('' for none: a worker closing gives back what
+    # it took and did not start).
+    # Puts every lease of a dead owner (no heartbeat for ARGV[1] ms) back in the
+    # queue with its score, and forgets the owner. Returns how many went back.
+    REAP_SCRIPT = _NOW + """\
+local dead = {}
+for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[1]))) do
+  dead[owner] = true
+end
+if ARGV[2] ~= '' then dead[ARGV[2]] = true end
+if next(dead) == nil then return 0 end
+local back = 0
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local field = all[j]
+  if dead[string.sub(field, 1, string.find(field, ':', 1, true) - 1)] then
+    local entry = all[j + 1]
+    local bar = string.find(entry, '|', 1, true)
+    redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+    redis.call('HDEL', KEYS[2], field)
+    back = back + 1
+  end
+end
+for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
+return back
+"""
+
+    def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
+                 serializer: Any = None, *, tag: str | None = None, shards: int = 1,
+                 lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0) -> None:
+        super().__init__(server, spider, key, serializer)
+        self.tag = tag or self.key
+        self.shards = shards
+        self.lease_timeout_ms = max(1, round(lease_timeout * 1000))
+        #: This worker, as its leases name it.
+        self.owner = secrets.token_hex(6)
+        self._link = Link(server, wait_replicas=wait_replicas)
+        self._scripts = {name: server.register_script(text) for name, text in (
+            ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
+            ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT))}
+        shard_range = range(shards)
+        self._queues = [keys.queue(self.tag, i) for i in shard_range]
+        self._leases = [keys.leases(self.tag, i) for i in shard_range]
+        self._owners = [keys.owners(self.tag, i) for i in shard_range]
+        self._push_records = [keys.push_record(self.tag, i, self.owner) for i in shard_range]
         self._pop_number = 1
-        self._push_script = self.server.register_script(self.PUSH_SCRIPT)
-        self._push_record = keys.push_record(self.key, client)
         self._push_number = 0
-        self._unanswered_push: bytes | None = None
+        self._unanswered_push: tuple[int, list[Any]] | None = None
+        self._next_shard = 0
+        self._pop_shard: int | None = None
+        #: Acks not yet sent, per shard (sent with the next round trip).
+        self._acks: dict[int, list[str]] = {}
 
-    def push(self, request: Any) -> None:
-        data = self._encode_request(request)
-        if data != self._unanswered_push:  # a new push, not a retry of the last
+    # -- the filter's side: the sink of its check-and-add ---------------------------
+
+    SINK_LUA = SINK
+
+    def sink_key(self, shard: int) -> str:
+        """The queue of ``shard``, where the filter's script pushes new requests."""
+        return self._queues[shard]
+
+    def entry(self, request: Request) -> tuple[int, bytes]:
+        """What the sink queues for ``request``: its score and its bytes."""
+        return -request.priority, self._encode_request(request)
+
+    # -- pushing and popping ---------------------------------------------------------
+
+    def push(self, request: Request) -> None:
+        """Queue ``request`` without a filter check (``dont_filter``, a requeue)."""
+        self.push_many([request])
+
+    def push_many(self, requests: Sequence[Request]) -> None:
+        """Queue ``requests`` on one shard in one round trip, retry-safe: called again
+        with the same requests after a failure, it reuses the push number, so a push
+        that ran but whose reply was lost is not done twice."""
+        args: list[Any] = []
+        for request in requests:
+            args.extend(self.entry(request))
+        if self._unanswered_push is None or self._unanswered_push[1] != args:
             self._push_number += 1
-            self._unanswered_push = data
-        self._push_script(keys=[self.key, self._push_record],
-                          args=[self._push_number, -request.priority, data, RECORD_TTL_MS])
+            self._next_shard = (self._next_shard + 1) % self.shards
+            self._unanswered_push = (self._next_shard, args)
+        shard = self._unanswered_push[0]
+        commands = [("EVALSHA", self._scripts["push"].sha, 2, self._queues[shard],
+                     self._push_records[shard], self._push_number, RECORD_TTL_MS, *args)]
+        self._execute(commands, ["push"])
         self._unanswered_push = None
 
-    def pop(self, timeout: int = 0) -> Any:
-        item = self._pop_script(keys=[self.key, self._pop_record],
-                                args=[self._pop_number, RECORD_TTL_MS])
-        self._pop_number += 1  # only once the reply is in: a retry replays
-        if item:
-            return self._decode_request(item)
-        return None
+    def pop(self, timeout: int = 0) -> Request | None:
+        """scrapy-redis's pop: one request, leased (the scheduler acks it)."""
+        leases = self.pop_leases(1)
+        return leases[0].request if leases else None
+
+    def pop_leases(self, count: int) -> list[Lease]:
+        """Lease up to ``count`` requests from the next non-empty shard, sending the
+        pending acks in the same round trip."""
+        for _ in range(self.shards):
+            if self._pop_shard is None:  # else a retry: the same shard, the same number
+                self._pop_shard = self._next_shard
+                self._next_shard = (self._next_shard + 1) % self.shards
+            shard = self._pop_shard
+            commands, names = self._ack_commands()
+            commands.append(("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard],
+                             self._leases[shard], self._owners[shard], self.owner,
+                             self._pop_number, count))
+            names.append("pop")
+            entries = self._execute(commands, names)[-1]
+            self._acks.clear()  # sent (and they are idempotent)
+            number = self._pop_number
+            self._pop_number += 1  # only once the reply is in: a retry replays
+            self._pop_shard = None
+            if entries:
+                return [Lease(shard, f"{self.owner}:{number}.{j}",
+                              self._decode_request(entry.split(b"|", 1)[1]))
+                        for j, entry in enumerate(entries)]
+        return []
+
+    # -- leases ----------------------------------------------------------------------
+
+    def ack(self, leases: Iterable[Lease]) -> None:
+        """The work of these leases is safe: forget them (with the next round trip)."""
+        for lease in leases:
+            self._acks.setdefault(lease.shard, []).append(lease.field)
+
+    def heartbeat(self) -> None:
+        """Mark this worker alive in every shard, and send the pending acks."""
+        commands, names = self._ack_commands()
+        for owners in self._owners:
+            commands.append(("EVALSHA", self._scripts["heartbeat"].sha, 1, owners, self.owner))
+            names.append("heartbeat")
+        self._execute(commands, names)
+        self._acks.clear()
+
+    def reap(self, *, release_own: bool = False) -> int:
+        """Put the leases of dead workers back in the queue (with ``release_own``, this
+        worker's own too: what it took and is giving back). Returns how many."""
+        own = self.owner if release_own else ""
+        commands, names = self._ack_commands()
+        for shard in range(self.shards):
+            commands.append(("EVALSHA", self._scripts["reap"].sha, 3, self._queues[shard],
+                             self._leases[shard], self._owners[shard],
+                             self.lease_timeout_ms, own))
+            names.append("reap")
+        replies = self._execute(commands, names)
+        self._acks.clear()
+        return sum(int(r) for r in replies[len(replies) - self.shards:])
+
+    def status(self) -> tuple[int, int]:
+        """(requests waiting, requests leased) over every shard, in one round trip."""
+        commands: list[tuple[Any, ...]] = []
+        for shard in range(self.shards):
+            commands.append(("ZCARD", self._queues[shard]))
+            commands.append(("HLEN", self._leases[shard]))
+        replies = self._execute(commands, [""] * len(commands))
+        return sum(replies[::2]), sum(replies[1::2])
+
+    def __len__(self) -> int:
+        return self.status()[0]
+
+    def _ack_commands(self) -> tuple[list[tuple[Any, ...]], list[str]]:
+        commands: list[tuple[Any, ...]] = [("HDEL", self._leases[shard], *fields)
+                                           for shard, fields in self._acks.items() if fields]
+        return commands, [""] * len(commands)
+
+    def _execute(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
+        """One round trip; scripts flushed from Redis (a restart) are loaded again
+        and the round trip repeated (every command in it is safe to repeat)."""
+        replies = self._link.execute(commands)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            for name in {n for n, r in zip(names, replies, strict=True)
+                         if isinstance(r, NoScriptError)}:
+                self.server.script_load(self._scripts[name].script)
+            replies = self._link.execute(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    # -- ending ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Forget this client's records (no push or pop is under way at close)."""
-        self.server.delete(self._pop_record, self._push_record)
+        """Give back what this worker took and did not hand out; forget its records.
+
+        The scheduler acks every request whose work is done before this."""
+        self.reap(release_own=True)
+        for shard in range(self.shards):
+            self.server.zrem(self._owners[shard], self.owner)
+            self.server.delete(self._push_records[shard])
+        self._link.close()
 
     def clear(self) -> None:
-        super().clear()
-        self.close()
+        """Delete the whole queue: waiting requests, leases, owners, push records."""
+        for shard in range(self.shards):
+            names = [self._queues[shard], self._leases[shard], self._owners[shard]]
+            names.extend(self.server.scan_iter(
+                match=keys.push_record(self.tag, shard, "*"), count=1000))
+            for name in names:
+                self.server.delete(name)
+
+
+def status(client: Redis | RedisCluster, tag: str, shards: int) -> tuple[int, int]:
+    """(requests waiting, requests leased) of the queue whose shards are tagged ``tag``
+    (the filter's key), for tools."""
+    pipe = client.pipeline(transaction=False)
+    for shard in range(shards):
+        pipe.zcard(keys.queue(tag, shard))
+        pipe.hlen(keys.leases(tag, shard))
+    replies = pipe.execute()
+    return sum(replies[::2]), sum(replies[1::2])
