@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 
 class BloomDupeAddon:
-    """Sets the scheduler, the dupefilter, the batch middleware and the stats extension.
+    """Sets the scheduler, the dupefilter, the batch middleware, the failed-request
+    middleware and the stats extension.
 
     Values are set at "addon" priority, so a project's own ``settings.py``
     still wins. With ``BLOOMDUPE_SCHEDULER = False`` Scrapy's own scheduler is
@@ -25,3 +26,4 @@ class BloomDupeAddon:
             settings.set("SCHEDULER", "scrapy_bloomdupe.scheduler.Scheduler", "addon")
         settings["EXTENSIONS"]["scrapy_bloomdupe.extension.BloomDupeStats"] = 500
         settings["SPIDER_MIDDLEWARES"]["scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"] = 10
+        settings["DOWNLOADER_MIDDLEWARES"]["scrapy_bloomdupe.failures.FailedRequestMiddleware"] = 50

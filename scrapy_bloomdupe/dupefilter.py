@@ -176,9 +176,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         filter and in no queue. Returns, in order, whether each was seen before;
         None when Redis stayed away (nothing was queued)."""
         fps = [self.fingerprinter.fingerprint(r) for r in requests]
-        entries = [queue.entry(r) for r in requests]
         try:
-            new = self.outage.call(lambda: self.bloom.add_many(fps, queue, entries))
+            new = self.outage.call(lambda: self.bloom.add_many(
+                fps, queue, lambda i: queue.entry(requests[i])))
         except RedisUnavailable as e:
             self.give_up(e)
             return None

@@ -21,7 +21,7 @@ filter:
 ``{K:i}:leases``                hash: requests taken by a worker, until it is done
 ``{K:i}:owners``                sorted set: workers holding leases, by last heartbeat
 ``{K:i}:push:<client>``         string: a client's last unfiltered push
-``K:failed``                    stream: requests that failed for good
+``{K:0}:failed``                 stream: requests that failed for good
 ==============================  =====================================================
 
 The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
@@ -123,4 +123,5 @@ def push_record(key: str, index: int, client: str) -> str:
 
 
 def failed(key: str) -> str:
-    return f"{key}:failed"
+    """In shard 0's slot: a requeue moves a record into shard 0's queue in one script."""
+    return f"{_shard(key, 0)}:failed"

@@ -49,6 +49,7 @@ from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
+from .frontier import failed
 from .frontier.queue import Lease, PriorityQueue
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check
@@ -100,6 +101,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._waiting_for: str | None = None
         #: True once this worker has seen the crawl done (queue empty, no lease held).
         self.crawl_done = False
+        self._failed_logged = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -265,6 +267,23 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return True
         # Unknown while Redis is away: say yes, so the spider is not closed as idle.
         return bool(self._guarded(lambda: len(self.queue) > 0, True))
+
+    def record_failed(self, request: Request, reason: str) -> None:
+        """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
+        if not self.leased:
+            return
+        meta = {k: v for k, v in request.meta.items() if k not in ("retry_times", QUEUED_META)}
+        score, payload = self.queue.entry(request.replace(meta=meta))
+        self._guarded(lambda: failed.record(
+            self.server, self.queue.tag, url=request.url, method=request.method,
+            reason=reason, score=score, request=payload, limit=self.frontier.failed_limit),
+            None)
+        self.stats.inc_value("bloomdupe/failed")
+        level = logging.DEBUG if self._failed_logged else logging.WARNING
+        self._failed_logged = True
+        logger.log(level, "Failed for good, recorded in Redis: %s (%s); `bloomdupe failed` "
+                   "lists such requests and --requeue fetches them again", request, reason,
+                   extra={"spider": self.spider})
 
     # -- leases ---------------------------------------------------------------------
 

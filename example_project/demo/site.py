@@ -7,13 +7,17 @@ links are written many ways that Scrapy's request fingerprint treats as one
 URL: query parameters in either order, with or without a ``#fragment``,
 relative or absolute. A page also links to the same target more than once. So
 most links a spider finds are duplicates; only a shared dupefilter keeps a
-multi-worker crawl at one fetch a page. 2% of the pages answer after 0.2 s.
+multi-worker crawl at one fetch a page. 2% of the pages answer after 0.2 s;
+``--delay S`` makes every page answer after S seconds (a slower site, so that
+workers hold requests in flight), ``--failing N`` makes N pages (every
+``pages // N``-th, page 0 excepted) always answer 500.
 
 The server counts fetches per page (by page id, whatever the spelling of the
 URL) and serves them as JSON at ``GET /__stats``::
 
     {"pages": 3000, "fetches": [1, 1, 0, ...], "total_fetches": ...,
-     "first_fetch": <unix time>, "last_fetch": <unix time>, "not_found": 0}
+     "first_fetch": <unix time>, "last_fetch": <unix time>, "not_found": 0,
+     "failing": [ids of the pages that answer 500]}
 """
 
 from __future__ import annotations
@@ -124,8 +128,11 @@ class DemoSite(ThreadingHTTPServer):
     request_queue_size = 256  # many workers connect at once
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, pages: int = DEFAULT_PAGES,
-                 seed: int = DEFAULT_SEED) -> None:
+                 seed: int = DEFAULT_SEED, *, delay: float = 0.0, failing: int = 0) -> None:
         super().__init__((host, port), _Handler)
+        self.delay = delay
+        step = max(1, pages // failing) if failing else 0
+        self.failing = set(range(step, pages, step)[:failing]) if failing else set()
         self.graph = SiteGraph(pages, seed)
         self.base = f"http://{host}:{self.server_address[1]}"
         self.bodies = [self.graph.render(p, self.base) for p in range(pages)]
@@ -156,6 +163,7 @@ class DemoSite(ThreadingHTTPServer):
                 "first_fetch": self.first_fetch,
                 "last_fetch": self.last_fetch,
                 "not_found": self.not_found,
+                "failing": sorted(self.failing),
             }
 
 
@@ -181,6 +189,11 @@ class _Handler(BaseHTTPRequestHandler):
         site.count(page)
         if page in site.graph.slow:
             time.sleep(SLOW_SECONDS)
+        if site.delay:
+            time.sleep(site.delay)
+        if page in site.failing:
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"failing on purpose\n", "text/plain")
+            return
         self._send(HTTPStatus.OK, site.bodies[page], "text/html; charset=utf-8")
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
@@ -200,8 +213,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--pages", type=int, default=DEFAULT_PAGES)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--delay", type=float, default=0.0,
+                        help="seconds every page takes to answer (0)")
+    parser.add_argument("--failing", type=int, default=0,
+                        help="pages that always answer 500 (0)")
     args = parser.parse_args(argv)
-    site = DemoSite(args.host, args.port, args.pages, args.seed)
+    site = DemoSite(args.host, args.port, args.pages, args.seed, delay=args.delay,
+                    failing=args.failing)
     # run_demo.py reads this first line to learn the port.
     print(f"Demo site with {args.pages} pages at {site.url}", flush=True)
     try:

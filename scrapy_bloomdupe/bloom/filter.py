@@ -203,7 +203,7 @@ class BloomFilter:
         return self.add_many([fingerprint])[0]
 
     def add_many(self, fingerprints: Sequence[bytes], sink: Sink | None = None,
-                 entries: Sequence[Sequence[Any]] = ()) -> list[bool]:
+                 entry: Callable[[int], Sequence[Any]] | None = None) -> list[bool]:
         """Check-and-add many items in one pipelined round trip (per lock wait).
 
         Returns, in order, True for each item that was new. An item twice in
@@ -211,8 +211,10 @@ class BloomFilter:
         ``MAX_ITEMS_PER_SCRIPT`` items, so no call blocks Redis for long.
 
         With a ``sink`` (the crawl's queue), the script that finds an item new
-        also hands ``entries[i]`` (its score and serialized request) to the
+        also hands ``entry(i)`` (its score and serialized request) to the
         sink, atomically: an item is never added without being queued.
+        ``entry`` is called only for the items sent to Redis (not for those the
+        local cache answers).
         """
         if not fingerprints:
             return []
@@ -231,7 +233,7 @@ class BloomFilter:
         use_lock = self.use_lock
         pauses = self.locks.pauses() if use_lock else None
         while remaining:
-            pending = self._group(halves, remaining, op, entries if sink is not None else ())
+            pending = self._group(halves, remaining, op, entry if sink is not None else None)
             refused: list[int] = []
             while pending:
                 replies = self._round_trip(pending, ack, use_lock, sink)
@@ -278,7 +280,8 @@ class BloomFilter:
         return call() if self.outage is None else self.outage.call(call)
 
     def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
-               first_op: int, entries: Sequence[Sequence[Any]] = ()) -> list[_Unit]:
+               first_op: int, entry: Callable[[int], Sequence[Any]] | None = None
+               ) -> list[_Unit]:
         """Script calls for these items under the current generations: per shard,
         in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
 
@@ -298,8 +301,8 @@ class BloomFilter:
                 unit = open_units[shard] = _Unit(shard, token, first_op + index, [], [])
                 units.append(unit)
             unit.args.extend(engine.item_args(shard, h1, h2))
-            if entries:
-                unit.sink_args.extend(entries[index])
+            if entry is not None:
+                unit.sink_args.extend(entry(index))
             unit.indexes.append(index)
         return units
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 PROG = "bloomdupe"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_KEY_TEMPLATE = str(DEFAULTS["BLOOMDUPE_KEY"])
-COMMANDS = ("info", "stats", "check", "clear", "import")
+COMMANDS = ("info", "stats", "check", "clear", "failed", "import")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -53,6 +53,15 @@ def add_clear_options(parser: argparse.ArgumentParser) -> None:
                        help="delete without asking to type the key")
 
 
+def add_failed_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("failed options")
+    group.add_argument("--requeue", action="store_true",
+                       help="put the failed requests back in the crawl's queue, past the "
+                            "filter, and forget them: the next run fetches them again")
+    group.add_argument("--limit", type=int, default=None, metavar="N",
+                       help="list at most N (the oldest first)")
+
+
 def add_import_options(parser: argparse.ArgumentParser, *, standalone: bool) -> None:
     group = parser.add_argument_group("import options")
     source = group.add_mutually_exclusive_group(required=standalone)
@@ -110,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_options(check)
     clear = command("clear", "delete the filter and its crawl stats (asks to type the key)")
     add_clear_options(clear)
+    failed = command("failed", "requests that failed for good (after retries, or an HTTP "
+                               "error status), kept in Redis; --requeue fetches them again")
+    add_failed_options(failed)
     imp = command("import", "add the fingerprints of a scrapy-redis SET or of a JOBDIR's "
                             "requests.seen to the filter (created if absent)")
     add_import_options(imp, standalone=True)
@@ -136,6 +148,8 @@ PROJECT_OPTIONS: dict[str, tuple[str, Any, tuple[str, ...]]] = {
     "method": ("--method", "GET", ("check",)),
     "body": ("--body", None, ("check",)),
     "yes": ("--yes", False, ("clear",)),
+    "requeue": ("--requeue", False, ("failed",)),
+    "limit": ("--limit", None, ("failed",)),
     "from_set": ("--from-set", None, ("import",)),
     "from_jobdir": ("--from-jobdir", None, ("import",)),
     "batch_size": ("--batch-size", migrate.DEFAULT_BATCH_SIZE, ("import",)),
@@ -152,4 +166,5 @@ def add_project_options(parser: argparse.ArgumentParser) -> None:
                        help="print JSON for scripts instead of tables")
     add_check_options(parser)
     add_clear_options(parser)
+    add_failed_options(parser)
     add_import_options(parser, standalone=False)

@@ -15,7 +15,7 @@ from scrapy.settings import Settings
 
 from ..exceptions import BloomDupeError
 from ..transport import diagnose
-from . import check, clear, import_, info, stats
+from . import check, clear, failed, import_, info, stats
 from .context import (
     COMMANDS,
     EXIT_FAILED,
@@ -34,6 +34,7 @@ HANDLERS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "stats": stats.run,
     "check": check.run,
     "clear": clear.run,
+    "failed": failed.run,
     "import": import_.run,
 }
 

@@ -30,7 +30,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "info|stats|check|clear|import SPIDER [URL ...] [options]"
+        return "info|stats|check|clear|failed|import SPIDER [URL ...] [options]"
 
     def short_desc(self) -> str:
         return "Inspect, check, clear or import into a spider's scrapy-bloomdupe filter"
@@ -40,7 +40,8 @@ class Command(ScrapyCommand):
             "info: the filter's parameters, fill, estimated items and false-positive rate, "
             "memory. stats: crawl-wide and per-worker counters. check SPIDER URL...: seen or "
             "new, adding nothing. clear: delete the filter (asks to type its key unless "
-            "--yes). import --from-set KEY | --from-jobdir DIR: add a scrapy-redis SET's or "
+            "--yes). failed: requests that failed for good; --requeue fetches them again. "
+            "import --from-set KEY | --from-jobdir DIR: add a scrapy-redis SET's or "
             "a JOBDIR's fingerprints (a new filter is made from the project's BLOOMDUPE_* "
             "settings). The key is BLOOMDUPE_KEY with the spider's name; Redis and the "
             "fingerprinter are the project's. --json for scripts. Exit status 0 done, 1 "

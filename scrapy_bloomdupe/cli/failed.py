@@ -1,0 +1,41 @@
+"""``bloomdupe failed``: the requests of a crawl that failed for good (after their
+retries, or with an HTTP error status), and ``--requeue`` to fetch them again."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..frontier import failed
+from .context import EXIT_OK, Context, UsageProblem
+from .output import fields, table, when
+
+
+def run(ctx: Context, opts: argparse.Namespace) -> int:
+    if opts.limit is not None and opts.limit < 1:
+        raise UsageProblem("--limit must be at least 1")
+    total = failed.count(ctx.client, ctx.key)
+    records = failed.read(ctx.client, ctx.key, None if opts.requeue else opts.limit)
+    moved = 0
+    if opts.requeue and records:
+        moved = failed.requeue(ctx.client, ctx.key, [r.id for r in records])
+    if ctx.json:
+        ctx.emit({"key": ctx.key, "redis": ctx.where, "total": total,
+                  "failed": [r.as_dict() for r in records],
+                  **({"requeued": moved} if opts.requeue else {})})
+        return EXIT_OK
+    lines = [f"Requests of {ctx.key!r} that failed for good, in Redis at {ctx.where}"]
+    lines += fields([("recorded", f"{total:,}"
+                      + (f" (showing the oldest {len(records):,})" if len(records) < total
+                         else ""))])
+    if records:
+        lines += [""]
+        lines += table(["time", "method", "url", "reason"],
+                       [[when(r.time), r.method, r.url, r.reason] for r in records],
+                       left=(0, 1, 2, 3))
+    if opts.requeue:
+        lines += ["", f"Put {moved:,} request(s) back in the crawl's queue, past the filter: "
+                      "the next run (or a running one) fetches them again."]
+    elif records:
+        lines += ["", "`--requeue` puts them back in the crawl's queue, past the filter."]
+    ctx.print("\n".join(lines))
+    return EXIT_OK

@@ -1,0 +1,74 @@
+"""Requests that fail for good are recorded in Redis, not lost.
+
+``DOWNLOADER_MIDDLEWARES = {"scrapy_bloomdupe.failures.FailedRequestMiddleware": 50}``
+(the add-on does it). At order 50 it sees a download's outcome after every
+built-in downloader middleware, RetryMiddleware (550) and RedirectMiddleware
+(600) included: an exception that reaches it has used up its retries, and a
+response that reaches it is final. It records (see
+:mod:`scrapy_bloomdupe.frontier.failed`):
+
+* an exception, unless it is an ``IgnoreRequest`` (a request dropped on
+  purpose: robots.txt, offsite);
+* a response that Scrapy's HttpErrorMiddleware will drop (a status the spider
+  does not handle), when that middleware is enabled; its own rules decide.
+
+Recording happens before the request's lease is acked (the scheduler acks
+once the engine lets go of the request), so a worker killed in between loses
+nothing: the request is fetched again. Counted as ``bloomdupe/failed``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import IgnoreRequest
+from scrapy.spidermiddlewares.httperror import HttpError, HttpErrorMiddleware
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.misc import load_object
+
+from . import scheduler as scheduler_module
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+
+class FailedRequestMiddleware:
+    def __init__(self, crawler: Crawler, http_errors: HttpErrorMiddleware | None) -> None:
+        self.crawler = crawler
+        #: Scrapy's own judge of which responses are dropped (None: it is disabled).
+        self.http_errors = http_errors
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        enabled = [load_object(c) for c in
+                   build_component_list(crawler.settings.getwithbase("SPIDER_MIDDLEWARES"))]
+        http_errors = None
+        if any(isinstance(c, type) and issubclass(c, HttpErrorMiddleware) for c in enabled):
+            http_errors = HttpErrorMiddleware.from_crawler(crawler)
+        return cls(crawler, http_errors)
+
+    def process_response(self, request: Request, response: Response,
+                         spider: Spider | None = None) -> Response:
+        if self.http_errors is not None and not 200 <= response.status < 300:
+            if response.request is None:
+                response.request = request  # as the engine sets it next
+            try:
+                self.http_errors.process_spider_input(response, self.crawler.spider)
+            except HttpError:
+                self._record(request, f"HTTP {response.status}")
+        return response
+
+    def process_exception(self, request: Request, exception: Exception,
+                          spider: Spider | None = None) -> Any:
+        if not isinstance(exception, IgnoreRequest):
+            self._record(request, f"{type(exception).__name__}: {exception}".rstrip(": "))
+        return None
+
+    def _record(self, request: Request, reason: str) -> None:
+        # Under another scheduler (Scrapy's own) there is no shared queue to record into.
+        scheduler = scheduler_module.for_crawler(self.crawler)
+        if scheduler is not None:
+            scheduler.record_failed(request, reason)

@@ -1,0 +1,99 @@
+"""Requests that failed for good, kept in a Redis stream instead of lost.
+
+A request whose download failed after RetryMiddleware's retries (a timeout, a
+DNS error, a refused connection), or whose response HttpErrorMiddleware drops
+(a 500 after the retries, a 404), has been accepted by the filter: no later
+run would fetch it. So it is recorded here, with its URL, method, reason and
+the serialized request (as the queue holds it), in the stream
+``keys.failed(K)``, capped at a number of records (``XADD MAXLEN ~``, the
+oldest go first). ``bloomdupe failed`` lists them; ``--requeue`` puts them
+back in the queue, past the filter, so the next run (or the running one)
+fetches them again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import keys
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+# KEYS[1] the failed stream, KEYS[2] shard 0's queue. ARGV: stream ids.
+# Moves each record's request back into the queue (with its score) and deletes
+# the record, atomically. Returns how many it moved.
+REQUEUE_SCRIPT = """\
+local moved = 0
+for _, id in ipairs(ARGV) do
+  local found = redis.call('XRANGE', KEYS[1], id, id)[1]
+  if found then
+    local fields, score, request = found[2], nil, nil
+    for j = 1, #fields, 2 do
+      if fields[j] == 'score' then score = fields[j + 1] end
+      if fields[j] == 'request' then request = fields[j + 1] end
+    end
+    redis.call('ZADD', KEYS[2], score, request)
+    redis.call('XDEL', KEYS[1], id)
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
+
+@dataclass(frozen=True)
+class FailedRequest:
+    """One record: when (the stream id's milliseconds), what and why."""
+
+    id: str
+    time: float
+    url: str
+    method: str
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "time": self.time, "url": self.url, "method": self.method,
+                "reason": self.reason}
+
+
+def record(client: Redis | RedisCluster, tag: str, *, url: str, method: str, reason: str,
+           score: int, request: bytes, limit: int) -> None:
+    """Keep one failed request (at most about ``limit`` records in all)."""
+    client.xadd(keys.failed(tag), {"url": url, "method": method, "reason": reason,
+                                   "score": score, "request": request},
+                maxlen=limit, approximate=True)
+
+
+def read(client: Redis | RedisCluster, tag: str, count: int | None = None
+         ) -> list[FailedRequest]:
+    """The records, oldest first (at most ``count``)."""
+    out = []
+    records: Any = client.xrange(keys.failed(tag), count=count)
+    for raw_id, fields in records:
+        text = {_text(k): v for k, v in fields.items()}
+        ident = _text(raw_id)
+        out.append(FailedRequest(ident, int(ident.split("-")[0]) / 1000,
+                                 _text(text.get("url", b"")), _text(text.get("method", b"")),
+                                 _text(text.get("reason", b""))))
+    return out
+
+
+def count(client: Redis | RedisCluster, tag: str) -> int:
+    return int(client.xlen(keys.failed(tag)))
+
+
+def requeue(client: Redis | RedisCluster, tag: str, ids: list[str], batch: int = 500) -> int:
+    """Put these records' requests back in the queue, past the filter; delete them."""
+    script = client.register_script(REQUEUE_SCRIPT)
+    moved = 0
+    for start in range(0, len(ids), batch):
+        moved += int(script(keys=[keys.failed(tag), keys.queue(tag, 0)],
+                            args=ids[start:start + batch]))
+    return moved
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
