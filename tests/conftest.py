@@ -4,8 +4,13 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from helpers import cluster_client
+from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_cluster import LocalCluster
+
+# -- a single Redis -----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +48,30 @@ def durable_redis(redis_url: str) -> Iterator[str]:
     finally:
         client.config_set("save", before)
         client.close()
+
+
+# -- a Redis Cluster ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """3 masters + 3 replicas on free loopback ports (``cluster-node-timeout`` 2000 ms, AOF
+    on), for the whole session. Tests that kill a master start a cluster of their own."""
+    with LocalCluster(masters=3, replicas=1, node_timeout_ms=2000) as servers:
+        yield servers
+
+
+@pytest.fixture
+def cluster_url(local_cluster: LocalCluster) -> str:
+    """The session cluster's URL, every master emptied and every script cache flushed."""
+    local_cluster.wait_ok()
+    local_cluster.flushall()
+    return local_cluster.url
+
+
+@pytest.fixture
+def rc(cluster_url: str) -> Iterator[RedisCluster]:
+    """A cluster client on the session cluster, built from Scrapy settings."""
+    client = cluster_client(cluster_url)
+    yield client
+    client.close()

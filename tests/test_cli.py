@@ -22,20 +22,19 @@ from unittest import mock
 
 import pytest
 import redis
+from helpers import EXAMPLE_PROJECT as PROJECT
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.settings import Settings
 from scrapy.utils.job import job_dir
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_bloomdupe import cli, crawlstats, sizing
-from scrapy_bloomdupe.filter import BloomFilter
+from scrapy_bloomdupe import cli, crawlstats, keys, sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.fingerprint import ScrapyRedisFingerprinter
 from scrapy_bloomdupe.migrate import JobdirSource, SetSource
 from scrapy_bloomdupe.testing import RedisServer, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ROOT / "example_project"
 SITE = "http://shop.example"
 URLS = [f"{SITE}/item?id={i}&cat={i % 3}" for i in range(30)]
 
@@ -249,9 +248,9 @@ def test_stats_table_and_json(redis_url: str, client: redis.Redis) -> None:
     crawlstats.CrawlStats(client, key, "host-b:202").flush(
         {"checked": 60, "new": 20, "duplicates": 40})
     # host-b last wrote its line 12 s ago.
-    line = json.loads(client.hget(crawlstats.workers_key(key), "host-b:202") or "{}")
+    line = json.loads(client.hget(keys.workers(key), "host-b:202") or "{}")
     line["last_seen"] = time.time() - 12
-    client.hset(crawlstats.workers_key(key), "host-b:202", json.dumps(line))
+    client.hset(keys.workers(key), "host-b:202", json.dumps(line))
 
     result = run_cli("stats", "--spider", "shop", redis_url=redis_url, process=True)
     clean(result)

@@ -1,4 +1,4 @@
-"""The Scrapy components, built from a crawler as Scrapy builds them."""
+"""The dupefilter, built from a crawler as Scrapy builds it, against a real Redis."""
 
 from __future__ import annotations
 
@@ -7,26 +7,13 @@ from typing import Any
 
 import pytest
 import redis
-from scrapy import Request, Spider
+from helpers import crawler_for
+from scrapy import Request
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler
 from scrapy.utils.misc import build_from_crawler
-from scrapy.utils.test import get_crawler
 
-from scrapy_bloomdupe.addon import BloomDupeAddon
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter, for_crawler
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError, FilterMismatchError
-from scrapy_bloomdupe.scheduler import Scheduler
-
-
-class DemoSpider(Spider):
-    name = "demo"
-
-
-def crawler_for(redis_url: str, **settings: Any):  # type: ignore[no-untyped-def]
-    base = {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000}
-    crawler = get_crawler(DemoSpider, {**base, **settings})
-    crawler.spider = crawler._create_spider()
-    return crawler
 
 
 def test_dupefilter_from_crawler(redis_url: str) -> None:
@@ -178,66 +165,6 @@ def test_works_under_scrapys_own_scheduler(redis_url: str) -> None:
     scheduler.close("finished")
 
 
-def test_scheduler_shares_one_client_with_the_dupefilter(redis_url: str) -> None:
-    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    assert isinstance(scheduler.df, RedisBloomDupeFilter)
-    assert scheduler.df.bloom.client is scheduler.server
-    assert scheduler.enqueue_request(Request("http://a.example/1"))
-    assert not scheduler.enqueue_request(Request("http://a.example/1"))
-    assert scheduler.has_pending_requests()
-    request = scheduler.next_request()
-    assert request is not None and request.url == "http://a.example/1"
-    assert crawler.stats.get_value("scheduler/enqueued/redis") == 1
-    assert crawler.stats.get_value("scheduler/dequeued/redis") == 1
-    assert crawler.stats.get_value("dupefilter/filtered") == 1
-    scheduler.close("finished")
-
-
-def test_scheduler_keeps_a_dupefilter_the_user_chose(redis_url: str) -> None:
-    crawler = crawler_for(redis_url, DUPEFILTER_CLASS="scrapy.dupefilters.BaseDupeFilter")
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    assert type(scheduler.df).__name__ == "BaseDupeFilter"
-
-
-def test_scheduler_keeps_scrapy_redis_set_when_persisting(redis_url: str,
-                                                         client: redis.Redis) -> None:
-    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True,
-                          DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter")
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    scheduler.enqueue_request(Request("http://a.example/1"))
-    scheduler.close("finished")
-    assert client.exists("demo:dupefilter")
-
-
-def test_scheduler_without_persist_clears_queue_and_filter(redis_url: str,
-                                                          client: redis.Redis) -> None:
-    crawler = crawler_for(redis_url)
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    scheduler.enqueue_request(Request("http://a.example/1"))
-    scheduler.enqueue_request(Request("http://a.example/2"))
-    scheduler.close("finished")
-    assert client.keys("*") == []
-
-
-def test_addon_sets_components() -> None:
-    crawler = get_crawler(DemoSpider, {"ADDONS": {BloomDupeAddon: 100}})
-    settings = crawler.settings
-    assert settings["DUPEFILTER_CLASS"].endswith("RedisBloomDupeFilter")
-    assert settings["SCHEDULER"] == "scrapy_bloomdupe.scheduler.Scheduler"
-    assert "scrapy_bloomdupe.extension.BloomDupeStats" in settings.getdict("EXTENSIONS")
-
-
-def test_addon_can_keep_scrapys_scheduler() -> None:
-    crawler = get_crawler(DemoSpider, {"ADDONS": {BloomDupeAddon: 100},
-                                       "BLOOMDUPE_SCHEDULER": False})
-    assert crawler.settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
-
-
 @pytest.mark.parametrize("mode", ["scrapy", "scrapy-redis"])
 def test_odd_requests_are_deduplicated(redis_url: str, mode: str) -> None:
     df = build_from_crawler(RedisBloomDupeFilter,
@@ -276,20 +203,3 @@ def test_scrapy_redis_mode_stores_scrapy_redis_fingerprints(redis_url: str) -> N
     assert not df.bloom.contains(member)
     df.request_seen(request)
     assert df.bloom.contains(member)
-
-
-def test_queue_pop_is_replayed_when_its_reply_was_lost(redis_url: str) -> None:
-    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    for i in range(3):
-        scheduler.enqueue_request(Request(f"http://a.example/{i}"))
-    queue = scheduler.queue
-    first = queue.pop()
-    # A retry after a lost reply carries the same pop number (it advances only
-    # once a reply is in): it gets the same request, and pops nothing more.
-    queue._pop_number -= 1
-    again = queue.pop()
-    assert again.url == first.url
-    assert len(queue) == 2
-    assert queue.pop().url != first.url

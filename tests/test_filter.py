@@ -1,18 +1,15 @@
 from __future__ import annotations
 
-import hashlib
 import math
 
 import pytest
 import redis
+from helpers import fps
 
 from scrapy_bloomdupe import sizing
+from scrapy_bloomdupe.bloom.filter import MAX_ITEMS_PER_SCRIPT, BloomFilter
+from scrapy_bloomdupe.bloom.oplog import parse_op_log
 from scrapy_bloomdupe.exceptions import ConfigError, FilterMismatchError
-from scrapy_bloomdupe.filter import BloomFilter, parse_op_log
-
-
-def fps(n: int, prefix: str = "u") -> list[bytes]:
-    return [hashlib.sha1(f"{prefix}{i}".encode()).digest() for i in range(n)]
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
@@ -177,8 +174,6 @@ def test_op_log_holds_one_round_trip_at_most(client: redis.Redis) -> None:
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
 def test_big_batches_are_split_into_short_scripts(client: redis.Redis, use_lock: bool) -> None:
-    from scrapy_bloomdupe.filter import MAX_ITEMS_PER_SCRIPT
-
     bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=use_lock)
     items = fps(3 * MAX_ITEMS_PER_SCRIPT + 7)
     half = items[: len(items) // 2]

@@ -5,24 +5,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from helpers import DemoSpider, crawler_for
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
 from scrapy_bloomdupe.dupefilter import CHECKED_META, RedisBloomDupeFilter
+from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.middleware import BloomDupeBatchMiddleware
-
-
-class DemoSpider(Spider):
-    name = "demo"
 
 
 @pytest.fixture
 def parts(redis_url: str) -> tuple[Any, RedisBloomDupeFilter, BloomDupeBatchMiddleware]:
-    crawler = get_crawler(DemoSpider, {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000,
-                                       "BLOOMDUPE_BATCH_SIZE": 3})
-    crawler.spider = crawler._create_spider()
+    crawler = crawler_for(redis_url, BLOOMDUPE_BATCH_SIZE=3)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     mw = build_from_crawler(BloomDupeBatchMiddleware, crawler)
     return crawler, df, mw
@@ -101,3 +97,12 @@ def test_without_the_bloom_dupefilter_it_passes_everything(redis_url: str) -> No
     mw = build_from_crawler(BloomDupeBatchMiddleware, crawler)
     out = [Request("http://a.example/"), Request("http://a.example/")]
     assert list(mw.process_spider_output(None, iter(out))) == out
+
+
+@pytest.mark.parametrize(("setting", "value"), [("BLOOMDUPE_BATCH", "maybe"),
+                                                ("BLOOMDUPE_BATCH_SIZE", 0)])
+def test_bad_settings_are_config_errors(setting: str, value: object) -> None:
+    crawler = get_crawler(DemoSpider, {setting: value})
+    with pytest.raises(ConfigError) as info:
+        build_from_crawler(BloomDupeBatchMiddleware, crawler)
+    assert info.value.setting == setting

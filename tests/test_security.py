@@ -38,6 +38,7 @@ from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing import RedisServer, free_port
+from scrapy_bloomdupe.transport.diagnose import redacted
 
 ADMIN_PASSWORD = "admin-Pw-7f3a9c1e"
 USER = "crawler"
@@ -278,10 +279,10 @@ def test_noperm_is_a_response_error(auth_server: RedisServer, admin: redis.Redis
 
 
 def test_redacted_hides_the_password_in_the_userinfo() -> None:
-    assert connection.redacted(f"redis://{USER}:{PASSWORD}@h:1/0") == f"redis://{USER}:***@h:1/0"
-    assert connection.redacted(f"rediss://:{PASSWORD}@h:1/0") == "rediss://:***@h:1/0"
-    assert connection.redacted("redis://p%40ss@h:1/0") == "redis://p%40ss@h:1/0"  # a user only
-    shown = connection.redacted(f"redis://u:a@b{PASSWORD}@h:1/0")
+    assert redacted(f"redis://{USER}:{PASSWORD}@h:1/0") == f"redis://{USER}:***@h:1/0"
+    assert redacted(f"rediss://:{PASSWORD}@h:1/0") == "rediss://:***@h:1/0"
+    assert redacted("redis://p%40ss@h:1/0") == "redis://p%40ss@h:1/0"  # a user only
+    shown = redacted(f"redis://u:a@b{PASSWORD}@h:1/0")
     assert PASSWORD not in shown and shown.endswith("@h:1/0")
 
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CONTENDERS = (
     "scrapy-redis RFPDupeFilter (SADD)",
     "Scrapy RFPDupeFilter (in memory)",

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from helpers import RUN_DEMO
 
-RUN_DEMO = Path(__file__).resolve().parents[1] / "example_project" / "run_demo.py"
 PAGES = 500
 WORKERS = 3
 STAT_KEYS = (

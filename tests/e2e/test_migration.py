@@ -30,9 +30,8 @@ from typing import Any
 
 import pytest
 import redis
+from helpers import EXAMPLE_PROJECT as PROJECT
 
-ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ROOT / "example_project"
 PAGES = 400
 STOP_AFTER = 80  # pages the old crawl fetches before it is stopped (a few more are in flight)
 #: example_project/demo/settings.py's BLOOMDUPE_CAPACITY: the new crawl's workers

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from scrapy import Request, Spider
+from helpers import crawler_for
+from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
-from scrapy.utils.test import get_crawler
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.testing import RedisServer
@@ -74,10 +74,6 @@ class Blackhole:
             thread.join(5)
 
 
-class DemoSpider(Spider):
-    name = "demo"
-
-
 @pytest.fixture
 def blackhole() -> Iterator[Blackhole]:
     with RedisServer() as server:
@@ -91,14 +87,12 @@ def blackhole() -> Iterator[Blackhole]:
 @pytest.mark.parametrize("on_outage", ["allow", "close"])
 def test_blackholed_redis_stalls_a_bounded_time_with_one_clear_error(
         blackhole: Blackhole, on_outage: str, caplog: pytest.LogCaptureFixture) -> None:
-    crawler = get_crawler(DemoSpider, {
-        "REDIS_URL": f"redis://127.0.0.1:{blackhole.port}/0",
-        "REDIS_PARAMS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
-        "BLOOMDUPE_CAPACITY": 10_000,
-        "BLOOMDUPE_OUTAGE_TIMEOUT": 2,
-        "BLOOMDUPE_ON_OUTAGE": on_outage,
-    })
-    crawler.spider = crawler._create_spider()
+    crawler = crawler_for(
+        f"redis://127.0.0.1:{blackhole.port}/0",
+        REDIS_PARAMS={"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        BLOOMDUPE_OUTAGE_TIMEOUT=2,
+        BLOOMDUPE_ON_OUTAGE=on_outage,
+    )
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     assert not df.request_seen(Request("http://a.example/before"))
     blackhole.forwarding = False

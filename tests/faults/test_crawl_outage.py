@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from helpers import RUN_DEMO
 
 from scrapy_bloomdupe.testing import RedisServer
-
-RUN_DEMO = Path(__file__).resolve().parent.parent / "example_project" / "run_demo.py"
 
 
 @pytest.mark.slow
@@ -38,7 +37,7 @@ def test_crawl_survives_a_redis_restart(tmp_path: Path, lock: bool) -> None:
         try:
             # Wait until every worker is checking requests (each has an op log),
             # not still starting: one that cannot reach Redis at start stops with
-            # one clear error, by design (tests/test_outage.py).
+            # one clear error, by design (tests/faults/test_outage.py).
             deadline = time.monotonic() + 120
             while len(client.keys("*:ops:*")) < 3:
                 assert demo.poll() is None, demo.communicate()[0][-3000:]

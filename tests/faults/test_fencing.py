@@ -9,7 +9,6 @@ on Scrapy's reactor thread.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import multiprocessing
 import os
 import signal
@@ -17,12 +16,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import helpers
 import pytest
 import redis
 
 from scrapy_bloomdupe import sizing
-from scrapy_bloomdupe.filter import BloomFilter, parse_op_log
-from scrapy_bloomdupe.lock import FIRST_PAUSE, MAX_PAUSE, ShardLocks
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.lock import FIRST_PAUSE, MAX_PAUSE, ShardLocks
+from scrapy_bloomdupe.bloom.oplog import parse_op_log
 
 KEY = "fence"
 TTL = 0.3
@@ -34,7 +35,7 @@ def plan() -> sizing.Sizing:
 
 
 def fp(n: int) -> bytes:
-    return hashlib.sha1(b"https://example.com/fence/%d" % n).digest()
+    return helpers.fp("https://example.com/fence/", n)
 
 
 def counters_of(bf: BloomFilter) -> dict[str, Any]:

@@ -16,7 +16,6 @@ must answer the retry "new".
 
 from __future__ import annotations
 
-import hashlib
 import selectors
 import socket
 import struct
@@ -27,13 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import helpers
 import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from scrapy_bloomdupe import sizing
-from scrapy_bloomdupe.filter import BloomFilter
+from scrapy_bloomdupe.bloom.filter import BloomFilter
 
 KEY = "lost"
 #: How long Redis must stay silent after a swallowed reply before the reset.
@@ -189,7 +189,7 @@ def proxied(proxy: ReplyLosingProxy) -> Iterator[redis.Redis]:
 
 
 def fp(n: int) -> bytes:
-    return hashlib.sha1(b"https://example.com/lost/%d" % n).digest()
+    return helpers.fp("https://example.com/lost/", n)
 
 
 def open_filter(client: redis.Redis, use_lock: bool) -> BloomFilter:
@@ -409,7 +409,7 @@ def test_queue_push_retried_after_a_lost_reply_queues_once(
 ) -> None:
     from scrapy import Request, Spider
 
-    from scrapy_bloomdupe.cluster import PriorityQueue
+    from scrapy_bloomdupe.frontier.queue import PriorityQueue
 
     spider = Spider("lost")
     queue = PriorityQueue(unretried, spider, "lost:requests")

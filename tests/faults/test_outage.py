@@ -8,21 +8,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from scrapy import Request, Spider
+from helpers import EXAMPLE_PROJECT
+from helpers import crawler_for as demo_crawler_for
+from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
-from scrapy.utils.test import get_crawler
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
-from scrapy_bloomdupe.outage import OutageGuard, RedisUnavailable
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing import RedisServer, free_port
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
+from scrapy_bloomdupe.transport.outage import OutageGuard, RedisUnavailable
 
 
 class FakeTime:
@@ -53,7 +51,7 @@ def failing(times: int, error: Exception) -> Any:
 def test_guard_waits_out_an_outage_with_growing_pauses(caplog: pytest.LogCaptureFixture) -> None:
     t = FakeTime()
     guard = OutageGuard(60, "here", clock=t.clock, sleep=t.sleep)
-    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe.outage"):
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe.transport.outage"):
         assert guard.call(failing(5, redis.ConnectionError("refused"))) == "ok"
     assert t.sleeps == [0.25, 0.5, 1.0, 2.0, 4.0]
     assert guard.outages == 1 and guard.outage_time == pytest.approx(7.75)
@@ -84,17 +82,10 @@ def durable() -> Iterator[RedisServer]:
         yield server
 
 
-class DemoSpider(Spider):
-    name = "demo"
-
-
 def crawler_for(url: str, **settings: Any) -> Any:
     fast = {"socket_timeout": 1, "socket_connect_timeout": 1, "retry": None}
-    crawler = get_crawler(DemoSpider, {"REDIS_URL": url, "BLOOMDUPE_CAPACITY": 10_000,
-                                       "REDIS_PARAMS": fast, "SCHEDULER_PERSIST": True,
-                                       **settings})
-    crawler.spider = crawler._create_spider()
-    return crawler
+    return demo_crawler_for(url, **{"REDIS_PARAMS": fast, "SCHEDULER_PERSIST": True,
+                                    **settings})
 
 
 def restart_later(server: RedisServer, delay: float) -> threading.Thread:
@@ -184,7 +175,7 @@ def test_scrapy_crawl_without_redis_fails_with_one_clear_error() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "scrapy", "crawl", "site", "-s", f"REDIS_URL={url}",
          "-s", "LOG_LEVEL=INFO"],
-        cwd=EXAMPLE, capture_output=True, text=True, timeout=120,
+        cwd=EXAMPLE_PROJECT, capture_output=True, text=True, timeout=120,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0

@@ -1,0 +1,123 @@
+"""16 processes check-and-add the same 20,000 URLs on a Redis Cluster, each accepted once.
+
+As in tests/faults/test_race.py (whose fingerprints and false-positive bound are
+reused), through cluster clients built from Scrapy settings, on the session's
+local cluster (3 masters, 3 replicas; ``local_cluster`` in tests/conftest.py),
+in lock mode and in atomic mode.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import (
+    CLUSTER_SHARDS,
+    RACE_URLS,
+    barrier_wait,
+    cluster_client,
+    race_fingerprints,
+    spawn_pool,
+)
+
+from scrapy_bloomdupe import sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.testing_cluster import LocalCluster
+
+WORKERS = 16
+URLS = RACE_URLS
+SHARDS = CLUSTER_SHARDS
+RACE_BATCH = 100
+RACE_CAPACITY = 10_000_000
+RACE_ERROR_RATE = 0.01
+TASK_TIMEOUT = 120.0
+
+
+def race_worker(url: str, key: str, worker: int, shuffle: bool,
+                use_lock: bool) -> tuple[bytes, dict[str, Any]]:
+    """One crawl worker on the cluster: one byte per fingerprint (1 = told new), counters."""
+    fingerprints = race_fingerprints()
+    order = list(range(URLS))
+    if shuffle:
+        random.Random(2_000 + worker).shuffle(order)
+    client = cluster_client(url)
+    try:
+        barrier_wait()
+        bf = BloomFilter.open(client, key,
+                              sizing.plan(RACE_CAPACITY, RACE_ERROR_RATE, shards=SHARDS),
+                              use_lock=use_lock)
+        try:
+            barrier_wait()
+            new = bytearray(URLS)
+            for start in range(0, URLS, RACE_BATCH):
+                chunk = order[start:start + RACE_BATCH]
+                flags = bf.add_many([fingerprints[i] for i in chunk])
+                for i, flag in zip(chunk, flags, strict=True):
+                    if flag:
+                        new[i] = 1
+            c = bf.counters
+            link = bf._link.counters
+            return bytes(new), {
+                "checked": c.checked, "new": c.new, "lock_acquired": c.lock.acquired,
+                "retries": link.retries if link else -1, "pid": os.getpid(),
+            }
+        finally:
+            bf.close()
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Any]:
+    """16 spawned worker processes, reused by every case, and a barrier they share."""
+    with spawn_pool(WORKERS) as p:
+        yield p
+
+
+def test_false_positives_are_negligible_for_the_cluster_race() -> None:
+    race_plan = sizing.plan(RACE_CAPACITY, RACE_ERROR_RATE, shards=SHARDS)
+    fill = 1.0 - math.exp(-race_plan.hashes * URLS / race_plan.total_bits)
+    bound = URLS * fill**race_plan.hashes
+    assert bound < 1e-15, bound
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("use_lock", "shuffle"), [
+    pytest.param(True, False, id="lock-identical-add_many"),
+    pytest.param(False, True, id="atomic-random-add_many"),
+])
+def test_every_url_accepted_exactly_once_on_a_cluster(
+    pool: Any, cluster_url: str, local_cluster: LocalCluster, use_lock: bool, shuffle: bool,
+) -> None:
+    jobs = [pool.apply_async(race_worker, (cluster_url, "race", w, shuffle, use_lock))
+            for w in range(WORKERS)]
+    results = [job.get(TASK_TIMEOUT) for job in jobs]
+    accepted = [0] * URLS
+    for flags, _ in results:
+        for i, flag in enumerate(flags):
+            accepted[i] += flag
+    twice = sum(1 for a in accepted if a > 1)
+    never = sum(1 for a in accepted if a == 0)
+    totals = {name: sum(c[name] for _, c in results)
+              for name in ("checked", "new", "lock_acquired", "retries")}
+    figures = (f"{WORKERS} workers x {URLS} URLs on 3 masters, lock={use_lock} "
+               f"shuffle={shuffle}: {twice} accepted more than once, {never} never accepted; "
+               f"totals {totals}")
+    assert len({c["pid"] for _, c in results}) == WORKERS, figures
+    assert twice == 0, figures
+    assert never == 0, figures
+    assert totals["checked"] == WORKERS * URLS, figures
+    assert totals["new"] == URLS, figures
+    assert (totals["lock_acquired"] > 0) == use_lock, figures
+    assert totals["retries"] == 0, figures
+    client = cluster_client(cluster_url)
+    try:
+        bf = BloomFilter.open(client, "race", None)
+        assert all(bf.contains_many(race_fingerprints())), figures
+        bf.close()
+    finally:
+        client.close()

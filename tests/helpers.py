@@ -1,0 +1,150 @@
+"""What several test files need: paths, a demo spider, fingerprints, cluster clients, a
+pool of spawned workers.
+
+Importable as ``helpers`` from every test directory (``pythonpath = ["tests"]`` in
+pyproject.toml), also in the worker processes the tests spawn (they inherit
+``sys.path``). Fixtures live in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from scrapy import Spider
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_bloomdupe import connection, hashing, sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.testing_cluster import LocalCluster
+
+# -- paths ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_PROJECT = ROOT / "example_project"
+RUN_DEMO = EXAMPLE_PROJECT / "run_demo.py"
+
+
+# -- a spider and its crawler -------------------------------------------------------------
+
+
+class DemoSpider(Spider):
+    name = "demo"
+
+
+def crawler_for(redis_url: str, **settings: Any) -> Any:
+    """A crawler of :class:`DemoSpider` on ``redis_url``, its spider made (as Scrapy makes it
+    before the components); ``settings`` are added to (or override) the two base ones."""
+    base = {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000}
+    crawler = get_crawler(DemoSpider, {**base, **settings})
+    crawler.spider = crawler._create_spider()
+    return crawler
+
+
+# -- fingerprints -------------------------------------------------------------------------
+
+
+def fp(prefix: str, n: int) -> bytes:
+    """The fingerprint (SHA-1) of ``f"{prefix}{n}"``."""
+    return hashlib.sha1(f"{prefix}{n}".encode()).digest()
+
+
+def fps(n: int, prefix: str = "u") -> list[bytes]:
+    """``n`` distinct fingerprints: those of ``prefix0`` ... ``prefix{n-1}``."""
+    return [fp(prefix, i) for i in range(n)]
+
+
+#: URLs the 16-process races check and add (tests/faults/test_race.py and
+#: tests/faults/test_cluster_race.py).
+RACE_URLS = 20_000
+
+
+def race_fingerprints() -> list[bytes]:
+    return fps(RACE_URLS, "https://example.com/page/")
+
+
+def shard_of(bf: BloomFilter, fingerprint: bytes) -> int:
+    """The shard of ``bf`` that ``fingerprint`` goes to."""
+    h1, _ = hashing.halves(fingerprint, bf.seed)
+    return hashing.shard_of(h1, bf.sizing.shards)
+
+
+def first_plan(capacity: int, error_rate: float, shards: int = 2) -> sizing.Sizing:
+    """The first generation's sizing of a filter with growth on."""
+    return sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, True), shards)
+
+
+# -- a Redis Cluster ----------------------------------------------------------------------
+
+#: Shards of the filters the cluster tests open.
+CLUSTER_SHARDS = 12
+
+
+def cluster_settings(url: str, **extra: Any) -> Settings:
+    return Settings({"REDIS_URL": url, "BLOOMDUPE_REDIS_CLUSTER": True, **extra})
+
+
+def cluster_client(url: str, **extra: Any) -> RedisCluster:
+    """A cluster client built from Scrapy settings, as a crawl builds it."""
+    client = connection.from_settings(cluster_settings(url, **extra))
+    assert isinstance(client, RedisCluster)
+    return client
+
+
+def plan(shards: int = CLUSTER_SHARDS) -> sizing.Sizing:
+    return sizing.plan(1_000_000, 0.001, shards=shards)
+
+
+def node_clients(servers: LocalCluster) -> dict[str, redis.Redis]:
+    """A plain client on each master, by ``host:port``."""
+    return {f"127.0.0.1:{p}": servers.node(p).client() for p in servers.master_ports()}
+
+
+# -- a pool of spawned workers lined up at a barrier --------------------------------------
+
+BARRIER_TIMEOUT = 60.0
+
+_barrier: Any = None
+
+
+def _init_worker(barrier: Any) -> None:
+    global _barrier
+    _barrier = barrier
+
+
+def _ready(_: int) -> int:
+    _barrier.wait(BARRIER_TIMEOUT)
+    return os.getpid()
+
+
+def barrier_wait() -> None:
+    """In a :func:`spawn_pool` worker: wait until every worker of the pool is here."""
+    _barrier.wait(BARRIER_TIMEOUT)
+
+
+@contextmanager
+def spawn_pool(workers: int) -> Iterator[Any]:
+    """``workers`` spawned processes sharing a barrier (:func:`barrier_wait`).
+
+    Every process is started and has imported before the pool is handed out: a
+    task waits at the barrier until every process runs one, so they are
+    ``workers`` distinct processes.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(workers)
+    p = ctx.Pool(workers, initializer=_init_worker, initargs=(barrier,))
+    try:
+        pids = p.map(_ready, range(workers), chunksize=1)
+        assert len(set(pids)) == workers, pids
+        yield p
+    finally:
+        p.close()
+        p.join()

@@ -1,0 +1,120 @@
+"""Round trips on a Redis Cluster (ClusterLink): scripts on every master, MOVED, WAIT.
+
+On the session's local cluster (3 masters, 3 replicas; ``local_cluster`` in
+tests/conftest.py), every master emptied and every script cache flushed before
+each test; the WAIT test without a replica has a single Redis of its own.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from helpers import cluster_settings, crawler_for, fps, node_clients, plan, shard_of
+from redis.cluster import RedisCluster
+from scrapy import Request
+from scrapy.utils.misc import build_from_crawler
+
+from scrapy_bloomdupe import connection
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.placement import shard_slots
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+from scrapy_bloomdupe.settings import wait_replicas
+from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_cluster import LocalCluster
+from scrapy_bloomdupe.transport.link import Link
+from scrapy_bloomdupe.transport.wait import WAIT_DEGRADED_TRIES
+
+KEY = "cl"
+
+
+def test_scripts_are_loaded_on_every_master_and_reloaded_after_a_flush(
+    rc: RedisCluster, local_cluster: LocalCluster,
+) -> None:
+    bf = BloomFilter.open(rc, KEY, plan())
+    try:
+        masters = node_clients(local_cluster)
+        sha = bf.engine.sha
+        assert all(c.script_exists(sha) == [True] for c in masters.values())
+        # A replica promoted by a failover has no scripts (Redis 7 does not replicate
+        # SCRIPT LOAD): the same as a master whose cache was flushed.
+        for c in masters.values():
+            c.script_flush()
+        assert all(bf.add_many(fps(200, "ns-")))
+        assert bf.counters.script_reloads == 1
+        assert all(c.script_exists(sha) == [True] for c in masters.values())
+        for c in masters.values():
+            c.close()
+    finally:
+        bf.close()
+
+
+def test_a_stale_slot_map_is_corrected_by_following_moved(rc: RedisCluster) -> None:
+    bf = BloomFilter.open(rc, KEY, plan())
+    try:
+        slot = shard_slots(bf)[0]
+        slots = rc.nodes_manager.slots_cache
+        right = slots[slot][0]
+        wrong = next(n for n in rc.get_primaries() if n.name != right.name)
+        slots[slot] = [wrong]  # as after a resharding the client has not seen
+        items = [fp for fp in fps(400, "mv-") if shard_of(bf, fp) == 0]
+        assert items and all(bf.add_many(items))
+        link = bf._link.counters
+        assert link is not None and link.redirects >= 1 and link.retries == 0, link
+        assert slots[slot][0].name == right.name
+        assert not any(bf.add_many(items))
+    finally:
+        bf.close()
+
+
+def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_url: str) -> None:
+    settings = cluster_settings(cluster_url, BLOOMDUPE_WAIT_REPLICAS=1)
+    assert wait_replicas(settings) == 1
+    client = connection.from_settings(settings)
+    try:
+        bf = BloomFilter.open(client, KEY, plan(), wait_replicas=wait_replicas(settings))
+        try:
+            items = fps(2000, "w-")
+            for start in range(0, len(items), 100):
+                assert all(bf.add_many(items[start:start + 100]))
+            assert bf._link.wait.replicas == 1
+            assert bf._link.wait.short == 0 and bf._link.wait.skipped == 0
+        finally:
+            bf.close()
+    finally:
+        client.close()
+    # A crawl's dupefilter passes the setting to its filter.
+    crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True, BLOOMDUPE_WAIT_REPLICAS=1)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert df.bloom._link.wait.replicas == 1
+    assert not df.request_seen(Request("https://a.example/"))
+    assert df.bloom._link.wait.short == 0
+    df.close("finished")
+
+
+def test_wait_without_a_replica_costs_the_short_timeout_only(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        try:
+            link = Link(client, wait_replicas=1, wait_timeout_ms=300)
+            started = time.monotonic()
+            for _ in range(WAIT_DEGRADED_TRIES):
+                assert link.execute([("SET", "k", "v")]) == [b"OK"]
+            tries = time.monotonic() - started
+            # 300 ms once, then WAIT_DEGRADED_TIMEOUT_MS (20 ms, but Redis ends a
+            # blocked WAIT on its 100 ms timer at hz 10) per round trip.
+            assert 0.3 + 9 * 0.02 <= tries < 0.3 + 9 * 0.2, tries
+            started = time.monotonic()
+            for _ in range(100):
+                assert link.execute([("SET", "k", "v")]) == [b"OK"]
+            # Then one WAIT per WAIT_PROBE_INTERVAL (1 s) at most.
+            assert time.monotonic() - started < 0.5
+            assert link.wait.short == WAIT_DEGRADED_TRIES
+            assert link.wait.skipped == 100
+            warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+            assert len(warnings) == 1 and "0 replica(s) acknowledged" in warnings[0].getMessage()
+            link.close()
+        finally:
+            client.close()
