@@ -182,9 +182,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if self.leased:
             self._guarded(self.queue.heartbeat, None)
-            self._heartbeat = create_looping_call(self._tick)
-            self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3),
-                                  now=False)
+            self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
+
+    def _start_heartbeat(self) -> None:
+        # Once the engine runs (the looping call needs its reactor or loop).
+        self._heartbeat = create_looping_call(self._tick)
+        self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
 
     def close(self, reason: str) -> None:
         if self.df is None:  # open() failed; nothing to close
@@ -195,6 +198,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._wakeup.cancel()
             self._wakeup = None
         self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
+        self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
         clear = not self.persist and self.crawl_done
         if not self.persist and not clear:
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
@@ -291,7 +295,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Ack the leases whose work is done: requests the engine has let go of."""
         if not self._handed:
             return
-        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        slot = self._engine_slot()
+        # Without an engine (a tool, a test) whoever took a request is done with it.
         in_progress = slot.inprogress if slot is not None else ()
         done = [lease for lease in self._handed.values() if lease.request not in in_progress]
         for lease in done:
@@ -345,7 +350,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     now - self._idle_since, extra={"spider": spider})
 
     def _wake_later(self) -> None:
-        if self._wakeup is None:
+        if self._wakeup is None and self._engine_slot() is not None:
             self._wakeup = call_later(IDLE_POLL, self._wake)
 
     def _wake(self) -> None:
@@ -353,10 +358,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         # now, so this worker takes work another worker queued (and spider_idle
         # comes back, if there is none). Scrapy has no public call for this.
         self._wakeup = None
-        slot = getattr(self.crawler.engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
+        nextcall = getattr(self._engine_slot(), "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()
+
+    def _engine_slot(self) -> Any:
+        """The engine's slot (its ``inprogress`` requests, its ``nextcall``), or None
+        before the crawl runs. Scrapy keeps both private; the package's tests check
+        that they are still there (tests/test_scheduler.py)."""
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # "Crawler.engine is not set yet"
+            return None
+        return getattr(engine, "_slot", None)
 
     def _guarded(self, call: Callable[[], T], fallback: T) -> T:
         """Queue calls wait out Redis outages like the dupefilter's checks."""
