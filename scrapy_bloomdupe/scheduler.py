@@ -174,6 +174,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
         if self.flush_on_start:
             self.flush()
+        if self.leased and self.queue.key != self.queue.tag:
+            # A crawl moving over from scrapy-redis: its queue's requests go on here.
+            adopted = self._guarded(lambda: self.queue.adopt(self.queue.key), 0)
+            if adopted:
+                logger.info("Took over %d request(s) from scrapy-redis's queue %r",
+                            adopted, self.queue.key, extra={"spider": spider})
         pending = self._guarded(lambda: len(self.queue), 0)
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,

@@ -1,9 +1,13 @@
-"""The scheduler's request queue (scrapy-redis's priority queue, popping in a way a Redis
-Cluster accepts): pops replayed after a lost reply, pops on a cluster, its dotted paths."""
+"""The shared request queue (frontier/queue.py): leases, acks, heartbeats and the dead
+workers' leases, priorities, retry-safe pops and pushes, check-and-queue in one script,
+failed requests, pops on a cluster, its dotted paths."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+import redis
 from helpers import DemoSpider, crawler_for
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
@@ -11,6 +15,9 @@ from scrapy import Request
 from scrapy_redis.queue import PriorityQueue as ScrapyRedisPriorityQueue
 
 from scrapy_bloomdupe import cluster as old_home
+from scrapy_bloomdupe import hashing, keys, sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduler import Scheduler
 
@@ -39,7 +46,8 @@ def test_scrapy_redis_priority_queue_cannot_pop_on_a_cluster(rc: RedisCluster) -
     theirs.push(Request("https://a.example/"))
     with pytest.raises(RedisClusterException, match="multi"):
         theirs.pop()
-    ours = PriorityQueue(rc, spider, "demo:requests")
+    ours = PriorityQueue(rc, spider, "demo:requests", tag="demo:bloomdupe", shards=3)
+    ours.push(Request("https://a.example/"))
     request = ours.pop()
     assert request is not None and request.url == "https://a.example/"
     assert len(ours) == 0
@@ -51,3 +59,128 @@ def test_the_old_dotted_path_still_names_the_queue(redis_url: str) -> None:
     crawler = crawler_for(redis_url)
     scheduler = Scheduler.from_crawler(crawler)
     assert scheduler.queue_cls == "scrapy_bloomdupe.frontier.queue.PriorityQueue"
+
+
+TAG = "demo:bloomdupe"
+
+
+def queue(client: redis.Redis, shards: int = 1, lease_timeout: float = 30.0) -> PriorityQueue:
+    return PriorityQueue(client, DemoSpider(), "demo:requests", tag=TAG, shards=shards,
+                         lease_timeout=lease_timeout)
+
+
+def urls(leases: list) -> list[str]:
+    return [lease.request.url for lease in leases]
+
+
+def test_a_popped_request_stays_leased_until_acked(client: redis.Redis) -> None:
+    q = queue(client)
+    q.push_many([Request("http://a.example/1"), Request("http://a.example/2")])
+    assert q.status() == (2, 0)
+    leases = q.pop_leases(1)
+    assert urls(leases) == ["http://a.example/1"]
+    assert q.status() == (1, 1)
+    q.ack(leases)
+    q.heartbeat()  # acks ride on the next round trip
+    assert q.status() == (1, 0)
+
+
+def test_higher_priority_first_within_a_shard(client: redis.Redis) -> None:
+    q = queue(client)
+    q.push_many([Request("http://a.example/low", priority=-1),
+                 Request("http://a.example/high", priority=10), Request("http://a.example/mid")])
+    assert urls(q.pop_leases(3)) == ["http://a.example/high", "http://a.example/mid",
+                                     "http://a.example/low"]
+
+
+def test_a_dead_workers_leases_go_back_and_a_live_ones_stay(client: redis.Redis) -> None:
+    dead, live = queue(client, lease_timeout=0.3), queue(client, lease_timeout=0.3)
+    dead.push_many([Request(f"http://a.example/{i}") for i in range(3)])
+    taken = dead.pop_leases(2)
+    assert len(taken) == 2
+    mine = live.pop_leases(1)
+    assert live.reap() == 0  # everyone heartbeat just now
+    for _ in range(3):
+        time.sleep(0.15)
+        live.heartbeat()  # the live worker keeps beating; the dead one does not
+    assert live.reap() == 2
+    assert live.status() == (2, 1)
+    assert sorted(urls(live.pop_leases(5))) == sorted(urls(taken))
+    assert mine[0].request.url not in urls(taken)
+
+
+def test_close_gives_back_what_was_taken_and_not_acked(client: redis.Redis) -> None:
+    q = queue(client)
+    q.push_many([Request("http://a.example/1"), Request("http://a.example/2")])
+    done, kept = q.pop_leases(1), q.pop_leases(1)
+    q.ack(done)
+    q.close()
+    assert q.status() == (1, 0)
+    assert urls(queue(client).pop_leases(5)) == urls(kept)
+
+
+def test_a_retried_pop_gets_the_same_leases_and_takes_nothing_more(client: redis.Redis) -> None:
+    q = queue(client, shards=2)
+    q.push_many([Request(f"http://a.example/{i}") for i in range(4)])
+    q.push_many([Request(f"http://b.example/{i}") for i in range(4)])
+    first = q.pop_leases(2)
+    q._pop_number -= 1  # as if the reply had been lost: a retry carries the same number
+    q._pop_shard = first[0].shard
+    again = q.pop_leases(2)
+    assert urls(again) == urls(first)
+    assert [lease.field for lease in again] == [lease.field for lease in first]
+    assert q.status() == (6, 2)
+
+
+def test_a_retried_push_does_not_queue_a_popped_request_again(client: redis.Redis) -> None:
+    pusher, popper = queue(client), queue(client)
+    request = Request("http://a.example/1")
+    pusher.push_many([request])
+    assert urls(popper.pop_leases(1)) == [request.url]
+    # The reply to the push was lost: the retry carries the same push number.
+    pusher._push_number -= 1
+    pusher._next_shard = (pusher._next_shard - 1) % pusher.shards
+    pusher.push_many([request])
+    assert pusher.status() == (0, 1)
+
+
+def test_check_and_queue_is_one_script_and_a_retry_queues_nothing_twice(
+        client: redis.Redis) -> None:
+    q = queue(client, shards=3)
+    bf = BloomFilter.open(client, TAG, sizing.plan(10_000, 0.001, shards=3))
+    requests = [Request(f"http://a.example/{i}") for i in range(20)]
+    requests.append(Request("http://a.example/3"))  # twice in one batch: queued once
+    fps = [r.url.encode() for r in requests]
+    new = bf.add_many(fps, q, lambda i: q.entry(requests[i]))
+    assert new == [True] * 20 + [False]
+    assert q.status() == (20, 0)
+    # Each shard's queue holds exactly the new requests of that shard.
+    per_shard = [client.zcard(keys.queue(TAG, i)) for i in range(3)]
+    assert sum(per_shard) == 20 and all(per_shard)
+    # A retry of the very same calls (a lost reply) is answered from the op log.
+    op = bf._next_op
+    halves = {i: bf_halves(bf, fps[i]) for i in range(3)}
+    fresh = [Request(f"http://b.example/{i}") for i in range(3)]
+    units = bf._group(halves, [0, 1, 2], op, lambda i: q.entry(fresh[i]))
+    first = bf._round_trip(units, op, use_lock=True, sink=q)
+    second = bf._round_trip(units, op, use_lock=True, sink=q)
+    assert first == second
+    assert q.status() == (20, 0)  # those fingerprints were seen: nothing queued either time
+
+
+def bf_halves(bf: BloomFilter, fp: bytes) -> tuple[int, int]:
+    return hashing.halves(fp, bf.seed)
+
+
+def test_failed_requests_are_kept_listed_and_requeued(client: redis.Redis) -> None:
+    q = queue(client)
+    for i in range(3):
+        score, payload = q.entry(Request(f"http://a.example/{i}", priority=i))
+        failed.record(client, TAG, url=f"http://a.example/{i}", method="GET",
+                      reason="HTTP 500", score=score, request=payload, limit=1000)
+    records = failed.read(client, TAG)
+    assert [r.url for r in records] == [f"http://a.example/{i}" for i in range(3)]
+    assert {r.reason for r in records} == {"HTTP 500"}
+    assert failed.requeue(client, TAG, [r.id for r in records[:2]]) == 2
+    assert failed.count(client, TAG) == 1
+    assert urls(q.pop_leases(5)) == ["http://a.example/1", "http://a.example/0"]

@@ -3,11 +3,16 @@ session's local Redis Cluster (``local_cluster`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 import redis
 from helpers import crawler_for, node_clients
 from redis.cluster import RedisCluster
 from scrapy import Request
+from scrapy.exceptions import DontCloseSpider
 
+from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing_cluster import LocalCluster
@@ -48,21 +53,70 @@ def test_scheduler_keeps_scrapy_redis_set_when_persisting(redis_url: str,
     assert client.exists("demo:dupefilter")
 
 
-def test_scheduler_without_persist_clears_queue_and_filter(redis_url: str,
-                                                          client: redis.Redis) -> None:
+def test_scheduler_without_persist_clears_queue_and_filter_once_the_crawl_is_done(
+        redis_url: str, client: redis.Redis) -> None:
+    crawler = crawler_for(redis_url, BLOOMDUPE_DONE_GRACE=0)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    scheduler.enqueue_request(Request("http://a.example/1"))
+    scheduler.enqueue_request(Request("http://a.example/2"))
+    while scheduler.next_request() is not None:
+        pass
+    scheduler._spider_idle(crawler.spider)  # queue empty, no lease: the crawl is done
+    scheduler.close("finished")
+    assert client.keys("*") == []
+
+
+def test_scheduler_without_persist_keeps_everything_when_it_leaves_early(
+        redis_url: str, client: redis.Redis) -> None:
     crawler = crawler_for(redis_url)
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     scheduler.enqueue_request(Request("http://a.example/1"))
     scheduler.enqueue_request(Request("http://a.example/2"))
+    assert scheduler.next_request() is not None
+    scheduler.close("shutdown")  # stopped before the crawl was done
+    # Without an engine, the request it handed out counts as done (acked); the other
+    # stays queued for the workers still crawling.
+    assert scheduler.queue.status() == (1, 0)
+    assert client.exists(keys.meta(scheduler.df.bloom.key))
+
+
+def test_the_scheduler_stays_while_work_may_come_and_clears_only_when_done(
+        redis_url: str) -> None:
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=False, BLOOMDUPE_DONE_GRACE=0.2)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    other = crawler_for(redis_url, SCHEDULER_PERSIST=False, BLOOMDUPE_DONE_GRACE=0.2)
+    peer = Scheduler.from_crawler(other)
+    peer.open(other.spider)
+    assert scheduler.enqueue_request(Request("http://a.example/1"))
+    taken = peer.next_request()  # another worker holds it
+    assert taken is not None
+    with pytest.raises(DontCloseSpider):
+        scheduler._spider_idle(crawler.spider)  # a lease is held: stay
+    peer._settle()  # the peer's engine is done with it (no engine here: done)
+    peer._tick()
+    with pytest.raises(DontCloseSpider):
+        scheduler._spider_idle(crawler.spider)  # empty, but not for the grace yet
+    time.sleep(0.25)
+    scheduler._spider_idle(crawler.spider)  # done
+    assert scheduler.crawl_done
+    assert not peer.crawl_done
+    peer.close("shutdown")  # left early: clears nothing
+    client = redis.Redis.from_url(redis_url)
+    assert client.exists(keys.meta(scheduler.df.bloom.key))
     scheduler.close("finished")
-    assert client.keys("*") == []
+    assert not client.exists(keys.meta(scheduler.df.bloom.key))
+    client.close()
+
 
 
 def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     cluster_url: str, local_cluster: LocalCluster,
 ) -> None:
     crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True, BLOOMDUPE_SHARDS=6,
+                          BLOOMDUPE_DONE_GRACE=0,
                           SCHEDULER_QUEUE_CLASS="scrapy_bloomdupe.cluster.PriorityQueue")
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
@@ -72,10 +126,19 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     for i, url in enumerate(urls):
         assert scheduler.enqueue_request(Request(url, priority=i))
         assert not scheduler.enqueue_request(Request(url))
-    popped = [scheduler.next_request() for _ in urls]
-    assert [r.url for r in popped if r is not None] == urls[::-1]  # highest priority first
+    popped: dict[int, list[str]] = {}  # by queue shard
+    for _ in urls:
+        request = scheduler.next_request()
+        assert request is not None
+        lease = list(scheduler._handed.values())[-1]
+        popped.setdefault(lease.shard, []).append(request.url)
     assert scheduler.next_request() is None
+    assert sorted(u for shard in popped.values() for u in shard) == sorted(urls)
+    assert len(popped) > 1  # the queue spreads over the shards
+    for shard_urls in popped.values():  # highest priority first, within a shard
+        assert shard_urls == sorted(shard_urls, key=lambda u: -int(u.rsplit("/", 1)[1]))
     assert crawler.stats.get_value("dupefilter/filtered") == len(urls)
+    scheduler._spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
     scheduler.close("finished")  # SCHEDULER_PERSIST off: queue and filter deleted
     masters = node_clients(local_cluster)
     assert {name: c.dbsize() for name, c in masters.items()} == dict.fromkeys(masters, 0)

@@ -322,6 +322,32 @@ return back
                 raise reply
         return replies
 
+    def adopt(self, legacy: str, batch: int = 500) -> int:
+        """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its
+        priority queue, a sorted set of the same serialized requests, or its FIFO and
+        LIFO lists), past the filter: they were accepted by the crawl's filter already.
+        Each batch is queued before it is removed there, so a crash in between
+        repeats requests rather than losing them. Returns how many moved."""
+        kind = self.server.type(legacy)
+        moved = 0
+        while kind in (b"zset", b"list"):
+            if kind == b"zset":
+                items = self.server.zrange(legacy, 0, batch - 1, withscores=True)
+                entries = [(int(score), member) for member, score in items]
+            else:
+                entries = [(0, member) for member in self.server.lrange(legacy, 0, batch - 1)]
+            if not entries:
+                break
+            shard = self._next_shard
+            self._next_shard = (shard + 1) % self.shards
+            self.server.zadd(self._queues[shard], {member: score for score, member in entries})
+            if kind == b"zset":
+                self.server.zrem(legacy, *(member for _, member in entries))
+            else:
+                self.server.ltrim(legacy, len(entries), -1)
+            moved += len(entries)
+        return moved
+
     # -- ending ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -335,7 +361,9 @@ return back
         self._link.close()
 
     def clear(self) -> None:
-        """Delete the whole queue: waiting requests, leases, owners, push records."""
+        """Delete the whole queue: waiting requests, leases, owners, push records, and
+        the failed requests' records."""
+        self.server.delete(keys.failed(self.tag))
         for shard in range(self.shards):
             names = [self._queues[shard], self._leases[shard], self._owners[shard]]
             names.extend(self.server.scan_iter(

@@ -7,8 +7,8 @@
 2. ``bloomdupe import --from-set site:dupefilter`` into a filter with
    scrapy-redis fingerprints, sized as the project's settings size it.
 3. ``scrapy crawl site`` again, now with scrapy_bloomdupe's scheduler and
-   dupefilter and ``BLOOMDUPE_FINGERPRINT = "scrapy-redis"``: it takes the queue
-   as it is and checks new links against the imported fingerprints.
+   dupefilter and ``BLOOMDUPE_FINGERPRINT = "scrapy-redis"``: it takes over the
+   queue's requests and checks new links against the imported fingerprints.
 
 The demo site (``example_project/demo/site.py``) counts the fetches of each
 page: across both crawls every page is fetched exactly once.
@@ -129,7 +129,7 @@ def test_a_stopped_scrapy_redis_crawl_goes_on_with_bloomdupe(durable_redis: str,
 
         # 3. The new crawl: scrapy_bloomdupe (the example project's settings), same queue.
         new = crawl(durable_redis, site, tmp_path / "new.log",
-                    "BLOOMDUPE_FINGERPRINT=scrapy-redis", "SHARED_QUEUE_IDLE_TIMEOUT=1")
+                    "BLOOMDUPE_FINGERPRINT=scrapy-redis", "BLOOMDUPE_DONE_GRACE=1")
         new_log = (tmp_path / "new.log").read_text()
         assert new.returncode == 0, new.stderr + new_log[-3000:]
         assert "Spider closed (finished)" in new_log
