@@ -1,8 +1,7 @@
 """End-to-end crawl: N ``scrapy crawl site`` workers on the example project's demo site.
 
 Uses ``example_project/`` as it is (its site server ``demo/site.py``, its spider
-and settings: scrapy-redis's shared queue, ``SCHEDULER_PERSIST``, the
-wait-for-the-shared-queue extension) and changes only the dedup settings of a
+and settings: the shared queue, ``SCHEDULER_PERSIST``) and changes only the dedup settings of a
 contender plus ``DUPEFILTER_CLASS``, set to a timed wrapper
 (:mod:`benchmarks.timed`) of the contender's dupefilter, so each worker
 reports the CPU it spent in dedup.
@@ -84,7 +83,10 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         common = {
             "REDIS_URL": redis_url,
             "DEMO_SITE_URL": site_url,
+            # How long an idle worker waits for more work: scrapy-redis's contender
+            # (benchmarks/wait_for_queue.py), and this package's end-of-crawl grace.
             "SHARED_QUEUE_IDLE_TIMEOUT": str(idle_timeout),
+            "BLOOMDUPE_DONE_GRACE": str(idle_timeout),
             "BENCH_TIMING_DIR": str(timing),
             "LOG_LEVEL": "INFO",
             "BLOOMDUPE_CAPACITY": str(max(10_000, 2 * pages)),

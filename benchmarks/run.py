@@ -520,10 +520,14 @@ _TIMED_BLOOM = "benchmarks.timed.TimedRedisBloomDupeFilter"
 _BATCH_MIDDLEWARE = '{"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}'
 # The demo's settings turn the batch middleware on; per-request contenders turn
 # it off (BLOOMDUPE_BATCH=False), so their dupefilter sees one request a call.
+#: scrapy-redis closes a worker as soon as the shared queue is empty; this keeps its
+#: workers as long as ours stay (benchmarks/wait_for_queue.py).
+_WAIT_FOR_QUEUE = json.dumps({"benchmarks.wait_for_queue.WaitForSharedQueue": 510,
+                              "demo.extensions.StatsToJson": 900})
 E2E_CONTENDERS: tuple[tuple[Contender, dict[str, str]], ...] = (
     (SCRAPY_REDIS, {"SCHEDULER": "scrapy_redis.scheduler.Scheduler",
                     "DUPEFILTER_CLASS": "benchmarks.timed.TimedScrapyRedisDupeFilter",
-                    "BLOOMDUPE_BATCH": "False"}),
+                    "BLOOMDUPE_BATCH": "False", "EXTENSIONS": _WAIT_FOR_QUEUE}),
     (LOCK, {"DUPEFILTER_CLASS": _TIMED_BLOOM, "BLOOMDUPE_LOCK": "True",
             "BLOOMDUPE_BATCH": "False"}),
     (ATOMIC, {"DUPEFILTER_CLASS": _TIMED_BLOOM, "BLOOMDUPE_LOCK": "False",

@@ -89,6 +89,15 @@ class TimedRedisBloomDupeFilter(RedisBloomDupeFilter):
             self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
                             len(requests))
 
+    def check_and_queue(self, requests: Sequence[Any], queue: Any) -> list[bool] | None:
+        # Checks and queues (the scheduler's leased queue): the queue's share is timed too.
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            return super().check_and_queue(requests, queue)
+        finally:
+            self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
+                            len(requests))
+
 
 class TimedScrapyRedisDupeFilter(RFPDupeFilter):  # type: ignore[misc]
     """scrapy-redis's dupefilter (a SET of sha1 hex fingerprints), timed."""

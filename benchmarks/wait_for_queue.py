@@ -1,0 +1,95 @@
+"""``WaitForSharedQueue``: keeps a scrapy-redis worker open while its shared queue may refill.
+
+For the scrapy-redis contender of the end-to-end benchmark only (``e2e.py``):
+scrapy-redis closes a worker the moment its shared queue is empty, so without
+this, workers started together leave within a fraction of a second and the
+comparison would measure fewer workers. This package's own scheduler stays
+until the crawl is done by itself (``BLOOMDUPE_DONE_GRACE``).
+
+with scrapy-redis's shared queue, a worker that finds
+the queue empty is idle, and Scrapy closes an idle spider, even though another
+worker may be about to queue the links of the page it is fetching. This keeps
+the worker open (``DontCloseSpider``) until it has found no work for
+``SHARED_QUEUE_IDLE_TIMEOUT`` seconds (default 3), looking at the queue again
+every ``SHARED_QUEUE_POLL_INTERVAL`` seconds (default 0.25).
+
+No page is lost whichever worker closes first: a worker is idle only when it
+has nothing in flight and the queue is empty, and every request lives either
+in the queue or in the worker that took it, which stays open until its
+callbacks have queued their links. The timeout only decides how long an idle
+worker waits to help.
+
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.utils.asyncio import call_later
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request
+    from scrapy.spiders import Spider
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+
+class WaitForSharedQueue:
+    def __init__(self, crawler: Crawler, timeout: float, poll: float) -> None:
+        self.crawler = crawler
+        self.timeout = timeout
+        self.poll = poll
+        self.idle_since: float | None = None
+        self.wakeup: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        timeout = crawler.settings.getfloat("SHARED_QUEUE_IDLE_TIMEOUT", 3.0)
+        if timeout <= 0:  # close as soon as idle, as plain Scrapy does
+            raise NotConfigured  # (with a message, Scrapy would log a warning)
+        poll = crawler.settings.getfloat("SHARED_QUEUE_POLL_INTERVAL", 0.25)
+        ext = cls(crawler, timeout, poll)
+        crawler.signals.connect(ext.request_reached_downloader,
+                                signal=signals.request_reached_downloader)
+        crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def request_reached_downloader(self, request: Request, spider: Spider) -> None:
+        self.idle_since = None  # this worker found work: restart the clock
+
+    def spider_idle(self, spider: Spider) -> None:
+        # Scrapy sends spider_idle only when this worker has nothing in flight
+        # and its scheduler (the shared queue) has nothing pending.
+        now = time.monotonic()
+        if self.idle_since is None:
+            self.idle_since = now
+        if now - self.idle_since >= self.timeout:
+            logger.info("No work in the shared queue for %.1fs: closing this worker",
+                        now - self.idle_since, extra={"spider": spider})
+            return
+        if self.wakeup is None:
+            self.wakeup = call_later(self.poll, self._wake)
+        raise DontCloseSpider
+
+    def _wake(self) -> None:
+        # An idle engine asks its scheduler again only on its 5 s heartbeat.
+        # Ask now, so this worker takes work another worker queued (and
+        # spider_idle comes back, if there is none). Scrapy has no public call
+        # for this; without it the heartbeat still does the job, more slowly.
+        self.wakeup = None
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    def spider_closed(self, spider: Spider) -> None:
+        if self.wakeup is not None:
+            self.wakeup.cancel()
+            self.wakeup = None
