@@ -144,3 +144,28 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     assert {name: c.dbsize() for name, c in masters.items()} == dict.fromkeys(masters, 0)
     for c in masters.values():
         c.close()
+
+
+@pytest.mark.parametrize("queue_cls", ["scrapy_redis.queue.FifoQueue",
+                                       "scrapy_redis.queue.LifoQueue",
+                                       "scrapy_redis.queue.PriorityQueue"])
+def test_scrapy_redis_queue_classes_still_work(redis_url: str, client: redis.Redis,
+                                               queue_cls: str) -> None:
+    """Without leases (README: they lack those guarantees), as in scrapy-redis."""
+    crawler = crawler_for(redis_url, SCHEDULER_QUEUE_CLASS=queue_cls, BLOOMDUPE_DONE_GRACE=0)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert not scheduler.leased
+    urls = [f"http://a.example/{i}" for i in range(3)]
+    for url in urls:
+        assert scheduler.enqueue_request(Request(url))
+        assert not scheduler.enqueue_request(Request(url))
+    assert client.exists("demo:requests")  # scrapy-redis's own key
+    assert scheduler.has_pending_requests()
+    popped = [scheduler.next_request() for _ in urls]
+    assert sorted(r.url for r in popped if r is not None) == urls
+    assert scheduler.next_request() is None
+    scheduler._spider_idle(crawler.spider)  # queue empty: the crawl is done
+    assert scheduler.crawl_done
+    scheduler.close("finished")
+    assert client.keys("*") == []  # SCHEDULER_PERSIST off, and done
