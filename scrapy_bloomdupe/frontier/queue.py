@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys
@@ -327,8 +327,12 @@ return back
         priority queue, a sorted set of the same serialized requests, or its FIFO and
         LIFO lists), past the filter: they were accepted by the crawl's filter already.
         Each batch is queued before it is removed there, so a crash in between
-        repeats requests rather than losing them. Returns how many moved."""
-        kind = self.server.type(legacy)
+        repeats requests rather than losing them. Returns how many moved (0 when
+        the ACL gives no access to that key: nothing to take over then)."""
+        try:
+            kind = self.server.type(legacy)
+        except NoPermissionError:  # a least-privilege user of a crawl that never had one
+            return 0
         moved = 0
         while kind in (b"zset", b"list"):
             if kind == b"zset":
