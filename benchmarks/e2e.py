@@ -143,5 +143,8 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         "dedup_requests": sum(t["requests"] for t in timings),
         "dedup_calls": sum(t["calls"] for t in timings),
         "dedup_cpu_share": dedup_cpu / worker_cpu if worker_cpu else 0.0,
+        "round_trips": sum(t.get("round_trips", 0) for t in timings),
+        "round_trips_per_page": (sum(t.get("round_trips", 0) for t in timings)
+                                 / max(1, sum(1 for n in fetches if n))),
         "logs": str(directory),
     }

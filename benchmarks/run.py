@@ -694,9 +694,11 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
             out.append(f"`example_project` (scrapy-redis shared queue), {first['workers']} "
                        f"`scrapy crawl` workers, {first['pages']:,} pages. pages/s = pages "
                        "fetched / (last fetch - first fetch) from the site's own counts. Dedup "
-                       "CPU share = CPU time inside `request_seen`/`requests_seen` "
+                       "CPU share = CPU time inside `request_seen`/`requests_seen`/"
+                       "`check_and_queue` "
                        "(fingerprinting included) / the workers' CPU time from spider open "
-                       "to close.\n")
+                       "to close. Round trips: every command or pipeline a worker wrote to "
+                       "Redis (queue, filter, stats, heartbeats), over the pages fetched.\n")
             rows = []
             for r in crawl:
                 per = r["dedup_cpu"] / r["pages"] * 1e6
@@ -705,11 +707,13 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
                              f"{r['dedup_wall'] / r['worker_wall']:.1%}",
                              f"{r['dedup_calls']:,} / {r['dedup_requests']:,}",
                              f"{r['fetched_twice']}", f"{r['never_fetched']}",
-                             f"{r['crawl_seconds']:.1f}"])
+                             f"{r['crawl_seconds']:.1f}",
+                             f"{r.get('round_trips_per_page', 0):.2f}"])
             out.append(table(["contender", "pages/s", "dedup share of worker CPU",
                               "dedup CPU µs per page", "dedup share of worker wall time",
                               "dedup calls / requests", "pages fetched twice",
-                              "pages never fetched", "crawl s"], rows))
+                              "pages never fetched", "crawl s",
+                              "Redis round trips per page"], rows))
 
     targets = results.get("targets")
     if targets:

@@ -10,6 +10,11 @@ CPU and wall time over the same window (from the dupefilter's creation, at
 spider open, to spider close), so dedup's share of the worker's CPU is
 ``dedup_cpu / worker_cpu``.
 
+It also counts the worker's Redis round trips (every command or pipeline the
+worker writes to a Redis connection, through any client: ``send_packed_command``
+of redis-py's connections, counted from when this module is imported), so the
+benchmark can say how many round trips a fetched page costs.
+
 The classes only wrap the real ones; nothing of the filtering changes.
 """
 
@@ -22,10 +27,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from redis.connection import AbstractConnection
 from scrapy import signals
 from scrapy_redis.dupefilter import RFPDupeFilter
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+
+
+#: Writes of commands to Redis by this process: its round trips.
+ROUND_TRIPS = [0]
+_send_packed_command = AbstractConnection.send_packed_command
+
+
+def _counted_send(self: Any, *args: Any, **kwargs: Any) -> Any:
+    ROUND_TRIPS[0] += 1
+    return _send_packed_command(self, *args, **kwargs)
+
+
+AbstractConnection.send_packed_command = _counted_send  # type: ignore[method-assign]
 
 
 class _Clock:
@@ -54,6 +73,7 @@ class _Clock:
         self.path.write_text(json.dumps({
             "dedup_cpu": self.dedup_cpu,
             "dedup_wall": self.dedup_wall,
+            "round_trips": ROUND_TRIPS[0],
             "calls": self.calls,
             "requests": self.requests,
             "worker_cpu": time.process_time() - self.start_cpu,
