@@ -33,7 +33,6 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 
-
 #: Writes of commands to Redis by this process: its round trips.
 ROUND_TRIPS = [0]
 _send_packed_command = AbstractConnection.send_packed_command
