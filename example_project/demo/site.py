@@ -9,8 +9,8 @@ relative or absolute. A page also links to the same target more than once. So
 most links a spider finds are duplicates; only a shared dupefilter keeps a
 multi-worker crawl at one fetch a page. 2% of the pages answer after 0.2 s;
 ``--delay S`` makes every page answer after S seconds (a slower site, so that
-workers hold requests in flight), ``--failing N`` makes N pages (every
-``pages // N``-th, page 0 excepted) always answer 500.
+workers hold requests in flight), ``--failing N`` makes N pages (spread
+evenly, page 0 excepted) always answer 500.
 
 The server counts fetches per page (by page id, whatever the spelling of the
 URL) and serves them as JSON at ``GET /__stats``::
@@ -131,8 +131,8 @@ class DemoSite(ThreadingHTTPServer):
                  seed: int = DEFAULT_SEED, *, delay: float = 0.0, failing: int = 0) -> None:
         super().__init__((host, port), _Handler)
         self.delay = delay
-        step = max(1, pages // failing) if failing else 0
-        self.failing = set(range(step, pages, step)[:failing]) if failing else set()
+        # Spread evenly, page 0 (the start page) excepted.
+        self.failing = {(j + 1) * pages // (failing + 1) for j in range(min(failing, pages - 1))}
         self.graph = SiteGraph(pages, seed)
         self.base = f"http://{host}:{self.server_address[1]}"
         self.bodies = [self.graph.render(p, self.base) for p in range(pages)]

@@ -1,0 +1,701 @@
+#!/usr/bin/env python
+"""Fault campaign: SIGKILL working ``scrapy crawl`` workers mid-crawl; nothing is lost.
+
+``python benchmarks/kill_workers.py`` (``--quick``: one run per case, a smaller
+site). Each run of a case starts a fresh Redis (AOF on), a fresh demo site
+(``example_project/demo/site.py`` with ``--delay``, so that workers hold
+requests in flight) and 4 ``scrapy crawl site`` workers together, with a short
+``BLOOMDUPE_LEASE_TIMEOUT``. At a random instant mid-crawl (between 20% and
+70% of the pages fetched, from the site's ``/__stats``) it SIGKILLs ``k``
+working workers (ones whose log shows a page crawled in the last second), then
+waits for the live ones to exit on their own: the queue's leases of the dead
+ones go back to the queue once they have been silent for the lease timeout,
+and the live workers fetch them again.
+
+Per run it records, from the site's own fetch counts: pages never fetched
+(must be 0) and pages fetched twice or more (with the extra fetches); the live
+workers' exit codes and finish reasons; seconds from the kill to the last live
+worker's exit (must come within lease timeout + 30 s, else the run fails and
+the workers are stopped); and the killed workers' in-flight bound: the leases
+the dead workers held in Redis (``{K:i}:leases`` entries of the owners that
+stop heartbeating at the kill, read between the kill and the reap), beside
+``HLEN`` of the lease hash (all workers) just before the kill and
+``CONCURRENT_REQUESTS x killed``. A page fetched twice must be one of the
+dead workers' leases, so the duplicates stay within that bound.
+
+Exit status 1 if any run lost a page or a live worker did not exit 0 (finish
+reason 'finished') in time; 0 otherwise. ``--json PATH`` writes every run.
+Logs of failed runs are kept (their directory is printed); ``--keep-logs``
+keeps all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ROOT / "example_project"
+SPIDER = "site"
+#: The filter's key (BLOOMDUPE_KEY): every run has a Redis of its own.
+KEY = f"{SPIDER}:bloomdupe"
+#: BLOOMDUPE_CAPACITY in the demo's settings.py; bigger sites get 2x their page count.
+SETTINGS_CAPACITY = 10_000
+#: A worker is "working" if its log shows a page crawled this recently (seconds).
+RECENT = 1.0
+#: How often the campaign looks at the site, the logs and Redis (seconds).
+POLL = 0.1
+#: Extra time the live workers get after the lease timeout (the brief's "+ 30 s").
+EXIT_SLACK = 30.0
+CRAWLED = b"DEBUG: Crawled ("
+
+
+# -- processes ------------------------------------------------------------------------
+
+
+def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL: only the process we started, by its Popen."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Site:
+    process: subprocess.Popen[bytes]
+    url: str
+    port: int
+
+    def stats(self) -> dict[str, Any]:
+        return site_stats(self.url)
+
+    def stop(self) -> None:
+        stop(self.process)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
+               failing: int = 0, port: int = 0, timeout: float = 30.0) -> Site:
+    """``python -m demo.site`` (cwd example_project); ``port`` 0 picks a free one.
+
+    A port just freed by a previous site may still be taken for a moment: tried
+    again until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    for attempt in itertools.count(1):
+        err = out / f"site-{attempt}.err" if attempt > 1 else out / "site.err"
+        with err.open("ab") as err_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "demo.site", "--port", str(port), "--pages", str(pages),
+                 "--seed", str(seed), "--delay", str(delay), "--failing", str(failing)],
+                cwd=PROJECT, stdout=subprocess.PIPE, stderr=err_file,
+            )
+        assert process.stdout is not None
+        line = process.stdout.readline().decode()  # "Demo site with N pages at http://..."
+        match = re.search(r"at (http://\S+)", line)
+        if match:
+            url = match.group(1)
+            return Site(process, url, urlsplit(url).port or 80)
+        stop(process)
+        process.stdout.close()
+        if time.monotonic() > deadline or "Address already in use" not in err.read_text():
+            raise RuntimeError(f"the demo site did not start: {line!r}\n"
+                               + err.read_text(errors="replace")[-2000:])
+        time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def site_stats(site_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(site_url + "__stats", timeout=10) as reply:
+        result: dict[str, Any] = json.load(reply)
+        return result
+
+
+@dataclass
+class Worker:
+    """One ``scrapy crawl site`` process, and what its log says it crawled."""
+
+    index: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    stats_file: Path
+    output: IO[bytes]
+    crawled: int = 0
+    last_crawl: float | None = None
+    exited_at: float | None = None
+    _log_pos: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"worker-{self.index}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def read_log(self, now: float) -> None:
+        """Count the pages this worker's (DEBUG) log says it crawled since last time."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(self._log_pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            return
+        end = chunk.rfind(b"\n") + 1  # whole lines only
+        if end:
+            new = chunk[:end].count(CRAWLED)
+            self._log_pos += end
+            if new:
+                self.crawled += new
+                self.last_crawl = now
+
+    def stats(self) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = json.loads(self.stats_file.read_text())
+            return result
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def log_lines(self, pattern: str) -> list[str]:
+        if not self.log.exists():
+            return []
+        rx = re.compile(pattern)
+        return [line for line in self.log.read_text(errors="replace").splitlines()
+                if rx.search(line)]
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log.exists():
+            return f"({self.name} wrote no log)"
+        text = self.log.read_text(errors="replace").splitlines()
+        text = [line for line in text if CRAWLED.decode() not in line
+                and "Scraped from" not in line and not line.startswith(("{", "'"))]
+        return f"--- {self.log} (last {lines} lines, crawl lines left out) ---\n" + \
+            "\n".join(text[-lines:])
+
+    def close(self) -> None:
+        stop(self.process)
+        self.output.close()
+
+
+def worker_settings(redis_url: str, site_url: str, *, pages: int,
+                    lease_timeout: float | None = None, done_grace: float = 3.0,
+                    concurrency: int | None = None,
+                    extra: dict[str, str] | None = None) -> dict[str, str]:
+    settings = {
+        "REDIS_URL": redis_url,
+        "DEMO_SITE_URL": site_url,
+        "BLOOMDUPE_KEY": KEY,
+        "BLOOMDUPE_DONE_GRACE": str(done_grace),
+    }
+    if lease_timeout is not None:
+        settings["BLOOMDUPE_LEASE_TIMEOUT"] = str(lease_timeout)
+    if concurrency is not None:
+        settings["CONCURRENT_REQUESTS"] = str(concurrency)
+        settings["CONCURRENT_REQUESTS_PER_DOMAIN"] = str(concurrency)
+    if 2 * pages > SETTINGS_CAPACITY:
+        settings["BLOOMDUPE_CAPACITY"] = str(2 * pages)
+    settings.update(extra or {})
+    return settings
+
+
+def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
+    """``scrapy crawl site`` (cwd example_project) with ``-s`` settings, a log file and
+    a stats file (the demo's StatsToJson extension)."""
+    log = out / f"worker-{index}.log"
+    stats_file = out / f"worker-{index}.stats.json"
+    command = [sys.executable, "-m", "scrapy", "crawl", SPIDER]
+    for name, value in {**settings, "LOG_FILE": str(log),
+                        "DEMO_STATS_FILE": str(stats_file)}.items():
+        command += ["-s", f"{name}={value}"]
+    output = (out / f"worker-{index}.out").open("wb")
+    env = {**os.environ, "REDIS_URL": settings["REDIS_URL"]}
+    process = subprocess.Popen(command, cwd=PROJECT, stdout=output,
+                               stderr=subprocess.STDOUT, env=env)
+    return Worker(index, process, log, stats_file, output)
+
+
+# -- Redis: the queue's leases and owners ----------------------------------------------
+
+
+def shard_count(client: redis.Redis) -> int:
+    from scrapy_bloomdupe.bloom import meta
+
+    return int(meta.read(client, KEY).get("shards", 1) or 1)
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def leases_by_owner(client: redis.Redis, shards: int) -> dict[str, int]:
+    """Leases held, per owner (the part of a lease's field before ':')."""
+    from scrapy_bloomdupe import keys
+
+    held: dict[str, int] = {}
+    for shard in range(shards):
+        for name in client.hkeys(keys.leases(KEY, shard)):
+            owner = name.decode().split(":", 1)[0]
+            held[owner] = held.get(owner, 0) + 1
+    return held
+
+
+def owner_heartbeats(client: redis.Redis, shards: int) -> dict[str, int]:
+    """Each owner's latest heartbeat (server ms), over the shards."""
+    from scrapy_bloomdupe import keys
+
+    beats: dict[str, int] = {}
+    for shard in range(shards):
+        for name, score in client.zrange(keys.owners(KEY, shard), 0, -1, withscores=True):
+            owner = name.decode()
+            beats[owner] = max(beats.get(owner, 0), int(score))
+    return beats
+
+
+def lease_count(client: redis.Redis, shards: int) -> int:
+    from scrapy_bloomdupe import keys
+
+    return sum(int(client.hlen(keys.leases(KEY, shard))) for shard in range(shards))
+
+
+class DeadOwners:
+    """Which queue owners died at the kill, and the leases they held.
+
+    An owner id is random, not a pid: the dead are the owners that never
+    heartbeat after the kill (a live worker does every ``min(5, timeout / 3)``
+    s, and at every pop) until the reap removes them. A dead worker's leases
+    cannot change after its death, so the last count read before the reap is
+    what it held when it died."""
+
+    def __init__(self, kill_ms: int) -> None:
+        self.kill_ms = kill_ms
+        self.seen: set[str] = set()
+        self.alive: set[str] = set()
+        self.held: dict[str, int] = {}
+
+    def observe(self, client: redis.Redis, shards: int) -> None:
+        beats = owner_heartbeats(client, shards)
+        leases = leases_by_owner(client, shards)
+        for owner, beat in beats.items():
+            self.seen.add(owner)
+            if beat > self.kill_ms:
+                self.alive.add(owner)
+            elif owner not in self.alive:
+                self.held[owner] = leases.get(owner, 0)
+
+    @property
+    def dead(self) -> set[str]:
+        return self.seen - self.alive
+
+    @property
+    def dead_leases(self) -> int:
+        return sum(self.held.get(owner, 0) for owner in self.dead)
+
+
+# -- one run ----------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    case: str
+    run: int
+    kills: int
+    workers: int
+    pages: int
+    ok: bool = False
+    problems: list[str] = field(default_factory=list)
+    never_fetched: list[int] = field(default_factory=list)
+    fetched_twice: list[int] = field(default_factory=list)
+    extra_fetches: int = 0
+    total_fetches: int = 0
+    kill_target: float | None = None
+    kill_fraction: float | None = None
+    kill_after_s: float | None = None
+    killed: list[str] = field(default_factory=list)
+    live_exit_codes: list[int | None] = field(default_factory=list)
+    live_finish_reasons: list[str | None] = field(default_factory=list)
+    live_pages: list[int] = field(default_factory=list)
+    finish_after_kill_s: float | None = None
+    wall_s: float = 0.0
+    leases_before_kill: int | None = None
+    dead_owners: int | None = None
+    dead_leases: int | None = None
+    concurrency_bound: int | None = None
+    requeued_logged: int = 0
+    out: str = ""
+
+    @property
+    def live_ok(self) -> bool:
+        return (bool(self.live_exit_codes)
+                and all(code == 0 for code in self.live_exit_codes)
+                and all(r == "finished" for r in self.live_finish_reasons))
+
+    @property
+    def inflight_bound(self) -> int | None:
+        """The killed workers' in-flight bound: their leases when measured, else
+        CONCURRENT_REQUESTS x killed."""
+        if self.dead_leases is not None and self.dead_owners == self.kills:
+            return self.dead_leases
+        return self.concurrency_bound
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "live_ok": self.live_ok, "inflight_bound": self.inflight_bound}
+
+
+def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers: int = 4,
+             pages: int = 600, delay: float = 1.0, seed: int = 2024,
+             lease_timeout: float = 5.0, done_grace: float = 3.0, concurrency: int = 16,
+             kill_window: tuple[float, float] = (0.2, 0.7), rng: random.Random | None = None,
+             timeout: float = 300.0, log: Any = None) -> RunResult:
+    """One run: fresh Redis, fresh site, ``workers`` workers started together; at a random
+    fraction of the pages fetched (in ``kill_window``) SIGKILL ``kills`` working ones;
+    wait for the live ones to exit on their own (within lease timeout + 30 s of the kill,
+    or ``timeout`` without a kill)."""
+    from scrapy_bloomdupe.testing import RedisServer
+
+    rng = rng or random.Random()
+    out.mkdir(parents=True, exist_ok=True)
+    result = RunResult(case or f"k={kills} of {workers}", run, kills, workers, pages,
+                       out=str(out))
+    if kills:
+        result.kill_target = rng.uniform(*kill_window)
+        result.concurrency_bound = concurrency * kills
+    server = RedisServer(persist=True, extra=["--appendfsync", "everysec"])
+    site: Site | None = None
+    crew: list[Worker] = []
+    client: redis.Redis | None = None
+    try:
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        site = start_site(out, pages=pages, seed=seed, delay=delay)
+        settings = worker_settings(server.url, site.url, pages=pages,
+                                   lease_timeout=lease_timeout, done_grace=done_grace,
+                                   concurrency=concurrency, extra={"LOG_LEVEL": "DEBUG"})
+        started = time.monotonic()
+        crew = [start_worker(i, out, settings) for i in range(1, workers + 1)]
+        _watch(result, crew, site, client, started=started, lease_timeout=lease_timeout,
+               timeout=timeout, rng=rng)
+        result.wall_s = time.monotonic() - started
+        _tally(result, crew, site)
+    except Exception as e:  # a broken run is a failed run, with the reason
+        result.problems.append(f"{type(e).__name__}: {e}")
+    finally:
+        for w in crew:
+            w.close()
+        if site is not None:
+            site.stop()
+        if client is not None:
+            client.close()
+        server.close()
+    result.ok = not result.problems
+    if log is not None and not result.ok:
+        print(f"    run {run} FAILED (logs in {out}):", file=log)
+        for problem in result.problems:
+            print("      " + problem.replace("\n", "\n      "), file=log)
+    return result
+
+
+def _watch(result: RunResult, crew: list[Worker], site: Site, client: redis.Redis, *,
+           started: float, lease_timeout: float, timeout: float, rng: random.Random) -> None:
+    """Until every live worker has exited: kill at the target, follow the dead owners."""
+    pages = result.pages
+    killed: list[Worker] = []
+    kill_time: float | None = None
+    dead: DeadOwners | None = None
+    shards: int | None = None
+    while True:
+        now = time.monotonic()
+        for w in crew:
+            w.read_log(now)
+            if w.exited_at is None and w.process.poll() is not None:
+                w.exited_at = now
+        live = [w for w in crew if w not in killed]
+        if all(w.exited_at is not None for w in live):
+            break
+        if result.kills and kill_time is None:
+            early = [w for w in live if w.exited_at is not None]
+            if early:
+                raise RuntimeError(
+                    f"{early[0].name} exited (status {early[0].process.returncode}) before "
+                    f"the kill\n{early[0].tail()}")
+            fetched = sum(1 for n in site.stats()["fetches"] if n)
+            if fetched >= result.kill_target * pages:  # type: ignore[operator]
+                victims = _pick_victims(crew, result.kills, now, rng,
+                                        late=fetched > 0.7 * pages)
+                if victims:
+                    if shards is None:
+                        shards = shard_count(client)
+                    result.leases_before_kill = lease_count(client, shards)
+                    for w in victims:
+                        os.kill(w.pid, signal.SIGKILL)
+                    for w in victims:
+                        w.process.wait()
+                    kill_time = time.monotonic()
+                    dead = DeadOwners(server_ms(client))
+                    killed = victims
+                    result.killed = [w.name for w in victims]
+                    result.kill_fraction = fetched / pages
+                    result.kill_after_s = kill_time - started
+        if dead is not None and shards is not None:
+            dead.observe(client, shards)
+        deadline = (kill_time + lease_timeout + EXIT_SLACK if kill_time is not None
+                    else started + timeout)
+        if now > deadline:
+            stuck = [w for w in live if w.exited_at is None]
+            since = (f"{lease_timeout + EXIT_SLACK:.0f}s after the kill"
+                     if kill_time is not None else f"{timeout:.0f}s")
+            result.problems.append(
+                f"{', '.join(w.name for w in stuck)} still running {since}: stopped\n"
+                + "\n".join(w.tail(15) for w in stuck))
+            for w in stuck:
+                stop(w.process)
+                w.exited_at = time.monotonic()
+            break
+        time.sleep(POLL)
+    if dead is not None:
+        result.dead_owners = len(dead.dead)
+        result.dead_leases = dead.dead_leases
+    if result.kills and kill_time is None:
+        result.problems.append("the crawl ended before the kill")
+    live = [w for w in crew if w not in killed]
+    if kill_time is not None:
+        result.finish_after_kill_s = max(w.exited_at or 0.0 for w in live) - kill_time
+
+
+def _pick_victims(crew: list[Worker], kills: int, now: float, rng: random.Random, *,
+                  late: bool) -> list[Worker]:
+    """``kills`` workers that crawled a page in the last RECENT seconds (past 70% of the
+    pages: the ``kills`` most recent ones that crawled at all)."""
+    working = [w for w in crew if w.last_crawl is not None and now - w.last_crawl <= RECENT]
+    if len(working) >= kills:
+        return rng.sample(working, kills)
+    if late:
+        some = sorted((w for w in crew if w.last_crawl is not None),
+                      key=lambda w: w.last_crawl or 0.0, reverse=True)
+        if len(some) >= kills:
+            return some[:kills]
+    return []
+
+
+def _tally(result: RunResult, crew: list[Worker], site: Site) -> None:
+    stats = site.stats()
+    fetches: list[int] = stats["fetches"]
+    result.total_fetches = sum(fetches)
+    result.never_fetched = [p for p, n in enumerate(fetches) if n == 0]
+    result.fetched_twice = [p for p, n in enumerate(fetches) if n > 1]
+    result.extra_fetches = sum(n - 1 for n in fetches if n > 1)
+    live = [w for w in crew if w.name not in result.killed]
+    result.live_exit_codes = [w.process.returncode for w in live]
+    result.live_finish_reasons = [w.stats().get("finish_reason") for w in live]
+    result.live_pages = [int(w.stats().get("downloader/response_count", 0)) for w in live]
+    result.requeued_logged = sum(int(w.stats().get("bloomdupe/requeued", 0)) for w in live)
+    if result.never_fetched:
+        result.problems.append(f"{len(result.never_fetched)} page(s) never fetched, e.g. "
+                               f"{result.never_fetched[:10]}")
+    if not result.live_ok:
+        result.problems.append(
+            "live workers: exit codes "
+            f"{result.live_exit_codes}, finish reasons {result.live_finish_reasons}\n"
+            + "\n".join(w.tail(15) for w in live
+                        if w.process.returncode != 0 or w.stats().get("finish_reason")
+                        != "finished"))
+
+
+# -- the campaign -----------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="SIGKILL 1 or 2 of 4 working scrapy workers mid-crawl, R runs per case; "
+                    "check that no page is lost and the live workers finish on their own.")
+    parser.add_argument("--runs", type=int, default=10, help="runs per case (10)")
+    parser.add_argument("--pages", type=int, default=None, help="pages on the site (600; "
+                                                               "--quick 300)")
+    parser.add_argument("--delay", type=float, default=1.0,
+                        help="seconds every page takes to answer (1.0: on 2 cores a run "
+                             "then takes ~20 s; at 0.05 the crawl is CPU-bound and over in "
+                             "~6 s, so the kill window is short)")
+    parser.add_argument("--workers", type=int, default=4, help="workers per run (4)")
+    parser.add_argument("--lease-timeout", type=float, default=5.0,
+                        help="BLOOMDUPE_LEASE_TIMEOUT of the workers (5)")
+    parser.add_argument("--done-grace", type=float, default=3.0,
+                        help="BLOOMDUPE_DONE_GRACE of the workers (3)")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="CONCURRENT_REQUESTS (and per domain) of each worker (16)")
+    parser.add_argument("--kills", default="0,1,2",
+                        help="cases: workers killed per run, comma-separated (0,1,2; 0 is the "
+                             "no-kill control)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the kill instants and victims (default: random)")
+    parser.add_argument("--site-seed", type=int, default=2024, help="the site's seed")
+    parser.add_argument("--quick", action="store_true", help="1 run per case, 300 pages")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write every run as JSON")
+    parser.add_argument("--out", type=Path, help="directory for the runs' logs")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the logs of runs that passed too")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = 1
+    if args.pages is None:
+        args.pages = 300 if args.quick else 600
+    args.cases = [int(k) for k in args.kills.split(",")]
+    if args.runs < 1 or args.pages < 10 or args.workers < 2:
+        parser.error("--runs must be >= 1, --pages >= 10, --workers >= 2")
+    if any(not 0 <= k < args.workers for k in args.cases):
+        parser.error("--kills: each case must kill fewer workers than --workers")
+    if args.seed is None:
+        args.seed = random.randrange(2**32)
+    return args
+
+
+def case_name(kills: int, workers: int) -> str:
+    return "no kill (control)" if kills == 0 else f"kill {kills} of {workers}"
+
+
+def summarize(name: str, runs: list[RunResult]) -> dict[str, Any]:
+    never = [len(r.never_fetched) for r in runs]
+    twice = [len(r.fetched_twice) for r in runs]
+    finish = [r.finish_after_kill_s for r in runs if r.finish_after_kill_s is not None]
+    bounds = [r.inflight_bound for r in runs if r.inflight_bound is not None]
+    return {
+        "case": name,
+        "runs": len(runs),
+        "never_fetched_total": sum(never),
+        "never_fetched_max": max(never),
+        "fetched_twice_total": sum(twice),
+        "fetched_twice_max": max(twice),
+        "extra_fetches_total": sum(r.extra_fetches for r in runs),
+        "inflight_bound_max": max(bounds) if bounds else None,
+        "within_bound": all(r.inflight_bound is None or r.extra_fetches <= r.inflight_bound
+                            for r in runs),
+        "finish_after_kill_max_s": max(finish) if finish else None,
+        "wall_max_s": max(r.wall_s for r in runs),
+        "live_exit_0": all(r.live_ok for r in runs),
+        "failed_runs": sum(not r.ok for r in runs),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = ["case", "runs", "never fetched (total, max)", "fetched twice (total, max)",
+              "extra fetches", "in-flight bound (max)", "dupes <= bound",
+              "max s to finish after kill", "max run s", "live exit 0"]
+    body = []
+    for row in rows:
+        finish = row["finish_after_kill_max_s"]
+        bound = row["inflight_bound_max"]
+        body.append([
+            row["case"], str(row["runs"]),
+            f"{row['never_fetched_total']}, {row['never_fetched_max']}",
+            f"{row['fetched_twice_total']}, {row['fetched_twice_max']}",
+            str(row["extra_fetches_total"]),
+            "-" if bound is None else str(bound),
+            "yes" if row["within_bound"] else "NO",
+            "-" if finish is None else f"{finish:.1f}",
+            f"{row['wall_max_s']:.1f}",
+            "yes" if row["live_exit_0"] else "NO",
+        ])
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+              for r in body]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # stop our workers, site and Redis on the way out
+
+    signal.signal(signal.SIGTERM, terminated)
+    out = args.out or Path(tempfile.mkdtemp(prefix="bloomdupe-kill-"))
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    print(f"kill_workers: {args.runs} run(s) per case, {args.workers} workers, "
+          f"{args.pages} pages, delay {args.delay:g}s, lease timeout {args.lease_timeout:g}s, "
+          f"CONCURRENT_REQUESTS {args.concurrency}, seed {args.seed}; logs in {out}",
+          flush=True)
+    began = time.monotonic()
+    results: dict[str, list[RunResult]] = {}
+    try:
+        for kills in args.cases:
+            name = case_name(kills, args.workers)
+            results[name] = []
+            print(f"{name}:", flush=True)
+            for run in range(1, args.runs + 1):
+                run_dir = out / f"k{kills}" / f"run-{run:02d}"
+                r = run_once(run_dir, case=name, run=run, kills=kills, workers=args.workers,
+                             pages=args.pages, delay=args.delay, seed=args.site_seed,
+                             lease_timeout=args.lease_timeout, done_grace=args.done_grace,
+                             concurrency=args.concurrency, rng=rng, log=sys.stdout)
+                results[name].append(r)
+                kill = (f"killed {','.join(r.killed)} at {r.kill_fraction:.0%} "
+                        f"(target {r.kill_target:.0%}) "
+                        f"({r.kill_after_s:.1f}s), leases {r.leases_before_kill}, dead "
+                        f"owners {r.dead_owners} holding {r.dead_leases}, requeued "
+                        f"{r.requeued_logged}; live done "
+                        f"{r.finish_after_kill_s:.1f}s after; "
+                        if r.kill_fraction is not None and r.finish_after_kill_s is not None
+                        else "")
+                print(f"  run {run:2d}: {'ok' if r.ok else 'FAILED'}  {r.wall_s:5.1f}s  "
+                      f"{kill}never {len(r.never_fetched)}, twice {len(r.fetched_twice)} "
+                      f"(+{r.extra_fetches}), live exit {r.live_exit_codes}", flush=True)
+                if r.ok and not args.keep_logs:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    elapsed = time.monotonic() - began
+    rows = [summarize(name, runs) for name, runs in results.items()]
+    print()
+    print(table(rows))
+    print(f"\n{sum(len(r) for r in results.values())} runs in {elapsed:.0f}s "
+          f"(seed {args.seed}).")
+    failed = [r for runs in results.values() for r in runs if not r.ok]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "config": {k: (str(v) if isinstance(v, Path) else v)
+                       for k, v in vars(args).items()},
+            "elapsed_s": elapsed,
+            "cases": rows,
+            "runs": [r.as_dict() for runs in results.values() for r in runs],
+        }, indent=2, default=str))
+    if failed:
+        print(f"FAILED: {len(failed)} run(s) lost a page, or a live worker did not exit 0 "
+              "in time:", file=sys.stderr)
+        for r in failed:
+            print(f"  {r.case} run {r.run} ({r.out}): {r.problems[0].splitlines()[0]}",
+                  file=sys.stderr)
+        return 1
+    if not args.keep_logs and not args.out:
+        shutil.rmtree(out, ignore_errors=True)
+    print("OK: no page lost; every live worker exited 0 on its own.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
