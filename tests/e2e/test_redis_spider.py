@@ -1,0 +1,100 @@
+"""scrapy-redis's ``RedisSpider`` (start URLs read from a Redis list) with this package's
+add-on: two real ``scrapy runspider`` workers share the crawl of the demo site, each
+page fetched once, and both close on their own (``MAX_IDLE_TIME_BEFORE_CLOSE``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from helpers import EXAMPLE_PROJECT
+
+PAGES = 300
+
+SPIDER = '''
+from scrapy_redis.spiders import RedisSpider
+
+
+class FeedSpider(RedisSpider):
+    name = "feed"
+    redis_key = "feed:start_urls"
+
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+'''
+
+
+@pytest.fixture
+def site() -> Iterator[Any]:
+    sys.path.insert(0, str(EXAMPLE_PROJECT))
+    try:
+        server = importlib.import_module("demo.site").DemoSite(port=0, pages=PAGES)
+    finally:
+        sys.path.remove(str(EXAMPLE_PROJECT))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_redis_spider_workers_share_a_crawl_fed_from_a_redis_list(
+        durable_redis: str, site: Any, tmp_path: Path) -> None:
+    spider = tmp_path / "feed.py"
+    spider.write_text(SPIDER)
+    client = redis.Redis.from_url(durable_redis)
+    client.lpush("feed:start_urls", site.url)
+    settings = {
+        "ADDONS": json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100}),
+        "REDIS_URL": durable_redis, "SCHEDULER_PERSIST": "True",
+        "MAX_IDLE_TIME_BEFORE_CLOSE": "3", "BLOOMDUPE_DONE_GRACE": "1",
+        "TELNETCONSOLE_ENABLED": "False", "LOG_LEVEL": "INFO",
+    }
+    processes = []
+    for i in range(2):
+        command = [sys.executable, "-m", "scrapy", "runspider", str(spider),
+                   "-s", f"LOG_FILE={tmp_path / f'worker-{i}.log'}"]
+        for name, value in settings.items():
+            command += ["-s", f"{name}={value}"]
+        processes.append(subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ),
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        for process in processes:
+            process.wait(120)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if process.stderr is not None:
+                process.stderr.close()
+    logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
+    for process, log in zip(processes, logs, strict=True):
+        assert process.returncode == 0, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        assert "Spider closed (finished)" in log
+    with urllib.request.urlopen(site.url + "__stats", timeout=10) as reply:
+        fetches = json.load(reply)["fetches"]
+    # RedisSpider makes its start requests with dont_filter=True (as in scrapy-redis),
+    # so the start page is not in the filter and is fetched once more when a page
+    # links to it; every other page exactly once.
+    assert fetches[0] == 2
+    assert [p for p, n in enumerate(fetches[1:], start=1) if n != 1] == []
+    assert client.llen("feed:start_urls") == 0
+    client.close()
