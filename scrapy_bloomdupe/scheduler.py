@@ -12,6 +12,9 @@ closes the dupefilter so its figures reach the stats.
 With its default queue (:class:`scrapy_bloomdupe.frontier.queue.PriorityQueue`)
 it also makes the crawl lose nothing when a worker dies:
 
+* It leases as many requests in one round trip as the worker has free
+  download slots (``CONCURRENT_REQUESTS`` less the requests in progress), and
+  hands them to Scrapy one by one.
 * A request it hands to Scrapy stays leased in Redis until Scrapy is done with
   it: its callback's output is queued (or it failed for good and the failure
   middleware recorded it). Done is when the engine lets go of the request
@@ -94,6 +97,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.frontier = frontier or FrontierConfig.from_settings(Settings())
         #: Leases taken and not yet handed to Scrapy, then handed and not yet done.
         self._buffer: list[Lease] = []
+        #: CONCURRENT_REQUESTS: the most requests leased in one round trip.
+        self._concurrency = 1
         self._handed: dict[str, Lease] = {}
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
@@ -133,6 +138,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats
+        instance._concurrency = settings.getint("CONCURRENT_REQUESTS")
         return instance
 
     @property
@@ -262,7 +268,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         else:
             self._settle()
             if not self._buffer:
-                self._buffer = self._guarded(lambda: self.queue.pop_leases(1), [])
+                count = self._prefetch_count()
+                self._buffer = self._guarded(lambda: self.queue.pop_leases(count), [])
             request = None
             if self._buffer:
                 lease = self._buffer.pop(0)
@@ -271,6 +278,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
         return request
+
+    def _prefetch_count(self) -> int:
+        """How many requests to lease in one round trip: this worker's free download
+        slots (at least one). The engine asks for one request per free slot at once,
+        so none of them waits here while another worker could fetch it."""
+        slot = self._engine_slot()
+        busy = len(slot.inprogress) if slot is not None else 0
+        return max(1, self._concurrency - busy)
 
     def has_pending_requests(self) -> bool:
         if self.leased and self._buffer:
