@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""The end-to-end crawl with Redis on another machine: local, +0.5 ms and +2 ms a round trip.
+
+``python benchmarks/latency_crawl.py`` (``--pages``, ``--workers``,
+``--delays 0,0.5,2``, ``--no-cluster``, ``--json PATH``; ``--quick`` for a small
+smoke run). For each added delay (a TCP proxy in front of Redis,
+``latency_proxy.py``) it runs the example project's crawl (4 ``scrapy crawl``
+workers, the demo site, ``e2e.py``) with scrapy-redis (its scheduler, queue and
+SET dupefilter; ``wait_for_queue.py`` keeps its workers as long as ours stay)
+and with this package (the add-on's components: leased queue, batched
+check-and-queue), in the same run, and prints:
+
+* the crawl's time (first to last fetch, from the site's own counts), its
+  ratio to the same contender with Redis local, and scrapy-redis's time over
+  this package's;
+* Redis round trips per fetched page (every command or pipeline the workers
+  wrote to Redis, counted in ``timed.py``);
+* Redis CPU per fetched page: the ``usec`` of ``INFO commandstats`` (reset
+  before each crawl) over the pages fetched.
+
+Then, unless ``--no-cluster``, the same crawl of this package on a local
+3-master Redis Cluster (``testing_cluster.LocalCluster``, 12 shards): each
+master's share of the crawl's commands (``INFO commandstats`` calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import e2e  # noqa: E402
+from latency_proxy import LatencyProxy, measure_rtt  # noqa: E402
+
+from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
+from scrapy_bloomdupe.testing_cluster import LocalCluster  # noqa: E402
+
+SCRAPY_REDIS = ("scrapy-redis", {
+    "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+    "DUPEFILTER_CLASS": "benchmarks.timed.TimedScrapyRedisDupeFilter",
+    "BLOOMDUPE_BATCH": "False",
+    "EXTENSIONS": json.dumps({"benchmarks.wait_for_queue.WaitForSharedQueue": 510,
+                              "demo.extensions.StatsToJson": 900}),
+})
+BLOOMDUPE = ("bloomdupe", {
+    "DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
+    "SPIDER_MIDDLEWARES": json.dumps(
+        {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}),
+})
+
+
+def command_stats(client: redis.Redis) -> tuple[int, float]:
+    """(calls, usec) over every command since the last CONFIG RESETSTAT."""
+    stats = client.info("commandstats")
+    return (sum(int(v["calls"]) for v in stats.values()),
+            sum(float(v["usec"]) for v in stats.values()))
+
+
+def one_crawl(name: str, settings: dict[str, str], url: str, direct: redis.Redis,
+              args: argparse.Namespace, label: str) -> dict[str, Any]:
+    direct.config_resetstat()
+    result = e2e.crawl(f"{name} {label}", settings, redis_url=url, pages=args.pages,
+                       workers=args.workers, out=args.out)
+    calls, usec = command_stats(direct)
+    fetched = result["pages"] - result["never_fetched"]
+    result.update({"redis_calls": calls, "redis_usec_per_page": usec / max(1, fetched)})
+    print(f"  {name:12} {label:>8}: {result['crawl_seconds']:6.1f} s, "
+          f"{result['pages_per_second']:5.0f} pages/s, "
+          f"{result['round_trips_per_page']:.2f} round trips/page, "
+          f"{result['redis_usec_per_page']:.0f} µs Redis CPU/page, fetched twice "
+          f"{result['fetched_twice']}, never {result['never_fetched']}", file=sys.stderr,
+          flush=True)
+    return result
+
+
+def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with RedisServer(persist=True, extra=["--appendfsync", "everysec"]) as server:
+        direct = redis.Redis.from_url(server.url)
+        base_rtt = measure_rtt(server.url)
+        for delay in args.delays:
+            proxy = LatencyProxy(server.port, delay).start() if delay else None
+            try:
+                url = proxy.url if proxy is not None else server.url
+                rtt = measure_rtt(url)
+                label = f"+{delay:g} ms" if delay else "local"
+                for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
+                    result = one_crawl(name, settings, url, direct, args, label)
+                    result.update({"contender": name, "delay_ms": delay,
+                                   "added_rtt_us": (rtt - base_rtt) * 1e6})
+                    rows.append(result)
+            finally:
+                if proxy is not None:
+                    proxy.stop()
+        direct.close()
+    return rows
+
+
+def cluster_run(args: argparse.Namespace) -> dict[str, Any]:
+    with LocalCluster(masters=3, replicas=0) as cluster:
+        masters = [cluster.node(port).client() for port in cluster.master_ports()]
+        for client in masters:
+            client.config_resetstat()
+        name, settings = BLOOMDUPE
+        settings = {**settings, "BLOOMDUPE_REDIS_CLUSTER": "True", "BLOOMDUPE_SHARDS": "12"}
+        result = e2e.crawl(f"{name} cluster", settings, redis_url=cluster.url, pages=args.pages,
+                           workers=args.workers, out=args.out)
+        per_master = {f"127.0.0.1:{c.connection_pool.connection_kwargs['port']}":
+                      command_stats(c)[0] for c in masters}
+        for client in masters:
+            client.close()
+    total = sum(per_master.values()) or 1
+    result["master_share"] = {k: v / total for k, v in per_master.items()}
+    print(f"  cluster: {result['pages_per_second']:.0f} pages/s, shares "
+          + ", ".join(f"{k} {v:.0%}" for k, v in result["master_share"].items()),
+          file=sys.stderr, flush=True)
+    return result
+
+
+def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None) -> str:
+    local = {r["contender"]: r["crawl_seconds"] for r in rows if not r["delay_ms"]}
+    by = {(r["contender"], r["delay_ms"]): r for r in rows}
+    lines = ["| contender | added per round trip | crawl s | x its local time | pages/s | "
+             "scrapy-redis s / bloomdupe s | Redis round trips per page | "
+             "Redis CPU µs per page | fetched twice / never |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        theirs = by.get(("scrapy-redis", r["delay_ms"]))
+        vs = (f"{theirs['crawl_seconds'] / r['crawl_seconds']:.2f}"
+              if r["contender"] == "bloomdupe" and theirs and r["crawl_seconds"] else "")
+        base = local.get(r["contender"]) or r["crawl_seconds"]
+        label = (f"+{r['delay_ms']:g} ms (measured +{r['added_rtt_us'] / 1000:.2f} ms)"
+                 if r["delay_ms"] else "local")
+        lines.append(
+            f"| {r['contender']} | {label} | {r['crawl_seconds']:.1f} | "
+            f"{r['crawl_seconds'] / base:.2f} | {r['pages_per_second']:.0f} | {vs} | "
+            f"{r['round_trips_per_page']:.2f} | {r['redis_usec_per_page']:.0f} | "
+            f"{r['fetched_twice']} / {r['never_fetched']} |")
+    if cluster is not None:
+        lines += ["", "Local Redis Cluster, 3 masters, 12 shards: "
+                  f"{cluster['pages_per_second']:.0f} pages/s, fetched twice "
+                  f"{cluster['fetched_twice']}, never {cluster['never_fetched']}; each "
+                  "master's share of the crawl's commands: "
+                  + ", ".join(f"{k} {v:.1%}" for k, v in cluster["master_share"].items())]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=3000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--delays", default="0,0.5,2",
+                        help="ms added to each round trip, comma-separated (0: local)")
+    parser.add_argument("--no-cluster", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="300 pages, local and +2 ms")
+    parser.add_argument("--out", type=Path, default=HERE / "out" / "latency_crawl")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    args.delays = [float(d) for d in args.delays.split(",")]
+    if args.quick:
+        args.pages, args.delays = 300, [0.0, 2.0]
+    started = time.monotonic()
+    rows = latency_runs(args)
+    cluster = None if args.no_cluster else cluster_run(args)
+    text = report(rows, cluster)
+    print(f"`python benchmarks/latency_crawl.py`, {args.pages:,} pages, {args.workers} "
+          f"workers, {time.monotonic() - started:.0f} s\n\n{text}")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "cluster": cluster}, indent=2,
+                                        default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
