@@ -19,7 +19,7 @@ check-and-queue), in the same run, and prints:
   before each crawl) over the pages fetched.
 
 Then, unless ``--no-cluster``, the same crawl of this package on a local
-3-master Redis Cluster (``testing_cluster.LocalCluster``, 12 shards): each
+3-master Redis Cluster (``testing_cluster.LocalCluster``, 24 shards): each
 master's share of the crawl's commands (``INFO commandstats`` calls).
 """
 
@@ -111,7 +111,7 @@ def cluster_run(args: argparse.Namespace) -> dict[str, Any]:
         for client in masters:
             client.config_resetstat()
         name, settings = BLOOMDUPE
-        settings = {**settings, "BLOOMDUPE_REDIS_CLUSTER": "True", "BLOOMDUPE_SHARDS": "12"}
+        settings = {**settings, "BLOOMDUPE_REDIS_CLUSTER": "True", "BLOOMDUPE_SHARDS": "24"}
         result = e2e.crawl(f"{name} cluster", settings, redis_url=cluster.url, pages=args.pages,
                            workers=args.workers, out=args.out)
         per_master = {f"127.0.0.1:{c.connection_pool.connection_kwargs['port']}":
@@ -146,7 +146,7 @@ def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None) -> str:
             f"{r['round_trips_per_page']:.2f} | {r['redis_usec_per_page']:.0f} | "
             f"{r['fetched_twice']} / {r['never_fetched']} |")
     if cluster is not None:
-        lines += ["", "Local Redis Cluster, 3 masters, 12 shards: "
+        lines += ["", "Local Redis Cluster, 3 masters, 24 shards: "
                   f"{cluster['pages_per_second']:.0f} pages/s, fetched twice "
                   f"{cluster['fetched_twice']}, never {cluster['never_fetched']}; each "
                   "master's share of the crawl's commands: "
