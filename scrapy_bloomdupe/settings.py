@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_ERROR_RATE": 0.001,
     "BLOOMDUPE_SHARDS": None,
     "BLOOMDUPE_MAX_SHARD_BYTES": sizing.DEFAULT_MAX_SHARD_BYTES,
+    "BLOOMDUPE_MAX_BYTES": sizing.DEFAULT_MAX_BYTES,
+    "BLOOMDUPE_MAX_SHARDS": sizing.DEFAULT_MAX_SHARDS,
     "BLOOMDUPE_KEY": "%(spider)s:bloomdupe",
     "BLOOMDUPE_GROWTH": True,
     "BLOOMDUPE_LOCK": True,
@@ -129,6 +131,10 @@ class BloomDupeConfig:
     outage_timeout: float
     on_outage: str
     plan: sizing.Sizing
+    #: Largest size of the whole filter, every generation together (``BLOOMDUPE_MAX_BYTES``).
+    max_bytes: int = sizing.DEFAULT_MAX_BYTES
+    #: Most shards a filter may have (``BLOOMDUPE_MAX_SHARDS``).
+    max_shards: int = sizing.DEFAULT_MAX_SHARDS
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> BloomDupeConfig:
@@ -139,6 +145,8 @@ class BloomDupeConfig:
         shards = None if raw_shards in (None, "") else parse_int("BLOOMDUPE_SHARDS", raw_shards)
         max_shard_bytes = parse_int("BLOOMDUPE_MAX_SHARD_BYTES",
                                     _get(settings, "BLOOMDUPE_MAX_SHARD_BYTES"), minimum=8)
+        max_bytes = parse_int("BLOOMDUPE_MAX_BYTES", _get(settings, "BLOOMDUPE_MAX_BYTES"))
+        max_shards = parse_int("BLOOMDUPE_MAX_SHARDS", _get(settings, "BLOOMDUPE_MAX_SHARDS"))
         key = _get(settings, "BLOOMDUPE_KEY")
         if not isinstance(key, str):
             raise ConfigError("BLOOMDUPE_KEY", key, "must be a string")
@@ -170,13 +178,13 @@ class BloomDupeConfig:
                               f"must be one of {', '.join(OUTAGE_ACTIONS)}")
         try:
             plan = sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, growth),
-                               shards, max_shard_bytes)
+                               shards, max_shard_bytes, max_bytes, max_shards)
         except ConfigError as e:  # name the value the user wrote, not the derived one
             value = error_rate if e.setting == "BLOOMDUPE_ERROR_RATE" else e.value
             raise ConfigError(e.setting, value, e.reason) from None
         return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
                    lock_wait, local_cache, log_interval, stats_interval, fingerprint_mode,
-                   outage_timeout, on_outage, plan)
+                   outage_timeout, on_outage, plan, max_bytes, max_shards)
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})

@@ -9,7 +9,7 @@ item count estimated from X set bits, n* = -(m / k) ln(1 - X / m)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from .exceptions import ConfigError
@@ -21,6 +21,21 @@ REDIS_MAX_STRING_BITS = 2**32
 #: Default ceiling for one shard: 64 MiB, an eighth of Redis's string limit,
 #: small enough to spread over the masters of a cluster.
 DEFAULT_MAX_SHARD_BYTES = 64 * 1024 * 1024
+#: Default ceiling for the whole filter, every generation together: 4 GiB, what
+#: a real Redis server can hold beside its other data.
+DEFAULT_MAX_BYTES = 4 * 1024**3
+#: Default ceiling for the shard count: each shard is a few keys and a round
+#: trip at start, so a million shards is a million keys and minutes of silence.
+DEFAULT_MAX_SHARDS = 4096
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes for people: ``512 B``, ``1.5 KiB``, ``64 MiB``, ``18.2 TiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -32,6 +47,10 @@ class Sizing:
     shards: int
     bits_per_shard: int
     hashes: int
+    #: Largest size of the whole filter, every generation together (``BLOOMDUPE_MAX_BYTES``;
+    #: None: no limit). A limit of this worker's, not a stored parameter, so it takes
+    #: no part in comparisons.
+    max_bytes: int | None = field(default=None, compare=False)
 
     @property
     def total_bits(self) -> int:
@@ -40,6 +59,11 @@ class Sizing:
     @property
     def bytes_per_shard(self) -> int:
         return self.bits_per_shard // 8
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all shards (what this generation takes in Redis, allocator aside)."""
+        return self.shards * self.bytes_per_shard
 
     @cached_property
     def modulus(self) -> int:
@@ -102,12 +126,16 @@ def plan(
     error_rate: float,
     shards: int | None = None,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    max_shards: int | None = DEFAULT_MAX_SHARDS,
 ) -> Sizing:
     """Size a filter, validating every input.
 
     The shard count is ``shards`` when given, otherwise the smallest count that
     keeps every shard at or under ``max_shard_bytes``. Each shard is a whole
     number of bytes, so the filter may have a few bits more than the optimum.
+    A filter larger than ``max_bytes`` or with more shards than ``max_shards``
+    (None: no limit) is refused, before anything is written anywhere.
     """
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
         raise ConfigError("BLOOMDUPE_CAPACITY", capacity, "must be a whole number above 0")
@@ -133,15 +161,42 @@ def plan(
             max_shard_bytes,
             "is over Redis's 512 MiB (536870912 bytes) string limit",
         )
+    for name, limit in (("BLOOMDUPE_MAX_BYTES", max_bytes), ("BLOOMDUPE_MAX_SHARDS", max_shards)):
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit <= 0):
+            raise ConfigError(name, limit, "must be a whole number above 0")
     bits = optimal_bits(capacity, error_rate)
     hashes = optimal_hashes(bits, capacity)
-    if shards is None:
-        shards = max(1, math.ceil(bits / (max_shard_bytes * 8)))
-    elif isinstance(shards, bool) or not isinstance(shards, int) or shards <= 0:
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards <= 0):
         raise ConfigError("BLOOMDUPE_SHARDS", shards, "must be a whole number above 0")
-    if optimal_hashes(bits, capacity) > MAX_HASHES:
+    if max_shards is not None and shards is not None and shards > max_shards:
+        raise ConfigError(
+            "BLOOMDUPE_SHARDS", shards,
+            f"is over BLOOMDUPE_MAX_SHARDS={max_shards}: every shard is a few Redis keys and "
+            "work at every start; a few shards per Redis (Cluster) master are enough. Use "
+            "fewer shards, or raise BLOOMDUPE_MAX_SHARDS if you really mean it",
+        )
+    if hashes > MAX_HASHES:
         raise ConfigError("BLOOMDUPE_ERROR_RATE", error_rate,
                           f"needs more than {MAX_HASHES} hashes; use a rate of at least 1e-60")
+    if max_bytes is not None and math.ceil(bits / 8) > max_bytes:
+        raise ConfigError(
+            "BLOOMDUPE_CAPACITY", capacity,
+            f"needs a filter of {human_bytes(math.ceil(bits / 8))} "
+            f"({bits / 8 / capacity:.2f} bytes an item), over BLOOMDUPE_MAX_BYTES={max_bytes} "
+            f"({human_bytes(max_bytes)}). Lower BLOOMDUPE_CAPACITY to what the crawl needs "
+            "(with BLOOMDUPE_GROWTH on, the filter grows if a crawl needs more) or raise "
+            "BLOOMDUPE_ERROR_RATE; raise BLOOMDUPE_MAX_BYTES only if your Redis has the memory",
+        )
+    if shards is None:
+        shards = max(1, math.ceil(bits / (max_shard_bytes * 8)))
+        if max_shards is not None and shards > max_shards:
+            raise ConfigError(
+                "BLOOMDUPE_MAX_SHARD_BYTES", max_shard_bytes,
+                f"gives {shards} shards, over BLOOMDUPE_MAX_SHARDS={max_shards}; raise "
+                "BLOOMDUPE_MAX_SHARD_BYTES (at most 536870912) or set BLOOMDUPE_SHARDS",
+            )
     bits_per_shard = math.ceil(bits / shards / 8) * 8
     if bits_per_shard > REDIS_MAX_STRING_BITS:
         raise ConfigError(
@@ -150,7 +205,7 @@ def plan(
             f"gives {bits_per_shard} bits a shard, over Redis's limit of 2**32 bits; "
             f"use at least {math.ceil(bits / REDIS_MAX_STRING_BITS)} shards",
         )
-    return Sizing(capacity, float(error_rate), shards, bits_per_shard, hashes)
+    return Sizing(capacity, float(error_rate), shards, bits_per_shard, hashes, max_bytes)
 
 
 #: Scalable Bloom filters (Almeida et al., 2007): generation g holds
@@ -186,7 +241,17 @@ def generation(first: Sizing, index: int) -> Sizing:
             "2**32); start a new filter with more shards or a larger BLOOMDUPE_CAPACITY",
         )
     return Sizing(capacity, error_rate, first.shards, bits_per_shard,
-                  optimal_hashes(bits, capacity))
+                  optimal_hashes(bits, capacity), first.max_bytes)
+
+
+def total_bytes(first: Sizing, generations: int) -> int:
+    """Bytes of the shards of the first ``generations`` generations together."""
+    return sum(generation(first, g).total_bytes for g in range(generations))
+
+
+def with_limit(first: Sizing, max_bytes: int | None) -> Sizing:
+    """``first`` with this worker's ``max_bytes`` (stored sizings carry none)."""
+    return replace(first, max_bytes=max_bytes)
 
 
 def false_positive_rate(bits: int, hashes: int, items: float) -> float:

@@ -69,6 +69,13 @@ def test_command_line_strings_are_parsed() -> None:
         ("BLOOMDUPE_OUTAGE_TIMEOUT", "forever"),
         ("BLOOMDUPE_ON_OUTAGE", "panic"),
         ("BLOOMDUPE_ERROR_RATE", 1e-70),
+        ("BLOOMDUPE_MAX_BYTES", 0),
+        ("BLOOMDUPE_MAX_BYTES", "lots"),
+        ("BLOOMDUPE_MAX_SHARDS", 0),
+        ("BLOOMDUPE_MAX_SHARDS", 2.5),
+        # What cannot work: a 16 TiB filter, a million shards.
+        ("BLOOMDUPE_CAPACITY", 10**13),
+        ("BLOOMDUPE_SHARDS", 10**6),
     ],
 )
 def test_bad_values_name_setting_and_value(setting: str, value: Any) -> None:
@@ -76,3 +83,19 @@ def test_bad_values_name_setting_and_value(setting: str, value: Any) -> None:
         config(**{setting: value})
     assert info.value.setting == setting
     assert str(info.value).startswith(f"{setting}={value!r}")
+
+
+def test_limits_default_and_can_be_raised() -> None:
+    c = config()
+    assert (c.max_bytes, c.max_shards) == (4 * 1024**3, 4096)
+    assert c.plan.max_bytes == 4 * 1024**3
+    with pytest.raises(ConfigError) as info:
+        config(BLOOMDUPE_CAPACITY=10**13)
+    assert "BLOOMDUPE_MAX_BYTES" in info.value.reason
+    with pytest.raises(ConfigError) as info:
+        config(BLOOMDUPE_SHARDS=10**6)
+    assert "BLOOMDUPE_MAX_SHARDS" in info.value.reason
+    # An operator who means it raises the limits (from the command line too).
+    c = config(BLOOMDUPE_CAPACITY=5_000_000_000, BLOOMDUPE_MAX_BYTES="16_000_000_000",
+               BLOOMDUPE_SHARDS=10_000, BLOOMDUPE_MAX_SHARDS="10000")
+    assert c.plan.shards == 10_000 and c.plan.max_bytes == 16_000_000_000

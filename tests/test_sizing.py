@@ -24,7 +24,7 @@ def test_known_values() -> None:
 
 @given(capacities, rates)
 def test_plan_meets_error_rate_at_capacity(capacity: int, rate: float) -> None:
-    plan = sizing.plan(capacity, rate)
+    plan = sizing.plan(capacity, rate, max_bytes=None, max_shards=None)
     expected = sizing.false_positive_rate(plan.total_bits, plan.hashes, capacity)
     # Rounding k to a whole number costs at most a few percent.
     assert expected <= rate * 1.05
@@ -52,7 +52,8 @@ def test_known_primes() -> None:
 
 @given(capacities, rates, st.integers(min_value=1024, max_value=2**29))
 def test_shards_respect_the_size_ceiling(capacity: int, rate: float, max_bytes: int) -> None:
-    plan = sizing.plan(capacity, rate, max_shard_bytes=max_bytes)
+    plan = sizing.plan(capacity, rate, max_shard_bytes=max_bytes, max_bytes=None,
+                       max_shards=None)
     assert plan.bytes_per_shard <= max(max_bytes, 1)
     # And no more shards than needed.
     if plan.shards > 1:
@@ -88,7 +89,16 @@ def test_estimate_of_a_full_filter_is_infinite() -> None:
         ({"capacity": 10, "error_rate": 0.1, "max_shard_bytes": 2**29 + 1},
          "BLOOMDUPE_MAX_SHARD_BYTES"),
         # 10**10 items at 0.001 need 1.4e11 bits: one shard would pass 2**32 bits.
-        ({"capacity": 10**10, "error_rate": 0.001, "shards": 1}, "BLOOMDUPE_SHARDS"),
+        ({"capacity": 10**10, "error_rate": 0.001, "shards": 1, "max_bytes": None},
+         "BLOOMDUPE_SHARDS"),
+        # Past the limits on the whole filter and on the shard count.
+        ({"capacity": 10**13, "error_rate": 0.001}, "BLOOMDUPE_CAPACITY"),
+        ({"capacity": 10**7, "error_rate": 0.001, "shards": 10**6}, "BLOOMDUPE_SHARDS"),
+        ({"capacity": 10**9, "error_rate": 0.001, "max_shard_bytes": 1024},
+         "BLOOMDUPE_MAX_SHARD_BYTES"),
+        ({"capacity": 10, "error_rate": 0.1, "max_bytes": 0}, "BLOOMDUPE_MAX_BYTES"),
+        ({"capacity": 10, "error_rate": 0.1, "max_shards": -1}, "BLOOMDUPE_MAX_SHARDS"),
+        ({"capacity": 10, "error_rate": 0.1, "max_shards": True}, "BLOOMDUPE_MAX_SHARDS"),
     ],
 )
 def test_invalid_inputs_name_the_setting(kwargs: dict[str, object], setting: str) -> None:
@@ -96,3 +106,49 @@ def test_invalid_inputs_name_the_setting(kwargs: dict[str, object], setting: str
         sizing.plan(**kwargs)  # type: ignore[arg-type]
     assert info.value.setting == setting
     assert str(info.value).startswith(setting + "=")
+
+
+def test_the_whole_filter_is_capped_by_max_bytes() -> None:
+    # 10**13 items at 0.001 are 16.3 TiB: refused, naming what to change.
+    with pytest.raises(ConfigError) as info:
+        sizing.plan(10**13, 0.001)
+    message = str(info.value)
+    assert info.value.setting == "BLOOMDUPE_CAPACITY"
+    assert "16.3 TiB" in message and "BLOOMDUPE_MAX_BYTES=4294967296 (4 GiB)" in message
+    assert "Lower BLOOMDUPE_CAPACITY" in message
+    # Just under the default limit is fine; the limit can be raised, or lifted.
+    assert sizing.plan(2_000_000_000, 0.001).total_bytes <= sizing.DEFAULT_MAX_BYTES
+    big = sizing.plan(10**10, 0.001, max_bytes=20 * 1024**3)
+    assert big.total_bytes > sizing.DEFAULT_MAX_BYTES and big.max_bytes == 20 * 1024**3
+    assert sizing.plan(10**10, 0.001, max_bytes=None).max_bytes is None
+    with pytest.raises(ConfigError, match="BLOOMDUPE_MAX_BYTES=1000"):
+        sizing.plan(10_000, 0.001, max_bytes=1000)
+
+
+def test_the_shard_count_is_capped() -> None:
+    with pytest.raises(ConfigError) as info:
+        sizing.plan(10_000_000, 0.001, shards=10**6)
+    assert info.value.setting == "BLOOMDUPE_SHARDS"
+    assert "BLOOMDUPE_MAX_SHARDS=4096" in str(info.value)
+    assert sizing.plan(10_000_000, 0.001, shards=4096).shards == 4096
+    assert sizing.plan(10_000_000, 0.001, shards=5000, max_shards=5000).shards == 5000
+    # Shards chosen from BLOOMDUPE_MAX_SHARD_BYTES count too.
+    with pytest.raises(ConfigError) as info:
+        sizing.plan(100_000_000, 0.001, max_shard_bytes=1024)
+    assert info.value.setting == "BLOOMDUPE_MAX_SHARD_BYTES"
+    assert "BLOOMDUPE_MAX_SHARDS" in str(info.value)
+
+
+def test_the_limit_is_no_stored_parameter() -> None:
+    # Workers with other limits share a filter: the limit takes no part in comparisons.
+    assert sizing.plan(1000, 0.01, max_bytes=10**6) == sizing.plan(1000, 0.01, max_bytes=None)
+    first = sizing.plan(1000, 0.01, max_bytes=10**6)
+    assert sizing.generation(first, 3).max_bytes == 10**6
+    assert sizing.total_bytes(first, 1) == first.total_bytes == first.bytes_per_shard
+    assert sizing.total_bytes(first, 3) == sum(
+        sizing.generation(first, g).total_bytes for g in range(3))
+
+
+def test_human_bytes() -> None:
+    assert [sizing.human_bytes(n) for n in (17, 1536, 64 * 1024**2, 4 * 1024**3)] == [
+        "17 B", "1.5 KiB", "64 MiB", "4 GiB"]
