@@ -14,14 +14,20 @@ Growth: when the newest generation reaches its capacity, a worker adds a larger
 one under ``keys.growlock`` (shards first, then the count in the metadata). A
 worker that still writes with the old count is refused by the shard's
 generation marker, reloads the metadata and retries, so no item is ever added
-to a generation that is no longer the newest.
+to a generation that is no longer the newest. A batch larger than the room left
+in the newest generation is sent in parts, the fill looked at between them, so
+a generation is not overfilled whatever the batch size. The filter does not
+grow past its ``max_bytes`` (``BLOOMDUPE_MAX_BYTES``), nor past what the
+server's ``maxmemory`` can hold.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,7 +41,7 @@ from ..transport.outage import OutageGuard
 from . import meta
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
-from .lua import LOCK_BUSY, STALE_GENERATION, LuaEngine, Sink
+from .lua import LOCK_BUSY, STALE_GENERATION, LuaEngine, Sink, check_room
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -50,6 +56,8 @@ GROW_LOCK_TTL_MS = 60_000
 #: Most items in one script call: about a millisecond of Redis time (Lua
 #: scripts block every other client of the server while they run).
 MAX_ITEMS_PER_SCRIPT = 256
+#: Room left in the newest generation when it cannot grow: batches go whole.
+_NO_LIMIT = sys.maxsize
 
 
 @dataclass
@@ -62,6 +70,14 @@ class _Unit:
     args: list[Any]
     indexes: list[int]
     sink_args: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class _LockState:
+    """Whether a batch still takes shard locks, and the pauses it may still wait."""
+
+    use_lock: bool
+    pauses: Iterator[float] | None
 
 
 @dataclass
@@ -125,6 +141,8 @@ class BloomFilter:
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
+        #: Why the filter last could not grow (warned once per reason).
+        self._cannot_grow: tuple[str, int] | None = None
         self._set_generations(generations)
 
     def _set_generations(self, count: int) -> None:
@@ -135,6 +153,12 @@ class BloomFilter:
         # N workers overfill a generation by about N * 0.1% before it grows.
         # BITCOUNT scans 1.8 bytes an item, so this costs ~2 KB of scan per item.
         self._grow_check_every = max(16, newest.capacity // 1000)
+        #: Items the newest generation still takes, as of the last look at its fill
+        #: less what this worker added since; 0 until looked at (unknown). A batch
+        #: is sent in parts of at most max(room, _grow_check_every) items, the fill
+        #: looked at between them, so a batch overfills a generation no more than
+        #: single check-and-adds would (by _grow_check_every items at most).
+        self._room = 0
 
     # -- keys ---------------------------------------------------------------
 
@@ -160,6 +184,7 @@ class BloomFilter:
         lock_wait: float = 1.5,
         local_cache: int = 0,
         wait_replicas: int = 0,
+        read_only: bool = False,
     ) -> BloomFilter:
         """Create the filter at ``key``, or join the one there.
 
@@ -167,16 +192,23 @@ class BloomFilter:
         generations are added as it fills. With ``plan`` None the stored filter
         is joined whatever its parameters (for tools); otherwise a stored
         filter with other parameters raises :class:`FilterMismatchError`.
+
+        With ``read_only`` (``plan`` must be None) nothing is written: missing
+        shards are not created and the script is not loaded (for tools that
+        only read, such as ``contains_many`` and ``info``).
         """
+        if read_only and plan is not None:
+            raise ValueError("read_only opens an existing filter: give plan=None")
         keys.validate_key(key)
         if plan is None:
             stored = meta.read(client, key)
             if not stored:
                 raise FilterMismatchError(key, {"filter": ("absent", "an existing filter")})
         else:
+            check_room(client, key, 0, plan)  # before anything is written
             stored = meta.create_or_join(client, key, plan, growth=growth,
                                          fingerprint=fingerprint)
-        stored_plan = meta.stored_plan(stored)
+        stored_plan = meta.stored_plan(stored, None if plan is None else plan.max_bytes)
         bloom = cls(
             client, key, stored_plan, stored["seed"], stored["created"],
             growth=bool(stored.get("growth", 0)), generations=stored.get("generations", 1),
@@ -184,6 +216,8 @@ class BloomFilter:
             use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait, local_cache=local_cache,
             wait_replicas=wait_replicas,
         )
+        if read_only:
+            return bloom
         for g, generation in enumerate(bloom.generations):
             bloom.engine.create_shards(g, generation)
         bloom.engine.load_script()
@@ -230,13 +264,39 @@ class BloomFilter:
         op = ack = self._next_op
         self._next_op += count
         results: list[bool] = [False] * count
-        use_lock = self.use_lock
-        pauses = self.locks.pauses() if use_lock else None
+        lock_state = _LockState(self.use_lock, self.locks.pauses() if self.use_lock else None)
+        entry = entry if sink is not None else None
+        # With growth, in parts no larger than the room left in the newest
+        # generation (at least _grow_check_every items), looking at the fill
+        # between them: a batch fills a generation no further than single adds
+        # would. Every part keeps the batch's op ids (first op + index) and ack,
+        # so a retry is still answered from the op log.
+        start = 0
+        while start < len(asked):
+            size = max(self._room, self._grow_check_every) if self.growth else len(asked)
+            part = asked[start:start + size]
+            start += len(part)
+            self._check_add(halves, part, op, ack, results, lock_state, sink, entry)
+            if self.growth:
+                self._added(sum(results[i] for i in part))
+        cache.update(fingerprints[i] for i in asked)
+        new = sum(results)
+        self.counters.checked += len(results)
+        self.counters.new += new
+        self.counters.duplicates += len(results) - new
+        return results
+
+    def _check_add(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
+                   op: int, ack: int, results: list[bool], lock_state: _LockState,
+                   sink: Sink | None, entry: Callable[[int], Sequence[Any]] | None) -> None:
+        """Check-and-add the items at ``indexes``, writing their answers into ``results``:
+        a round trip per lock wait, redone for items a new generation refused."""
+        remaining = indexes
         while remaining:
-            pending = self._group(halves, remaining, op, entry if sink is not None else None)
+            pending = self._group(halves, remaining, op, entry)
             refused: list[int] = []
             while pending:
-                replies = self._round_trip(pending, ack, use_lock, sink)
+                replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
                 busy = []
                 for unit, reply in zip(pending, replies, strict=True):
                     if reply == LOCK_BUSY:
@@ -247,33 +307,35 @@ class BloomFilter:
                         for index, flag in zip(unit.indexes, reply, strict=True):
                             results[index] = flag == 49  # ord("1")
                 pending = busy
+                pauses = lock_state.pauses
                 if pending and pauses is not None and next(pauses, None) is None:
                     logger.warning(
                         "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
                         "without the lock (the check-and-add script is atomic on its own)",
                         sorted({self._lock_keys[u.shard] for u in pending}), self.locks.wait,
                     )
-                    use_lock = False
+                    lock_state.use_lock = False
             if refused:
                 # Another worker added a generation: redo those items with it.
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
             remaining = refused
-        cache.update(fingerprints[i] for i in asked)
-        new = sum(results)
-        self.counters.checked += len(results)
-        self.counters.new += new
-        self.counters.duplicates += len(results) - new
-        if self.growth and new:
-            self._new_since_grow_check += new
-            if self._new_since_grow_check >= self._grow_check_every:
-                self._new_since_grow_check = 0
-                try:
-                    self._maybe_grow()
-                except RedisError as e:  # the answers stand; the next check tries again
-                    logger.warning("Could not check whether Bloom filter %s must grow: %s",
-                                   self.key, e)
-        return results
+
+    def _added(self, new: int) -> None:
+        """Count ``new`` items added; look at the fill (and grow) every
+        ``_grow_check_every`` of them, and when the room left runs out."""
+        if not new:
+            return
+        before = self._room
+        self._room -= new
+        self._new_since_grow_check += new
+        if self._new_since_grow_check >= self._grow_check_every or before > 0 >= self._room:
+            self._new_since_grow_check = 0
+            try:
+                self._maybe_grow()
+            except RedisError as e:  # the answers stand; the next check tries again
+                logger.warning("Could not check whether Bloom filter %s must grow: %s",
+                               self.key, e)
 
     def _guarded(self, call: Callable[[], T]) -> T:
         """``call``, waiting out Redis outages when the filter has an outage guard."""
@@ -372,11 +434,21 @@ class BloomFilter:
     # -- growth -------------------------------------------------------------
 
     def _maybe_grow(self) -> None:
-        """Add a generation when the newest one has reached its capacity."""
+        """Add a generation when the newest one has reached its capacity.
+
+        Looks at the newest generation's fill (and so at the room left in it).
+        A generation that would take the filter past ``max_bytes``
+        (``BLOOMDUPE_MAX_BYTES``) or not fit in Redis's ``maxmemory`` is not
+        added: one warning, and the newest generation fills on.
+        """
         self._reload()
         newest = len(self.generations) - 1
-        if self.engine.newest_items() < self.generations[newest].capacity:
+        capacity = self.generations[newest].capacity
+        items = self.engine.newest_items()
+        if items < capacity:
+            self._room = math.ceil(capacity - items)
             return
+        self._room = 0
         lock = keys.growlock(self.key)
         token = self.locks.new_token()
         if not self.client.set(lock, token, nx=True, px=GROW_LOCK_TTL_MS):
@@ -387,14 +459,20 @@ class BloomFilter:
                 return
             try:
                 following = sizing.generation(self.sizing, newest + 1)
+                self._within_max_bytes(newest + 1)
+                # Shards first, then the count: no worker may use a generation
+                # before all of its shards exist.
+                self.engine.create_shards(newest + 1, following)
             except ConfigError as e:
-                logger.warning("Bloom filter %s is full and cannot grow: %s", self.key, e)
+                self._room = _NO_LIMIT  # no use sending batches in parts
+                why = (e.setting, newest + 1)
+                if why != self._cannot_grow:
+                    self._cannot_grow = why
+                    logger.warning("Bloom filter %s is full and cannot grow: %s", self.key, e)
                 return
-            # Shards first, then the count: no worker may use a generation
-            # before all of its shards exist.
-            self.engine.create_shards(newest + 1, following)
             self.client.hset(keys.meta(self.key), "generations", newest + 2)
             self._set_generations(newest + 2)
+            self._room = following.capacity
             self.counters.generations_added += 1
             logger.warning(
                 "Bloom filter %s reached the capacity of generation %d (%d items); added "
@@ -405,6 +483,25 @@ class BloomFilter:
             )
         finally:
             self.locks.release(lock, token)
+
+    def _within_max_bytes(self, generation: int) -> None:
+        """Refuse (:class:`ConfigError`) a generation that takes the filter past its
+        ``max_bytes``."""
+        limit = self.sizing.max_bytes
+        if limit is None:
+            return
+        total = sizing.total_bytes(self.sizing, generation + 1)
+        if total > limit:
+            added = self.generations[0] if generation == 0 else sizing.generation(
+                self.sizing, generation)
+            raise ConfigError(
+                "BLOOMDUPE_MAX_BYTES", limit,
+                f"leaves no room for generation {generation} "
+                f"({sizing.human_bytes(added.total_bytes)}: the filter would take "
+                f"{sizing.human_bytes(total)}, over {sizing.human_bytes(limit)}); raise "
+                "BLOOMDUPE_MAX_BYTES if Redis has the memory, or start a new filter with a "
+                "larger BLOOMDUPE_CAPACITY",
+            )
 
     # -- reading ------------------------------------------------------------
 

@@ -2,7 +2,11 @@
 
 Each shard's bits are one string per generation (``keys.bits``), created at
 full size so Redis never grows (and never over-allocates) it while bits
-arrive. All k bits of an item are in one shard, so one script call checks
+arrive. A shard is created by a script that extends a missing key to its size
+(a zero at its last bit, as ``SETRANGE key size-1 "\\0"`` would), so its bytes
+are never sent and Redis allocates it once, and a filter
+that would not fit in the server's ``maxmemory`` is refused before anything
+is written (:func:`check_room`). All k bits of an item are in one shard, so one script call checks
 every generation and sets the item's bits in the newest, reporting whether it
 was new, atomically. The script is the op log's replay (:mod:`.oplog`), the
 lock's fence (:mod:`.lock`), then this engine's body, then the op log's record.
@@ -21,8 +25,12 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from redis.exceptions import NoScriptError, ResponseError
+
 from .. import hashing, keys, sizing
-from ..exceptions import FilterMismatchError
+from ..exceptions import ConfigError, FilterMismatchError
+from ..transport.cluster import is_cluster
+from ..transport.diagnose import describe
 from . import lock, oplog
 from .info import ShardInfo
 
@@ -55,6 +63,24 @@ class Sink(Protocol):
 
 #: Sink arguments per item.
 SINK_ARGS = 2
+
+#: KEYS[1] a shard's bits, ARGV[1] its size in bytes. Creates the shard, all
+#: zeros, only if the key is absent (never overwrites bits), allocating it in
+#: Redis in one go (exactly its size) without its bytes crossing the network;
+#: returns its length. A 0 written at the last bit does what ``SETRANGE key
+#: size-1 "\0"`` does, with ``BITFIELD``, which the least-privilege ACL of
+#: docs/security.md already grants (Redis checks a script's commands too).
+CREATE_SHARD_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('BITFIELD', KEYS[1], 'SET', 'u1', tonumber(ARGV[1]) * 8 - 1, 0)
+end
+return redis.call('STRLEN', KEYS[1])
+"""
+#: Commands in one pipeline when looking at or creating many shards.
+PIPELINE_CHUNK = 256
+#: Share of a server's ``maxmemory`` a new generation must leave free: for the
+#: queue, op logs, client buffers and the allocator's rounding.
+MEMORY_HEADROOM = 0.1
 
 
 class LuaEngine:
@@ -199,22 +225,38 @@ local reply = table.concat(out)
     # -- shards -------------------------------------------------------------
 
     def create_shards(self, generation: int, plan: sizing.Sizing) -> None:
-        """Create generation ``generation``'s missing shards at full size (``SET NX``:
-        never overwrites bits); refuse shards of another size."""
-        names = [keys.bits(self.key, i, generation) for i in range(self.shards)]
+        """Create generation ``generation``'s missing shards at full size; refuse shards
+        of another size (:class:`FilterMismatchError`), and new ones that would not fit
+        in the server's ``maxmemory`` (:class:`ConfigError`, see :func:`check_room`).
+
+        Each missing shard is made by :data:`CREATE_SHARD_SCRIPT` (only if absent:
+        never overwrites bits), so it costs its size once, in Redis only.
+        """
+        names = generation_names(self.key, generation, plan.shards)
         size = plan.bytes_per_shard
-        lengths = [self.client.strlen(n) for n in names]
+        lengths = _pipelined(self.client, [("STRLEN", n) for n in names])
         missing = [n for n, length in zip(names, lengths, strict=True) if not length]
         if missing:
-            zeros = bytes(size)
-            for name in missing:
-                self.client.set(name, zeros, nx=True)
+            check_room(self.client, self.key, generation, plan, lengths)
+            created = self._create(missing, size)
+            made = dict(zip(missing, created, strict=True))
+            lengths = [made.get(n, length) for n, length in zip(names, lengths, strict=True)]
             logger.info("Created %d Bloom filter shard(s) of %d bytes for %s generation %d",
                         len(missing), size, self.key, generation)
-            lengths = [self.client.strlen(n) for n in names]
         for name, got in zip(names, lengths, strict=True):
             if got != size:
                 raise FilterMismatchError(self.key, {f"length of {name}": (got, size)})
+
+    def _create(self, names: Sequence[str], size: int) -> list[int]:
+        """Run :data:`CREATE_SHARD_SCRIPT` on each of ``names``: their lengths after.
+        ``EVALSHA`` only (no ``EVAL``, ``SCRIPT EXISTS``: the least-privilege ACL)."""
+        sha = self.client.script_load(CREATE_SHARD_SCRIPT)
+        commands = [("EVALSHA", sha, 1, n, size) for n in names]
+        try:
+            return _pipelined(self.client, commands)
+        except NoScriptError:  # flushed since (a restart): creating is idempotent
+            self.client.script_load(CREATE_SHARD_SCRIPT)
+            return _pipelined(self.client, commands)
 
     def shard_names(self) -> list[str]:
         """Every key of this engine's shards, for deleting the filter."""
@@ -270,3 +312,90 @@ local reply = table.concat(out)
              for i, bits in enumerate(self.bits_keys)]
             for g, plan in enumerate(self.generations)
         ]
+
+
+# -- shards and memory ------------------------------------------------------------------
+
+
+def generation_names(key: str, generation: int, shards: int) -> list[str]:
+    """The bits keys of one generation's shards, in shard order."""
+    return [keys.bits(key, i, generation) for i in range(shards)]
+
+
+def _pipelined(client: Redis | RedisCluster, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Replies of ``commands`` (single-key ones), sent in pipelines of ``PIPELINE_CHUNK``."""
+    replies: list[Any] = []
+    for start in range(0, len(commands), PIPELINE_CHUNK):
+        pipe = client.pipeline(transaction=False)
+        for command in commands[start:start + PIPELINE_CHUNK]:
+            pipe.execute_command(*command)
+        replies.extend(pipe.execute())
+    return replies
+
+
+def check_room(client: Redis | RedisCluster, key: str, generation: int, plan: sizing.Sizing,
+               lengths: Sequence[int] | None = None) -> None:
+    """Refuse, with a :class:`ConfigError`, shards that would not fit in Redis's memory.
+
+    The shards of ``generation`` that do not exist yet (``lengths``: each one's
+    ``STRLEN``, looked up when not given) must fit, on each server that would
+    hold them, in its ``maxmemory`` less :data:`MEMORY_HEADROOM` of it, less
+    what it already uses (also under an ``allkeys-*`` eviction policy: the room
+    it would make may be the filter's own). A server without ``maxmemory``, or
+    whose ACL (or provider) denies ``CONFIG GET``, is not checked. Writes
+    nothing.
+    """
+    names = generation_names(key, generation, plan.shards)
+    if lengths is None:
+        lengths = _pipelined(client, [("STRLEN", n) for n in names])
+    needs: dict[str, list[Any]] = {}  # where -> [server, bytes, shards]
+    for name, length in zip(names, lengths, strict=True):
+        if length:
+            continue
+        server, where = _server_of(client, name)
+        need = needs.setdefault(where, [server, 0, 0])
+        need[1] += plan.bytes_per_shard
+        need[2] += 1
+    for where, (server, needed, count) in needs.items():
+        limits = _memory_limits(server)
+        if limits is None:
+            continue
+        maxmemory, used = limits
+        room = maxmemory - int(maxmemory * MEMORY_HEADROOM) - used
+        if needed <= room:
+            continue
+        what = "the filter" if generation == 0 else f"generation {generation} of the filter"
+        raise ConfigError(
+            "BLOOMDUPE_CAPACITY", plan.capacity,
+            f"{what} {key!r} needs {sizing.human_bytes(needed)} ({count} shard(s) of "
+            f"{sizing.human_bytes(plan.bytes_per_shard)}) on Redis {where}, whose maxmemory is "
+            f"{sizing.human_bytes(maxmemory)} with {sizing.human_bytes(used)} in use; with "
+            f"{MEMORY_HEADROOM:.0%} of it kept free, it does not fit, and "
+            "writing it would fail with OOM. Nothing was written. Lower BLOOMDUPE_CAPACITY "
+            "(with BLOOMDUPE_GROWTH on, the filter grows if a crawl needs more) or raise "
+            "BLOOMDUPE_ERROR_RATE, or give Redis more memory (maxmemory)",
+        )
+
+
+def _server_of(client: Redis | RedisCluster, name: str) -> tuple[Any, str]:
+    """The server that holds ``name`` (a plain client on it) and where it is, for people."""
+    if not is_cluster(client):
+        return client, describe(client)
+    cluster: Any = client
+    node = cluster.get_node_from_key(name)
+    return cluster.get_redis_connection(node), node.name
+
+
+def _memory_limits(server: Any) -> tuple[int, int] | None:
+    """``maxmemory`` and the memory in use; None without a ``maxmemory``, or when not
+    allowed to look (an ACL without ``CONFIG GET``, a provider that renamed it)."""
+    try:
+        value = server.config_get("maxmemory").get("maxmemory")
+        maxmemory = int(value or 0)
+        if not maxmemory:
+            return None
+        used = int(server.info("memory").get("used_memory", 0))
+    except ResponseError as e:  # NoPermissionError is one
+        logger.debug("Cannot look at Redis's maxmemory (%s); not checking the filter fits", e)
+        return None
+    return maxmemory, used

@@ -89,14 +89,16 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
     return stored
 
 
-def stored_plan(stored: dict[str, Any]) -> sizing.Sizing:
-    """The first generation's sizing, as stored."""
+def stored_plan(stored: dict[str, Any], max_bytes: int | None = None) -> sizing.Sizing:
+    """The first generation's sizing, as stored, with this worker's limit on the whole
+    filter's size (``BLOOMDUPE_MAX_BYTES``, not stored: None is no limit)."""
     return sizing.Sizing(
         capacity=stored["capacity"],
         error_rate=stored["error_rate"],
         shards=stored["shards"],
         bits_per_shard=stored["bits_per_shard"],
         hashes=stored["hashes"],
+        max_bytes=max_bytes,
     )
 
 
