@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -295,6 +296,73 @@ def test_redacted_hides_the_password_in_the_userinfo() -> None:
     assert PASSWORD not in shown and shown.endswith("@h:1/0")
 
 
+#: A password holding every character that ends a URL's host part, in distinctive pieces.
+PIECES = ("Alpha7x", "Bravo8y", "Charlie9z", "Delta0w")
+ODD_PASSWORD = f"{PIECES[0]}#{PIECES[1]}/{PIECES[2]}?{PIECES[3]}"
+
+
+@pytest.mark.parametrize("url", [
+    f"redis://{USER}:{ODD_PASSWORD}@127.0.0.1:6379/0",
+    f"redis://:{ODD_PASSWORD}@127.0.0.1:6379/0",
+    f"rediss://{USER}:{ODD_PASSWORD}@h:1/0?db=1",
+    f"redis://{USER}:{ODD_PASSWORD.replace('#', '@')}@h:1/0",
+    f"unix://{USER}:{ODD_PASSWORD}@/tmp/redis.sock?db=0",
+    f"{USER}:{ODD_PASSWORD}@h:1",  # no scheme (refused, and shown in the refusal)
+    f"redis://h:1/0?password={ODD_PASSWORD}",
+    f"redis://h:1/0?db=1&password={ODD_PASSWORD.replace('/', '&')}&x=1",
+    f"redis://{PIECES[0]}#{PIECES[1]}@h:1/0",  # no ':': a user name, or a password?
+])
+def test_redacted_hides_a_password_whatever_it_holds(url: str) -> None:
+    shown = redacted(url)
+    for piece in PIECES:
+        assert piece not in shown, shown
+    assert "***" in shown
+
+
+@pytest.mark.parametrize("userinfo", [f"{USER}:{ODD_PASSWORD}", f":{ODD_PASSWORD}",
+                                      f"{USER}:{PIECES[0]}/{PIECES[1]}"])
+def test_a_password_redis_py_would_misread_is_refused(auth_server: RedisServer,
+                                                      userinfo: str) -> None:
+    """redis-py ends the host part at the first '/', '?' or '#': it would connect to
+    host "crawler", port "Alpha7x". Refused before any connection, showing no piece."""
+    with pytest.raises(BloomDupeError) as info:
+        connection.from_settings(crawler_for(url_for(auth_server, userinfo)).settings)
+    assert "Percent-encode" in str(info.value)
+    assert f"@127.0.0.1:{auth_server.port}/0" in str(info.value)
+    for piece in PIECES:
+        assert all(piece not in text for text in _texts_of(info.value))
+
+
+def test_a_percent_encoded_password_with_those_characters_works(auth_server: RedisServer,
+                                                                admin: redis.Redis) -> None:
+    admin.execute_command("ACL", "SETUSER", USER, "reset", "on", f">{ODD_PASSWORD}", "~*",
+                          "+@all")
+    url = url_for(auth_server, f"{USER}:{quote(ODD_PASSWORD, safe='')}")
+    crawler = crawler_for(url)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert not df.request_seen(Request("http://a.example/"))
+
+
+def test_cli_never_shows_a_password_whatever_it_holds(auth_server: RedisServer,
+                                                      admin: redis.Redis) -> None:
+    admin.execute_command("ACL", "SETUSER", USER, "reset", "on", f">{ODD_PASSWORD}", "~*",
+                          "+@all")
+    encoded = url_for(auth_server, f"{USER}:{quote(ODD_PASSWORD, safe='')}")
+    raw = url_for(auth_server, f"{USER}:{ODD_PASSWORD}")
+    wrong = url_for(auth_server, f"{USER}:{quote(ODD_PASSWORD[::-1], safe='')}")
+    for url, status, says in ((encoded, 1, "No Bloom filter "),
+                              (raw, 1, "Percent-encode"),
+                              (wrong, 1, "refused the credentials")):
+        for command in (["info"], ["stats"], ["check", "http://a.example/"], ["--json", "info"]):
+            done = _cli(url, *command)
+            output = done.stdout + done.stderr
+            assert done.returncode == status, output
+            assert says in done.stderr and "Traceback" not in output
+            assert len(done.stderr.strip().splitlines()) == 1, output
+            for piece in PIECES:
+                assert piece not in output and piece[::-1] not in output, output
+
+
 def test_redacted_hides_a_password_in_the_query() -> None:
     """redis-py reads ``?password=`` from the URL too; a bad URL's error shows the URL."""
     with pytest.raises(BloomDupeError) as info:
@@ -557,7 +625,7 @@ def test_sweep_a_real_crawl_shows_no_password(auth_server: RedisServer, admin: r
     assert_no_secret([repr(admin.client_list()), repr(admin.slowlog_get(128))])
     # The command-line tool, with the same user (the crawler's ACL is enough for these).
     url = url_for(auth_server, f"{USER}:{PASSWORD}")
-    for command in (["info"], ["stats"], ["check", "data:,page1", "data:,nowhere"],
+    for command in (["info"], ["stats"], ["check", "http://a.example/", "https://b.example/x"],
                     ["--json", "info"], ["--json", "stats"]):
         done = _cli(url, *command)
         assert done.returncode == 0, done.stdout + done.stderr

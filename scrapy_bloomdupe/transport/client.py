@@ -26,7 +26,7 @@ from redis.retry import Retry
 
 from ..exceptions import ConfigError
 from .cluster import default_retry
-from .diagnose import cluster_start_error, redacted
+from .diagnose import cluster_start_error, redacted, url_problem
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -83,6 +83,8 @@ def client_params(config: RedisSettings) -> dict[str, Any]:
 def build(config: RedisSettings) -> Redis | RedisCluster:
     """A new client: a ``RedisCluster`` in cluster mode, else ``redis_cls`` or ``redis.Redis``."""
     url, params = config.url, client_params(config)
+    if url and (problem := url_problem(url)):
+        raise ConfigError("REDIS_URL", redacted(url), problem)
     if config.cluster:
         return _cluster_client(url, params, config.redis_cls or RedisClusterClient,
                                user_retry="retry" in config.params)

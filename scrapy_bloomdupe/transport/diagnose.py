@@ -8,8 +8,9 @@ one error for a cluster client that could not start.
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 from redis.exceptions import RedisClusterException
@@ -24,21 +25,88 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_SECRET_QUERY = {"password"}
+_SECRET_QUERY = "password"
+#: Characters that end a URL's authority (``user:password@host:port``) for a URL parser.
+_AUTHORITY_ENDS = "/?#"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(.*)", re.DOTALL)
+
+
+def _split(url: str) -> tuple[str, str | None, str]:
+    """``url`` as ``scheme://``, user info, the rest, reading the user info up to the
+    *last* ``@``: what a person who wrote a password with ``/``, ``?`` or ``#`` in it
+    meant (a URL parser, redis-py's included, stops the authority at the first of
+    them). User info None when there is no ``@``."""
+    match = _SCHEME.fullmatch(url)
+    prefix, body = match.groups() if match else ("", url)
+    if "@" not in body:
+        return prefix, None, body
+    userinfo, _, rest = body.rpartition("@")
+    return prefix, userinfo, rest
+
+
+def _redact_query(rest: str) -> str:
+    """``rest`` (host, path, query, fragment) with a ``?password=`` value and everything
+    after it, and any fragment, replaced by ``***``.
+
+    Everything after the value goes too: a password holding ``&`` or ``#`` ends
+    up, in part, in the next parameter or the fragment.
+    """
+    head, sep, query = rest.partition("?")
+    if sep:
+        params = query.split("&")
+        for i, param in enumerate(params):
+            name = param.split("=", 1)[0]
+            if name.split("#", 1)[0].strip().lower() == _SECRET_QUERY:
+                return head + sep + "&".join([*params[:i], f"{_SECRET_QUERY}=***"])
+        rest = head + sep + query
+    if "#" in rest:
+        rest = rest.split("#", 1)[0] + "#***"
+    return rest
 
 
 def redacted(url: str) -> str:
-    """``url`` with any password (``user:password@`` or ``?password=``) replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        host = parts.netloc.rsplit("@", 1)[-1]
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if any(name.lower() in _SECRET_QUERY for name, _ in pairs):
-        query = urlencode([(n, "***" if n.lower() in _SECRET_QUERY else v) for n, v in pairs],
-                          safe="*")
-        parts = parts._replace(query=query)
-    return urlunsplit(parts)
+    """``url`` with any password replaced by ``***``, whatever characters it holds.
+
+    The password is what lies between the user name's ``:`` and the last
+    ``@`` (so an unencoded ``#``, ``/``, ``?`` or ``@`` in it is hidden too, as
+    much as any URL parser would show), or a ``?password=`` value to the end of
+    the URL. A fragment (``#...``) is hidden too.
+    """
+    prefix, userinfo, rest = _split(url)
+    rest = _redact_query(rest)
+    if userinfo is None:
+        return prefix + rest
+    user, colon, _ = userinfo.partition(":")
+    if any(c in user for c in _AUTHORITY_ENDS):
+        return f"{prefix}***@{rest}"
+    if colon:
+        return f"{prefix}{user}:***@{rest}"
+    return f"{prefix}{userinfo}@{rest}"
+
+
+def url_problem(url: str) -> str | None:
+    """Why redis-py would misread ``url``'s user name or password, or None.
+
+    redis-py parses a URL with ``urllib.parse``: its authority ends at the first
+    ``/``, ``?`` or ``#``. A password holding one of them unencoded is cut
+    there, and what follows it is read as the host, port, path or fragment
+    (``redis://u:pa#ss@h/0`` connects to host ``u``, port ``pa``). Such a URL is
+    refused before it is used, so no part of its password can be shown as a host
+    or a port.
+    """
+    _, userinfo, _ = _split(url)
+    if userinfo is None or not any(c in userinfo for c in _AUTHORITY_ENDS):
+        return None
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
+    if "@" in netloc:  # redis-py finds the user info; an "@" further on is in the path or query
+        return None
+    return ("the user name or password holds '/', '?' or '#' unencoded, which end a URL's "
+            "host part: redis-py would read part of the password as the host or port. "
+            "Percent-encode them (/ %2F, ? %3F, # %23, @ %40, % %25), for example with "
+            "urllib.parse.quote(password, safe=''); an '@' in the query must be %40 too")
 
 
 def describe(client: Redis | RedisCluster) -> str:
@@ -63,7 +131,7 @@ def _describe_cluster(client: Any) -> str:
     return f"Redis Cluster ({len(masters)} masters: {shown})"
 
 
-def _find_cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+def find_cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first exception of ``kind`` among ``error``'s causes and contexts."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [error]
@@ -155,7 +223,7 @@ def cluster_start_error(where: str, e: RedisClusterException) -> BloomDupeError:
     text = str(e)
     cause = e.__cause__ or e.__context__
     detail = str(cause).rstrip(".") if cause is not None else text.rstrip(".")
-    denied = _find_cause(e, redis.exceptions.NoPermissionError)
+    denied = find_cause(e, redis.exceptions.NoPermissionError)
     if denied is not None:
         return BloomDupeError(
             f"Redis Cluster at {where} refused a command to this user ({denied}); grant the "
