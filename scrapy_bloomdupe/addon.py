@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+# Imported for its side effect too: a crawl that cannot start says so in one line.
+from . import connection  # noqa: F401
 from .settings import use_scheduler
 
 if TYPE_CHECKING:

@@ -6,15 +6,28 @@ Settings, as in scrapy-redis: ``REDIS_URL`` (overridden by
 ``BLOOMDUPE_REDIS_CLUSTER = True`` for Redis Cluster. They are parsed by
 :class:`~scrapy_bloomdupe.settings.RedisSettings`, and the client is built by
 :mod:`scrapy_bloomdupe.transport.client`.
+
+Also how a crawl that cannot start says so: one line. A setting that cannot
+work or a Redis that cannot be used raises a
+:class:`~scrapy_bloomdupe.exceptions.BloomDupeError` from one of the package's
+components while Scrapy builds it. Scrapy then marks the crawl failed (``scrapy
+crawl`` exits with status 1), and asyncio reports the crawl's task with a
+traceback, often chained to a second one of Scrapy's own ("Engine slot not
+assigned"). :class:`StartErrorFilter`, installed on asyncio's logger when this
+module is imported (every component imports it), turns that report into one
+CRITICAL line: the error's message, which names the setting and the fix.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import TYPE_CHECKING
 
+from .exceptions import BloomDupeError
 from .settings import RedisSettings
 from .transport import client as client_module
+from .transport.diagnose import find_cause
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -38,3 +51,45 @@ def from_settings(settings: BaseSettings) -> Redis | RedisCluster:
     """A new client built from Scrapy ``settings`` (for tools and tests; a crawl shares
     :func:`get_client`'s)."""
     return client_module.build(RedisSettings.from_settings(settings))
+
+
+# -- a crawl that cannot start: one line ------------------------------------------------
+
+#: Loggers that report an exception nobody caught (asyncio: "Task exception was never
+#: retrieved", the crawl's task under ``scrapy crawl``).
+UNHANDLED_LOGGERS = ("asyncio",)
+#: The logger name the one line is shown under.
+LOGGER_NAME = "scrapy_bloomdupe"
+
+
+class StartErrorFilter(logging.Filter):
+    """Shows an uncaught :class:`BloomDupeError` (also one chained under another
+    exception) as one CRITICAL line, its message, without the traceback.
+
+    Only reports of exceptions nobody caught pass through the loggers it is
+    put on, so a traceback the user asked for (a caught error logged with
+    ``exc_info``) is left alone. Any other exception keeps its traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if isinstance(record.exc_info, tuple) else None
+        error = find_cause(exc, BloomDupeError) if exc is not None else None
+        if error is None:
+            return True
+        record.name = LOGGER_NAME
+        record.levelno, record.levelname = logging.CRITICAL, logging.getLevelName(
+            logging.CRITICAL)
+        record.msg, record.args = "Cannot start the crawl: %s", (str(error),)
+        record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+def install_start_error_filter() -> None:
+    """Put one :class:`StartErrorFilter` on each of :data:`UNHANDLED_LOGGERS` (once)."""
+    for name in UNHANDLED_LOGGERS:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, StartErrorFilter) for f in target.filters):
+            target.addFilter(StartErrorFilter())
+
+
+install_start_error_filter()
