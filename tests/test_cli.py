@@ -691,3 +691,113 @@ def test_info_shows_the_spread_of_shards_over_a_cluster() -> None:
         result = run_cli("check", "--cluster", "--key", "shop:bloomdupe", URLS[0],
                          f"{SITE}/other", redis_url=local.url)
         assert result.stdout.split()[::2] == ["seen", "new"]
+
+
+# -- read-only: info, stats and check never write ----------------------------------------
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, bytes | None]:
+    """Every key with its DUMP (type, value, and nothing else), to compare before/after."""
+    return {name: client.dump(name) for name in client.scan_iter(count=1000)}
+
+
+READ_COMMANDS = (["info"], ["info", "--json"], ["stats"], ["stats", "--json"],
+                 ["check", URLS[0], URLS[1], URLS[2]], ["check", "--json", URLS[0]])
+
+
+def test_reading_a_filter_with_a_missing_shard_writes_nothing(redis_url: str,
+                                                              client: redis.Redis) -> None:
+    key = "shop:bloomdupe"
+    make_filter(client, key, URLS, shards=3)
+    crawlstats.CrawlStats(client, key, "w1").flush({"checked": 3})
+    missing = keys.bits(key, 1)
+    client.delete(missing)
+    before, size = snapshot(client), client.dbsize()
+    for args in READ_COMMANDS:
+        result = run_cli(*args, "--key", key, redis_url=redis_url)
+        out = clean(result)
+        assert result.returncode == 1, out  # the filter is damaged: failed, yet shown
+        assert f"lacks 1 shard(s): '{missing}'" in result.stderr, out
+        assert "Nothing was written" in result.stderr
+        assert client.dbsize() == size and snapshot(client) == before, args
+        assert not client.exists(missing)
+    data = json.loads(run_cli("info", "--json", "--key", key, redis_url=redis_url).stdout)
+    assert data["missing_shards"] == [missing]
+    table = run_cli("info", "--key", key, redis_url=redis_url).stdout
+    assert re.search(r"^\s+1\s+missing\s", table, re.M), table
+    # The Scrapy command (the project's settings, its fingerprinter) writes nothing either.
+    project_key = "site:bloomdupe"
+    make_filter(client, project_key, URLS, shards=2)
+    client.delete(keys.bits(project_key, 0))
+    before, size = snapshot(client), client.dbsize()
+    for args in (["info", "site"], ["stats", "site"], ["check", "site", URLS[0]]):
+        result = run_scrapy(*args, redis_url=redis_url)
+        out = clean(result)
+        assert result.returncode == 1 and "lacks 1 shard(s)" in result.stderr, out
+        assert result.stderr.startswith("scrapy bloomdupe: error: "), out
+        assert client.dbsize() == size and snapshot(client) == before, args
+
+
+def test_check_marks_a_url_of_a_missing_shard(redis_url: str, client: redis.Redis) -> None:
+    key = "shop:bloomdupe"
+    make_filter(client, key, URLS[:10], shards=2)
+    client.delete(keys.bits(key, 0))
+    result = run_cli("check", "--json", "--key", key, *URLS, redis_url=redis_url)
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    unsure = [r for r in data["results"] if r.get("shard_missing")]
+    assert unsure and all(not r["seen"] for r in unsure)
+    assert all(r["seen"] for r in data["results"][:10] if not r.get("shard_missing"))
+    table = run_cli("check", "--key", key, *URLS, redis_url=redis_url)
+    assert table.stdout.count("new?") == len(unsure)
+
+
+def test_an_intact_filter_is_read_without_writing(redis_url: str, client: redis.Redis) -> None:
+    key = "shop:bloomdupe"
+    make_filter(client, key, URLS)
+    before = snapshot(client)
+    for args in READ_COMMANDS:
+        result = run_cli(*args, "--key", key, redis_url=redis_url)
+        assert result.returncode == 0, clean(result)
+    assert snapshot(client) == before
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("capacity", "abc", "capacity 'abc' is not a number"),
+    ("shards", "0", "shards 0 is not at least 1"),
+    ("seed", None, "no seed"),
+    ("error_rate", "1.5", "error_rate 1.5 is not between 0 and 1"),
+    ("generations", "x", "generations 'x' is not a number"),
+])
+def test_damaged_metadata_is_one_line_and_status_1(redis_url: str, client: redis.Redis,
+                                                   field: str, value: str | None,
+                                                   says: str) -> None:
+    key = "shop:bloomdupe"
+    make_filter(client, key, URLS)
+    if value is None:
+        client.hdel(keys.meta(key), field)
+    else:
+        client.hset(keys.meta(key), field, value)
+    before = snapshot(client)
+    for args in (["info"], ["info", "--json"], ["stats"], ["check", URLS[0]]):
+        result = run_cli(*args, "--key", key, redis_url=redis_url)
+        out = clean(result)
+        assert result.returncode == 1, out
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, out
+        assert "metadata 'shop:bloomdupe:meta'" in lines[0] and says in lines[0], out
+    assert snapshot(client) == before
+
+
+def test_check_takes_only_http_urls(redis_url: str, client: redis.Redis) -> None:
+    make_filter(client, "shop:bloomdupe", URLS[:3])
+    for url in ("ftp://x/y", "file:///etc/passwd", "data:,x", "mailto:a@b.example", "http://",
+                "shop.example/a"):
+        result = run_cli("check", "--key", "shop:bloomdupe", url, redis_url=redis_url)
+        out = clean(result)
+        assert result.returncode == 2, (url, out)
+        assert f"bad URL {url!r}" in result.stderr and result.stdout == ""
+    result = run_cli("check", "--key", "shop:bloomdupe", "ftp://x/y", redis_url=redis_url)
+    assert "only http:// and https:// URLs can be checked" in result.stderr
+    result = run_scrapy("check", "site", "ftp://x/y", redis_url=redis_url)
+    assert result.returncode == 2 and "only http:// and https://" in result.stderr

@@ -18,8 +18,10 @@ One module per command (``info``, ``stats``, ``check``, ``clear``,
 work on, :mod:`.output` how they print, :mod:`.options` and :mod:`.run` the
 command lines. Tables for people, ``--json`` for scripts. Exit status: 0 done
 (``check``: every URL answered, seen or new), 1 failed (Redis unreachable, no
-filter at the key, an import refused, ``clear`` not confirmed), 2 usage (a bad
-option, a bad URL), 130 interrupted. Passwords in Redis URLs are never printed.
+filter at the key, its metadata damaged or a shard missing, an import refused,
+``clear`` not confirmed), 2 usage (a bad option, a URL that is not http(s)),
+130 interrupted. ``info``, ``stats`` and ``check`` never write (a missing shard
+is reported, not created). Passwords in Redis URLs are never printed.
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.project import inside_project
 
-from .. import connection, fingerprint, keys, migrate
+from .. import connection, fingerprint, keys, migrate, sizing
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..exceptions import BloomDupeError, ConfigError
-from ..settings import DEFAULTS, BloomDupeConfig, RedisSettings
+from ..settings import DEFAULTS, FINGERPRINT_MODES, BloomDupeConfig, RedisSettings
 from ..transport.cluster import is_cluster
 from ..transport.diagnose import describe, redacted
 from .output import emit_json
@@ -53,6 +53,10 @@ class FilterAbsent(BloomDupeError):
     """No filter at the key."""
 
 
+class DamagedFilter(BloomDupeError):
+    """The filter's metadata cannot be read (exit status 1, one line)."""
+
+
 @dataclass
 class Context:
     """What every command works on."""
@@ -66,6 +70,7 @@ class Context:
     json: bool
     out: TextIO
     err: TextIO
+    prog: str = PROG  # for messages: "bloomdupe" or "scrapy bloomdupe"
 
     def print(self, text: str = "") -> None:
         print(text, file=self.out)
@@ -138,7 +143,8 @@ def project_context(settings: Settings, spider: str | None, key: str | None,
     client = connection.from_settings(effective)
     url = RedisSettings.from_settings(effective).url
     where = redacted(url) if url else describe(client)
-    return Context(client, key, where, effective, inside_project(), crawler, json_out, out, err)
+    return Context(client, key, where, effective, inside_project(), crawler, json_out, out, err,
+                   "scrapy bloomdupe")
 
 
 
@@ -173,6 +179,9 @@ def _scan_filters(client: redis.Redis | RedisCluster, limit: int, scans: int) ->
 
 
 def open_existing(ctx: Context) -> BloomFilter:
+    """The filter at ``ctx.key``, opened read-only: nothing is written, not even a missing
+    shard (see :func:`missing_shards`). Raises :class:`FilterAbsent` when there is none,
+    :class:`DamagedFilter` when its metadata cannot be read."""
     if not migrate.filter_exists(ctx.client, ctx.key):
         others = other_filters(ctx.client)
         hint = (f" Filters there: {', '.join(repr(k) for k in others)}." if others
@@ -181,7 +190,83 @@ def open_existing(ctx: Context) -> BloomFilter:
             f"No Bloom filter at key {ctx.key!r} in Redis at {ctx.where} (no "
             f"{keys.meta(ctx.key)!r}).{hint} A filter is created by the first "
             "worker of a crawl, or by `import`.")
-    return BloomFilter.open(ctx.client, ctx.key, None)
+    check_meta(ctx)
+    try:
+        return BloomFilter.open(ctx.client, ctx.key, None, read_only=True)
+    except (ValueError, KeyError, ArithmeticError) as e:  # what check_meta does not foresee
+        raise _damaged(ctx, [f"{type(e).__name__}: {e}"]) from None
+
+
+#: Fields of ``K:meta`` a filter cannot be used without.
+REQUIRED_FIELDS = ("capacity", "error_rate", "shards", "bits_per_shard", "hashes", "seed")
+#: Fields that must be whole numbers of at least 1 (``bits_per_shard``: at least 8).
+_POSITIVE_FIELDS = {"capacity": 1, "shards": 1, "bits_per_shard": 8, "hashes": 1,
+                    "generations": 1, "version": 1}
+
+
+def check_meta(ctx: Context) -> dict[str, Any]:
+    """The filter's stored parameters, decoded; :class:`DamagedFilter` naming every
+    field that is missing or cannot be right (reads only)."""
+    raw = ctx.client.hgetall(keys.meta(ctx.key))
+    fields: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, value in raw.items():
+        try:
+            fields.update(meta.decode({name: value}))
+        except (ValueError, UnicodeDecodeError):
+            problems.append(f"{_text(name)} {_text(value)!r} is not a number")
+    unreadable = {problem.split(" ", 1)[0] for problem in problems}
+    problems += [f"no {name}" for name in REQUIRED_FIELDS
+                 if name not in fields and name not in unreadable]
+    for name, least in _POSITIVE_FIELDS.items():
+        if name in fields and fields[name] < least:
+            problems.append(f"{name} {fields[name]!r} is not at least {least}")
+    if "hashes" in fields and fields["hashes"] > sizing.MAX_HASHES:
+        problems.append(f"hashes {fields['hashes']!r} is over {sizing.MAX_HASHES}")
+    rate = fields.get("error_rate")
+    if rate is not None and not 0 < rate < 1:
+        problems.append(f"error_rate {rate!r} is not between 0 and 1")
+    if fields.get("fingerprint", "scrapy") not in FINGERPRINT_MODES:
+        problems.append(f"fingerprint {fields['fingerprint']!r} is not one of "
+                        f"{', '.join(FINGERPRINT_MODES)}")
+    if fields.get("version", meta.FORMAT_VERSION) > meta.FORMAT_VERSION:
+        problems.append(f"format version {fields['version']} is newer than this "
+                        f"scrapy-bloomdupe reads ({meta.FORMAT_VERSION}): upgrade it")
+    if problems:
+        raise _damaged(ctx, problems)
+    return fields
+
+
+def _damaged(ctx: Context, problems: list[str]) -> DamagedFilter:
+    return DamagedFilter(
+        f"The Bloom filter's metadata {keys.meta(ctx.key)!r} in Redis at {ctx.where} is "
+        f"damaged: {'; '.join(problems)}. Nothing was changed. Workers "
+        "cannot use this filter either: restore the field(s), or start a new filter under "
+        "another BLOOMDUPE_KEY.")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def missing_shards(ctx: Context, bloom: BloomFilter) -> list[str]:
+    """Keys of the filter's shards (every generation) that are not in Redis (reads only).
+
+    A worker that opens the filter creates them again, empty: every URL they
+    held would be taken for new and fetched again.
+    """
+    names = [bloom.shard_key(i, g) for g in range(len(bloom.generations))
+             for i in range(bloom.sizing.shards)]
+    return [name for name in names if not ctx.client.exists(name)]
+
+
+def report_missing(ctx: Context, missing: list[str]) -> None:
+    """One line on stderr about the missing shards."""
+    shown = ", ".join(repr(n) for n in missing[:5]) + (", ..." if len(missing) > 5 else "")
+    ctx.note(f"{ctx.prog}: error: the Bloom filter {ctx.key!r} in Redis at {ctx.where} lacks "
+             f"{len(missing)} shard(s): {shown} (deleted, or evicted by Redis's maxmemory "
+             "policy?). The URLs they held are lost: the next worker to start creates them "
+             "empty and fetches those URLs again. Nothing was written.")
 
 
 def fingerprinter_for(ctx: Context, mode: str) -> RequestFingerprinterProtocol:

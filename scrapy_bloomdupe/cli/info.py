@@ -10,7 +10,7 @@ from ..bloom.filter import BloomFilter
 from ..bloom.info import FilterInfo
 from ..bloom.placement import shard_nodes
 from ..transport.cluster import is_cluster
-from .context import EXIT_OK, Context, open_existing
+from .context import EXIT_FAILED, EXIT_OK, Context, missing_shards, open_existing, report_missing
 from .output import count, fields, human_bytes, percent, rate, table, when
 
 #: BLOOMDUPE_FINGERPRINT modes, for people.
@@ -21,7 +21,8 @@ MODE_DESCRIPTIONS = {
 
 
 def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
-              nodes: dict[str, list[int]] | None) -> dict[str, Any]:
+              nodes: dict[str, list[int]] | None, missing: list[str] | None = None
+              ) -> dict[str, Any]:
     data = info.as_dict()
     data.update({
         "redis": ctx.where,
@@ -31,6 +32,7 @@ def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
         "generation_count": len(info.generations),
         "total_bits": info.total_bits,
         "nodes": nodes,
+        "missing_shards": missing or [],
     })
     return data
 
@@ -40,11 +42,15 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     try:
         info = bloom.info()
         nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
+        missing = missing_shards(ctx, bloom)
     finally:
         bloom.close()
+    status = EXIT_FAILED if missing else EXIT_OK
+    if missing:
+        report_missing(ctx, missing)
     if ctx.json:
-        ctx.emit(info_dict(ctx, bloom, info, nodes))
-        return EXIT_OK
+        ctx.emit(info_dict(ctx, bloom, info, nodes, missing))
+        return status
     first = info.sizing
     newest = info.generations[-1].sizing
     growth = "on" if info.growth else "off"
@@ -83,7 +89,8 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     headers = ["shard", *(f"fill g{g.index}" for g in info.generations), "memory"]
     rows = []
     for i in range(first.shards):
-        row = [str(i), *(percent(g.shards[i].fill_ratio) for g in info.generations),
+        row = [str(i), *("missing" if g.shards[i].key in missing
+                         else percent(g.shards[i].fill_ratio) for g in info.generations),
                human_bytes(sum(g.shards[i].memory_bytes for g in info.generations))]
         if nodes:
             row.append(node_of.get(i, "?"))
@@ -96,4 +103,4 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         lines += ["", f"Shards over {len(nodes)} master(s)"]
         lines += fields([(name, f"{len(idx)} shard(s) {idx}") for name, idx in nodes.items()])
     ctx.print("\n".join(lines))
-    return EXIT_OK
+    return status

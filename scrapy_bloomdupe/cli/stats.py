@@ -6,14 +6,46 @@ from __future__ import annotations
 import argparse
 import time
 
-from .. import crawlstats, migrate
-from .context import EXIT_OK, Context, FilterAbsent
+from .. import crawlstats, keys, migrate
+from .context import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Context,
+    DamagedFilter,
+    FilterAbsent,
+    missing_shards,
+    open_existing,
+    report_missing,
+)
 from .output import ago, fields, table
 
 
 def run(ctx: Context, opts: argparse.Namespace) -> int:
-    data = crawlstats.read(ctx.client, ctx.key)
+    try:
+        data = crawlstats.read(ctx.client, ctx.key)
+    except (ValueError, TypeError) as e:  # not numbers, not JSON
+        raise DamagedFilter(
+            f"The crawl stats {keys.stats(ctx.key)!r} / {keys.workers(ctx.key)!r} in Redis at "
+            f"{ctx.where} cannot be read ({type(e).__name__}: {e}). Nothing was changed."
+        ) from None
     exists = migrate.filter_exists(ctx.client, ctx.key)
+    problem: str | None = None
+    missing: list[str] = []
+    if exists:
+        try:
+            bloom = open_existing(ctx)  # read-only
+        except DamagedFilter as e:
+            problem = str(e)
+        else:
+            try:
+                missing = missing_shards(ctx, bloom)
+            finally:
+                bloom.close()
+    status = EXIT_FAILED if problem or missing else EXIT_OK
+    if problem:
+        ctx.note(f"{ctx.prog}: error: {problem}")
+    if missing:
+        report_missing(ctx, missing)
     totals = data["totals"]
     if not exists and not data["workers"] and not any(totals[n] for n in crawlstats.COUNTERS):
         raise FilterAbsent(
@@ -24,6 +56,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     if ctx.json:
         ctx.emit({
             "key": ctx.key, "redis": ctx.where, "filter_exists": exists, "now": now,
+            "filter_problem": problem, "missing_shards": missing,
             "totals": totals,
             "workers": [
                 {"id": wid, **line,
@@ -32,7 +65,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
                 for wid, line in workers
             ],
         })
-        return EXIT_OK
+        return status
     lines = [f"Crawl stats of {ctx.key!r} in Redis at {ctx.where}"
              + ("" if exists else " (the filter itself is gone)")]
     lines += fields([
@@ -66,4 +99,4 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     else:
         lines.append("  (none has written its stats yet)")
     ctx.print("\n".join(lines))
-    return EXIT_OK
+    return status

@@ -44,8 +44,9 @@ class Command(ScrapyCommand):
             "import --from-set KEY | --from-jobdir DIR: add a scrapy-redis SET's or "
             "a JOBDIR's fingerprints (a new filter is made from the project's BLOOMDUPE_* "
             "settings). The key is BLOOMDUPE_KEY with the spider's name; Redis and the "
-            "fingerprinter are the project's. --json for scripts. Exit status 0 done, 1 "
-            "failed, 2 bad usage."
+            "fingerprinter are the project's. info, stats and check never write. --json for "
+            "scripts. Exit status 0 done, 1 failed (also: the filter's metadata damaged or "
+            "a shard missing), 2 bad usage."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
