@@ -21,8 +21,9 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.request import referer_str
 
-from . import connection, crawlstats, fingerprint
+from . import connection, crawlstats, fingerprint, keys
 from .bloom.filter import BloomFilter
+from .exceptions import BloomDupeError
 from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, wait_replicas
 from .transport.diagnose import check, describe, warn_if_not_durable
@@ -98,18 +99,28 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         client = connection.get_client(crawler)
         check(client)
         assert crawler.spider is not None, "the dupefilter is built once the spider exists"
-        bloom = BloomFilter.open(
-            client,
-            config.key_for(crawler.spider.name),
-            config.plan,
-            growth=config.growth,
-            fingerprint=config.fingerprint,
-            use_lock=config.lock,
-            lock_ttl=config.lock_ttl,
-            lock_wait=config.lock_wait,
-            local_cache=config.local_cache,
-            wait_replicas=wait_replicas(crawler.settings),
-        )
+        key = config.key_for(crawler.spider.name)
+        try:
+            bloom = BloomFilter.open(
+                client,
+                key,
+                config.plan,
+                growth=config.growth,
+                fingerprint=config.fingerprint,
+                use_lock=config.lock,
+                lock_ttl=config.lock_ttl,
+                lock_wait=config.lock_wait,
+                local_cache=config.local_cache,
+                wait_replicas=wait_replicas(crawler.settings),
+            )
+        except BloomDupeError:
+            raise
+        except (ValueError, KeyError, ArithmeticError) as e:  # the stored metadata, unreadable
+            raise BloomDupeError(
+                f"The Bloom filter's metadata {keys.meta(key)!r} in Redis at {describe(client)} "
+                f"cannot be read ({type(e).__name__}: {e}); `bloomdupe info --key {key}` names "
+                "the damaged fields. Restore them, or use another BLOOMDUPE_KEY."
+            ) from None
         persist = crawler.settings.getbool("SCHEDULER_PERSIST")
         if persist:
             warn_if_not_durable(client)
