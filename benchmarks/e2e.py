@@ -72,6 +72,8 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
     directory = out / f"e2e-{slug}"
     timing = directory / "timing"
     timing.mkdir(parents=True, exist_ok=True)
+    for stale in timing.glob("*.json"):  # an earlier run's
+        stale.unlink()
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     site, site_url = _start_site(pages, directory / "site.err")
