@@ -139,6 +139,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance.crawler = crawler
         instance.stats = crawler.stats
         instance._concurrency = settings.getint("CONCURRENT_REQUESTS")
+        # Open the filter now, before the engine has a slot: an error here (a filter made
+        # with other settings, damaged metadata) is then the only thing Scrapy reports.
+        dupefilter_cls = load_object(instance.dupefilter_cls)
+        if issubclass(dupefilter_cls, RedisBloomDupeFilter):
+            instance.df = build_from_crawler(dupefilter_cls, crawler)
         return instance
 
     @property
@@ -202,7 +207,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
 
     def close(self, reason: str) -> None:
-        if self.df is None:  # open() failed; nothing to close
+        if self.df is None or getattr(self, "queue", None) is None:  # open() failed
             return
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()

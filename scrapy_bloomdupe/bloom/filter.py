@@ -153,6 +153,8 @@ class BloomFilter:
         # N workers overfill a generation by about N * 0.1% before it grows.
         # BITCOUNT scans 1.8 bytes an item, so this costs ~2 KB of scan per item.
         self._grow_check_every = max(16, newest.capacity // 1000)
+        #: The smallest part a batch is sent in while the newest generation is full.
+        self._part_floor = max(1, newest.capacity // 1000)
         #: Items the newest generation still takes, as of the last look at its fill
         #: less what this worker added since; 0 until looked at (unknown). A batch
         #: is sent in parts of at most max(room, _grow_check_every) items, the fill
@@ -273,7 +275,7 @@ class BloomFilter:
         # so a retry is still answered from the op log.
         start = 0
         while start < len(asked):
-            size = max(self._room, self._grow_check_every) if self.growth else len(asked)
+            size = max(self._room, self._part_floor) if self.growth else len(asked)
             part = asked[start:start + size]
             start += len(part)
             self._check_add(halves, part, op, ack, results, lock_state, sink, entry)
