@@ -23,6 +23,7 @@ from unittest import mock
 import pytest
 import redis
 from helpers import EXAMPLE_PROJECT as PROJECT
+from helpers import DemoSpider
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.settings import Settings
@@ -32,6 +33,7 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_bloomdupe import cli, crawlstats, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.fingerprint import ScrapyRedisFingerprinter
+from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.migrate import JobdirSource, SetSource
 from scrapy_bloomdupe.testing import RedisServer, free_port
 
@@ -136,6 +138,20 @@ def test_info_table(redis_url: str, client: redis.Redis) -> None:
         assert text in result.stdout, text
     shard_rows = [line for line in result.stdout.splitlines() if re.match(r"  [01] +\d", line)]
     assert len(shard_rows) == 1 + 2  # the generation row and the two shard rows
+
+
+def test_info_shows_the_shared_queue_per_shard(redis_url: str, client: redis.Redis) -> None:
+    make_filter(client, "site:bloomdupe", ["https://a.example/"], shards=2)
+    queue = PriorityQueue(client, DemoSpider(), "site:requests", tag="site:bloomdupe", shards=2)
+    queue.push_many([Request(f"https://a.example/{i}") for i in range(3)])
+    assert len(queue.pop_leases(1)) == 1
+    result = run_cli("info", "--key", "site:bloomdupe", "--json", redis_url=redis_url)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)["queue"]
+    assert (data["waiting"], data["leased"]) == (2, 1)
+    assert sum(s["waiting"] for s in data["shards"]) == 2
+    text = clean(run_cli("info", "--key", "site:bloomdupe", redis_url=redis_url))
+    assert "2 request(s) waiting, 1 leased by workers" in text
 
 
 def test_info_json_options_before_or_after_the_command(redis_url: str,

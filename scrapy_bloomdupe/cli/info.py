@@ -1,5 +1,6 @@
 """``bloomdupe info``: the filter's parameters, fill per generation and shard, estimated
-items, false-positive rate, memory, and on a cluster which master holds which shard."""
+items, false-positive rate, memory, the shared queue (waiting and leased requests per
+shard), and on a cluster which master holds which shard."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from ..bloom.filter import BloomFilter
 from ..bloom.info import FilterInfo
 from ..bloom.placement import shard_nodes
+from ..frontier.queue import shard_status
 from ..transport.cluster import is_cluster
 from .context import EXIT_FAILED, EXIT_OK, Context, missing_shards, open_existing, report_missing
 from .output import count, fields, human_bytes, percent, rate, table, when
@@ -21,8 +23,8 @@ MODE_DESCRIPTIONS = {
 
 
 def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
-              nodes: dict[str, list[int]] | None, missing: list[str] | None = None
-              ) -> dict[str, Any]:
+              nodes: dict[str, list[int]] | None, missing: list[str] | None = None,
+              queue: list[tuple[int, int]] | None = None) -> dict[str, Any]:
     data = info.as_dict()
     data.update({
         "redis": ctx.where,
@@ -33,6 +35,10 @@ def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
         "total_bits": info.total_bits,
         "nodes": nodes,
         "missing_shards": missing or [],
+        "queue": {"waiting": sum(q for q, _ in queue or []),
+                  "leased": sum(leased for _, leased in queue or []),
+                  "shards": [{"index": i, "waiting": q, "leased": leased}
+                             for i, (q, leased) in enumerate(queue or [])]},
     })
     return data
 
@@ -43,13 +49,14 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         info = bloom.info()
         nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
         missing = missing_shards(ctx, bloom)
+        queue = shard_status(ctx.client, bloom.key, bloom.sizing.shards)
     finally:
         bloom.close()
     status = EXIT_FAILED if missing else EXIT_OK
     if missing:
         report_missing(ctx, missing)
     if ctx.json:
-        ctx.emit(info_dict(ctx, bloom, info, nodes, missing))
+        ctx.emit(info_dict(ctx, bloom, info, nodes, missing, queue))
         return status
     first = info.sizing
     newest = info.generations[-1].sizing
@@ -71,6 +78,8 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         ("fill", f"{percent(info.fill_ratio)} of {info.total_bits:,} bits"),
         ("est. false-positive rate", f"{rate(info.estimated_false_positive_rate)} now"),
         ("memory", human_bytes(info.memory_bytes)),
+        ("queue", f"{sum(q for q, _ in queue):,} request(s) waiting, "
+                  f"{sum(leased for _, leased in queue):,} leased by workers"),
     ])
     lines += ["", "Generations"]
     lines += table(
@@ -86,12 +95,14 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         for name, indexes in nodes.items():
             for index in indexes:
                 node_of[index] = name
-    headers = ["shard", *(f"fill g{g.index}" for g in info.generations), "memory"]
+    headers = ["shard", *(f"fill g{g.index}" for g in info.generations), "memory",
+               "waiting", "leased"]
     rows = []
     for i in range(first.shards):
         row = [str(i), *("missing" if g.shards[i].key in missing
                          else percent(g.shards[i].fill_ratio) for g in info.generations),
-               human_bytes(sum(g.shards[i].memory_bytes for g in info.generations))]
+               human_bytes(sum(g.shards[i].memory_bytes for g in info.generations)),
+               f"{queue[i][0]:,}", f"{queue[i][1]:,}"]
         if nodes:
             row.append(node_of.get(i, "?"))
         rows.append(row)
@@ -101,6 +112,9 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     lines += table(headers, rows, left=(0, len(headers) - 1) if nodes else (0,))
     if nodes:
         lines += ["", f"Shards over {len(nodes)} master(s)"]
-        lines += fields([(name, f"{len(idx)} shard(s) {idx}") for name, idx in nodes.items()])
+        lines += fields([(name, f"{len(idx)} shard(s) {idx}, queue: "
+                                f"{sum(queue[i][0] for i in idx):,} waiting, "
+                                f"{sum(queue[i][1] for i in idx):,} leased")
+                         for name, idx in nodes.items()])
     ctx.print("\n".join(lines))
     return status

@@ -376,12 +376,19 @@ return back
                 self.server.delete(name)
 
 
-def status(client: Redis | RedisCluster, tag: str, shards: int) -> tuple[int, int]:
-    """(requests waiting, requests leased) of the queue whose shards are tagged ``tag``
-    (the filter's key), for tools."""
+def shard_status(client: Redis | RedisCluster, tag: str, shards: int
+                 ) -> list[tuple[int, int]]:
+    """(requests waiting, requests leased) of each shard of the queue tagged ``tag``
+    (the filter's key), for tools. Reads only."""
     pipe = client.pipeline(transaction=False)
     for shard in range(shards):
         pipe.zcard(keys.queue(tag, shard))
         pipe.hlen(keys.leases(tag, shard))
     replies = pipe.execute()
-    return sum(replies[::2]), sum(replies[1::2])
+    return [(int(replies[2 * i]), int(replies[2 * i + 1])) for i in range(shards)]
+
+
+def status(client: Redis | RedisCluster, tag: str, shards: int) -> tuple[int, int]:
+    """(requests waiting, requests leased) of the whole queue tagged ``tag``."""
+    per_shard = shard_status(client, tag, shards)
+    return sum(q for q, _ in per_shard), sum(leased for _, leased in per_shard)
