@@ -13,8 +13,9 @@ With its default queue (:class:`scrapy_bloomdupe.frontier.queue.PriorityQueue`)
 it also makes the crawl lose nothing when a worker dies:
 
 * It leases as many requests in one round trip as the worker has free
-  download slots (``CONCURRENT_REQUESTS`` less the requests in progress), and
-  hands them to Scrapy one by one.
+  download slots (``CONCURRENT_REQUESTS`` less the requests in progress), a
+  quarter of ``CONCURRENT_REQUESTS`` more while the queue is deep, and hands
+  them to Scrapy one by one.
 * A request it hands to Scrapy stays leased in Redis until Scrapy is done with
   it: its callback's output is queued (or it failed for good and the failure
   middleware recorded it). Done is when the engine lets go of the request
@@ -97,8 +98,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.frontier = frontier or FrontierConfig.from_settings(Settings())
         #: Leases taken and not yet handed to Scrapy, then handed and not yet done.
         self._buffer: list[Lease] = []
-        #: CONCURRENT_REQUESTS: the most requests leased in one round trip.
+        #: CONCURRENT_REQUESTS: how many requests a worker can have in flight.
         self._concurrency = 1
+        #: Whether the last pop got all it asked for (see _prefetch_count).
+        self._deep = False
         self._handed: dict[str, Lease] = {}
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
@@ -275,6 +278,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if not self._buffer:
                 count = self._prefetch_count()
                 self._buffer = self._guarded(lambda: self.queue.pop_leases(count), [])
+                # A full answer: the queue is deep, the next pop may take a few more.
+                self._deep = len(self._buffer) >= count
             request = None
             if self._buffer:
                 lease = self._buffer.pop(0)
@@ -286,11 +291,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _prefetch_count(self) -> int:
         """How many requests to lease in one round trip: this worker's free download
-        slots (at least one). The engine asks for one request per free slot at once,
-        so none of them waits here while another worker could fetch it."""
+        slots (at least one), which the engine fills at once; and, while the queue is
+        deep (the last pop got all it asked for), a quarter of ``CONCURRENT_REQUESTS``
+        more, so that a busy worker pops once every few pages instead of once a page.
+        Near the end of the crawl (a short answer) it takes no more than it can start,
+        so no request waits here while another worker could fetch it."""
         slot = self._engine_slot()
         busy = len(slot.inprogress) if slot is not None else 0
-        return max(1, self._concurrency - busy)
+        extra = max(1, self._concurrency // 4) if self._deep else 0
+        return max(1, self._concurrency - busy) + extra
 
     def has_pending_requests(self) -> bool:
         if self.leased and self._buffer:
