@@ -9,8 +9,11 @@ pyproject.toml), also in the worker processes the tests spawn (they inherit
 from __future__ import annotations
 
 import hashlib
+import importlib
 import multiprocessing
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -148,3 +151,26 @@ def spawn_pool(workers: int) -> Iterator[Any]:
     finally:
         p.close()
         p.join()
+
+
+# -- the example project's demo site ----------------------------------------------------
+
+
+@contextmanager
+def demo_site(pages: int) -> Iterator[Any]:
+    """The example project's demo site (``demo/site.py``), served from a thread of this
+    process; its ``url``, ``base`` and fetch counts (``GET /__stats``)."""
+    sys.path.insert(0, str(EXAMPLE_PROJECT))
+    try:
+        server = importlib.import_module("demo.site").DemoSite(port=0, pages=pages)
+    finally:
+        sys.path.remove(str(EXAMPLE_PROJECT))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 import redis
 from helpers import EXAMPLE_PROJECT as PROJECT
+from helpers import demo_site
 
 PAGES = 400
 STOP_AFTER = 80  # pages the old crawl fetches before it is stopped (a few more are in flight)
@@ -39,28 +39,10 @@ STOP_AFTER = 80  # pages the old crawl fetches before it is stopped (a few more 
 CAPACITY = 10_000
 
 
-def demo_site_class() -> Any:
-    sys.path.insert(0, str(PROJECT))
-    try:
-        return importlib.import_module("demo.site").DemoSite
-    finally:
-        sys.path.remove(str(PROJECT))
-
-
 @pytest.fixture
 def site() -> Iterator[Any]:
-    """The example project's demo site, served from a thread of this process."""
-    server = demo_site_class()(port=0, pages=PAGES)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              daemon=True)
-    thread.start()
-    try:
+    with demo_site(PAGES) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-
 
 
 def fetches(site: Any) -> list[int]:

@@ -4,12 +4,10 @@ page fetched once, and both close on their own (``MAX_IDLE_TIME_BEFORE_CLOSE``).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import EXAMPLE_PROJECT
+from helpers import demo_site
 
 PAGES = 300
 
@@ -37,20 +35,8 @@ class FeedSpider(RedisSpider):
 
 @pytest.fixture
 def site() -> Iterator[Any]:
-    sys.path.insert(0, str(EXAMPLE_PROJECT))
-    try:
-        server = importlib.import_module("demo.site").DemoSite(port=0, pages=PAGES)
-    finally:
-        sys.path.remove(str(EXAMPLE_PROJECT))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              daemon=True)
-    thread.start()
-    try:
+    with demo_site(PAGES) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 @pytest.mark.slow
