@@ -286,7 +286,7 @@ class DeadOwners:
     An owner id is random, not a pid: the dead are the owners that never
     heartbeat after the kill (a live worker does every ``min(5, timeout / 3)``
     s, and at every pop) until the reap removes them. A dead worker's leases
-    cannot change after its death, so the last count read before the reap is
+    cannot grow after its death, so the largest count read before the reap is
     what it held when it died."""
 
     def __init__(self, kill_ms: int) -> None:
@@ -303,7 +303,9 @@ class DeadOwners:
             if beat > self.kill_ms:
                 self.alive.add(owner)
             elif owner not in self.alive:
-                self.held[owner] = leases.get(owner, 0)
+                # The most ever read: the owners and the leases are read in two calls,
+                # and a reap between them leaves the owner without its leases.
+                self.held[owner] = max(self.held.get(owner, 0), leases.get(owner, 0))
 
     @property
     def dead(self) -> set[str]:
