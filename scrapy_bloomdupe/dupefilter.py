@@ -187,15 +187,10 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         filter and in no queue. Returns, in order, whether each was seen before;
         None when Redis stayed away (nothing was queued)."""
         fps = [self.fingerprinter.fingerprint(r) for r in requests]
-        try:
-            new = self.outage.call(lambda: self.bloom.add_many(
-                fps, queue, lambda i: queue.entry(requests[i])))
-        except RedisUnavailable as e:
-            self.give_up(e)
+        new = self._call(lambda: self.bloom.add_many(
+            fps, queue, lambda i: queue.entry(requests[i])))
+        if new is None:
             return None
-        except redis.RedisError:
-            self.redis_errors += 1
-            raise
         self._maybe_flush()
         return [not n for n in new]
 
@@ -207,12 +202,18 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         they are scheduled rather than lost; with ``BLOOMDUPE_ON_OUTAGE =
         "close"`` the crawl is then stopped.
         """
+        new = self._call(check, unchecked=len(requests))
+        return [True] * len(requests) if new is None else new
+
+    def _call(self, check: Callable[[], list[bool]], unchecked: int = 0) -> list[bool] | None:
+        """``check``'s answer; None when Redis stayed away past the outage timeout (then
+        ``unchecked`` requests are counted and BLOOMDUPE_ON_OUTAGE is acted on)."""
         try:
             return check()
         except RedisUnavailable as e:
-            self.unchecked += len(requests)
+            self.unchecked += unchecked
             self.give_up(e)
-            return [True] * len(requests)
+            return None
         except redis.RedisError:
             self.redis_errors += 1
             raise

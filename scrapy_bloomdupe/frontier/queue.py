@@ -293,12 +293,7 @@ return back
 
     def status(self) -> tuple[int, int]:
         """(requests waiting, requests leased) over every shard, in one round trip."""
-        commands: list[tuple[Any, ...]] = []
-        for shard in range(self.shards):
-            commands.append(("ZCARD", self._queues[shard]))
-            commands.append(("HLEN", self._leases[shard]))
-        replies = self._execute(commands, [""] * len(commands))
-        return sum(replies[::2]), sum(replies[1::2])
+        return status(self.server, self.tag, self.shards)
 
     def __len__(self) -> int:
         return self.status()[0]
