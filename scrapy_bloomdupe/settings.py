@@ -10,6 +10,7 @@ the client's, :func:`batch_size` the batch middleware's and
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,23 +64,43 @@ WAIT_SETTING = "BLOOMDUPE_WAIT_REPLICAS"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+#: What ``-s NAME=...`` gives for a setting meant as Python's ``None`` (a string, from the
+#: command line): it means the same as ``NAME = None`` in settings.py, the default.
+_NONE = {"none", "null"}
+
+
+def is_none(value: Any) -> bool:
+    """Whether ``value`` is None, or ``None`` (``null``) written on the command line."""
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
+
+
+def is_unset(value: Any) -> bool:
+    """:func:`is_none`, or empty: an optional setting left out."""
+    return is_none(value) or (isinstance(value, str) and not value.strip())
 
 
 def _get(settings: BaseSettings, name: str) -> Any:
     value = settings.get(name)
-    return DEFAULTS[name] if value is None else value
+    return DEFAULTS[name] if is_none(value) else value
 
 
 def parse_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise ConfigError(name, value, "must be a whole number, not a boolean")
+    if isinstance(value, str):
+        # What Python accepts in settings.py, accepted from -s too: 10_000_000, 1e7.
+        text = value.strip().replace("_", "")
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ConfigError(name, value, "must be a whole number") from None
+            if not value.is_integer():
+                raise ConfigError(name, text, "must be a whole number") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str):
-        try:
-            value = int(value.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(name, value, "must be a whole number") from None
     if not isinstance(value, int):
         raise ConfigError(name, value, "must be a whole number")
     if value < minimum:
@@ -142,7 +163,7 @@ class BloomDupeConfig:
         error_rate = parse_float("BLOOMDUPE_ERROR_RATE", _get(settings, "BLOOMDUPE_ERROR_RATE"),
                                  low=0, high=1, low_open=True, high_open=True)
         raw_shards = _get(settings, "BLOOMDUPE_SHARDS")
-        shards = None if raw_shards in (None, "") else parse_int("BLOOMDUPE_SHARDS", raw_shards)
+        shards = None if is_unset(raw_shards) else parse_int("BLOOMDUPE_SHARDS", raw_shards)
         max_shard_bytes = parse_int("BLOOMDUPE_MAX_SHARD_BYTES",
                                     _get(settings, "BLOOMDUPE_MAX_SHARD_BYTES"), minimum=8)
         max_bytes = parse_int("BLOOMDUPE_MAX_BYTES", _get(settings, "BLOOMDUPE_MAX_BYTES"))
@@ -256,11 +277,7 @@ class RedisSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisSettings:
-        user_params = settings.get("REDIS_PARAMS") or {}
-        if not isinstance(user_params, dict):
-            raise ConfigError("REDIS_PARAMS", user_params,
-                              "must be a dict of redis client arguments")
-        params = dict(user_params)
+        params = redis_params(settings)
         for setting, name in (("REDIS_HOST", "host"), ("REDIS_PORT", "port"),
                               ("REDIS_DB", "db")):
             if settings.get(setting):
@@ -271,6 +288,30 @@ class RedisSettings:
         redis_cls = _load_class(params.pop("redis_cls", None))
         return cls(url, params, redis_cls, cluster_mode(settings, redis_cls),
                    wait_replicas(settings))
+
+
+def parse_dict(name: str, value: Any) -> dict[str, Any]:
+    """A dict setting, as Scrapy's ``getdict`` reads it: a dict, or a JSON object in a
+    string (what ``-s 'REDIS_PARAMS={"socket_timeout": 30}'`` gives)."""
+    if is_unset(value):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ConfigError(name, value, f"is not valid JSON ({e}); write a JSON object, "
+                              'for example {"socket_timeout": 30}') from None
+    if hasattr(value, "copy_to_dict"):  # a Scrapy BaseSettings
+        value = value.copy_to_dict()
+    if not isinstance(value, dict):
+        raise ConfigError(name, value, "must be a dict (or a JSON object) of redis client "
+                          "arguments")
+    return dict(value)
+
+
+def redis_params(settings: BaseSettings) -> dict[str, Any]:
+    """``REDIS_PARAMS``, a dict or a JSON object, copied."""
+    return parse_dict("REDIS_PARAMS", settings.get("REDIS_PARAMS"))
 
 
 def _load_class(value: Any) -> Any:
@@ -288,7 +329,7 @@ def _load_class(value: Any) -> Any:
 def wait_replicas(settings: BaseSettings) -> int:
     """``BLOOMDUPE_WAIT_REPLICAS``: replicas each check-and-add waits for (``WAIT``)."""
     raw = settings.get(WAIT_SETTING)
-    if raw is None or raw == "":
+    if is_unset(raw):
         return 0
     return parse_int(WAIT_SETTING, raw, minimum=0)
 
@@ -300,12 +341,10 @@ def cluster_mode(settings: BaseSettings, redis_cls: Any = None) -> bool:
     ``REDIS_PARAMS`` that is a ``RedisCluster`` means yes.
     """
     if redis_cls is None:
-        user_params = settings.get("REDIS_PARAMS") or {}
-        redis_cls = _load_class(user_params.get("redis_cls")) if isinstance(
-            user_params, dict) else None
+        redis_cls = _load_class(redis_params(settings).get("redis_cls"))
     is_cluster_cls = isinstance(redis_cls, type) and issubclass(redis_cls, RedisCluster)
     raw = settings.get(CLUSTER_SETTING)
-    if raw is None or raw == "":
+    if is_unset(raw):
         return is_cluster_cls
     wanted = parse_bool(CLUSTER_SETTING, raw)
     if wanted and redis_cls is not None and not is_cluster_cls:
