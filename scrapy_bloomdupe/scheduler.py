@@ -271,8 +271,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def next_request(self) -> Request | None:
         if not self.leased:
-            request: Request | None = self._guarded(
-                lambda: self.queue.pop(self.idle_before_close), None)
+            # Never a blocking pop (scrapy-redis's BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE):
+            # it would freeze the reactor, and one longer than the socket timeout fails
+            # as if Redis were gone. An idle worker polls instead (_spider_idle), and
+            # waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
+            request: Request | None = self._guarded(lambda: self.queue.pop(0), None)
         else:
             self._settle()
             if not self._buffer:
@@ -376,13 +379,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now
-        if now - self._idle_since < self.frontier.done_grace:
+        if now - self._idle_since < self.done_grace:
             self._wake_later()
             raise DontCloseSpider
         self.crawl_done = True
         logger.info("The crawl is done: the shared queue is empty and no worker holds a "
-                    "lease (for %.1fs, BLOOMDUPE_DONE_GRACE); closing",
-                    now - self._idle_since, extra={"spider": spider})
+                    "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE); "
+                    "closing", now - self._idle_since, extra={"spider": spider})
+
+    @property
+    def done_grace(self) -> float:
+        """Seconds the shared queue must stay empty, with no lease held, before this
+        worker closes: ``BLOOMDUPE_DONE_GRACE``, or scrapy-redis's
+        ``SCHEDULER_IDLE_BEFORE_CLOSE`` when it is longer."""
+        return max(self.frontier.done_grace, float(self.idle_before_close or 0))
 
     def _wake_later(self) -> None:
         if self._wakeup is None and self._engine_slot() is not None:

@@ -45,3 +45,22 @@ def test_settings_given_on_the_command_line_as_scrapy_reads_them(
     assert_clean(results)
     assert all("capacity 10000000 at error rate" in log for _, log in results)
     assert take_fetches(site) == [1] * PAGES
+
+
+@pytest.mark.slow
+def test_a_blocking_queue_with_idle_before_close_longer_than_the_socket_timeout(
+        durable_redis: str, site: Any, tmp_path: Path) -> None:
+    """scrapy-redis's ``FifoQueue`` pops with ``BRPOP`` for ``SCHEDULER_IDLE_BEFORE_CLOSE``
+    seconds; 10 s is the client's default socket timeout. The workers crawl, wait 10 s
+    for more work once the queue is empty (as scrapy-redis's would), and close."""
+    results = run_workers(durable_redis, site.url, tmp_path, 2,
+                          "SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.FifoQueue",
+                          "SCHEDULER_IDLE_BEFORE_CLOSE=10", "BLOOMDUPE_DONE_GRACE=1",
+                          timeout=60)
+    assert_clean(results)
+    for _, log in results:
+        assert "is unavailable" not in log
+        assert "The crawl is done" in log
+        waited = float(log.split("no worker holds a lease (for ")[1].split("s,")[0])
+        assert 10 <= waited < 12, log[-2000:]
+    assert take_fetches(site) == [1] * PAGES
