@@ -232,6 +232,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if close_queue is not None:
                 self._guarded(close_queue, None)
         if isinstance(self.df, RedisBloomDupeFilter):
+            # The scheduler's persist decides, also when set on the instance after
+            # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
+            self.df.persist = self.persist
             self.df.close(reason, clear=clear)  # writes the final stats
         elif clear:
             self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting

@@ -9,11 +9,15 @@ error was logged.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from helpers import demo_site, run_workers, take_fetches
 
 PAGES = 200
@@ -64,3 +68,57 @@ def test_a_blocking_queue_with_idle_before_close_longer_than_the_socket_timeout(
         waited = float(log.split("no worker holds a lease (for ")[1].split("s,")[0])
         assert 10 <= waited < 12, log[-2000:]
     assert take_fetches(site) == [1] * PAGES
+
+
+PERSIST_SPIDER = '''
+import os
+
+import scrapy
+
+
+class PersistSpider(scrapy.Spider):
+    """Keeps the crawl's state by setting ``persist`` on its scheduler, as some
+    scrapy-redis projects do (SCHEDULER_PERSIST itself is off)."""
+
+    name = "persist"
+
+    async def start(self):
+        if os.environ.get("KEEP") == "1":
+            self.crawler.engine._slot.scheduler.persist = True
+        yield scrapy.Request(self.settings["DEMO_SITE_URL"])
+
+    def parse(self, response):
+        yield from response.follow_all(css="a")
+'''
+
+
+@pytest.mark.slow
+def test_persist_set_on_the_scheduler_instance_keeps_the_filter(
+        durable_redis: str, site: Any, tmp_path: Path) -> None:
+    spider = tmp_path / "persist.py"
+    spider.write_text(PERSIST_SPIDER)
+    client = redis.Redis.from_url(durable_redis)
+
+    def crawl(keep: bool, name: str) -> None:
+        env = {**os.environ, "KEEP": "1" if keep else "0"}
+        env.pop("PYTHONPATH", None)
+        result = subprocess.run(
+            [sys.executable, "-m", "scrapy", "runspider", str(spider),
+             "-s", f"LOG_FILE={tmp_path / name}", "-s", f"DEMO_SITE_URL={site.url}",
+             "-s", f"REDIS_URL={durable_redis}", "-s", "SCHEDULER_PERSIST=False",
+             "-s", "SCHEDULER=scrapy_bloomdupe.scheduler.Scheduler",
+             "-s", "BLOOMDUPE_CAPACITY=10000", "-s", "BLOOMDUPE_DONE_GRACE=0.5",
+             "-s", "TELNETCONSOLE_ENABLED=False"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+        assert_clean([(result.returncode, (tmp_path / name).read_text())])
+
+    crawl(True, "first.log")
+    assert take_fetches(site) == [1] * PAGES
+    # Kept: the filter, and this worker's line in the crawl-wide stats.
+    assert client.exists("persist:bloomdupe:meta", "{persist:bloomdupe:0}:bits") == 2
+    assert client.hlen("persist:bloomdupe:workers") == 1
+    # So a second run finds every page seen: nothing is fetched again.
+    crawl(False, "second.log")
+    assert take_fetches(site) == [0] * PAGES
+    assert client.exists("persist:bloomdupe:meta") == 0  # not kept this time: cleared
+    client.close()
