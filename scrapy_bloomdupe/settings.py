@@ -211,6 +211,13 @@ class BloomDupeConfig:
         return str(self.key % {"spider": spider_name})
 
 
+def replaced_dupefilter_key(settings: BaseSettings) -> str | None:
+    """scrapy-redis's ``SCHEDULER_DUPEFILTER_KEY`` when a user set it: the Bloom filter
+    does not use it (``BLOOMDUPE_KEY`` names its keys), and says so at start."""
+    value = settings.get("SCHEDULER_DUPEFILTER_KEY")
+    return None if is_unset(value) else str(value)
+
+
 def parse_fingerprint(mode: object) -> str:
     if mode not in FINGERPRINT_MODES:
         raise ConfigError("BLOOMDUPE_FINGERPRINT", mode,

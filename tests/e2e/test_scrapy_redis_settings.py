@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import demo_site, run_workers, take_fetches
+from helpers import demo_site, run_workers, take_fetches, wait_workers
 
 PAGES = 200
 
@@ -122,3 +122,72 @@ def test_persist_set_on_the_scheduler_instance_keeps_the_filter(
     assert take_fetches(site) == [0] * PAGES
     assert client.exists("persist:bloomdupe:meta") == 0  # not kept this time: cleared
     client.close()
+
+
+FINGERPRINT_SPIDER = '''
+import hashlib
+from urllib.parse import parse_qs, urlsplit
+
+import scrapy
+
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+
+
+class CategoryDupeFilter(RedisBloomDupeFilter):
+    """One page per category: as a scrapy-redis project overrides request_fingerprint()
+    (scrapy-splash's dupefilter does) to say which requests are the same."""
+
+    def request_fingerprint(self, request):
+        query = parse_qs(urlsplit(request.url).query)
+        if "cat" not in query:
+            return super().request_fingerprint(request)
+        return hashlib.sha1(("cat=" + query["cat"][0]).encode()).hexdigest()
+
+
+class CategorySpider(scrapy.Spider):
+    name = "category"
+
+    async def start(self):
+        yield scrapy.Request(self.settings["DEMO_SITE_URL"])
+
+    def parse(self, response):
+        yield from response.follow_all(css="a")
+'''
+
+
+@pytest.mark.slow
+def test_an_overridden_request_fingerprint_is_honoured(
+        durable_redis: str, site: Any, tmp_path: Path) -> None:
+    """Two workers with the add-on (the batch middleware checks the links) and a
+    dupefilter subclass whose ``request_fingerprint()`` takes every page of a category
+    for the same: one page per category is fetched. ``SCHEDULER_DUPEFILTER_KEY`` is
+    said, at start, to be replaced by ``BLOOMDUPE_KEY``."""
+    (tmp_path / "category.py").write_text(FINGERPRINT_SPIDER)
+    settings = ["ADDONS=" + json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100}),
+                "DUPEFILTER_CLASS=category.CategoryDupeFilter",
+                "SCHEDULER_DUPEFILTER_KEY=%(spider)s:seen",
+                f"DEMO_SITE_URL={site.url}", f"REDIS_URL={durable_redis}",
+                "BLOOMDUPE_CAPACITY=10000", "BLOOMDUPE_DONE_GRACE=1",
+                "TELNETCONSOLE_ENABLED=False"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "runspider", "category.py",
+         "-s", f"LOG_FILE={tmp_path / f'worker-{i}.log'}",
+         *(a for s in settings for a in ("-s", s))],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for i in range(2)]
+    codes = wait_workers(processes, 90)
+    results = [(code, (tmp_path / f"worker-{i}.log").read_text())
+               for i, code in enumerate(codes)]
+    assert_clean(results)
+    fetches = take_fetches(site)
+    fetched = [page for page, n in enumerate(fetches) if n]
+    assert max(fetches) == 1
+    # The start page, and one page of each of the 7 categories it leads to.
+    assert fetched[0] == 0 and 2 <= len(fetched) <= 8, fetched
+    assert len({page % 7 for page in fetched[1:]}) == len(fetched) - 1, fetched
+    for _, log in results:
+        assert "CategoryDupeFilter.request_fingerprint() (overridden)" in log
+        assert ("WARNING: SCHEDULER_DUPEFILTER_KEY ('%(spider)s:seen') is scrapy-redis's and "
+                "is not used: BLOOMDUPE_KEY names the Bloom filter's keys (here "
+                "'category:bloomdupe')") in log
