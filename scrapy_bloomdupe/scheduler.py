@@ -52,8 +52,11 @@ from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
+from .bloom import meta
+from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
 from .frontier import failed
+from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check
@@ -146,8 +149,28 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
         dupefilter_cls = load_object(instance.dupefilter_cls)
         if issubclass(dupefilter_cls, RedisBloomDupeFilter):
+            if instance.flush_on_start:
+                instance._flush_before_open()
             instance.df = build_from_crawler(dupefilter_cls, crawler)
         return instance
+
+    def _flush_before_open(self) -> None:
+        """``SCHEDULER_FLUSH_ON_START``: delete the crawl's filter and queue *before* the
+        filter is opened, so this worker opens (and every later one joins) a new filter.
+        Deleting them after it was opened, as scrapy-redis's ``open()`` does, left this
+        worker with the old filter's seed and sizes over keys that no longer existed."""
+        assert self.crawler.spider is not None, "built once the spider exists"
+        config = BloomDupeConfig.from_settings(self.crawler.settings)
+        key = config.key_for(self.crawler.spider.name)
+        shards = config.plan.shards
+        if meta.read(self.server, key):
+            old = BloomFilter.open(self.server, key, None, read_only=True)
+            shards = max(shards, old.sizing.shards)
+            old.clear()
+            old.close()
+        frontier_queue.clear(self.server, key, shards)
+        logger.info("SCHEDULER_FLUSH_ON_START: deleted the Bloom filter %s and its shared "
+                    "queue; this crawl starts afresh", key)
 
     @property
     def leased(self) -> bool:
@@ -187,7 +210,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         except TypeError as e:
             raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
         if self.flush_on_start:
-            self.flush()
+            if isinstance(self.df, RedisBloomDupeFilter):
+                # The filter and its queue went before the filter was opened; what is
+                # left is a scrapy-redis queue that this one would otherwise take over.
+                if self.queue.key != getattr(self.queue, "tag", None):
+                    self._guarded(lambda: self.server.delete(self.queue.key), 0)
+            else:
+                self.flush()
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
             adopted = self._guarded(lambda: self.queue.adopt(self.queue.key), 0)

@@ -362,13 +362,18 @@ return back
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records."""
-        self.server.delete(keys.failed(self.tag))
-        for shard in range(self.shards):
-            names = [self._queues[shard], self._leases[shard], self._owners[shard]]
-            names.extend(self.server.scan_iter(
-                match=keys.push_record(self.tag, shard, "*"), count=1000))
-            for name in names:
-                self.server.delete(name)
+        clear(self.server, self.tag, self.shards)
+
+
+def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:
+    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
+    made it: waiting requests, leases, owners, push records, failed requests."""
+    client.delete(keys.failed(tag))
+    for shard in range(shards):
+        names = [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
+        names.extend(client.scan_iter(match=keys.push_record(tag, shard, "*"), count=1000))
+        for name in names:
+            client.delete(name)
 
 
 def shard_status(client: Redis | RedisCluster, tag: str, shards: int

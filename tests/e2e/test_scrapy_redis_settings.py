@@ -191,3 +191,29 @@ def test_an_overridden_request_fingerprint_is_honoured(
         assert ("WARNING: SCHEDULER_DUPEFILTER_KEY ('%(spider)s:seen') is scrapy-redis's and "
                 "is not used: BLOOMDUPE_KEY names the Bloom filter's keys (here "
                 "'category:bloomdupe')") in log
+
+
+@pytest.mark.slow
+def test_flush_on_start_with_persist_starts_afresh_and_keeps_a_working_filter(
+        durable_redis: str, site: Any, tmp_path: Path) -> None:
+    """A persisted crawl; then a run with ``SCHEDULER_FLUSH_ON_START`` (and
+    ``SCHEDULER_PERSIST``, the demo's): it forgets the old crawl and fetches every page
+    again, once; then a run without it finds every page seen. Before, the flushing run
+    deleted the filter it had just opened, and every later worker stopped with a
+    ``FilterMismatchError``."""
+    client = redis.Redis.from_url(durable_redis)
+    assert_clean(run_workers(durable_redis, site.url, tmp_path, 2))
+    assert take_fetches(site) == [1] * PAGES
+    seed = client.hget("site:bloomdupe:meta", "seed")
+    # Something left over in the queue is forgotten too.
+    client.zadd("{site:bloomdupe:0}:queue", {b"not a request": 0})
+
+    assert_clean(run_workers(durable_redis, site.url, tmp_path, 1,
+                             "SCHEDULER_FLUSH_ON_START=True", first=2))
+    assert take_fetches(site) == [1] * PAGES
+    assert client.hget("site:bloomdupe:meta", "seed") != seed  # a new filter
+
+    results = run_workers(durable_redis, site.url, tmp_path, 2, first=3)
+    assert_clean(results)
+    assert take_fetches(site) == [0] * PAGES
+    client.close()
