@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_REDIS_URL": None,
     "BLOOMDUPE_REDIS_CLUSTER": False,
     "BLOOMDUPE_WAIT_REPLICAS": 0,
+    "BLOOMDUPE_SENTINELS": None,
+    "BLOOMDUPE_SENTINEL_MASTER": None,
+    "BLOOMDUPE_SENTINEL_PASSWORD": None,
+    "BLOOMDUPE_SENTINEL_PARAMS": None,
     "BLOOMDUPE_LOG_INTERVAL": 60.0,
     "BLOOMDUPE_STATS_INTERVAL": 10.0,
     "BLOOMDUPE_FINGERPRINT": "scrapy",
@@ -61,6 +65,9 @@ FINGERPRINT_MODES = ("scrapy", "scrapy-redis")
 CLUSTER_SETTING = "BLOOMDUPE_REDIS_CLUSTER"
 #: Replicas every check-and-add waits for (``WAIT n``) before its reply is used.
 WAIT_SETTING = "BLOOMDUPE_WAIT_REPLICAS"
+#: Redis Sentinel: the sentinels (``host:port``) and the name of the master they watch.
+SENTINELS_SETTING = "BLOOMDUPE_SENTINELS"
+SENTINEL_MASTER_SETTING = "BLOOMDUPE_SENTINEL_MASTER"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -281,6 +288,14 @@ class RedisSettings:
     redis_cls: Any = None
     cluster: bool = False
     wait_replicas: int = 0
+    #: Redis Sentinel (``BLOOMDUPE_SENTINELS``): the sentinels' (host, port); empty
+    #: for a single node or a cluster.
+    sentinels: tuple[tuple[str, int], ...] = ()
+    #: ``BLOOMDUPE_SENTINEL_MASTER``: the master's name, as the sentinels know it.
+    sentinel_master: str | None = None
+    #: Arguments of the connections to the sentinels themselves
+    #: (``BLOOMDUPE_SENTINEL_PARAMS``, with ``BLOOMDUPE_SENTINEL_PASSWORD``).
+    sentinel_params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisSettings:
@@ -293,8 +308,73 @@ class RedisSettings:
         if url is not None and not isinstance(url, str):
             raise ConfigError("REDIS_URL", url, "must be a redis:// or rediss:// URL string")
         redis_cls = _load_class(params.pop("redis_cls", None))
-        return cls(url, params, redis_cls, cluster_mode(settings, redis_cls),
-                   wait_replicas(settings))
+        cluster = cluster_mode(settings, redis_cls)
+        sentinels = parse_sentinels(_get(settings, SENTINELS_SETTING))
+        master = _get(settings, SENTINEL_MASTER_SETTING)
+        sentinel_params = parse_dict("BLOOMDUPE_SENTINEL_PARAMS",
+                                     settings.get("BLOOMDUPE_SENTINEL_PARAMS"))
+        password = _get(settings, "BLOOMDUPE_SENTINEL_PASSWORD")
+        if password is not None:
+            sentinel_params["password"] = str(password)
+        if sentinels:
+            if cluster:
+                raise ConfigError(SENTINELS_SETTING, ", ".join(f"{h}:{p}" for h, p in sentinels),
+                                  f"cannot be used with a Redis Cluster ({CLUSTER_SETTING} or a "
+                                  "RedisCluster redis_cls): Sentinel watches a single master")
+            if not isinstance(master, str) or not master.strip():
+                raise ConfigError(SENTINEL_MASTER_SETTING, master,
+                                  "must name the master the sentinels watch (the name in "
+                                  "their `sentinel monitor NAME ...`) when "
+                                  f"{SENTINELS_SETTING} is set")
+            master = master.strip()
+        elif master is not None or sentinel_params:
+            raise ConfigError(SENTINELS_SETTING, None,
+                              "must list the sentinels (\"host:port\", ...) when "
+                              f"{SENTINEL_MASTER_SETTING}, BLOOMDUPE_SENTINEL_PASSWORD or "
+                              "BLOOMDUPE_SENTINEL_PARAMS is set")
+        return cls(url, params, redis_cls, cluster, wait_replicas(settings), sentinels,
+                   master if sentinels else None, sentinel_params)
+
+
+def parse_sentinels(value: Any) -> tuple[tuple[str, int], ...]:
+    """``BLOOMDUPE_SENTINELS``: a list of ``"host:port"`` (or ``(host, port)``), or one
+    string of them separated by commas (``-s BLOOMDUPE_SENTINELS=h1:26379,h2:26379``),
+    or a JSON list. Empty when unset."""
+    if is_unset(value):
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError as e:
+                raise ConfigError(SENTINELS_SETTING, value, f"is not a valid JSON list ({e})"
+                                  ) from None
+        else:
+            value = [part for part in text.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(SENTINELS_SETTING, value,
+                          'must be a list of "host:port" (or one string "h1:p1,h2:p2")')
+    return tuple(_sentinel_address(item) for item in value)
+
+
+def _sentinel_address(item: Any) -> tuple[str, int]:
+    if isinstance(item, (list, tuple)) and len(item) == 2:
+        host, port = item
+    elif isinstance(item, str) and ":" in item:
+        host, _, port = item.strip().rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]
+    else:
+        raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port"')
+    if not isinstance(host, str) or not host.strip():
+        raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port"')
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        raise ConfigError(SENTINELS_SETTING, item, "the port must be a number") from None
+    if not 0 < number < 65536:
+        raise ConfigError(SENTINELS_SETTING, item, "the port must be in 1-65535")
+    return host.strip(), number
 
 
 def parse_dict(name: str, value: Any) -> dict[str, Any]:

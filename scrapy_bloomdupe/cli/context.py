@@ -27,6 +27,7 @@ from ..exceptions import BloomDupeError, ConfigError
 from ..settings import DEFAULTS, FINGERPRINT_MODES, BloomDupeConfig, RedisSettings
 from ..transport.cluster import is_cluster
 from ..transport.diagnose import describe, redacted
+from ..transport.sentinel import is_sentinel_client
 from .output import emit_json
 
 if TYPE_CHECKING:
@@ -107,9 +108,16 @@ def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Co
     values: dict[str, Any] = {"REDIS_URL": url}
     if args.cluster:
         values["REDIS_PARAMS"] = {"redis_cls": "redis.cluster.RedisCluster"}
+    for setting, given in (("BLOOMDUPE_SENTINELS", args.sentinels),
+                           ("BLOOMDUPE_SENTINEL_MASTER", args.sentinel_master),
+                           ("BLOOMDUPE_SENTINEL_PASSWORD", None)):
+        value = given or os.environ.get(setting)
+        if value:
+            values[setting] = value
     settings = Settings(values)
     client = connection.from_settings(settings)
-    return Context(client, key, redacted(url), settings, False, None, args.json, out, err)
+    where = describe(client) if is_sentinel_client(client) else redacted(url)
+    return Context(client, key, where, settings, False, None, args.json, out, err)
 
 
 def project_context(settings: Settings, spider: str | None, key: str | None,

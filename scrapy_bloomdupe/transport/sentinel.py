@@ -1,0 +1,93 @@
+"""A client of the master that Redis Sentinel names, following it through failovers.
+
+``BLOOMDUPE_SENTINELS`` lists the sentinels, ``BLOOMDUPE_SENTINEL_MASTER`` names
+the master they watch. The client is redis-py's
+``Sentinel(sentinels).master_for(name)``: each of its connections asks the
+sentinels where the master is when it connects. After a failover a connection
+to the old master fails (refused, reset, or ``READONLY`` from a demoted master,
+which redis-py turns into a ``ConnectionError``), is dropped, and the next
+attempt connects to the new master; the retries of :mod:`.link` and the outage
+guard (:mod:`.outage`) wait meanwhile. Every command this package sends is safe
+to repeat, so nothing is lost or done twice by the retry itself; what a
+failover can lose is what asynchronous replication had not yet copied (see
+``BLOOMDUPE_WAIT_REPLICAS`` and the README's guarantees).
+
+The master's credentials and database come from ``REDIS_URL`` (its host and
+port are not used: the sentinels name the master) and ``REDIS_PARAMS``; the
+sentinels' own (``BLOOMDUPE_SENTINEL_PASSWORD``, ``BLOOMDUPE_SENTINEL_PARAMS``)
+are separate, as Sentinel's ``requirepass`` usually differs from the master's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.connection import SSLConnection, parse_url
+from redis.sentinel import Sentinel, SentinelConnectionPool
+
+from ..exceptions import ConfigError
+from ..settings import SENTINELS_SETTING
+
+if TYPE_CHECKING:
+    from ..settings import RedisSettings
+
+#: Socket timeouts of the connections to the sentinels (seconds): a sentinel that does
+#: not answer is skipped for the next one quickly.
+SENTINEL_SOCKET_TIMEOUT = 2.0
+#: Client arguments that name where the master is: the sentinels say that.
+_ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
+
+
+def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
+    """A client of ``config.sentinel_master``, found through ``config.sentinels``;
+    ``params`` are the master connections' arguments (:func:`.client.client_params`)."""
+    kwargs = dict(params)
+    for name in _ADDRESS_PARAMS:
+        if name in kwargs:
+            setting = {"host": "REDIS_HOST", "port": "REDIS_PORT"}.get(name, "REDIS_PARAMS")
+            raise ConfigError(setting, kwargs[name] if setting != "REDIS_PARAMS" else
+                              {name: "..."}, f"cannot be used with {SENTINELS_SETTING}: the "
+                              "sentinels say where the master is")
+    if config.url:
+        kwargs = {**url_params(config.url), **kwargs}
+    sentinel_kwargs = {"socket_timeout": SENTINEL_SOCKET_TIMEOUT,
+                       "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT,
+                       **config.sentinel_params}
+    manager = Sentinel(list(config.sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    assert config.sentinel_master is not None
+    client: redis.Redis = manager.master_for(config.sentinel_master,
+                                             redis_class=config.redis_cls or redis.Redis)
+    return client
+
+
+def url_params(url: str) -> dict[str, Any]:
+    """What ``REDIS_URL`` says of the master besides where it is: user, password,
+    database, TLS (``rediss://``)."""
+    try:
+        parsed = parse_url(url)
+    except ValueError as e:
+        raise ConfigError("REDIS_URL", "(hidden)", str(e)) from None
+    out = {name: parsed[name] for name in ("username", "password", "db") if name in parsed}
+    connection_class = parsed.get("connection_class")
+    if isinstance(connection_class, type) and issubclass(connection_class, SSLConnection):
+        out["ssl"] = True
+    out.update({k: v for k, v in parsed.items() if k.startswith("ssl_")})
+    return out
+
+
+def is_sentinel_client(client: Any) -> bool:
+    return isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+
+
+def describe(client: Any) -> str:
+    """``Sentinel master 'mymaster' (sentinels h1:26379, h2:26379)``, no credentials."""
+    pool = client.connection_pool
+    sentinels = getattr(getattr(pool, "sentinel_manager", None), "sentinels", [])
+    addresses = []
+    for sentinel in sentinels:
+        kw = sentinel.connection_pool.connection_kwargs
+        addresses.append(f"{kw.get('host', '?')}:{kw.get('port', '?')}")
+    db = pool.connection_kwargs.get("db", 0)
+    return (f"Sentinel master {pool.service_name!r} db {db} (sentinels "
+            f"{', '.join(addresses) or '?'})")
