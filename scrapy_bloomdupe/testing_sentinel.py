@@ -221,6 +221,29 @@ class LocalSentinel:
             time.sleep(0.02)
         raise RuntimeError(f"no new master replaced 127.0.0.1:{old_port} within {timeout}s")
 
+    def wait_agreed(self, port: int, timeout: float = 30.0) -> float:
+        """Until every running sentinel names the server on ``port`` as the master; when
+        (monotonic). A sentinel that has not yet heard of a failover still names the
+        old master, and sends clients there if it comes back."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            named = set()
+            for sentinel in self.sentinels:
+                if not sentinel.process or sentinel.process.poll() is not None:
+                    continue
+                client = sentinel.client()
+                try:
+                    address: Any = client.sentinel_get_master_addr_by_name(self.master_name)
+                    named.add(int(address[1]) if address else None)
+                except redis.RedisError:
+                    named.add(None)
+                finally:
+                    client.close()
+            if named == {port}:
+                return time.monotonic()
+            time.sleep(0.02)
+        raise RuntimeError(f"the sentinels did not agree on 127.0.0.1:{port} within {timeout}s")
+
     def close(self) -> None:
         for process in [*self.sentinels, *self.servers.values()]:
             process.stop()

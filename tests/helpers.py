@@ -159,12 +159,13 @@ def spawn_pool(workers: int) -> Iterator[Any]:
 
 
 @contextmanager
-def demo_site(pages: int) -> Iterator[Any]:
+def demo_site(pages: int, **options: Any) -> Iterator[Any]:
     """The example project's demo site (``demo/site.py``), served from a thread of this
-    process; its ``url``, ``base`` and fetch counts (``GET /__stats``)."""
+    process; its ``url``, ``base`` and fetch counts (``GET /__stats``). ``options``:
+    ``DemoSite``'s (``delay``, ``failing``)."""
     sys.path.insert(0, str(EXAMPLE_PROJECT))
     try:
-        server = importlib.import_module("demo.site").DemoSite(port=0, pages=pages)
+        server = importlib.import_module("demo.site").DemoSite(port=0, pages=pages, **options)
     finally:
         sys.path.remove(str(EXAMPLE_PROJECT))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},

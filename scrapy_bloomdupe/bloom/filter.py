@@ -56,6 +56,8 @@ GROW_LOCK_TTL_MS = 60_000
 #: Most items in one script call: about a millisecond of Redis time (Lua
 #: scripts block every other client of the server while they run).
 MAX_ITEMS_PER_SCRIPT = 256
+#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
+MAX_SCRIPT_RELOADS = 5
 #: Room left in the newest generation when it cannot grow: batches go whole.
 _NO_LIMIT = sys.maxsize
 
@@ -375,7 +377,8 @@ class BloomFilter:
         """One round trip: per unit (the shard lock's SET NX PX and) the script.
 
         Returns one reply per unit (see the engine's script). Scripts flushed
-        from Redis (a restart) are loaded again and the round trip repeated
+        from Redis (a restart, a replica promoted by a failover) are loaded
+        again, on the connection that missed them, and the round trip repeated
         with the same tokens and op ids: it is idempotent.
         """
         ttl_ms = self.locks.ttl_ms
@@ -389,10 +392,12 @@ class BloomFilter:
                                                      unit.args, len(unit.indexes), sink,
                                                      unit.sink_args))
         raw = self._guarded(lambda: self._link.execute(commands))
-        if any(isinstance(r, NoScriptError) for r in raw):
+        for _ in range(MAX_SCRIPT_RELOADS):
+            if not any(isinstance(r, NoScriptError) for r in raw):
+                break
             self.counters.script_reloads += 1
-            self._guarded(engine.load_script)
-            return self._round_trip(units, ack, use_lock, sink)
+            self._guarded(lambda: self._link.load_scripts(engine.scripts()))
+            raw = self._guarded(lambda: self._link.execute(commands))
         for r in raw:
             if isinstance(r, Exception):
                 raise r

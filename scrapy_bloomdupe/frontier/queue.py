@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 #: How long an unfiltered push's record outlives its last write; a retry must come
 #: before this.
 RECORD_TTL_MS = 3_600_000
+#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
+MAX_SCRIPT_RELOADS = 5
 #: Default time without a heartbeat after which a worker's leases go back.
 LEASE_TIMEOUT = 30.0
 
@@ -307,10 +309,12 @@ return back
         """One round trip; scripts flushed from Redis (a restart) are loaded again
         and the round trip repeated (every command in it is safe to repeat)."""
         replies = self._link.execute(commands)
-        if any(isinstance(r, NoScriptError) for r in replies):
-            for name in {n for n, r in zip(names, replies, strict=True)
-                         if isinstance(r, NoScriptError)}:
-                self.server.script_load(self._scripts[name].script)
+        for _ in range(MAX_SCRIPT_RELOADS):
+            if not any(isinstance(r, NoScriptError) for r in replies):
+                break
+            # On the link's own connection: the server that answered NOSCRIPT.
+            self._link.load_scripts([self._scripts[name].script for name in {
+                n for n, r in zip(names, replies, strict=True) if isinstance(r, NoScriptError)}])
             replies = self._link.execute(commands)
         for reply in replies:
             if isinstance(reply, Exception):

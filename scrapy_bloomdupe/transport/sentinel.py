@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.connection import SSLConnection, parse_url
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from ..exceptions import ConfigError
 from ..settings import SENTINELS_SETTING
@@ -37,6 +37,30 @@ if TYPE_CHECKING:
 SENTINEL_SOCKET_TIMEOUT = 2.0
 #: Client arguments that name where the master is: the sentinels say that.
 _ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
+
+
+class MasterConnection(SentinelManagedConnection):
+    """A connection of the master that asks the sentinels where it is on *every* connect.
+
+    redis-py's ``SentinelManagedConnection`` asks in ``connect()``, but a command
+    sent on a connection that was dropped (after an error, by a retry)
+    reconnects through ``connect_check_health()``, to the address the connection
+    had: the old master. Measured with a master SIGKILLed and started again:
+    the workers went on writing to it as it came back (writes lost when the
+    sentinels made it a replica), then failed with ``READONLY`` for ever
+    (redis-py issue 3874).
+    """
+
+    def connect_check_health(self, check_health: bool = True,
+                             retry_socket_connect: bool = True) -> None:
+        if getattr(self, "_sock", None) is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health,
+                                     retry_socket_connect=retry_socket_connect)
+
+
+class MasterSSLConnection(MasterConnection, SSLConnection):
+    """:class:`MasterConnection` over TLS (``rediss://``)."""
 
 
 def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
@@ -54,6 +78,8 @@ def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
     sentinel_kwargs = {"socket_timeout": SENTINEL_SOCKET_TIMEOUT,
                        "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT,
                        **config.sentinel_params}
+    kwargs["connection_class"] = MasterSSLConnection if kwargs.pop("ssl", False) \
+        else MasterConnection
     manager = Sentinel(list(config.sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
     assert config.sentinel_master is not None
     client: redis.Redis = manager.master_for(config.sentinel_master,
