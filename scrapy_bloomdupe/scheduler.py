@@ -113,6 +113,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: True once this worker has seen the crawl done (queue empty, no lease held).
         self.crawl_done = False
         self._failed_logged = False
+        #: When to look for leases of this worker that it does not hold (see _tick).
+        self._next_reclaim = time.monotonic()
+        self._stale_seen = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -374,10 +377,23 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.queue.ack(done)
 
     def _tick(self) -> None:
-        """Heartbeat (with the pending acks), and put dead workers' leases back."""
+        """Heartbeat (with the pending acks), and put dead workers' leases back; once a
+        lease timeout, this worker's own leases that it does not hold too."""
         self._settle()
         self._guarded(self.queue.heartbeat, None)
         self._reap()
+        now = time.monotonic()
+        if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
+            self._next_reclaim = now + self.frontier.lease_timeout
+            self._stale_seen = self.queue.stale
+            held = [*self._buffer, *self._handed.values()]
+            back: int = self._guarded(lambda: self.queue.reclaim(held), 0)
+            if back:
+                self.stats.inc_value("bloomdupe/requeued", back)
+                logger.warning("Put %d request(s) back in the shared queue: leased to this "
+                               "worker in Redis but not held by it (their acks or their pop "
+                               "went to a Redis master that a failover replaced); they are "
+                               "fetched again", back, extra={"spider": self.spider})
 
     def _reap(self) -> int:
         back: int = self._guarded(self.queue.reap, 0)

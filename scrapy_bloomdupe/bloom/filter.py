@@ -38,6 +38,7 @@ from ..exceptions import ConfigError, FilterMismatchError
 from ..localcache import LocalCache
 from ..transport.link import Link
 from ..transport.outage import OutageGuard
+from ..transport.sentinel import master_epoch
 from . import meta
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
@@ -136,6 +137,9 @@ class BloomFilter:
         self.counters = FilterCounters()
         #: Items Redis has answered for (they are in the filter for good); see localcache.
         self.cache = LocalCache(local_cache)
+        #: The client's master epoch the cache is valid for (a Sentinel failover can
+        #: lose what the old master had not passed on: the cache would answer for it).
+        self._epoch = master_epoch(client)
         self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
         self.client_id = secrets.token_hex(6)
         self._next_op = 1
@@ -258,6 +262,13 @@ class BloomFilter:
             return []
         count = len(fingerprints)
         cache = self.cache
+        epoch = master_epoch(self.client)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            if len(cache):
+                logger.info("Bloom filter %s: the Redis master changed; forgetting the %d "
+                            "item(s) of the local cache", self.key, len(cache))
+                cache.clear()
         remaining: Sequence[int] = range(count)
         if cache.size:
             remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]

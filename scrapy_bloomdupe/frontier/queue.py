@@ -41,6 +41,7 @@ from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys
 from ..transport.link import Link
+from ..transport.sentinel import master_epoch
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -82,6 +83,10 @@ class Lease:
     shard: int
     field: str
     request: Request
+    #: The client's master epoch when it was taken (:func:`~..transport.sentinel.master_epoch`):
+    #: a lease taken before a failover is not acked after it (its work may be lost
+    #: with the old master); :meth:`PriorityQueue.reclaim` puts it back instead.
+    epoch: int = 0
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
@@ -173,6 +178,34 @@ for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
 return back
 """
 
+    # KEYS[1] the shard's queue, KEYS[2] its leases. ARGV[1] this worker (owner),
+    # ARGV[2..] the fields of the leases it holds (taken and not yet done).
+    # Puts back in the queue every lease of this owner that it does not hold: one
+    # whose pop reply never arrived, or whose ack was lost with a master that a
+    # failover replaced (its work, written there too, is lost: it is done again).
+    # Returns how many went back.
+    RECLAIM_SCRIPT = """\
+local held = {}
+for i = 2, #ARGV do held[ARGV[i]] = true end
+local mine = {}
+local cursor = '0'
+repeat
+  local page = redis.call('HSCAN', KEYS[2], cursor, 'MATCH', ARGV[1] .. ':*', 'COUNT', 1000)
+  cursor = page[1]
+  for j = 1, #page[2], 2 do
+    if not held[page[2][j]] then mine[page[2][j]] = page[2][j + 1] end
+  end
+until cursor == '0'
+local back = 0
+for field, entry in pairs(mine) do
+  local bar = string.find(entry, '|', 1, true)
+  redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+  redis.call('HDEL', KEYS[2], field)
+  back = back + 1
+end
+return back
+"""
+
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, tag: str | None = None, shards: int = 1,
                  lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0) -> None:
@@ -185,7 +218,8 @@ return back
         self._link = Link(server, wait_replicas=wait_replicas)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
-            ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT))}
+            ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
+            ("reclaim", self.RECLAIM_SCRIPT))}
         shard_range = range(shards)
         self._queues = [keys.queue(self.tag, i) for i in shard_range]
         self._leases = [keys.leases(self.tag, i) for i in shard_range]
@@ -196,8 +230,10 @@ return back
         self._unanswered_push: tuple[int, list[Any]] | None = None
         self._next_shard = 0
         self._pop_shard: int | None = None
-        #: Acks not yet sent, per shard (sent with the next round trip).
-        self._acks: dict[int, list[str]] = {}
+        #: Acks not yet sent, per shard: (field, epoch), sent with the next round trip.
+        self._acks: dict[int, list[tuple[str, int]]] = {}
+        #: Acks not sent because the master changed since their lease was taken.
+        self.stale = 0
 
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
@@ -258,17 +294,22 @@ return back
             self._pop_number += 1  # only once the reply is in: a retry replays
             self._pop_shard = None
             if entries:
+                epoch = master_epoch(self.server)
                 return [Lease(shard, f"{self.owner}:{number}.{j}",
-                              self._decode_request(entry.split(b"|", 1)[1]))
+                              self._decode_request(entry.split(b"|", 1)[1]), epoch)
                         for j, entry in enumerate(entries)]
         return []
 
     # -- leases ----------------------------------------------------------------------
 
     def ack(self, leases: Iterable[Lease]) -> None:
-        """The work of these leases is safe: forget them (with the next round trip)."""
+        """The work of these leases is safe: forget them (with the next round trip).
+
+        Not a lease taken before the master changed (a Sentinel failover): what its
+        work wrote may have gone to the old master, and be lost. It stays leased,
+        and :meth:`reclaim` puts it back in the queue (:attr:`stale` counts them)."""
         for lease in leases:
-            self._acks.setdefault(lease.shard, []).append(lease.field)
+            self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
 
     def heartbeat(self) -> None:
         """Mark this worker alive in every shard, and send the pending acks."""
@@ -293,6 +334,24 @@ return back
         self._acks.clear()
         return sum(int(r) for r in replies[len(replies) - self.shards:])
 
+    def reclaim(self, held: Iterable[Lease]) -> int:
+        """Put back in the queue this worker's leases in Redis that it does not hold
+        (``held``: taken and not yet done; the pending acks are sent first). After a
+        failover the new master can hold leases whose acks, or whose pop's reply,
+        went to the old one: unclaimed, they would keep the crawl open for ever.
+        Returns how many went back."""
+        fields: dict[int, list[str]] = {}
+        for lease in held:
+            fields.setdefault(lease.shard, []).append(lease.field)
+        commands, names = self._ack_commands()
+        for shard in range(self.shards):
+            commands.append(("EVALSHA", self._scripts["reclaim"].sha, 2, self._queues[shard],
+                             self._leases[shard], self.owner, *fields.get(shard, ())))
+            names.append("reclaim")
+        replies = self._execute(commands, names)
+        self._acks.clear()
+        return sum(int(r) for r in replies[len(replies) - self.shards:])
+
     def status(self) -> tuple[int, int]:
         """(requests waiting, requests leased) over every shard, in one round trip."""
         return status(self.server, self.tag, self.shards)
@@ -301,8 +360,13 @@ return back
         return self.status()[0]
 
     def _ack_commands(self) -> tuple[list[tuple[Any, ...]], list[str]]:
-        commands: list[tuple[Any, ...]] = [("HDEL", self._leases[shard], *fields)
-                                           for shard, fields in self._acks.items() if fields]
+        epoch = master_epoch(self.server)
+        commands: list[tuple[Any, ...]] = []
+        for shard, acks in self._acks.items():
+            fields = [field for field, taken in acks if taken == epoch]
+            self.stale += len(acks) - len(fields)
+            if fields:
+                commands.append(("HDEL", self._leases[shard], *fields))
         return commands, [""] * len(commands)
 
     def _execute(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:

@@ -20,6 +20,8 @@ are separate, as Sentinel's ``requirepass`` usually differs from the master's.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -32,31 +34,95 @@ from ..settings import SENTINELS_SETTING
 if TYPE_CHECKING:
     from ..settings import RedisSettings
 
+logger = logging.getLogger(__name__)
+
 #: Socket timeouts of the connections to the sentinels (seconds): a sentinel that does
 #: not answer is skipped for the next one quickly.
 SENTINEL_SOCKET_TIMEOUT = 2.0
+#: How often a connection that stays up asks the sentinels where the master is (seconds).
+MASTER_CHECK_INTERVAL = 0.25
 #: Client arguments that name where the master is: the sentinels say that.
 _ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
 
 
 class MasterConnection(SentinelManagedConnection):
-    """A connection of the master that asks the sentinels where it is on *every* connect.
+    """A connection of the master that asks the sentinels where it is on every connect,
+    and follows every change any connection of its client has seen.
 
-    redis-py's ``SentinelManagedConnection`` asks in ``connect()``, but a command
-    sent on a connection that was dropped (after an error, by a retry)
-    reconnects through ``connect_check_health()``, to the address the connection
-    had: the old master. Measured with a master SIGKILLed and started again:
-    the workers went on writing to it as it came back (writes lost when the
-    sentinels made it a replica), then failed with ``READONLY`` for ever
-    (redis-py issue 3874).
+    redis-py's ``SentinelManagedConnection`` asks only in ``connect()``, and
+
+    * a command sent on a connection that was dropped (after an error, by a
+      retry) reconnects through ``connect_check_health()``, to the address the
+      connection had: the old master (redis-py issue 3874). Measured with a
+      master SIGKILLed and started again: the workers wrote to it as it came
+      back (writes lost when the sentinels made it a replica), then failed with
+      ``READONLY`` for ever;
+    * a connection that stays up (the filter and the queue each hold one)
+      never asks again. After ``SENTINEL FAILOVER`` the old master stays a
+      writable master until the sentinels turn it into a replica, about 10 s
+      later: measured, a whole crawl went on writing there, and every write
+      made after the failover was lost with it.
+
+    So the client's pool asks the sentinels at most every
+    :data:`MASTER_CHECK_INTERVAL` seconds, before a command (:func:`refresh`),
+    and every connection to another server than the one they name is dropped
+    before its next command and reconnects to the master: all connections of a
+    client switch at once. Each switch adds one to the pool's epoch
+    (:func:`master_epoch`), so that the queue can tell work that straddled a
+    switch. The sentinels not answering is no reason to stop: connections are kept.
     """
 
     def connect_check_health(self, check_health: bool = True,
                              retry_socket_connect: bool = True) -> None:
-        if getattr(self, "_sock", None) is None and self.connection_pool.is_master:
-            self.host, self.port = self.connection_pool.get_master_address()
+        pool = self.connection_pool
+        if getattr(self, "_sock", None) is None and pool.is_master:
+            self.host, self.port = _learn(pool, pool.get_master_address())
         super().connect_check_health(check_health=check_health,
                                      retry_socket_connect=retry_socket_connect)
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        pool = self.connection_pool
+        if getattr(self, "_sock", None) is not None and pool.is_master:
+            address = _refresh(pool)
+            if address is not None and (self.host, self.port) != address:
+                self.disconnect()  # the next line reconnects, to the master
+        super().send_packed_command(command, check_health=check_health)
+
+
+def _learn(pool: Any, address: Any) -> tuple[str, int]:
+    """Record ``address`` as the master's in ``pool``; a change is a new epoch."""
+    host, port = str(address[0]), int(address[1])
+    known = getattr(pool, "_bloomdupe_master", None)
+    if known is not None and known != (host, port):
+        pool._bloomdupe_epoch = getattr(pool, "_bloomdupe_epoch", 0) + 1
+        logger.warning("Redis Sentinel: the master of %r is now %s:%s (was %s:%s); every "
+                       "connection follows it", pool.service_name, host, port, *known)
+    pool._bloomdupe_master = (host, port)
+    pool._bloomdupe_checked = time.monotonic()
+    return host, port
+
+
+def _refresh(pool: Any) -> tuple[str, int] | None:
+    """The master's address as the pool knows it, asking the sentinels first when
+    :data:`MASTER_CHECK_INTERVAL` has passed (None: not known yet)."""
+    if time.monotonic() - getattr(pool, "_bloomdupe_checked", 0.0) >= MASTER_CHECK_INTERVAL:
+        pool._bloomdupe_checked = time.monotonic()
+        try:
+            _learn(pool, pool.get_master_address())
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            logger.debug("The sentinels did not say where the master is: %s", e)
+    known: tuple[str, int] | None = getattr(pool, "_bloomdupe_master", None)
+    return known
+
+
+def master_epoch(client: Any) -> int:
+    """How many times ``client``'s master has changed since it was made (asking the
+    sentinels first if it is time); 0 for a client that is not a Sentinel one."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return 0
+    _refresh(pool)
+    return int(getattr(pool, "_bloomdupe_epoch", 0))
 
 
 class MasterSSLConnection(MasterConnection, SSLConnection):

@@ -14,7 +14,10 @@ the pages never fetched; the workers must all finish on their own.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +123,15 @@ def test_a_crawl_follows_the_master_through_a_failover(
     assert codes == [0] * WORKERS, message
     assert stall <= MAX_STALL, message
     assert never == 0, message
+    # The crawl-wide stats followed the master too, and the command line finds them there.
+    stats = subprocess.run(
+        [sys.executable, "-m", "scrapy_bloomdupe.cli", "stats", "--spider", "site", "--json",
+         "--sentinels", ",".join(sentinel.sentinel_addresses),
+         "--sentinel-master", sentinel.master_name],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "REDIS_URL": "redis:///0"})
+    assert stats.returncode == 0, stats.stdout + stats.stderr
+    report = json.loads(stats.stdout)
+    assert report["redis"].startswith("Sentinel master 'mymaster'")
+    assert len(report["workers"]) == WORKERS, report
+    assert report["totals"]["new"] >= PAGES, report
