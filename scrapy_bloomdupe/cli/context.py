@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 PROG = "bloomdupe"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_KEY_TEMPLATE = str(DEFAULTS["BLOOMDUPE_KEY"])
-COMMANDS = ("info", "stats", "check", "clear", "failed", "import")
+COMMANDS = ("info", "stats", "check", "clear", "failed", "import", "keys")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -72,6 +72,7 @@ class Context:
     out: TextIO
     err: TextIO
     prog: str = PROG  # for messages: "bloomdupe" or "scrapy bloomdupe"
+    spider: str | None = None  # the spider's name, when given
 
     def print(self, text: str = "") -> None:
         print(text, file=self.out)
@@ -117,7 +118,8 @@ def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Co
     settings = Settings(values)
     client = connection.from_settings(settings)
     where = describe(client) if is_sentinel_client(client) else redacted(url)
-    return Context(client, key, where, settings, False, None, args.json, out, err)
+    return Context(client, key, where, settings, False, None, args.json, out, err,
+                   spider=args.spider)
 
 
 def project_context(settings: Settings, spider: str | None, key: str | None,
@@ -152,7 +154,7 @@ def project_context(settings: Settings, spider: str | None, key: str | None,
     url = RedisSettings.from_settings(effective).url
     where = redacted(url) if url else describe(client)
     return Context(client, key, where, effective, inside_project(), crawler, json_out, out, err,
-                   "scrapy bloomdupe")
+                   "scrapy bloomdupe", spider)
 
 
 

@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp = command("import", "add the fingerprints of a scrapy-redis SET or of a JOBDIR's "
                             "requests.seen to the filter (created if absent)")
     add_import_options(imp, standalone=True)
+    command("keys", "every Redis key of the crawl (filter shards, metadata, op logs, queue "
+                    "shards, leases, failed requests, stats) with what it holds; reads only")
     return parser
 
 
