@@ -187,21 +187,18 @@ return back
     RECLAIM_SCRIPT = """\
 local held = {}
 for i = 2, #ARGV do held[ARGV[i]] = true end
-local mine = {}
-local cursor = '0'
-repeat
-  local page = redis.call('HSCAN', KEYS[2], cursor, 'MATCH', ARGV[1] .. ':*', 'COUNT', 1000)
-  cursor = page[1]
-  for j = 1, #page[2], 2 do
-    if not held[page[2][j]] then mine[page[2][j]] = page[2][j + 1] end
-  end
-until cursor == '0'
+local prefix = ARGV[1] .. ':'
 local back = 0
-for field, entry in pairs(mine) do
-  local bar = string.find(entry, '|', 1, true)
-  redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
-  redis.call('HDEL', KEYS[2], field)
-  back = back + 1
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local field = all[j]
+  if string.sub(field, 1, #prefix) == prefix and not held[field] then
+    local entry = all[j + 1]
+    local bar = string.find(entry, '|', 1, true)
+    redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+    redis.call('HDEL', KEYS[2], field)
+    back = back + 1
+  end
 end
 return back
 """
