@@ -11,6 +11,7 @@ generation ``g``:
 ``{K:i}:lock``                  string: shard ``i``'s lock (lock mode)
 ``{K:i}:gen``                   string: generations shard ``i`` has seen in use
 ``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
+``{K:0}:probe:*``               for a moment at start: the check of the ACL
 ==============================  =====================================================
 
 and for the crawl's shared request queue (the frontier), sharded like the
@@ -31,6 +32,8 @@ the masters.
 """
 
 from __future__ import annotations
+
+import re
 
 from .exceptions import ConfigError
 
@@ -95,6 +98,34 @@ def op_log(key: str, index: int, client: str) -> str:
 def op_log_pattern(key: str, index: int) -> str:
     """``SCAN MATCH`` pattern of every client's op log on shard ``index``."""
     return f"{_shard(key, index)}:ops:*"
+
+
+def probe(key: str, kind: str) -> str:
+    """A key the start-up check of the ACL writes and deletes at once (one per type)."""
+    return f"{_shard(key, 0)}:probe:{kind}"
+
+
+def escape_pattern(text: str) -> str:
+    """``text`` matched literally in a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def shards_pattern(key: str) -> str:
+    """``SCAN MATCH`` pattern of every per-shard key of a filter and its queue (to be
+    narrowed by :func:`belongs`: it also matches a key such as ``{K:1x:0}:bits``)."""
+    return f"{{{escape_pattern(key)}:[0-9]*}}:*"
+
+
+#: The keys of a filter outside its shards (``K:<name>``).
+UNSHARDED = ("meta", "growlock", "stats", "workers")
+
+
+def belongs(key: str, name: str) -> bool:
+    """Whether the Redis key ``name`` is one of filter ``key``'s (or its queue's), by
+    its name alone: for clearing a filter whose metadata is gone or damaged."""
+    return re.fullmatch(
+        rf"\{{{re.escape(key)}:\d+\}}:.+|{re.escape(key)}:(?:{'|'.join(UNSHARDED)})",
+        name, re.DOTALL) is not None
 
 
 #: ``SCAN MATCH`` pattern of every op log of every filter.
