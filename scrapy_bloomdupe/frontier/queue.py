@@ -359,6 +359,11 @@ return back
             self.server.delete(self._push_records[shard])
         self._link.close()
 
+    def detach(self) -> None:
+        """Let go of the connection without a word to Redis (a worker stopped on an
+        error: what it holds comes back after the lease timeout)."""
+        self._link.close()
+
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records."""
