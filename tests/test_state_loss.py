@@ -107,11 +107,16 @@ def test_a_refused_command_stops_the_crawl_and_acks_nothing(
     try:
         with caplog.at_level(logging.ERROR):
             seen = scheduler.check_and_queue([Request("http://a.example/2")])
+        assert scheduler.next_request() is None  # the pop is refused too, nothing taken
     finally:
         client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all"],
                            keys=["*"])
     assert seen == [True]  # not queued, and not passed on
     assert scheduler.df.failure == REFUSED_REASON
+    # ... nor added to the filter (the script wrote nothing): when its page is fetched
+    # again, the link is new again.
+    df = scheduler.df
+    assert not df.bloom.contains(df.fingerprinter.fingerprint(Request("http://a.example/2")))
     assert "refuses this user command(s) the crawl needs: ZADD. Add +zadd" in caplog.text
     scheduler.close("bloomdupe_redis_refused")
     # The page whose links could not be queued is still leased: it comes back.
@@ -163,3 +168,22 @@ def test_a_policy_that_evicts_any_key_is_refused(redis_url: str, client: redis.R
             in caplog.text
     finally:
         client.config_set("maxmemory-policy", "noeviction")
+
+
+def test_a_pop_refused_halfway_takes_nothing_out_of_the_queue(redis_url: str,
+                                                              client: redis.Redis) -> None:
+    """Without the HSET, a pop would remove requests from the queue and lease none."""
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    scheduler.enqueue_request(Request("http://a.example/1"))
+    client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all", "-hset"],
+                       keys=["*"], reset=False)
+    try:
+        assert scheduler.next_request() is None
+    finally:
+        client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all"],
+                           keys=["*"])
+    assert scheduler.df.failure == REFUSED_REASON
+    assert scheduler.queue.status() == (1, 0)  # still queued, not lost
+    scheduler.close("bloomdupe_redis_refused")

@@ -30,7 +30,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from .. import hashing, keys, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
-from ..transport.diagnose import describe
+from ..transport.diagnose import acl_guard, describe
 from . import lock, oplog
 from .info import ShardInfo
 
@@ -59,6 +59,8 @@ class Sink(Protocol):
     """
 
     SINK_LUA: str
+    #: The one command ``SINK_LUA`` writes with (on ``sink_key``), lower case.
+    SINK_COMMAND: str
 
     def sink_key(self, shard: int) -> str: ...
 
@@ -202,7 +204,8 @@ local reply = table.concat(out)
     def _sink_script(self, sink: Sink) -> Script:
         script = self._sink_scripts.get(sink.SINK_LUA)
         if script is None:
-            text = oplog.REPLAY + lock.FENCE + self.BODY + sink.SINK_LUA + oplog.RECORD
+            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
+            text = oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA + oplog.RECORD
             script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
         return script
 

@@ -40,6 +40,7 @@ from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys
+from ..transport.diagnose import acl_guard
 from ..transport.link import Link
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ return (#ARGV - 2) / 2
     # "<owner>:<pop number>.<j>", and marks the owner alive. Returns the leased
     # entries, "<score>|<request>"; a pop already run (a retry) returns the
     # same ones again.
-    POP_SCRIPT = _NOW + """\
+    POP_SCRIPT = _NOW + acl_guard("hset", "KEYS[2]", "f", "v") + """\
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 local prefix = ARGV[1] .. ':' .. ARGV[2] .. '.'
 local count = tonumber(ARGV[3])
@@ -200,6 +201,7 @@ return back
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
     SINK_LUA = SINK
+    SINK_COMMAND = "zadd"
 
     def sink_key(self, shard: int) -> str:
         """The queue of ``shard``, where the filter's script pushes new requests."""
