@@ -270,8 +270,9 @@ def warn_if_not_durable(client: Redis | RedisCluster) -> None:
     if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
         logger.warning(
             "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "
-            "points): a Redis restart forgets every seen URL and the crawl fetches them all "
-            "again. Turn on AOF (appendonly yes) or RDB snapshots."
+            "points): a Redis restart forgets the filter and the queue, and the crawl stops "
+            "(it cannot resume) and must start over. Turn on AOF (appendonly yes) or RDB "
+            "snapshots."
         )
 
 
