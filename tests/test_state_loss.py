@@ -12,6 +12,7 @@ import time
 import pytest
 import redis
 from helpers import crawler_for, fps
+from redis.cluster import RedisCluster
 from scrapy import Request
 
 from scrapy_bloomdupe import keys, sizing
@@ -20,6 +21,7 @@ from scrapy_bloomdupe.dupefilter import LOST_REASON, REFUSED_REASON, RedisBloomD
 from scrapy_bloomdupe.exceptions import BloomDupeError, FilterLostError
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.transport.diagnose import check_eviction
 from scrapy_bloomdupe.transport.outage import OutageGuard, RedisUnavailable
 
 PLAN = sizing.plan(10_000, 0.001, shards=4)
@@ -187,3 +189,15 @@ def test_a_pop_refused_halfway_takes_nothing_out_of_the_queue(redis_url: str,
     assert scheduler.df.failure == REFUSED_REASON
     assert scheduler.queue.status() == (1, 0)  # still queued, not lost
     scheduler.close("bloomdupe_redis_refused")
+
+
+def test_a_cluster_master_that_evicts_any_key_is_refused(rc: RedisCluster) -> None:
+    node = rc.get_primaries()[1]
+    server = rc.get_redis_connection(node)
+    server.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(BloomDupeError, match=f"{node.name} evicts any key"):
+            check_eviction(rc)
+    finally:
+        server.config_set("maxmemory-policy", "noeviction")
+    check_eviction(rc)
