@@ -17,16 +17,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import redis
+from scrapy import signals
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint, keys
 from .bloom.filter import BloomFilter
-from .exceptions import BloomDupeError
+from .exceptions import BloomDupeError, FilterLostError
 from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
-from .transport.diagnose import check, describe, warn_if_not_durable
+from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.outage import OutageGuard, RedisUnavailable
 
 if TYPE_CHECKING:
@@ -43,8 +44,13 @@ T = TypeVar("T")
 
 #: ``request.meta`` key of the batch middleware's mark: the fingerprint it checked.
 CHECKED_META = "_bloomdupe_checked"
-#: Close reason when Redis stays unavailable and ``BLOOMDUPE_ON_OUTAGE = "close"``.
+#: Close reasons of a crawl this package stops on an error (``scrapy crawl`` then exits
+#: with status 1): Redis stayed unavailable (or full) past ``BLOOMDUPE_OUTAGE_TIMEOUT``
+#: (with ``BLOOMDUPE_ON_OUTAGE = "close"``); Redis refused a command (an ACL); the
+#: filter's state in Redis is gone or was replaced.
 CLOSE_REASON = "bloomdupe_redis_unavailable"
+REFUSED_REASON = "bloomdupe_redis_refused"
+LOST_REASON = "bloomdupe_filter_lost"
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
     weakref.WeakKeyDictionary()
@@ -92,6 +98,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.redis_errors = 0
         self.unchecked = 0
         self._closing = False
+        #: The close reason when this worker stopped the crawl on an error, else None.
+        self.failure: str | None = None
         self._warned_full = False
         self._next_flush = time.monotonic() + stats_interval
 
@@ -102,6 +110,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         check(client)
         assert crawler.spider is not None, "the dupefilter is built once the spider exists"
         key = config.key_for(crawler.spider.name)
+        probe(client, key)  # an ACL that lacks a command: one error now, not on page one
+        check_eviction(client)
         try:
             bloom = BloomFilter.open(
                 client,
@@ -236,9 +246,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             self.unchecked += unchecked
             self.give_up(e)
             return None
-        except redis.RedisError:
+        except (redis.RedisError, BloomDupeError) as e:
+            self.unchecked += unchecked
             self.redis_errors += 1
-            raise
+            self.fail(e)
+            return None
 
     def give_up(self, error: RedisUnavailable) -> None:
         """Redis stayed away past ``BLOOMDUPE_OUTAGE_TIMEOUT``: act on ``BLOOMDUPE_ON_OUTAGE``."""
@@ -246,21 +258,72 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if self._closing:
             return
         if self.on_outage == "close":
-            self._closing = True
-            logger.error("%s. Stopping the crawl (BLOOMDUPE_ON_OUTAGE = 'close'); requests in "
-                         "hand are passed on unchecked.", error)
-            engine = None
-            if self.crawler is not None:
-                try:
-                    engine = self.crawler.engine
-                except RuntimeError:  # not crawling (a tool, a test)
-                    engine = None
-            if engine is not None:
-                deferred_from_coro(engine.close_spider_async(reason=CLOSE_REASON))
+            self.stop_crawl(CLOSE_REASON, f"{error}. Stopping the crawl (BLOOMDUPE_ON_OUTAGE "
+                            "= 'close')")
         elif self.unchecked:
             self._closing = True  # log once
             logger.error("%s. Letting requests through unchecked (BLOOMDUPE_ON_OUTAGE = "
                          "'allow'); duplicates are possible.", error)
+
+    def fail(self, error: Exception) -> None:
+        """Stop the crawl on an error it cannot go on after: Redis refused a command
+        (an ACL, a script error) or the filter's state in Redis is gone
+        (:class:`FilterLostError`). Never a request dropped while the worker goes on."""
+        if isinstance(error, RedisUnavailable):
+            self.give_up(error)
+        elif isinstance(error, FilterLostError):
+            self.stop_crawl(LOST_REASON, str(error))
+        elif isinstance(error, BloomDupeError):
+            self.stop_crawl(REFUSED_REASON, str(error))
+        else:
+            self.stop_crawl(REFUSED_REASON, self._refusal(error))
+
+    def _refusal(self, error: Exception) -> str:
+        """What to say of a refused command; for a command denied inside a script (Redis
+        does not name it), the start-up check of the ACL is run again to name it."""
+        client = self.bloom.client
+        message = refusal(describe(client), error)
+        if isinstance(error, redis.exceptions.NoPermissionError) or \
+                "can't run this command" in str(error):
+            try:
+                probe(client, self.bloom.key)
+            except BloomDupeError as e:
+                message = str(e)
+            except redis.RedisError:
+                pass
+        return message
+
+    def stop_crawl(self, reason: str, message: str) -> None:
+        """Close the spider with ``reason`` after one ERROR line (``message`` says what
+        happened and what to do), and make ``scrapy crawl`` exit with status 1.
+
+        The requests this worker has in progress stay leased in Redis (the scheduler
+        stops acking), so they come back to the next workers: the pages may be fetched
+        again, never skipped."""
+        if self.failure is not None:
+            return
+        self.failure = reason
+        self._closing = True
+        logger.error("%s. Stopping the crawl (close reason %r, exit status 1); the requests "
+                     "in progress stay leased in Redis and come back to the next workers.",
+                     message.rstrip("."), reason)
+        engine = None
+        if self.crawler is not None:
+            try:
+                engine = self.crawler.engine
+            except RuntimeError:  # not crawling (a tool, a test)
+                engine = None
+        if engine is not None and self.crawler is not None:
+            self.crawler.signals.connect(self._mark_failed, signal=signals.engine_stopped)
+            deferred_from_coro(engine.close_spider_async(reason=reason))
+
+    def _mark_failed(self) -> None:
+        # Scrapy marks a crawl failed (``scrapy crawl`` exits with status 1) when its
+        # crawler has no spider at the end (CrawlerProcess's bootstrap_failed); there
+        # is no public way to fail a crawl that ran. tests/e2e/test_operator.py checks
+        # the exit status.
+        if self.crawler is not None:
+            self.crawler.spider = None
 
     # -- logging and stats ----------------------------------------------------
 

@@ -47,3 +47,8 @@ class LockError(BloomDupeError):
 
 class LockNotOwnedError(LockError):
     """The lock expired while held and was possibly taken by another worker."""
+
+
+class FilterLostError(BloomDupeError):
+    """The filter's state in Redis is gone or was replaced under the crawl (deleted,
+    evicted, flushed, a restart without persistence): the crawl cannot go on with it."""

@@ -11,6 +11,7 @@ generation ``g``:
 ``{K:i}:lock``                  string: shard ``i``'s lock (lock mode)
 ``{K:i}:gen``                   string: generations shard ``i`` has seen in use
 ``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
+``{K:0}:probe:*``               for a moment at start: the check of the ACL
 ==============================  =====================================================
 
 and for the crawl's shared request queue (the frontier), sharded like the
@@ -99,6 +100,34 @@ def op_log_pattern(key: str, index: int) -> str:
     return f"{_shard(key, index)}:ops:*"
 
 
+def probe(key: str, kind: str) -> str:
+    """A key the start-up check of the ACL writes and deletes at once (one per type)."""
+    return f"{_shard(key, 0)}:probe:{kind}"
+
+
+def escape_pattern(text: str) -> str:
+    """``text`` matched literally in a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def shards_pattern(key: str) -> str:
+    """``SCAN MATCH`` pattern of every per-shard key of a filter and its queue (to be
+    narrowed by :func:`belongs`: it also matches a key such as ``{K:1x:0}:bits``)."""
+    return f"{{{escape_pattern(key)}:[0-9]*}}:*"
+
+
+#: The keys of a filter outside its shards (``K:<name>``).
+UNSHARDED = ("meta", "growlock", "stats", "workers")
+
+
+def belongs(key: str, name: str) -> bool:
+    """Whether the Redis key ``name`` is one of filter ``key``'s (or its queue's), by
+    its name alone: for clearing a filter whose metadata is gone or damaged."""
+    return re.fullmatch(
+        rf"\{{{re.escape(key)}:\d+\}}:.+|{re.escape(key)}:(?:{'|'.join(UNSHARDED)})",
+        name, re.DOTALL) is not None
+
+
 #: ``SCAN MATCH`` pattern of every op log of every filter.
 ALL_OP_LOGS = "*:ops:*"
 #: ``SCAN MATCH`` pattern of every filter's metadata.
@@ -131,20 +160,6 @@ def failed(key: str) -> str:
 
 # -- every key of a crawl, for tools (``bloomdupe keys``) ---------------------------------
 
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
-
-
-def _glob_escape(text: str) -> str:
-    return _GLOB_SPECIAL.sub(r"\\\1", text)
-
-
-def crawl_patterns(key: str) -> list[str]:
-    """``SCAN MATCH`` patterns that find every key of the filter (and queue) ``key``;
-    they may match other filters' keys too, which :func:`what_is` tells apart."""
-    escaped = _glob_escape(key)
-    return [f"{escaped}:*", f"{{{escaped}:*"]
-
-
 #: What each key of a filter ``K`` holds, by the part after ``K:`` or ``{K:i}:``.
 _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
           "growlock": "held while a generation is added",
@@ -160,12 +175,13 @@ _SHARDED = [
     (re.compile(r"owners"), "workers holding leases on shard {i}, by last heartbeat"),
     (re.compile(r"push:.+"), "a worker's last unfiltered push to shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
+    (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),
 ]
 
 
 def what_is(key: str, name: str) -> tuple[int, str] | None:
     """(shard, what it holds) when ``name`` is one of the keys of filter ``key`` (shard
-    -1 for the keys of the whole filter); None when it is not."""
+    -1 for the keys of the whole filter; see :func:`belongs`); None when it is not."""
     prefix = f"{key}:"
     if name.startswith(prefix) and name[len(prefix):] in _PLAIN:
         return -1, _PLAIN[name[len(prefix):]]

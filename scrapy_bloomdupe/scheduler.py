@@ -43,6 +43,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.settings import Settings
@@ -52,14 +53,16 @@ from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
+from . import dupefilter as dupefilter_module
 from .bloom import meta
 from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
+from .exceptions import BloomDupeError
 from .frontier import failed
 from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
-from .transport.diagnose import check
+from .transport.diagnose import check, check_eviction
 from .transport.outage import RedisUnavailable
 
 if TYPE_CHECKING:
@@ -113,6 +116,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: True once this worker has seen the crawl done (queue empty, no lease held).
         self.crawl_done = False
         self._failed_logged = False
+        #: When this worker last heartbeat (monotonic), and when it may reap again.
+        self._last_beat: float | None = None
+        self._reap_after = 0.0
         #: When to look for leases of this worker that it does not hold (see _tick).
         self._next_reclaim = time.monotonic()
         self._stale_seen = 0
@@ -233,7 +239,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         _by_crawler[self.crawler] = self
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if self.leased:
-            self._guarded(self.queue.heartbeat, None)
+            self._beat()
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
     def _start_heartbeat(self) -> None:
@@ -257,7 +263,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
         self._settle()
-        if clear:
+        if self._failed():
+            # Stopped on an error: touch nothing more in Redis. The leases held come back
+            # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
+            detach = getattr(self.queue, "detach", None)
+            if detach is not None:
+                detach()
+        elif clear:
             self._guarded(self.queue.clear, None)
         else:
             close_queue = getattr(self.queue, "close", None)
@@ -297,9 +309,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         trip (the leased queue with the Bloom dupefilter only). Returns, in order,
         whether each was seen before."""
         seen: list[bool] | None = self.df.check_and_queue(requests, self.queue)
-        if seen is None:  # Redis stayed away (the dupefilter has said so)
-            for request in requests:
-                logger.error("Could not queue %s: Redis is unavailable", request)
+        if seen is None:
+            # Not queued (the dupefilter has said why). The page that made them stays
+            # leased (no ack from now on), so it is fetched again by the next workers.
+            if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
+                self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
+                    "Redis stayed unavailable and the shared queue is in Redis: "
+                    f"{len(requests)} new request(s) could not be queued"))
             return [True] * len(requests)
         self.stats.inc_value("scheduler/enqueued/redis", seen.count(False))
         return seen
@@ -366,8 +382,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _settle(self) -> None:
         """Ack the leases whose work is done: requests the engine has let go of."""
-        if not self._handed:
-            return
+        if not self._handed or self._failed():
+            return  # after an error, nothing is acked: what is in hand comes back
         slot = self._engine_slot()
         # Without an engine (a tool, a test) whoever took a request is done with it.
         in_progress = slot.inprogress if slot is not None else ()
@@ -377,11 +393,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.queue.ack(done)
 
     def _tick(self) -> None:
-        """Heartbeat (with the pending acks), and put dead workers' leases back; once a
-        lease timeout, this worker's own leases that it does not hold too."""
+        """Heartbeat (with the pending acks), put dead workers' leases back, and check
+        that the filter is still the one this worker opened; once a lease timeout (and
+        after a master change), put back this worker's own leases that it does not hold."""
+        if self._failed():
+            return
         self._settle()
-        self._guarded(self.queue.heartbeat, None)
+        self._beat()
         self._reap()
+        self._reclaim()
+        self._verify()
+
+    def _reclaim(self) -> None:
+        """This worker's own leases in Redis that it does not hold go back in the queue
+        (their acks or their pop went to a Redis master that a failover replaced)."""
         now = time.monotonic()
         if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
             self._next_reclaim = now + self.frontier.lease_timeout
@@ -395,7 +420,32 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                                "went to a Redis master that a failover replaced); they are "
                                "fetched again", back, extra={"spider": self.spider})
 
+    def _beat(self) -> None:
+        """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
+        reactor) longer than half the lease timeout, the others were likely silent as
+        long: put no lease back until they have had a lease timeout to heartbeat again,
+        so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
+        if self._guarded(lambda: self.queue.heartbeat() or True, False):
+            now = time.monotonic()
+            timeout = self.frontier.lease_timeout
+            if self._last_beat is not None and now - self._last_beat > timeout / 2:
+                self._reap_after = now + timeout
+            self._last_beat = now
+
+    def _verify(self) -> bool:
+        """Whether the filter is still there, unchanged (else the crawl is stopped)."""
+        if isinstance(self.df, RedisBloomDupeFilter):
+            self._guarded(self.df.bloom.verify, None)
+            self._guarded(lambda: check_eviction(self.server, warn=False), None)
+        return not self._failed()
+
+    def _failed(self) -> bool:
+        """Whether this worker stopped the crawl on an error."""
+        return isinstance(self.df, RedisBloomDupeFilter) and self.df.failure is not None
+
     def _reap(self) -> int:
+        if time.monotonic() < self._reap_after:
+            return 0
         back: int = self._guarded(self.queue.reap, 0)
         if back:
             self.stats.inc_value("bloomdupe/requeued", back)
@@ -430,6 +480,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if now - self._idle_since < self.done_grace:
             self._wake_later()
             raise DontCloseSpider
+        if not self._verify():
+            return  # an empty queue of a filter that is gone is no finished crawl
         self.crawl_done = True
         logger.info("The crawl is done: the shared queue is empty and no worker holds a "
                     "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE); "
@@ -471,8 +523,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return call()
         try:
             return self.df.outage.call(call)
-        except RedisUnavailable as e:
-            self.df.give_up(e)
+        except (RedisUnavailable, RedisError, BloomDupeError) as e:
+            self.df.fail(e)  # stops the crawl (or, for an outage, as BLOOMDUPE_ON_OUTAGE says)
             return fallback
 
 

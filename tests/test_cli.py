@@ -389,6 +389,26 @@ def test_clear_yes_and_json(redis_url: str, client: redis.Redis) -> None:
     assert result.returncode == 1 and "No Bloom filter" in result.stderr
 
 
+@pytest.mark.parametrize("damage", ["meta-deleted", "meta-damaged", "a-shard-deleted"])
+def test_clear_deletes_a_filter_whatever_state_it_is_in(redis_url: str, client: redis.Redis,
+                                                        damage: str) -> None:
+    key = "shop:bloomdupe"
+    make_filter(client, key, URLS, shards=3)
+    client.zadd("{shop:bloomdupe:1}:queue", {"queued": 1})  # its request queue goes too
+    client.zadd("shop:requests", {"queued": 1})  # scrapy-redis's queue: not the filter's
+    client.set("{shop:bloomdupe:x:0}:bits", "another filter's")  # key "shop:bloomdupe:x"
+    if damage == "meta-deleted":
+        client.delete(f"{key}:meta")
+    elif damage == "meta-damaged":
+        client.hset(f"{key}:meta", "capacity", "abc")
+    else:
+        client.delete("{shop:bloomdupe:2}:bits")
+    result = run_cli("clear", "--key", key, "--yes", redis_url=redis_url)
+    out = clean(result)
+    assert result.returncode == 0, out
+    assert sorted(client.keys("*")) == [b"shop:requests", b"{shop:bloomdupe:x:0}:bits"]
+
+
 # -- import -----------------------------------------------------------------------------
 
 

@@ -41,7 +41,8 @@ def test_metadata_is_created_once_and_joined(client: redis.Redis) -> None:
     assert first.created == second.created
     meta = {k.decode(): v.decode() for k, v in client.hgetall("t:meta").items()}
     assert set(meta) == {"version", "capacity", "error_rate", "shards", "bits_per_shard",
-                         "hashes", "seed", "created", "growth", "generations", "fingerprint"}
+                         "hashes", "seed", "created", "growth", "generations", "fingerprint",
+                         "ready"}
     assert int(meta["bits_per_shard"]) == plan.bits_per_shard
     first.add(b"x")
     assert not second.add(b"x")

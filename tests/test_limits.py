@@ -22,7 +22,7 @@ from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.lua import CREATE_SHARD_SCRIPT, MEMORY_HEADROOM
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
-from scrapy_bloomdupe.exceptions import ConfigError, FilterMismatchError
+from scrapy_bloomdupe.exceptions import ConfigError, FilterLostError, FilterMismatchError
 from scrapy_bloomdupe.testing import RedisServer
 
 MB = 1024 * 1024
@@ -193,10 +193,19 @@ def test_a_shard_is_made_in_redis_at_its_length_all_zero(client: redis.Redis) ->
 
 def test_a_shard_of_the_wrong_length_is_refused(client: redis.Redis) -> None:
     plan = sizing.plan(10_000, 0.001, shards=2)
+    BloomFilter.open(client, "t", plan).add(b"x")
     client.set("{t:1}:bits", b"\0" * 10)
     with pytest.raises(FilterMismatchError, match=r"length of \{t:1\}:bits"):
         BloomFilter.open(client, "t", plan)
     assert client.strlen("{t:0}:bits") == plan.bytes_per_shard
+
+
+def test_a_shard_without_metadata_is_refused_not_given_a_new_seed(client: redis.Redis) -> None:
+    plan = sizing.plan(10_000, 0.001, shards=2)
+    client.set("{t:1}:bits", b"\0" * 10)
+    with pytest.raises(FilterLostError, match=r"\{t:1\}:bits are there but its metadata"):
+        BloomFilter.open(client, "t", plan)
+    assert not client.exists("t:meta", "{t:0}:bits")  # nothing written
 
 
 def test_two_filters_made_at_once_in_80mb() -> None:

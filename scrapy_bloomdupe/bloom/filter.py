@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import NoScriptError, RedisError
 
 from .. import hashing, keys, sizing
-from ..exceptions import ConfigError, FilterMismatchError
+from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..localcache import LocalCache
 from ..transport.link import Link
-from ..transport.outage import OutageGuard
+from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
 from . import meta
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
-from .lua import LOCK_BUSY, STALE_GENERATION, LuaEngine, Sink, check_room
+from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION, LuaEngine, Sink, check_room
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -213,6 +213,8 @@ class BloomFilter:
             if not stored:
                 raise FilterMismatchError(key, {"filter": ("absent", "an existing filter")})
         else:
+            if not meta.read(client, key):
+                _refuse_orphans(client, key, plan.shards)
             check_room(client, key, 0, plan)  # before anything is written
             stored = meta.create_or_join(client, key, plan, growth=growth,
                                          fingerprint=fingerprint)
@@ -226,10 +228,37 @@ class BloomFilter:
         )
         if read_only:
             return bloom
-        for g, generation in enumerate(bloom.generations):
-            bloom.engine.create_shards(g, generation)
+        # Once the first worker has made every shard ("ready"), a missing one is lost.
+        ready = bool(stored.get("ready"))
+        try:
+            for g, generation in enumerate(bloom.generations):
+                bloom.engine.create_shards(g, generation, existing=ready)
+        except FilterLostError as e:
+            raise bloom._lost(str(e)) from None
+        if not ready:
+            meta.mark_ready(client, key)
         bloom.engine.load_script()
         return bloom
+
+    def _lost(self, what: str) -> FilterLostError:
+        """The error for a filter whose state in Redis is gone: this worker's memory of it
+        (the local cache) is forgotten, so nothing answers for it any more."""
+        self.cache.clear()
+        return FilterLostError(lost_message(self.key, what))
+
+    def _missing(self, shard: int) -> str:
+        return " or ".join(self.engine.bits_keys[shard]) + " is gone"
+
+    def verify(self) -> None:
+        """Raise :class:`FilterLostError` when the filter's metadata in Redis is gone or is
+        another filter's (a new seed): deleted, evicted, flushed, or Redis restarted
+        empty. One ``HGETALL`` (of a dozen fields); the scheduler calls it every few
+        seconds and before it calls a crawl done."""
+        stored = meta.read(self.client, self.key)
+        if not stored:
+            raise self._lost(f"its metadata {keys.meta(self.key)} is gone")
+        if stored.get("seed") != self.seed or stored.get("created") != self.created:
+            raise self._lost(f"its metadata {keys.meta(self.key)} was replaced (a new seed)")
 
     def _reload(self) -> None:
         """Adopt the generation count stored in Redis (another worker grew the filter)."""
@@ -318,6 +347,8 @@ class BloomFilter:
                         busy.append(unit)
                     elif reply == STALE_GENERATION:
                         refused.extend(unit.indexes)
+                    elif reply == SHARD_MISSING:
+                        raise self._lost(self._missing(unit.shard))
                     else:
                         for index, flag in zip(unit.indexes, reply, strict=True):
                             results[index] = flag == 49  # ord("1")
@@ -402,13 +433,13 @@ class BloomFilter:
             commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
                                                      unit.args, len(unit.indexes), sink,
                                                      unit.sink_args))
-        raw = self._guarded(lambda: self._link.execute(commands))
+        raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
         for _ in range(MAX_SCRIPT_RELOADS):
             if not any(isinstance(r, NoScriptError) for r in raw):
                 break
             self.counters.script_reloads += 1
             self._guarded(lambda: self._link.load_scripts(engine.scripts()))
-            raw = self._guarded(lambda: self._link.execute(commands))
+            raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
         for r in raw:
             if isinstance(r, Exception):
                 raise r
@@ -436,6 +467,8 @@ class BloomFilter:
         self._next_op += 1
         (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
         reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args, 1)
+        if reply == SHARD_MISSING:
+            raise self._lost(self._missing(unit.shard))
         if reply in (LOCK_BUSY, STALE_GENERATION):
             self.counters.lock.lost += reply == LOCK_BUSY
             return None
@@ -555,3 +588,49 @@ class BloomFilter:
     def close(self) -> None:
         """Give the held connection back to the client's pool."""
         self._link.close()
+
+
+def _refusals_raised(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first one that is a passing refusal (a full Redis's OOM, a
+    READONLY replica) raised, inside the outage guard: the guard then sends the same
+    commands again, which is safe (op ids), as after a lost connection."""
+    for reply in replies:
+        if isinstance(reply, TRANSIENT):
+            raise reply
+    return replies
+
+
+def lost_message(key: str, what: str) -> str:
+    """What to tell a user whose filter's state is gone from Redis."""
+    return (
+        f"The Bloom filter {key!r} lost its state in Redis: {what}. Keys were deleted, "
+        "evicted (a maxmemory-policy that evicts), flushed (FLUSHDB, SCHEDULER_FLUSH_ON_START) "
+        "or lost in a Redis restart without persistence; the seen URLs and the queued "
+        "requests they stood for cannot be trusted, and going on would fetch pages twice or "
+        f"never. Restore Redis from a backup, or delete what is left (`bloomdupe clear --key "
+        f"{key}`) and start the crawl again from its start URLs"
+    )
+
+
+def _refuse_orphans(client: Redis | RedisCluster, key: str, shards: int) -> None:
+    """Refuse to create a filter's metadata over keys a filter left at ``key``: its
+    shards or its queue without their metadata (deleted or evicted). A new seed over old
+    bits would make every answer wrong. Looks at shards ``0..shards-1`` (one EXISTS each);
+    a worker that made the metadata in the meantime is joined, not refused."""
+    names = [n for i in range(shards)
+             for n in (keys.bits(key, i), keys.queue(key, i), keys.leases(key, i))]
+    found = [n for n, there in zip(names, _exists_each(client, names), strict=True) if there]
+    if found and not meta.read(client, key):
+        listed = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise FilterLostError(lost_message(
+            key, f"{listed} are there but its metadata {keys.meta(key)} is not"))
+
+
+def _exists_each(client: Redis | RedisCluster, names: Sequence[str]) -> list[bool]:
+    replies: list[bool] = []
+    for start in range(0, len(names), 256):
+        pipe = client.pipeline(transaction=False)
+        for name in names[start:start + 256]:
+            pipe.exists(name)
+        replies.extend(bool(r) for r in pipe.execute())
+    return replies

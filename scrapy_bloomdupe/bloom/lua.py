@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from redis.exceptions import NoScriptError, ResponseError
 
 from .. import hashing, keys, sizing
-from ..exceptions import ConfigError, FilterMismatchError
+from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
-from ..transport.diagnose import describe
+from ..transport.diagnose import acl_guard, describe
 from . import lock, oplog
 from .info import ShardInfo
 
@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 #: Script replies besides the per-item flags.
 LOCK_BUSY = -1
 STALE_GENERATION = -2
+#: A shard's bits are gone (flushed, evicted, deleted): nothing written.
+SHARD_MISSING = -3
 
 
 class Sink(Protocol):
@@ -57,6 +59,8 @@ class Sink(Protocol):
     """
 
     SINK_LUA: str
+    #: The one command ``SINK_LUA`` writes with (on ``sink_key``), lower case.
+    SINK_COMMAND: str
 
     def sink_key(self, shard: int) -> str: ...
 
@@ -94,12 +98,18 @@ class LuaEngine:
     # ARGV[6+G] n, the item count, then per item its k bit offsets in each
     # generation, oldest first; then, with a sink, its arguments (from
     # ``sink_at``; the sink's key is KEYS[4+G]).
-    # Returns -2 (STALE_GENERATION) when the shard already has more than G
-    # generations, having written nothing; otherwise sets ``out`` and
-    # ``reply``, one character an item: '1' new (now added to the newest
-    # generation), '0' seen before.
+    # Returns -3 (SHARD_MISSING) when a generation's bits are gone (BITFIELD
+    # would re-create them empty, turning every item new again), and -2
+    # (STALE_GENERATION) when the shard already has more than G generations,
+    # both having written nothing; otherwise sets ``out`` and ``reply``, one
+    # character an item: '1' new (now added to the newest generation), '0'
+    # seen before.
     BODY = """\
 local G = tonumber(ARGV[5])
+if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -3
+end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
 if stored > G then
   if token ~= '' then redis.call('DEL', KEYS[3]) end
@@ -194,7 +204,8 @@ local reply = table.concat(out)
     def _sink_script(self, sink: Sink) -> Script:
         script = self._sink_scripts.get(sink.SINK_LUA)
         if script is None:
-            text = oplog.REPLAY + lock.FENCE + self.BODY + sink.SINK_LUA + oplog.RECORD
+            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
+            text = oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA + oplog.RECORD
             script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
         return script
 
@@ -227,10 +238,13 @@ local reply = table.concat(out)
 
     # -- shards -------------------------------------------------------------
 
-    def create_shards(self, generation: int, plan: sizing.Sizing) -> None:
+    def create_shards(self, generation: int, plan: sizing.Sizing, *,
+                      existing: bool = False) -> None:
         """Create generation ``generation``'s missing shards at full size; refuse shards
         of another size (:class:`FilterMismatchError`), and new ones that would not fit
         in the server's ``maxmemory`` (:class:`ConfigError`, see :func:`check_room`).
+        With ``existing`` every shard must be there already: a missing one is lost
+        state (:class:`FilterLostError`), never made again empty.
 
         Each missing shard is made by :data:`CREATE_SHARD_SCRIPT` (only if absent:
         never overwrites bits), so it costs its size once, in Redis only.
@@ -239,6 +253,9 @@ local reply = table.concat(out)
         size = plan.bytes_per_shard
         lengths = _pipelined(self.client, [("STRLEN", n) for n in names])
         missing = [n for n, length in zip(names, lengths, strict=True) if not length]
+        if missing and existing:
+            raise FilterLostError(f"{len(missing)} of its {len(names)} shard(s) of generation "
+                                  f"{generation} are gone ({missing[0]}, ...)")
         if missing:
             check_room(self.client, self.key, generation, plan, lengths)
             created = self._create(missing, size)

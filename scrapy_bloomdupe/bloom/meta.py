@@ -89,6 +89,12 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
     return stored
 
 
+def mark_ready(client: Redis | RedisCluster, key: str) -> None:
+    """Record that every shard of the first generations exists (``ready``): from then
+    on a missing shard is lost state, not one still being made."""
+    client.hset(keys.meta(key), "ready", 1)
+
+
 def stored_plan(stored: dict[str, Any], max_bytes: int | None = None) -> sizing.Sizing:
     """The first generation's sizing, as stored, with this worker's limit on the whole
     filter's size (``BLOOMDUPE_MAX_BYTES``, not stored: None is no limit)."""

@@ -1,42 +1,91 @@
-"""``bloomdupe clear``: delete the filter and its crawl stats, once the key is typed
-back (or ``--yes``)."""
+"""``bloomdupe clear``: delete a crawl's state at a key (its filter, its request queue,
+failed-request records and crawl stats), once the key is typed back (or ``--yes``).
+
+It finds the keys by their names (``keys.belongs``), not from the filter's metadata,
+so it can always clear a filter, whatever state Redis left it in: metadata deleted,
+evicted or damaged, shards without metadata, a Redis that is out of memory (``SCAN``
+and ``DEL`` are allowed then), thousands of shards.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
-from .context import EXIT_FAILED, EXIT_OK, Context, open_existing
+import redis
+from redis.cluster import RedisCluster
+
+from .. import keys
+from ..exceptions import BloomDupeError
+from .context import EXIT_FAILED, EXIT_OK, Context, FilterAbsent, open_existing
 from .output import count, human_bytes
+
+#: Keys deleted in one pipeline.
+CHUNK = 500
+
+
+def crawl_keys(client: redis.Redis | RedisCluster, key: str) -> list[str]:
+    """Every Redis key of the crawl at ``key``, by name (one ``SCAN`` of the keyspace)."""
+    names = [keys.meta(key), keys.growlock(key), keys.stats(key), keys.workers(key)]
+    found = [n for n in names if client.exists(n)]
+    for name in client.scan_iter(match=keys.shards_pattern(key), count=1000):
+        text = name.decode() if isinstance(name, bytes) else str(name)
+        if keys.belongs(key, text):
+            found.append(text)
+    return list(dict.fromkeys(found))
+
+
+def delete(client: redis.Redis | RedisCluster, names: Sequence[str]) -> None:
+    for start in range(0, len(names), CHUNK):
+        pipe = client.pipeline(transaction=False)
+        for name in names[start:start + CHUNK]:
+            pipe.delete(name)
+        pipe.execute()
 
 
 def run(ctx: Context, opts: argparse.Namespace, stdin: TextIO | None = None) -> int:
-    bloom = open_existing(ctx)
+    names = crawl_keys(ctx.client, ctx.key)
+    if not names:
+        open_existing(ctx)  # raises FilterAbsent, with the filters that are there
+        raise FilterAbsent(f"No Bloom filter at key {ctx.key!r} in Redis at {ctx.where}.")
+    items: float | None = None
+    memory: int | None = None
     try:
-        info = bloom.info()
-        if not opts.yes:
-            ctx.note(
-                f"This deletes the Bloom filter {ctx.key!r} in Redis at {ctx.where}: about "
-                f"{count(info.estimated_items)} seen requests, {human_bytes(info.memory_bytes)}, "
-                "and its crawl-wide stats. A crawl using it would fetch those pages again. "
-                "(scrapy-redis's request queue is not touched.)")
-            print(f"Type the key ({ctx.key}) to delete it: ", end="", file=ctx.err, flush=True)
-            answer = (stdin or sys.stdin).readline()
-            if answer.strip() != ctx.key:
-                ctx.note("")
-                ctx.note("Not confirmed: nothing was deleted.")
-                if ctx.json:
-                    ctx.emit({"key": ctx.key, "redis": ctx.where, "cleared": False})
-                return EXIT_FAILED
-        bloom.clear()
-    finally:
-        bloom.close()
+        bloom = open_existing(ctx)
+        try:
+            info = bloom.info()
+            items, memory = info.estimated_items, info.memory_bytes
+        finally:
+            bloom.close()
+        what = (f"the Bloom filter {ctx.key!r} in Redis at {ctx.where} (about "
+                f"{count(items)} seen requests, {human_bytes(memory)}), its request queue, "
+                "failed-request records and crawl-wide stats")
+    except BloomDupeError as e:  # metadata gone or damaged: the keys go all the same
+        why = "is gone" if isinstance(e, FilterAbsent) else "is damaged"
+        what = (f"the {len(names)} key(s) left at {ctx.key!r} in Redis at {ctx.where} by a "
+                f"crawl whose filter metadata {keys.meta(ctx.key)!r} {why}")
+    if not opts.yes:
+        ctx.note(f"This deletes {what}. A crawl using it would start over. "
+                 "(A scrapy-redis request queue or set under another key is not touched.)")
+        print(f"Type the key ({ctx.key}) to delete it: ", end="", file=ctx.err, flush=True)
+        answer = (stdin or sys.stdin).readline()
+        if answer.strip() != ctx.key:
+            ctx.note("")
+            ctx.note("Not confirmed: nothing was deleted.")
+            if ctx.json:
+                ctx.emit({"key": ctx.key, "redis": ctx.where, "cleared": False})
+            return EXIT_FAILED
+    delete(ctx.client, names)
     if ctx.json:
-        ctx.emit({"key": ctx.key, "redis": ctx.where, "cleared": True,
-                  "estimated_items": info.estimated_items, "memory_bytes": info.memory_bytes})
+        ctx.emit({"key": ctx.key, "redis": ctx.where, "cleared": True, "keys": len(names),
+                  "estimated_items": items, "memory_bytes": memory})
+    elif items is not None:
+        ctx.print(f"Deleted Bloom filter {ctx.key!r} (about {count(items)} items, "
+                  f"{human_bytes(memory or 0)}), its queue and its crawl stats in Redis at "
+                  f"{ctx.where}: {len(names)} key(s).")
     else:
-        ctx.print(f"Deleted Bloom filter {ctx.key!r} (about {count(info.estimated_items)} items, "
-                  f"{human_bytes(info.memory_bytes)}) and its crawl stats in Redis at "
+        ctx.print(f"Deleted the {len(names)} key(s) left at {ctx.key!r} in Redis at "
                   f"{ctx.where}.")
     return EXIT_OK

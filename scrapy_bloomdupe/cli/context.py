@@ -251,8 +251,9 @@ def _damaged(ctx: Context, problems: list[str]) -> DamagedFilter:
     return DamagedFilter(
         f"The Bloom filter's metadata {keys.meta(ctx.key)!r} in Redis at {ctx.where} is "
         f"damaged: {'; '.join(problems)}. Nothing was changed. Workers "
-        "cannot use this filter either: restore the field(s), or start a new filter under "
-        "another BLOOMDUPE_KEY.")
+        "cannot use this filter either: restore the field(s), delete what is left "
+        f"(`{ctx.prog} clear --key {ctx.key}`), or start a new filter under another "
+        "BLOOMDUPE_KEY.")
 
 
 def _text(value: bytes | str) -> str:

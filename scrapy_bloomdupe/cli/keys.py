@@ -3,8 +3,8 @@
 The filter's shards and the queue's carry a hash tag (``{K:i}:bits``) that puts
 each shard in its own Redis Cluster slot, so they do not start with the
 filter's key: a cleanup by prefix (``SCAN MATCH K*``) misses them. This lists
-them all, found with ``SCAN`` (so orphans too, whatever the metadata says), and
-scrapy-redis's own keys of the spider when there are any.
+them all, found by name as ``bloomdupe clear`` finds them (so orphans too,
+whatever the metadata says), and scrapy-redis's own keys of the spider.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from scrapy_redis import defaults
 
 from .. import keys
 from ..transport.cluster import is_cluster
+from .clear import crawl_keys
 from .context import EXIT_OK, Context
 from .output import table
 
@@ -31,14 +32,11 @@ SCRAPY_REDIS_KEYS = (
 
 
 def find(ctx: Context) -> list[dict[str, Any]]:
-    """Every key of ``ctx.key``'s crawl that exists: key, type, shard, what."""
+    """Every key of ``ctx.key``'s crawl that exists (found as ``bloomdupe clear`` finds
+    them): key, type, shard, what it holds."""
     found: dict[str, tuple[int, str]] = {}
-    for pattern in keys.crawl_patterns(ctx.key):
-        for raw in ctx.client.scan_iter(match=pattern, count=1000):
-            name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-            known = keys.what_is(ctx.key, name)
-            if known is not None:
-                found[name] = known
+    for name in crawl_keys(ctx.client, ctx.key):
+        found[name] = keys.what_is(ctx.key, name) or (-1, "")
     ordered = sorted(found, key=lambda n: (found[n][0], n))
     rows: list[dict[str, Any]] = [
         {"key": n, "shard": found[n][0] if found[n][0] >= 0 else None, "what": found[n][1]}

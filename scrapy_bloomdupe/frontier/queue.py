@@ -40,6 +40,7 @@ from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys
+from ..transport.diagnose import acl_guard
 from ..transport.link import Link
 from ..transport.sentinel import master_epoch
 
@@ -118,7 +119,7 @@ return (#ARGV - 2) / 2
     # "<owner>:<pop number>.<j>", and marks the owner alive. Returns the leased
     # entries, "<score>|<request>"; a pop already run (a retry) returns the
     # same ones again.
-    POP_SCRIPT = _NOW + """\
+    POP_SCRIPT = _NOW + acl_guard("hset", "KEYS[2]", "f", "v") + """\
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 local prefix = ARGV[1] .. ':' .. ARGV[2] .. '.'
 local count = tonumber(ARGV[3])
@@ -235,6 +236,7 @@ return back
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
     SINK_LUA = SINK
+    SINK_COMMAND = "zadd"
 
     def sink_key(self, shard: int) -> str:
         """The queue of ``shard``, where the filter's script pushes new requests."""
@@ -422,6 +424,11 @@ return back
         for shard in range(self.shards):
             self.server.zrem(self._owners[shard], self.owner)
             self.server.delete(self._push_records[shard])
+        self._link.close()
+
+    def detach(self) -> None:
+        """Let go of the connection without a word to Redis (a worker stopped on an
+        error: what it holds comes back after the lease timeout)."""
         self._link.close()
 
     def clear(self) -> None:

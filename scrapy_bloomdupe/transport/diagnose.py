@@ -7,6 +7,7 @@ one error for a cluster client that could not start.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import redis
 from redis.exceptions import RedisClusterException
 from redis.sentinel import MasterNotFoundError
 
+from .. import keys
 from ..exceptions import BloomDupeError, ConfigError
 from ..settings import CLUSTER_SETTING, SENTINEL_MASTER_SETTING, SENTINELS_SETTING
 from . import sentinel
@@ -286,6 +288,143 @@ def warn_if_not_durable(client: Redis | RedisCluster) -> None:
     if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
         logger.warning(
             "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "
-            "points): a Redis restart forgets every seen URL and the crawl fetches them all "
-            "again. Turn on AOF (appendonly yes) or RDB snapshots."
+            "points): a Redis restart forgets the filter and the queue, and the crawl stops "
+            "(it cannot resume) and must start over. Turn on AOF (appendonly yes) or RDB "
+            "snapshots."
         )
+
+
+# -- what the crawl may do there ----------------------------------------------------------
+
+
+def refusal(where: str, error: BaseException) -> str:
+    """One line for an error reply the crawl cannot go on after; for ``NOPERM``, the ACL
+    rule to add."""
+    text = str(error).split(" script: ")[0].rstrip(".")
+    if isinstance(error, redis.exceptions.NoPermissionError) or "NOPERM" in text:
+        command = re.search(r"run the '([^']+)' command", text)
+        if command:
+            name = command.group(1).lower()
+            return (f"Redis at {where} refuses this user the command {name.upper()} "
+                    f"(NOPERM: {text}). Add +{name} to the user's ACL; docs/security.md lists "
+                    "every rule a crawl needs")
+        if "key" in text:
+            return (f"Redis at {where} refuses this user a key of the crawl (NOPERM: {text}). "
+                    "Its ACL must allow the key patterns of docs/security.md (~K:* ~{K:* "
+                    "for BLOOMDUPE_KEY K)")
+        return (f"Redis at {where} refuses this user (NOPERM: {text}); grant the ACL of "
+                "docs/security.md")
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return (f"Redis at {where} is full and refuses writes (OOM: {text}). Give it more "
+                "memory (maxmemory) or free some")
+    return f"Redis at {where} refused a command ({type(error).__name__}: {text})"
+
+
+def acl_guard(command: str, key: str, *args: str) -> str:
+    """Lua that returns a ``NOPERM`` error naming ``command``, having written nothing,
+    when the user may not run it on ``key`` (a Lua expression); put before a script's
+    first write.
+
+    Redis checks a script's commands one by one as they run, and a script that fails
+    halfway keeps what it wrote: without this, an ACL that lost a command mid-crawl
+    could leave an item in the filter and in no queue (the sink's ZADD), or a request
+    out of the queue and in no lease (the pop's HSET). ``redis.acl_check_cmd`` is
+    Redis 7's; on 6.2 nothing is checked here (the ACL is also checked at start).
+    """
+    quoted = ", ".join(f"'{a}'" for a in args)
+    return (f"if redis.acl_check_cmd and not redis.acl_check_cmd('{command.upper()}', "
+            f"{key}{', ' + quoted if quoted else ''}) then\n"
+            f"  return redis.error_reply(\"NOPERM this user has no permissions to run the "
+            f"'{command.lower()}' command\")\nend\n")
+
+
+def probe_commands(key: str) -> list[tuple[Any, ...]]:
+    """Every command a crawl sends (inside its scripts too), on keys of its own that it
+    deletes at once: what :func:`probe` runs at start."""
+    s, h, z, x = (keys.probe(key, kind) for kind in ("s", "h", "z", "x"))
+    return [
+        ("SET", s, 0, "PX", 60_000), ("GET", s), ("STRLEN", s), ("EXISTS", s),
+        ("BITFIELD", s, "SET", "u1", 0, 0), ("BITFIELD_RO", s, "GET", "u1", 0),
+        ("BITCOUNT", s),
+        ("HSET", h, "f", 1), ("HGET", h, "f"), ("HGETALL", h), ("HINCRBY", h, "f", 1),
+        ("HLEN", h), ("HDEL", h, "f"),
+        ("ZADD", z, 0, "m"), ("ZCARD", z), ("ZRANGE", z, 0, 0),
+        ("ZRANGEBYSCORE", z, "-inf", "+inf"), ("ZREMRANGEBYRANK", z, 1, 1), ("ZREM", z, "m"),
+        ("XADD", x, "MAXLEN", 1, "*", "f", "v"),
+        ("DEL", s, h, z, x),
+    ]
+
+
+def probe(client: Redis | RedisCluster, key: str) -> None:
+    """Run :func:`probe_commands` (and ``TIME``, ``SCRIPT LOAD``, ``EVALSHA``) before the
+    crawl writes anything: a user whose ACL lacks one of them gets one error naming
+    every missing rule, instead of a crawl that fails on its first page."""
+    commands = probe_commands(key)
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    outcomes = [(c[0].lower(), r) for c, r in zip(
+        commands, pipe.execute(raise_on_error=False), strict=True)]
+    for name, call in (("time", client.time),
+                       ("script|load", lambda: client.script_load(_PROBE_SCRIPT)),
+                       ("evalsha", lambda: client.evalsha(_PROBE_SHA, 1, keys.probe(key, "s")))):
+        try:
+            outcomes.append((name, call()))
+        except redis.ResponseError as e:
+            outcomes.append((name, e))
+    where = describe(client)
+    denied = [name for name, r in outcomes
+              if isinstance(r, redis.exceptions.NoPermissionError) and "command" in str(r)]
+    other = next((r for _, r in outcomes if isinstance(r, Exception)
+                  and not (isinstance(r, redis.exceptions.NoPermissionError)
+                           and "command" in str(r))), None)
+    if denied:
+        names = list(dict.fromkeys(denied))
+        raise BloomDupeError(
+            f"Redis at {where} refuses this user command(s) the crawl needs: "
+            f"{', '.join(n.upper() for n in names)}. Add {' '.join('+' + n for n in names)} "
+            "to its ACL (docs/security.md lists every rule)"
+            + ("" if other is None else f"; and: {refusal(where, other)}"))
+    if other is not None:
+        raise BloomDupeError(refusal(where, other) + " (found checking the ACL at start)")
+
+
+#: The probe's script: no command inside, so only EVALSHA itself is checked.
+_PROBE_SCRIPT = "return 1"
+_PROBE_SHA = hashlib.sha1(_PROBE_SCRIPT.encode()).hexdigest()
+
+
+def check_eviction(client: Redis | RedisCluster, *, warn: bool = True) -> None:
+    """Refuse a Redis that may evict any key when full (``maxmemory-policy allkeys-*``):
+    it would evict the filter's bits or the queue, and pages would be fetched twice or
+    never. Warn about ``volatile-*``, which may evict the op logs (they expire). The
+    scheduler checks again every few seconds (``warn`` off): a policy changed under
+    a running crawl stops it before anything is evicted.
+    Not checked where ``CONFIG GET`` is denied or there is no ``maxmemory``."""
+    servers: list[tuple[Any, str]]
+    if is_cluster(client):
+        cluster: Any = client
+        servers = [(cluster.get_redis_connection(n), n.name) for n in cluster.get_primaries()]
+    else:
+        servers = [(client, describe(client))]
+    for server, where in servers:
+        try:
+            config = server.config_get("maxmemory*")
+        except redis.ResponseError as e:
+            logger.debug("Cannot read Redis's maxmemory-policy (%s); not checked", e)
+            return
+        policy = str(config.get("maxmemory-policy", ""))
+        if not int(config.get("maxmemory", 0) or 0) or policy == "noeviction":
+            continue
+        if policy.startswith("allkeys-"):
+            raise BloomDupeError(
+                f"Redis at {where} evicts any key when it is full (maxmemory-policy "
+                f"{policy}): it would evict the crawl's filter or queue, and pages would be "
+                "fetched twice or never. Set maxmemory-policy noeviction (CONFIG SET "
+                "maxmemory-policy noeviction, or in redis.conf; then a full Redis stops the "
+                "crawl with a clear error), or give the crawl a Redis of its own")
+        if warn:
+            logger.warning(
+                "Redis at %s evicts keys that expire when it is full (maxmemory-policy %s): "
+                "it may evict the op logs that make a retry after a lost reply safe. "
+                "maxmemory-policy noeviction is safer for a crawl.", where, policy)

@@ -1,5 +1,12 @@
 """Waiting out a Redis outage: retry with backoff, one error when it starts, one line at the end.
 
+An outage is Redis not answering (a dead server, a failover), and also Redis
+refusing writes because it is full (``OOM command not allowed when used memory >
+'maxmemory'`` under the ``noeviction`` policy): memory may come back (the queue
+drains, an operator raises ``maxmemory``), and a refused write changed nothing,
+so it is retried like a lost connection; when it lasts, the crawl stops with
+the reason.
+
 redis-py's own ``Retry`` absorbs blips (a reset connection, a server that is
 loading its AOF for a second). What outlasts it reaches this module, which
 keeps retrying with growing pauses for up to ``BLOOMDUPE_OUTAGE_TIMEOUT``
@@ -23,6 +30,7 @@ from typing import TypeVar
 from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
+    OutOfMemoryError,
     ReadOnlyError,
     TimeoutError,
     TryAgainError,
@@ -36,8 +44,9 @@ T = TypeVar("T")
 
 #: Errors that mean "Redis is not (fully) there", worth waiting out. A
 #: failover shows as READONLY from a demoted master and CLUSTERDOWN/TRYAGAIN
-#: from a cluster mid-election.
-TRANSIENT = (ConnectionError, TimeoutError, ReadOnlyError, ClusterDownError, TryAgainError)
+#: from a cluster mid-election. A full Redis refuses writes with OOM (nothing written).
+TRANSIENT = (ConnectionError, TimeoutError, ReadOnlyError, ClusterDownError, TryAgainError,
+             OutOfMemoryError)
 FIRST_PAUSE = 0.25
 MAX_PAUSE = 5.0
 
@@ -70,9 +79,9 @@ class OutageGuard:
         started = self._clock()
         deadline = started + self.timeout
         logger.error(
-            "Redis at %s is unavailable (%s: %s); retrying for up to %ss "
+            "Redis at %s is %s (%s: %s); retrying for up to %ss "
             "(BLOOMDUPE_OUTAGE_TIMEOUT). The crawl waits meanwhile; no request is dropped.",
-            self.where, type(error).__name__, error, self.timeout,
+            self.where, _state(error), type(error).__name__, error, self.timeout,
         )
         pause = FIRST_PAUSE
         try:
@@ -80,8 +89,9 @@ class OutageGuard:
                 left = deadline - self._clock()
                 if left <= 0:
                     raise RedisUnavailable(
-                        f"Redis at {self.where} stayed unavailable for {self.timeout}s "
-                        f"(BLOOMDUPE_OUTAGE_TIMEOUT); last error: {type(error).__name__}: {error}"
+                        f"Redis at {self.where} stayed {_state(error)} for {self.timeout}s "
+                        f"(BLOOMDUPE_OUTAGE_TIMEOUT); last error: {type(error).__name__}: "
+                        f"{error}{_advice(error)}"
                     ) from None
                 self._sleep(min(pause, left))
                 pause = min(pause * 2, MAX_PAUSE)
@@ -95,3 +105,16 @@ class OutageGuard:
                 return result
         finally:
             self.outage_time += self._clock() - started
+
+
+def _state(error: Exception) -> str:
+    return ("out of memory, refusing writes" if isinstance(error, OutOfMemoryError)
+            else "unavailable")
+
+
+def _advice(error: Exception) -> str:
+    if isinstance(error, OutOfMemoryError):
+        return (". Give Redis more memory (CONFIG SET maxmemory), or free some (`bloomdupe "
+                "info` shows the filter's share), then start the workers again: the requests "
+                "in progress are leased and come back")
+    return ""
