@@ -263,6 +263,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
         self._settle()
+        if clear and self.leased and not self._failed() and \
+                not self._guarded(self.queue.leave, True):
+            # The others are closing too: the last one out deletes what is shared (the
+            # first would delete the filter under them, which they take for lost state).
+            clear = False
+            logger.info("SCHEDULER_PERSIST is off and the crawl is done: the last worker "
+                        "to close deletes the shared queue and the filter",
+                        extra={"spider": self.spider})
         if self._failed():
             # Stopped on an error: touch nothing more in Redis. The leases held come back
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.

@@ -179,6 +179,16 @@ for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
 return back
 """
 
+    # KEYS[1] shard 0's owners. ARGV[1] this worker, ARGV[2] the lease timeout in ms.
+    # This worker leaves the crawl: returns 1 when no other live worker (one that
+    # heartbeat within the lease timeout) is left in it, else 0.
+    LEAVE_SCRIPT = _NOW + """\
+redis.call('ZREM', KEYS[1], ARGV[1])
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[2]), '+inf')
+if #live == 0 then return 1 end
+return 0
+"""
+
     # KEYS[1] the shard's queue, KEYS[2] its leases. ARGV[1] this worker (owner),
     # ARGV[2..] the fields of the leases it holds (taken and not yet done).
     # Puts back in the queue every lease of this owner that it does not hold: one
@@ -217,7 +227,7 @@ return back
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
             ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
-            ("reclaim", self.RECLAIM_SCRIPT))}
+            ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT))}
         shard_range = range(shards)
         self._queues = [keys.queue(self.tag, i) for i in shard_range]
         self._leases = [keys.leases(self.tag, i) for i in shard_range]
@@ -332,6 +342,13 @@ return back
         replies = self._execute(commands, names)
         self._acks.clear()
         return sum(int(r) for r in replies[len(replies) - self.shards:])
+
+    def leave(self) -> bool:
+        """Leave the crawl (stop counting as one of its live workers); True when no other
+        live worker is left: then this one is the last, and may clear what is shared."""
+        (last,) = self._execute([("EVALSHA", self._scripts["leave"].sha, 1, self._owners[0],
+                                  self.owner, self.lease_timeout_ms)], ["leave"])
+        return bool(last)
 
     def reclaim(self, held: Iterable[Lease]) -> int:
         """Put back in the queue this worker's leases in Redis that it does not hold

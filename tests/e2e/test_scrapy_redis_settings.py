@@ -164,7 +164,7 @@ def test_an_overridden_request_fingerprint_is_honoured(
     said, at start, to be replaced by ``BLOOMDUPE_KEY``."""
     (tmp_path / "category.py").write_text(FINGERPRINT_SPIDER)
     settings = ["ADDONS=" + json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100}),
-                "DUPEFILTER_CLASS=category.CategoryDupeFilter",
+                "DUPEFILTER_CLASS=category.CategoryDupeFilter", "SCHEDULER_PERSIST=True",
                 "SCHEDULER_DUPEFILTER_KEY=%(spider)s:seen",
                 f"DEMO_SITE_URL={site.url}", f"REDIS_URL={durable_redis}",
                 "BLOOMDUPE_CAPACITY=10000", "BLOOMDUPE_DONE_GRACE=1",
@@ -188,6 +188,7 @@ def test_an_overridden_request_fingerprint_is_honoured(
     assert len({page % 7 for page in fetched[1:]}) == len(fetched) - 1, fetched
     for _, log in results:
         assert "CategoryDupeFilter.request_fingerprint() (overridden)" in log
+        assert "Disabled scrapy_bloomdupe.extension.BloomDupeStats" not in log
         assert ("WARNING: SCHEDULER_DUPEFILTER_KEY ('%(spider)s:seen') is scrapy-redis's and "
                 "is not used: BLOOMDUPE_KEY names the Bloom filter's keys (here "
                 "'category:bloomdupe')") in log
@@ -216,4 +217,18 @@ def test_flush_on_start_with_persist_starts_afresh_and_keeps_a_working_filter(
     results = run_workers(durable_redis, site.url, tmp_path, 2, first=3)
     assert_clean(results)
     assert take_fetches(site) == [0] * PAGES
+    client.close()
+
+
+@pytest.mark.slow
+def test_persist_off_as_in_scrapy_redis_every_worker_finishes(
+        durable_redis: str, site: Any, tmp_path: Path) -> None:
+    """``SCHEDULER_PERSIST = False`` (scrapy-redis's default) with three workers: every
+    worker finishes (none takes the filter, deleted at the end, for lost state), and
+    the last to close deletes the queue and the filter."""
+    results = run_workers(durable_redis, site.url, tmp_path, 3, "SCHEDULER_PERSIST=False")
+    assert_clean(results)
+    assert take_fetches(site) == [1] * PAGES
+    client = redis.Redis.from_url(durable_redis)
+    assert list(client.scan_iter()) == []
     client.close()
