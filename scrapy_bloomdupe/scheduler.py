@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import secrets
 import time
 import weakref
 from collections.abc import Callable
@@ -122,6 +123,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: When to look for leases of this worker that it does not hold (see _tick).
         self._next_reclaim = time.monotonic()
         self._stale_seen = 0
+        #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
+        self._member = secrets.token_hex(6)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -236,11 +239,25 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
+        if not self.leased and isinstance(self.df, RedisBloomDupeFilter):
+            # Counted among the crawl's workers, so that the last one out clears (close).
+            self._guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
+                                                      self._member), None)
         _by_crawler[self.crawler] = self
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if self.leased:
             self._beat()
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
+
+    def _leave(self) -> bool:
+        """Leave the crawl's workers; whether this one was the last (see close)."""
+        if self.leased:
+            return bool(self._guarded(self.queue.leave, True))
+        if isinstance(self.df, RedisBloomDupeFilter):
+            return bool(self._guarded(lambda: frontier_queue.leave(
+                self.server, self.df.bloom.key, self._member,
+                round(self.frontier.lease_timeout * 1000)), True))
+        return True
 
     def _start_heartbeat(self) -> None:
         # Once the engine runs (the looping call needs its reactor or loop).
@@ -263,8 +280,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
         self._settle()
-        if clear and self.leased and not self._failed() and \
-                not self._guarded(self.queue.leave, True):
+        last = self._leave() if not self._failed() else False
+        if clear and not last:
             # The others are closing too: the last one out deletes what is shared (the
             # first would delete the filter under them, which they take for lost state).
             clear = False

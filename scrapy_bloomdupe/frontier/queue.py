@@ -32,6 +32,7 @@ push number recorded with it; acks and heartbeats are idempotent.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 #: How long an unfiltered push's record outlives its last write; a retry must come
 #: before this.
 RECORD_TTL_MS = 3_600_000
+#: How long a worker on a scrapy-redis queue class counts as live without leaving (ms).
+JOINED_MS = 86_400_000
 #: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
 MAX_SCRIPT_RELOADS = 5
 #: Default time without a heartbeat after which a worker's leases go back.
@@ -452,6 +455,20 @@ return back
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records."""
         clear(self.server, self.tag, self.shards)
+
+
+def join(client: Redis | RedisCluster, tag: str, member: str) -> None:
+    """Count ``member`` (a worker on a scrapy-redis queue class, which does not
+    heartbeat) as one of the crawl's workers until it :func:`leave` s, or for a day
+    (one that never left, killed, stops counting then)."""
+    client.zadd(keys.owners(tag, 0), {member: time.time() * 1000 + JOINED_MS})
+
+
+def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms: int) -> bool:
+    """``member`` leaves the crawl tagged ``tag``; True when no other live worker is left
+    in it (see :meth:`PriorityQueue.leave`)."""
+    script = client.register_script(PriorityQueue.LEAVE_SCRIPT)
+    return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
 
 
 def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:

@@ -221,12 +221,16 @@ def test_flush_on_start_with_persist_starts_afresh_and_keeps_a_working_filter(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("queue", [None, "scrapy_redis.queue.FifoQueue"])
 def test_persist_off_as_in_scrapy_redis_every_worker_finishes(
-        durable_redis: str, site: Any, tmp_path: Path) -> None:
-    """``SCHEDULER_PERSIST = False`` (scrapy-redis's default) with three workers: every
-    worker finishes (none takes the filter, deleted at the end, for lost state), and
-    the last to close deletes the queue and the filter."""
-    results = run_workers(durable_redis, site.url, tmp_path, 3, "SCHEDULER_PERSIST=False")
+        durable_redis: str, site: Any, tmp_path: Path, queue: str | None) -> None:
+    """``SCHEDULER_PERSIST = False`` (scrapy-redis's default) with three workers, on the
+    default queue and on a scrapy-redis one: every worker finishes (none takes the
+    filter, deleted at the end, for lost state), and the last to close deletes the
+    queue and the filter."""
+    extra = [f"SCHEDULER_QUEUE_CLASS={queue}"] if queue else []
+    results = run_workers(durable_redis, site.url, tmp_path, 3, "SCHEDULER_PERSIST=False",
+                          *extra)
     assert_clean(results)
     assert take_fetches(site) == [1] * PAGES
     client = redis.Redis.from_url(durable_redis)
