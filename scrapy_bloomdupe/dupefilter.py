@@ -26,7 +26,7 @@ from . import connection, crawlstats, fingerprint, keys
 from .bloom.filter import BloomFilter
 from .exceptions import BloomDupeError, FilterLostError
 from .frontier.queue import PriorityQueue
-from .settings import BloomDupeConfig, wait_replicas
+from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.outage import OutageGuard, RedisUnavailable
 
@@ -81,6 +81,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
     ) -> None:
         self.bloom = bloom
         self.fingerprinter = fingerprinter
+        #: The fingerprints :meth:`request_fingerprint` gives, before any override.
+        self.base_fingerprinter = fingerprinter
         self.debug = debug
         self.persist = persist
         self.stats = stats
@@ -147,6 +149,20 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             crawler=crawler,
         )
         _by_crawler[crawler] = instance
+        if cls.request_fingerprint is not RedisBloomDupeFilter.request_fingerprint:
+            # Overridden, as scrapy-redis projects do (scrapy-splash): honoured.
+            instance.fingerprinter = fingerprint.MethodFingerprinter(
+                instance.request_fingerprint, cls.__name__)
+            logger.info("Fingerprints come from %s.request_fingerprint() (overridden); "
+                        "the bloomdupe command line (check, import) uses "
+                        "REQUEST_FINGERPRINTER_CLASS, so give it the same fingerprints "
+                        "there", cls.__name__)
+        ignored_key = replaced_dupefilter_key(crawler.settings)
+        if ignored_key is not None:
+            logger.warning("SCHEDULER_DUPEFILTER_KEY (%r) is scrapy-redis's and is not used: "
+                           "BLOOMDUPE_KEY names the Bloom filter's keys (here %r). Set "
+                           "BLOOMDUPE_KEY instead, and remove SCHEDULER_DUPEFILTER_KEY",
+                           ignored_key, bloom.key)
         logger.info(
             "Bloom filter %(key)s: capacity %(capacity)d at error rate %(rate)g, %(shards)d "
             "shard(s) of %(bytes)d bytes, %(k)d hashes, %(gens)d generation(s), growth %(growth)s, "
@@ -165,6 +181,12 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return cls.from_crawler(spider.crawler)
 
     # -- checking -------------------------------------------------------------
+
+    def request_fingerprint(self, request: Request) -> str:
+        """``request``'s fingerprint as a hex string, as scrapy-redis's ``RFPDupeFilter``
+        has it. A subclass may override it (returning a str or bytes); the filter
+        then uses the override's fingerprints."""
+        return self.base_fingerprinter.fingerprint(request).hex()
 
     def request_seen(self, request: Request) -> bool:
         fp = self.fingerprinter.fingerprint(request)

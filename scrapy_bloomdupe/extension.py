@@ -17,6 +17,7 @@ import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
+from scrapy.utils.misc import load_object
 
 from . import dupefilter as dupefilter_module
 from .settings import BloomDupeConfig
@@ -41,7 +42,7 @@ class BloomDupeStats:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = BloomDupeConfig.from_settings(crawler.settings)
-        if "RedisBloomDupeFilter" not in str(crawler.settings.get("DUPEFILTER_CLASS")):
+        if not _is_bloom_dupefilter(crawler.settings.get("DUPEFILTER_CLASS")):
             raise NotConfigured("DUPEFILTER_CLASS is not scrapy_bloomdupe's RedisBloomDupeFilter")
         ext = cls(crawler, config.log_interval)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
@@ -87,3 +88,13 @@ class BloomDupeStats:
     def spider_closed(self, spider: Spider, reason: str) -> None:
         if self.task is not None and self.task.running:
             self.task.stop()
+
+
+def _is_bloom_dupefilter(path: object) -> bool:
+    """Whether ``DUPEFILTER_CLASS`` is :class:`RedisBloomDupeFilter` or a subclass of it
+    (a project's own, overriding ``request_fingerprint()`` for example)."""
+    try:
+        cls = load_object(path) if isinstance(path, str) else path
+    except (ImportError, AttributeError, NameError, ValueError):
+        return "RedisBloomDupeFilter" in str(path)
+    return isinstance(cls, type) and issubclass(cls, dupefilter_module.RedisBloomDupeFilter)

@@ -156,3 +156,41 @@ def push_record(key: str, index: int, client: str) -> str:
 def failed(key: str) -> str:
     """In shard 0's slot: a requeue moves a record into shard 0's queue in one script."""
     return f"{_shard(key, 0)}:failed"
+
+
+# -- every key of a crawl, for tools (``bloomdupe keys``) ---------------------------------
+
+#: What each key of a filter ``K`` holds, by the part after ``K:`` or ``{K:i}:``.
+_PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
+          "growlock": "held while a generation is added",
+          "stats": "crawl-wide counters", "workers": "one line a worker (crawl stats)"}
+_SHARDED = [
+    (re.compile(r"bits"), "filter shard {i}, generation 0"),
+    (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
+    (re.compile(r"lock"), "shard {i}'s lock (lock mode)"),
+    (re.compile(r"gen"), "generations shard {i} has seen in use"),
+    (re.compile(r"ops:.+"), "a worker's op log on shard {i} (replies of its last round trip)"),
+    (re.compile(r"queue"), "request queue, shard {i} (waiting requests)"),
+    (re.compile(r"leases"), "requests taken by workers and not yet done, shard {i}"),
+    (re.compile(r"owners"), "workers holding leases on shard {i}, by last heartbeat"),
+    (re.compile(r"push:.+"), "a worker's last unfiltered push to shard {i}"),
+    (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
+    (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),
+]
+
+
+def what_is(key: str, name: str) -> tuple[int, str] | None:
+    """(shard, what it holds) when ``name`` is one of the keys of filter ``key`` (shard
+    -1 for the keys of the whole filter; see :func:`belongs`); None when it is not."""
+    prefix = f"{key}:"
+    if name.startswith(prefix) and name[len(prefix):] in _PLAIN:
+        return -1, _PLAIN[name[len(prefix):]]
+    match = re.fullmatch(re.escape(f"{{{key}:") + r"(\d+)\}:(.+)", name, re.DOTALL)
+    if match is None:
+        return None
+    shard, rest = int(match.group(1)), match.group(2)
+    for pattern, what in _SHARDED:
+        found = pattern.fullmatch(rest)
+        if found is not None:
+            return shard, what.format(i=shard, g=found.group(1) if found.groups() else "")
+    return None

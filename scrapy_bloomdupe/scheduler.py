@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import secrets
 import time
 import weakref
 from collections.abc import Callable
@@ -54,9 +55,12 @@ from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from . import connection
 from . import dupefilter as dupefilter_module
+from .bloom import meta
+from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
 from .exceptions import BloomDupeError
 from .frontier import failed
+from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check, check_eviction
@@ -116,6 +120,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: When this worker last heartbeat (monotonic), and when it may reap again.
         self._last_beat: float | None = None
         self._reap_after = 0.0
+        #: When to look for leases of this worker that it does not hold (see _tick).
+        self._next_reclaim = time.monotonic()
+        self._stale_seen = 0
+        #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
+        self._member = secrets.token_hex(6)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -152,8 +161,28 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
         dupefilter_cls = load_object(instance.dupefilter_cls)
         if issubclass(dupefilter_cls, RedisBloomDupeFilter):
+            if instance.flush_on_start:
+                instance._flush_before_open()
             instance.df = build_from_crawler(dupefilter_cls, crawler)
         return instance
+
+    def _flush_before_open(self) -> None:
+        """``SCHEDULER_FLUSH_ON_START``: delete the crawl's filter and queue *before* the
+        filter is opened, so this worker opens (and every later one joins) a new filter.
+        Deleting them after it was opened, as scrapy-redis's ``open()`` does, left this
+        worker with the old filter's seed and sizes over keys that no longer existed."""
+        assert self.crawler.spider is not None, "built once the spider exists"
+        config = BloomDupeConfig.from_settings(self.crawler.settings)
+        key = config.key_for(self.crawler.spider.name)
+        shards = config.plan.shards
+        if meta.read(self.server, key):
+            old = BloomFilter.open(self.server, key, None, read_only=True)
+            shards = max(shards, old.sizing.shards)
+            old.clear()
+            old.close()
+        frontier_queue.clear(self.server, key, shards)
+        logger.info("SCHEDULER_FLUSH_ON_START: deleted the Bloom filter %s and its shared "
+                    "queue; this crawl starts afresh", key)
 
     @property
     def leased(self) -> bool:
@@ -193,7 +222,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         except TypeError as e:
             raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
         if self.flush_on_start:
-            self.flush()
+            if isinstance(self.df, RedisBloomDupeFilter):
+                # The filter and its queue went before the filter was opened; what is
+                # left is a scrapy-redis queue that this one would otherwise take over.
+                if self.queue.key != getattr(self.queue, "tag", None):
+                    self._guarded(lambda: self.server.delete(self.queue.key), 0)
+            else:
+                self.flush()
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
             adopted = self._guarded(lambda: self.queue.adopt(self.queue.key), 0)
@@ -204,11 +239,25 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
+        if not self.leased and isinstance(self.df, RedisBloomDupeFilter):
+            # Counted among the crawl's workers, so that the last one out clears (close).
+            self._guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
+                                                      self._member), None)
         _by_crawler[self.crawler] = self
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if self.leased:
             self._beat()
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
+
+    def _leave(self) -> bool:
+        """Leave the crawl's workers; whether this one was the last (see close)."""
+        if self.leased:
+            return bool(self._guarded(self.queue.leave, True))
+        if isinstance(self.df, RedisBloomDupeFilter):
+            return bool(self._guarded(lambda: frontier_queue.leave(
+                self.server, self.df.bloom.key, self._member,
+                round(self.frontier.lease_timeout * 1000)), True))
+        return True
 
     def _start_heartbeat(self) -> None:
         # Once the engine runs (the looping call needs its reactor or loop).
@@ -231,6 +280,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
         self._settle()
+        last = self._leave() if not self._failed() else False
+        if clear and not last:
+            # The others are closing too: the last one out deletes what is shared (the
+            # first would delete the filter under them, which they take for lost state).
+            clear = False
+            logger.info("SCHEDULER_PERSIST is off and the crawl is done: the last worker "
+                        "to close deletes the shared queue and the filter",
+                        extra={"spider": self.spider})
         if self._failed():
             # Stopped on an error: touch nothing more in Redis. The leases held come back
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
@@ -244,6 +301,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if close_queue is not None:
                 self._guarded(close_queue, None)
         if isinstance(self.df, RedisBloomDupeFilter):
+            # The scheduler's persist decides, also when set on the instance after
+            # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
+            self.df.persist = self.persist
             self.df.close(reason, clear=clear)  # writes the final stats
         elif clear:
             self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting
@@ -287,8 +347,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def next_request(self) -> Request | None:
         if not self.leased:
-            request: Request | None = self._guarded(
-                lambda: self.queue.pop(self.idle_before_close), None)
+            # Never a blocking pop (scrapy-redis's BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE):
+            # it would freeze the reactor, and one longer than the socket timeout fails
+            # as if Redis were gone. An idle worker polls instead (_spider_idle), and
+            # waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
+            request: Request | None = self._guarded(lambda: self.queue.pop(0), None)
         else:
             self._settle()
             if not self._buffer:
@@ -356,13 +419,31 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _tick(self) -> None:
         """Heartbeat (with the pending acks), put dead workers' leases back, and check
-        that the filter is still the one this worker opened."""
+        that the filter is still the one this worker opened; once a lease timeout (and
+        after a master change), put back this worker's own leases that it does not hold."""
         if self._failed():
             return
         self._settle()
         self._beat()
         self._reap()
+        self._reclaim()
         self._verify()
+
+    def _reclaim(self) -> None:
+        """This worker's own leases in Redis that it does not hold go back in the queue
+        (their acks or their pop went to a Redis master that a failover replaced)."""
+        now = time.monotonic()
+        if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
+            self._next_reclaim = now + self.frontier.lease_timeout
+            self._stale_seen = self.queue.stale
+            held = [*self._buffer, *self._handed.values()]
+            back: int = self._guarded(lambda: self.queue.reclaim(held), 0)
+            if back:
+                self.stats.inc_value("bloomdupe/requeued", back)
+                logger.warning("Put %d request(s) back in the shared queue: leased to this "
+                               "worker in Redis but not held by it (their acks or their pop "
+                               "went to a Redis master that a failover replaced); they are "
+                               "fetched again", back, extra={"spider": self.spider})
 
     def _beat(self) -> None:
         """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
@@ -421,15 +502,22 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now
-        if now - self._idle_since < self.frontier.done_grace:
+        if now - self._idle_since < self.done_grace:
             self._wake_later()
             raise DontCloseSpider
         if not self._verify():
             return  # an empty queue of a filter that is gone is no finished crawl
         self.crawl_done = True
         logger.info("The crawl is done: the shared queue is empty and no worker holds a "
-                    "lease (for %.1fs, BLOOMDUPE_DONE_GRACE); closing",
-                    now - self._idle_since, extra={"spider": spider})
+                    "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE); "
+                    "closing", now - self._idle_since, extra={"spider": spider})
+
+    @property
+    def done_grace(self) -> float:
+        """Seconds the shared queue must stay empty, with no lease held, before this
+        worker closes: ``BLOOMDUPE_DONE_GRACE``, or scrapy-redis's
+        ``SCHEDULER_IDLE_BEFORE_CLOSE`` when it is longer."""
+        return max(self.frontier.done_grace, float(self.idle_before_close or 0))
 
     def _wake_later(self) -> None:
         if self._wakeup is None and self._engine_slot() is not None:

@@ -10,6 +10,7 @@ the client's, :func:`batch_size` the batch middleware's and
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_REDIS_URL": None,
     "BLOOMDUPE_REDIS_CLUSTER": False,
     "BLOOMDUPE_WAIT_REPLICAS": 0,
+    "BLOOMDUPE_SENTINELS": None,
+    "BLOOMDUPE_SENTINEL_MASTER": None,
+    "BLOOMDUPE_SENTINEL_PASSWORD": None,
+    "BLOOMDUPE_SENTINEL_PARAMS": None,
     "BLOOMDUPE_LOG_INTERVAL": 60.0,
     "BLOOMDUPE_STATS_INTERVAL": 10.0,
     "BLOOMDUPE_FINGERPRINT": "scrapy",
@@ -60,26 +65,49 @@ FINGERPRINT_MODES = ("scrapy", "scrapy-redis")
 CLUSTER_SETTING = "BLOOMDUPE_REDIS_CLUSTER"
 #: Replicas every check-and-add waits for (``WAIT n``) before its reply is used.
 WAIT_SETTING = "BLOOMDUPE_WAIT_REPLICAS"
+#: Redis Sentinel: the sentinels (``host:port``) and the name of the master they watch.
+SENTINELS_SETTING = "BLOOMDUPE_SENTINELS"
+SENTINEL_MASTER_SETTING = "BLOOMDUPE_SENTINEL_MASTER"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+#: What ``-s NAME=...`` gives for a setting meant as Python's ``None`` (a string, from the
+#: command line): it means the same as ``NAME = None`` in settings.py, the default.
+_NONE = {"none", "null"}
+
+
+def is_none(value: Any) -> bool:
+    """Whether ``value`` is None, or ``None`` (``null``) written on the command line."""
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
+
+
+def is_unset(value: Any) -> bool:
+    """:func:`is_none`, or empty: an optional setting left out."""
+    return is_none(value) or (isinstance(value, str) and not value.strip())
 
 
 def _get(settings: BaseSettings, name: str) -> Any:
     value = settings.get(name)
-    return DEFAULTS[name] if value is None else value
+    return DEFAULTS[name] if is_none(value) else value
 
 
 def parse_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise ConfigError(name, value, "must be a whole number, not a boolean")
+    if isinstance(value, str):
+        # What Python accepts in settings.py, accepted from -s too: 10_000_000, 1e7.
+        text = value.strip().replace("_", "")
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ConfigError(name, value, "must be a whole number") from None
+            if not value.is_integer():
+                raise ConfigError(name, text, "must be a whole number") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str):
-        try:
-            value = int(value.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(name, value, "must be a whole number") from None
     if not isinstance(value, int):
         raise ConfigError(name, value, "must be a whole number")
     if value < minimum:
@@ -142,7 +170,7 @@ class BloomDupeConfig:
         error_rate = parse_float("BLOOMDUPE_ERROR_RATE", _get(settings, "BLOOMDUPE_ERROR_RATE"),
                                  low=0, high=1, low_open=True, high_open=True)
         raw_shards = _get(settings, "BLOOMDUPE_SHARDS")
-        shards = None if raw_shards in (None, "") else parse_int("BLOOMDUPE_SHARDS", raw_shards)
+        shards = None if is_unset(raw_shards) else parse_int("BLOOMDUPE_SHARDS", raw_shards)
         max_shard_bytes = parse_int("BLOOMDUPE_MAX_SHARD_BYTES",
                                     _get(settings, "BLOOMDUPE_MAX_SHARD_BYTES"), minimum=8)
         max_bytes = parse_int("BLOOMDUPE_MAX_BYTES", _get(settings, "BLOOMDUPE_MAX_BYTES"))
@@ -188,6 +216,13 @@ class BloomDupeConfig:
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})
+
+
+def replaced_dupefilter_key(settings: BaseSettings) -> str | None:
+    """scrapy-redis's ``SCHEDULER_DUPEFILTER_KEY`` when a user set it: the Bloom filter
+    does not use it (``BLOOMDUPE_KEY`` names its keys), and says so at start."""
+    value = settings.get("SCHEDULER_DUPEFILTER_KEY")
+    return None if is_unset(value) else str(value)
 
 
 def parse_fingerprint(mode: object) -> str:
@@ -253,14 +288,18 @@ class RedisSettings:
     redis_cls: Any = None
     cluster: bool = False
     wait_replicas: int = 0
+    #: Redis Sentinel (``BLOOMDUPE_SENTINELS``): the sentinels' (host, port); empty
+    #: for a single node or a cluster.
+    sentinels: tuple[tuple[str, int], ...] = ()
+    #: ``BLOOMDUPE_SENTINEL_MASTER``: the master's name, as the sentinels know it.
+    sentinel_master: str | None = None
+    #: Arguments of the connections to the sentinels themselves
+    #: (``BLOOMDUPE_SENTINEL_PARAMS``, with ``BLOOMDUPE_SENTINEL_PASSWORD``).
+    sentinel_params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisSettings:
-        user_params = settings.get("REDIS_PARAMS") or {}
-        if not isinstance(user_params, dict):
-            raise ConfigError("REDIS_PARAMS", user_params,
-                              "must be a dict of redis client arguments")
-        params = dict(user_params)
+        params = redis_params(settings)
         for setting, name in (("REDIS_HOST", "host"), ("REDIS_PORT", "port"),
                               ("REDIS_DB", "db")):
             if settings.get(setting):
@@ -269,8 +308,97 @@ class RedisSettings:
         if url is not None and not isinstance(url, str):
             raise ConfigError("REDIS_URL", url, "must be a redis:// or rediss:// URL string")
         redis_cls = _load_class(params.pop("redis_cls", None))
-        return cls(url, params, redis_cls, cluster_mode(settings, redis_cls),
-                   wait_replicas(settings))
+        cluster = cluster_mode(settings, redis_cls)
+        sentinels = parse_sentinels(_get(settings, SENTINELS_SETTING))
+        master = _get(settings, SENTINEL_MASTER_SETTING)
+        sentinel_params = parse_dict("BLOOMDUPE_SENTINEL_PARAMS",
+                                     settings.get("BLOOMDUPE_SENTINEL_PARAMS"))
+        password = _get(settings, "BLOOMDUPE_SENTINEL_PASSWORD")
+        if password is not None:
+            sentinel_params["password"] = str(password)
+        if sentinels:
+            if cluster:
+                raise ConfigError(SENTINELS_SETTING, ", ".join(f"{h}:{p}" for h, p in sentinels),
+                                  f"cannot be used with a Redis Cluster ({CLUSTER_SETTING} or a "
+                                  "RedisCluster redis_cls): Sentinel watches a single master")
+            if not isinstance(master, str) or not master.strip():
+                raise ConfigError(SENTINEL_MASTER_SETTING, master,
+                                  "must name the master the sentinels watch (the name in "
+                                  "their `sentinel monitor NAME ...`) when "
+                                  f"{SENTINELS_SETTING} is set")
+            master = master.strip()
+        elif master is not None or sentinel_params:
+            raise ConfigError(SENTINELS_SETTING, None,
+                              "must list the sentinels (\"host:port\", ...) when "
+                              f"{SENTINEL_MASTER_SETTING}, BLOOMDUPE_SENTINEL_PASSWORD or "
+                              "BLOOMDUPE_SENTINEL_PARAMS is set")
+        return cls(url, params, redis_cls, cluster, wait_replicas(settings), sentinels,
+                   master if sentinels else None, sentinel_params)
+
+
+def parse_sentinels(value: Any) -> tuple[tuple[str, int], ...]:
+    """``BLOOMDUPE_SENTINELS``: a list of ``"host:port"`` (or ``(host, port)``), or one
+    string of them separated by commas (``-s BLOOMDUPE_SENTINELS=h1:26379,h2:26379``),
+    or a JSON list. Empty when unset."""
+    if is_unset(value):
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError as e:
+                raise ConfigError(SENTINELS_SETTING, value, f"is not a valid JSON list ({e})"
+                                  ) from None
+        else:
+            value = [part for part in text.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(SENTINELS_SETTING, value,
+                          'must be a list of "host:port" (or one string "h1:p1,h2:p2")')
+    return tuple(_sentinel_address(item) for item in value)
+
+
+def _sentinel_address(item: Any) -> tuple[str, int]:
+    if isinstance(item, (list, tuple)) and len(item) == 2:
+        host, port = item
+    elif isinstance(item, str) and ":" in item:
+        host, _, port = item.strip().rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]
+    else:
+        raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port"')
+    if not isinstance(host, str) or not host.strip():
+        raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port"')
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        raise ConfigError(SENTINELS_SETTING, item, "the port must be a number") from None
+    if not 0 < number < 65536:
+        raise ConfigError(SENTINELS_SETTING, item, "the port must be in 1-65535")
+    return host.strip(), number
+
+
+def parse_dict(name: str, value: Any) -> dict[str, Any]:
+    """A dict setting, as Scrapy's ``getdict`` reads it: a dict, or a JSON object in a
+    string (what ``-s 'REDIS_PARAMS={"socket_timeout": 30}'`` gives)."""
+    if is_unset(value):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ConfigError(name, value, f"is not valid JSON ({e}); write a JSON object, "
+                              'for example {"socket_timeout": 30}') from None
+    if hasattr(value, "copy_to_dict"):  # a Scrapy BaseSettings
+        value = value.copy_to_dict()
+    if not isinstance(value, dict):
+        raise ConfigError(name, value, "must be a dict (or a JSON object) of redis client "
+                          "arguments")
+    return dict(value)
+
+
+def redis_params(settings: BaseSettings) -> dict[str, Any]:
+    """``REDIS_PARAMS``, a dict or a JSON object, copied."""
+    return parse_dict("REDIS_PARAMS", settings.get("REDIS_PARAMS"))
 
 
 def _load_class(value: Any) -> Any:
@@ -288,7 +416,7 @@ def _load_class(value: Any) -> Any:
 def wait_replicas(settings: BaseSettings) -> int:
     """``BLOOMDUPE_WAIT_REPLICAS``: replicas each check-and-add waits for (``WAIT``)."""
     raw = settings.get(WAIT_SETTING)
-    if raw is None or raw == "":
+    if is_unset(raw):
         return 0
     return parse_int(WAIT_SETTING, raw, minimum=0)
 
@@ -300,12 +428,10 @@ def cluster_mode(settings: BaseSettings, redis_cls: Any = None) -> bool:
     ``REDIS_PARAMS`` that is a ``RedisCluster`` means yes.
     """
     if redis_cls is None:
-        user_params = settings.get("REDIS_PARAMS") or {}
-        redis_cls = _load_class(user_params.get("redis_cls")) if isinstance(
-            user_params, dict) else None
+        redis_cls = _load_class(redis_params(settings).get("redis_cls"))
     is_cluster_cls = isinstance(redis_cls, type) and issubclass(redis_cls, RedisCluster)
     raw = settings.get(CLUSTER_SETTING)
-    if raw is None or raw == "":
+    if is_unset(raw):
         return is_cluster_cls
     wanted = parse_bool(CLUSTER_SETTING, raw)
     if wanted and redis_cls is not None and not is_cluster_cls:

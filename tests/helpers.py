@@ -12,10 +12,12 @@ import hashlib
 import importlib
 import multiprocessing
 import os
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +159,13 @@ def spawn_pool(workers: int) -> Iterator[Any]:
 
 
 @contextmanager
-def demo_site(pages: int) -> Iterator[Any]:
+def demo_site(pages: int, **options: Any) -> Iterator[Any]:
     """The example project's demo site (``demo/site.py``), served from a thread of this
-    process; its ``url``, ``base`` and fetch counts (``GET /__stats``)."""
+    process; its ``url``, ``base`` and fetch counts (``GET /__stats``). ``options``:
+    ``DemoSite``'s (``delay``, ``failing``)."""
     sys.path.insert(0, str(EXAMPLE_PROJECT))
     try:
-        server = importlib.import_module("demo.site").DemoSite(port=0, pages=pages)
+        server = importlib.import_module("demo.site").DemoSite(port=0, pages=pages, **options)
     finally:
         sys.path.remove(str(EXAMPLE_PROJECT))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -174,3 +177,57 @@ def demo_site(pages: int) -> Iterator[Any]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+# -- real `scrapy crawl` workers of the example project ---------------------------------
+
+
+def start_workers(redis_url: str, site_url: str, logs: Path, count: int, *settings: str,
+                  spider: str = "site", first: int = 0) -> list[Any]:
+    """``count`` ``scrapy crawl`` processes of the example project on ``site_url``, each
+    logging to ``logs/worker-<i>.log``; ``settings`` are ``NAME=VALUE`` for ``-s``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(REDIS_URL=redis_url, DEMO_SITE_URL=site_url)
+    args = [a for s in ("TELNETCONSOLE_ENABLED=False", *settings) for a in ("-s", s)]
+    processes = []
+    for i in range(first, first + count):
+        command = [sys.executable, "-m", "scrapy", "crawl", spider,
+                   "-s", f"LOG_FILE={logs / f'worker-{i}.log'}", *args]
+        processes.append(subprocess.Popen(command, cwd=EXAMPLE_PROJECT, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    return processes
+
+
+def wait_workers(processes: list[Any], timeout: float = 120.0) -> list[int]:
+    """Wait for ``processes`` (killing those still running after ``timeout`` seconds);
+    their exit codes."""
+    deadline = time.monotonic() + timeout
+    try:
+        for process in processes:
+            with suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.1, deadline - time.monotonic()))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if process.stderr is not None:
+                process.stderr.close()
+    return [process.returncode for process in processes]
+
+
+def run_workers(redis_url: str, site_url: str, logs: Path, count: int, *settings: str,
+                timeout: float = 120.0, first: int = 0) -> list[tuple[int, str]]:
+    """:func:`start_workers`, then :func:`wait_workers`: each worker's exit code and log."""
+    processes = start_workers(redis_url, site_url, logs, count, *settings, first=first)
+    codes = wait_workers(processes, timeout)
+    return [(code, (logs / f"worker-{i}.log").read_text())
+            for i, code in zip(range(first, first + count), codes, strict=True)]
+
+
+def take_fetches(site: Any) -> list[int]:
+    """The demo site's fetch count of each page since the last call (and reset them)."""
+    with site.lock:
+        fetches = list(site.fetches)
+        site.fetches = [0] * len(fetches)
+    return fetches

@@ -33,6 +33,7 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_bloomdupe import cli, crawlstats, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.fingerprint import ScrapyRedisFingerprinter
+from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.migrate import JobdirSource, SetSource
 from scrapy_bloomdupe.testing import RedisServer, free_port
@@ -837,3 +838,45 @@ def test_check_takes_only_http_urls(redis_url: str, client: redis.Redis) -> None
     assert "only http:// and https:// URLs can be checked" in result.stderr
     result = run_scrapy("check", "site", "ftp://x/y", redis_url=redis_url)
     assert result.returncode == 2 and "only http:// and https://" in result.stderr
+
+
+def test_keys_lists_every_key_of_a_crawl_and_writes_nothing(client: redis.Redis,
+                                                           redis_url: str) -> None:
+    """A user's cleanup by prefix (``SCAN MATCH demo:*``) misses the shards, whose names
+    start with a hash tag; ``bloomdupe keys --spider demo`` lists every key of the crawl:
+    filter, op logs, queue shards, leases, owners, push records, failed requests, stats,
+    and scrapy-redis's keys of the spider, but no key of another filter."""
+    key = "demo:bloomdupe"
+    bf = BloomFilter.open(client, key, sizing.plan(1000, 0.01, shards=2))
+    q = PriorityQueue(client, DemoSpider(), "demo:requests", tag=key, shards=2)
+    requests = [Request(f"{SITE}/page/{i}") for i in range(20)]
+    bf.add_many([RequestFingerprinter().fingerprint(r) for r in requests], q,
+                lambda i: q.entry(requests[i]))
+    q.push_many([Request(f"{SITE}/again", dont_filter=True)])
+    lease = q.pop_leases(1)[0]
+    failed.record(client, key, url=lease.request.url, method="GET", reason="HTTP 500",
+                  score=0, request=b"x", limit=10)
+    crawlstats.CrawlStats(client, key, "w1").flush({"checked": 20})
+    client.zadd("demo:requests", {b"old": 0})
+    client.sadd("demo:dupefilter", "ab" * 20)
+    other = BloomFilter.open(client, "demo:bloomdupe:sub", sizing.plan(1000, 0.01, shards=1))
+    before = {k: client.dump(k) for k in client.scan_iter()}
+
+    result = run_cli("keys", "--spider", "demo", "--json", redis_url=redis_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    listed = {row["key"]: row for row in json.loads(result.stdout)["keys"]}
+    ours = {k.decode() for k in before if b"demo:bloomdupe:sub" not in k}
+    assert set(listed) == ours
+    assert [n for n in ours if n.startswith("{")]  # what a cleanup by prefix misses
+    assert listed["{demo:bloomdupe:1}:bits"]["type"] == "string"
+    assert listed["{demo:bloomdupe:0}:failed"]["type"] == "stream"
+    assert "request queue" in listed["{demo:bloomdupe:0}:queue"]["what"]
+    assert any(":ops:" in n for n in listed) and any(":push:" in n for n in listed)
+    assert "scrapy-redis's request queue" in listed["demo:requests"]["what"]
+    assert {k: client.dump(k) for k in client.scan_iter()} == before  # nothing written
+
+    table = run_cli("keys", "--key", key, redis_url=redis_url)
+    assert table.returncode == 0 and "}:leases" in table.stdout and "}:owners" in table.stdout
+    assert "demo:requests" not in table.stdout  # --key: no spider, no scrapy-redis keys
+    bf.close()
+    other.close()

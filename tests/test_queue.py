@@ -119,6 +119,21 @@ def test_close_gives_back_what_was_taken_and_not_acked(client: redis.Redis) -> N
     assert urls(queue(client).pop_leases(5)) == urls(kept)
 
 
+def test_reclaim_puts_back_this_workers_leases_it_does_not_hold(client: redis.Redis) -> None:
+    """After a failover the new master can hold leases whose ack (or whose pop's reply)
+    went to the old one; :meth:`reclaim` puts them back, keeps the ones held, and
+    sends the pending acks first (their work is done: not put back)."""
+    q, other = queue(client), queue(client)
+    q.push_many([Request(f"http://a.example/{i}") for i in range(4)])
+    held, done, orphan = q.pop_leases(1), q.pop_leases(1), q.pop_leases(1)
+    theirs = other.pop_leases(1)
+    q.ack(done)
+    assert q.reclaim(held) == 1
+    assert q.status() == (1, 2)  # the orphan is back; held and theirs stay leased
+    assert urls(other.pop_leases(5)) == urls(orphan)
+    assert theirs and q.reclaim(held) == 0
+
+
 def test_a_retried_pop_gets_the_same_leases_and_takes_nothing_more(client: redis.Redis) -> None:
     q = queue(client, shards=2)
     q.push_many([Request(f"http://a.example/{i}") for i in range(4)])

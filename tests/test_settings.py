@@ -3,10 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 from scrapy.settings import Settings
 
 from scrapy_bloomdupe.exceptions import ConfigError
-from scrapy_bloomdupe.settings import DEFAULTS, BloomDupeConfig
+from scrapy_bloomdupe.settings import DEFAULTS, BloomDupeConfig, RedisSettings
 
 
 def config(**values: Any) -> BloomDupeConfig:
@@ -99,3 +100,36 @@ def test_limits_default_and_can_be_raised() -> None:
     c = config(BLOOMDUPE_CAPACITY=5_000_000_000, BLOOMDUPE_MAX_BYTES="16_000_000_000",
                BLOOMDUPE_SHARDS=10_000, BLOOMDUPE_MAX_SHARDS="10000")
     assert c.plan.shards == 10_000 and c.plan.max_bytes == 16_000_000_000
+
+
+def test_command_line_values_read_as_python_settings_would_be() -> None:
+    """``-s BLOOMDUPE_CAPACITY=1e7`` and ``-s BLOOMDUPE_SHARDS=None`` mean what
+    ``BLOOMDUPE_CAPACITY = 1e7`` and ``BLOOMDUPE_SHARDS = None`` mean in settings.py."""
+    c = config(BLOOMDUPE_CAPACITY="1e7", BLOOMDUPE_SHARDS="None")
+    assert (c.capacity, c.shards) == (10_000_000, None)
+    assert config(BLOOMDUPE_CAPACITY=1e7, BLOOMDUPE_SHARDS=None) == c
+    assert config(BLOOMDUPE_CAPACITY="2.0e6", BLOOMDUPE_SHARDS="").capacity == 2_000_000
+    c = config(BLOOMDUPE_LOCAL_CACHE="null", BLOOMDUPE_KEY="None")
+    assert (c.local_cache, c.key) == (DEFAULTS["BLOOMDUPE_LOCAL_CACHE"], DEFAULTS["BLOOMDUPE_KEY"])
+    with pytest.raises(ConfigError, match="must be a whole number"):
+        config(BLOOMDUPE_CAPACITY="1.5e0")
+
+
+def test_redis_params_as_a_json_string_as_scrapy_redis_reads_it() -> None:
+    """scrapy-redis reads REDIS_PARAMS with ``getdict()``: ``-s 'REDIS_PARAMS={...}'``."""
+    settings = RedisSettings.from_settings(Settings({
+        "REDIS_PARAMS": '{"socket_timeout": 30, "redis_cls": "redis.Redis"}'}))
+    assert settings.params == {"socket_timeout": 30}
+    assert settings.redis_cls is redis.Redis and not settings.cluster
+    assert RedisSettings.from_settings(Settings({"REDIS_PARAMS": "None"})).params == {}
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("{socket_timeout: 30}", "is not valid JSON"),
+    ("[1, 2]", "must be a dict (or a JSON object)"),
+    (5, "must be a dict (or a JSON object)"),
+])
+def test_bad_redis_params_name_the_setting(value: Any, says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RedisSettings.from_settings(Settings({"REDIS_PARAMS": value}))
+    assert info.value.setting == "REDIS_PARAMS" and says in str(info.value)

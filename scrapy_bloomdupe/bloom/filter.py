@@ -38,6 +38,7 @@ from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..localcache import LocalCache
 from ..transport.link import Link
 from ..transport.outage import TRANSIENT, OutageGuard
+from ..transport.sentinel import master_epoch
 from . import meta
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
@@ -56,6 +57,8 @@ GROW_LOCK_TTL_MS = 60_000
 #: Most items in one script call: about a millisecond of Redis time (Lua
 #: scripts block every other client of the server while they run).
 MAX_ITEMS_PER_SCRIPT = 256
+#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
+MAX_SCRIPT_RELOADS = 5
 #: Room left in the newest generation when it cannot grow: batches go whole.
 _NO_LIMIT = sys.maxsize
 
@@ -134,6 +137,9 @@ class BloomFilter:
         self.counters = FilterCounters()
         #: Items Redis has answered for (they are in the filter for good); see localcache.
         self.cache = LocalCache(local_cache)
+        #: The client's master epoch the cache is valid for (a Sentinel failover can
+        #: lose what the old master had not passed on: the cache would answer for it).
+        self._epoch = master_epoch(client)
         self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
         self.client_id = secrets.token_hex(6)
         self._next_op = 1
@@ -285,6 +291,13 @@ class BloomFilter:
             return []
         count = len(fingerprints)
         cache = self.cache
+        epoch = master_epoch(self.client)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            if len(cache):
+                logger.info("Bloom filter %s: the Redis master changed; forgetting the %d "
+                            "item(s) of the local cache", self.key, len(cache))
+                cache.clear()
         remaining: Sequence[int] = range(count)
         if cache.size:
             remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
@@ -406,7 +419,8 @@ class BloomFilter:
         """One round trip: per unit (the shard lock's SET NX PX and) the script.
 
         Returns one reply per unit (see the engine's script). Scripts flushed
-        from Redis (a restart) are loaded again and the round trip repeated
+        from Redis (a restart, a replica promoted by a failover) are loaded
+        again, on the connection that missed them, and the round trip repeated
         with the same tokens and op ids: it is idempotent.
         """
         ttl_ms = self.locks.ttl_ms
@@ -420,10 +434,12 @@ class BloomFilter:
                                                      unit.args, len(unit.indexes), sink,
                                                      unit.sink_args))
         raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
-        if any(isinstance(r, NoScriptError) for r in raw):
+        for _ in range(MAX_SCRIPT_RELOADS):
+            if not any(isinstance(r, NoScriptError) for r in raw):
+                break
             self.counters.script_reloads += 1
-            self._guarded(engine.load_script)
-            return self._round_trip(units, ack, use_lock, sink)
+            self._guarded(lambda: self._link.load_scripts(engine.scripts()))
+            raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
         for r in raw:
             if isinstance(r, Exception):
                 raise r

@@ -229,9 +229,12 @@ local reply = table.concat(out)
                                  items, *args])
 
     def load_script(self) -> None:
-        self.client.script_load(self.CHECK_ADD_SCRIPT)
-        for script in self._sink_scripts.values():
-            self.client.script_load(script.script)
+        for script in self.scripts():
+            self.client.script_load(script)
+
+    def scripts(self) -> list[str | bytes | memoryview]:
+        """The check-and-add script and its sinks' (as :meth:`load_script` loads them)."""
+        return [self.CHECK_ADD_SCRIPT, *(s.script for s in self._sink_scripts.values())]
 
     # -- shards -------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from ..exceptions import BloomDupeError, ConfigError
 from ..settings import DEFAULTS, FINGERPRINT_MODES, BloomDupeConfig, RedisSettings
 from ..transport.cluster import is_cluster
 from ..transport.diagnose import describe, redacted
+from ..transport.sentinel import is_sentinel_client
 from .output import emit_json
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 PROG = "bloomdupe"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_KEY_TEMPLATE = str(DEFAULTS["BLOOMDUPE_KEY"])
-COMMANDS = ("info", "stats", "check", "clear", "failed", "import")
+COMMANDS = ("info", "stats", "check", "clear", "failed", "import", "keys")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -71,6 +72,7 @@ class Context:
     out: TextIO
     err: TextIO
     prog: str = PROG  # for messages: "bloomdupe" or "scrapy bloomdupe"
+    spider: str | None = None  # the spider's name, when given
 
     def print(self, text: str = "") -> None:
         print(text, file=self.out)
@@ -107,9 +109,17 @@ def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Co
     values: dict[str, Any] = {"REDIS_URL": url}
     if args.cluster:
         values["REDIS_PARAMS"] = {"redis_cls": "redis.cluster.RedisCluster"}
+    for setting, given in (("BLOOMDUPE_SENTINELS", args.sentinels),
+                           ("BLOOMDUPE_SENTINEL_MASTER", args.sentinel_master),
+                           ("BLOOMDUPE_SENTINEL_PASSWORD", None)):
+        value = given or os.environ.get(setting)
+        if value:
+            values[setting] = value
     settings = Settings(values)
     client = connection.from_settings(settings)
-    return Context(client, key, redacted(url), settings, False, None, args.json, out, err)
+    where = describe(client) if is_sentinel_client(client) else redacted(url)
+    return Context(client, key, where, settings, False, None, args.json, out, err,
+                   spider=args.spider)
 
 
 def project_context(settings: Settings, spider: str | None, key: str | None,
@@ -144,7 +154,7 @@ def project_context(settings: Settings, spider: str | None, key: str | None,
     url = RedisSettings.from_settings(effective).url
     where = redacted(url) if url else describe(client)
     return Context(client, key, where, effective, inside_project(), crawler, json_out, out, err,
-                   "scrapy bloomdupe")
+                   "scrapy bloomdupe", spider)
 
 
 

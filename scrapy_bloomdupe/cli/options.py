@@ -12,7 +12,8 @@ from .context import DEFAULT_KEY_TEMPLATE, DEFAULT_REDIS_URL, PROG
 
 
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    """``--redis-url``, ``--key``/``--spider``, ``--key-template``, ``--cluster``, ``--json``.
+    """``--redis-url``, ``--key``/``--spider``, ``--key-template``, ``--cluster``,
+    ``--sentinels``/``--sentinel-master``, ``--json``.
 
     Given to the main parser and to every command's (so they may come before
     or after the command), with ``SUPPRESS`` defaults so neither overwrites the
@@ -24,6 +25,13 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
                        help=f"Redis to use (default: $REDIS_URL, else {DEFAULT_REDIS_URL})")
     group.add_argument("--cluster", action="store_true", default=default,
                        help="the URL is a node of a Redis Cluster")
+    group.add_argument("--sentinels", metavar="HOST:PORT,...", default=default,
+                       help="Redis Sentinel: the sentinels (default: $BLOOMDUPE_SENTINELS); "
+                            "the master's password and db come from the URL, the "
+                            "sentinels' password from $BLOOMDUPE_SENTINEL_PASSWORD")
+    group.add_argument("--sentinel-master", metavar="NAME", default=default,
+                       help="Redis Sentinel: the master's name (default: "
+                            "$BLOOMDUPE_SENTINEL_MASTER)")
     group.add_argument("--key", metavar="KEY", default=default,
                        help="the filter's key (BLOOMDUPE_KEY, resolved)")
     group.add_argument("--spider", metavar="NAME", default=default,
@@ -125,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp = command("import", "add the fingerprints of a scrapy-redis SET or of a JOBDIR's "
                             "requests.seen to the filter (created if absent)")
     add_import_options(imp, standalone=True)
+    command("keys", "every Redis key of the crawl (filter shards, metadata, op logs, queue "
+                    "shards, leases, failed requests, stats) with what it holds; reads only")
     return parser
 
 
@@ -132,6 +142,8 @@ def standalone_defaults(args: argparse.Namespace) -> argparse.Namespace:
     values = vars(args)
     values.setdefault("redis_url", None)
     values.setdefault("cluster", False)
+    values.setdefault("sentinels", None)
+    values.setdefault("sentinel_master", None)
     values.setdefault("key", None)
     values.setdefault("spider", None)
     values.setdefault("key_template", None)

@@ -15,7 +15,7 @@ from scrapy.settings import Settings
 
 from ..exceptions import BloomDupeError
 from ..transport import diagnose
-from . import check, clear, failed, import_, info, stats
+from . import check, clear, failed, import_, info, keys, stats
 from .context import (
     COMMANDS,
     EXIT_FAILED,
@@ -36,6 +36,7 @@ HANDLERS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "clear": clear.run,
     "failed": failed.run,
     "import": import_.run,
+    "keys": keys.run,
 }
 
 

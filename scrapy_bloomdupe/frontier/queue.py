@@ -32,6 +32,7 @@ push number recorded with it; acks and heartbeats are idempotent.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ from scrapy_redis.queue import Base as RedisQueueBase
 from .. import keys
 from ..transport.diagnose import acl_guard
 from ..transport.link import Link
+from ..transport.sentinel import master_epoch
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -51,6 +53,10 @@ if TYPE_CHECKING:
 #: How long an unfiltered push's record outlives its last write; a retry must come
 #: before this.
 RECORD_TTL_MS = 3_600_000
+#: How long a worker on a scrapy-redis queue class counts as live without leaving (ms).
+JOINED_MS = 86_400_000
+#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
+MAX_SCRIPT_RELOADS = 5
 #: Default time without a heartbeat after which a worker's leases go back.
 LEASE_TIMEOUT = 30.0
 
@@ -81,6 +87,10 @@ class Lease:
     shard: int
     field: str
     request: Request
+    #: The client's master epoch when it was taken (:func:`~..transport.sentinel.master_epoch`):
+    #: a lease taken before a failover is not acked after it (its work may be lost
+    #: with the old master); :meth:`PriorityQueue.reclaim` puts it back instead.
+    epoch: int = 0
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
@@ -172,6 +182,41 @@ for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
 return back
 """
 
+    # KEYS[1] shard 0's owners. ARGV[1] this worker, ARGV[2] the lease timeout in ms.
+    # This worker leaves the crawl: returns 1 when no other live worker (one that
+    # heartbeat within the lease timeout) is left in it, else 0.
+    LEAVE_SCRIPT = _NOW + """\
+redis.call('ZREM', KEYS[1], ARGV[1])
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[2]), '+inf')
+if #live == 0 then return 1 end
+return 0
+"""
+
+    # KEYS[1] the shard's queue, KEYS[2] its leases. ARGV[1] this worker (owner),
+    # ARGV[2..] the fields of the leases it holds (taken and not yet done).
+    # Puts back in the queue every lease of this owner that it does not hold: one
+    # whose pop reply never arrived, or whose ack was lost with a master that a
+    # failover replaced (its work, written there too, is lost: it is done again).
+    # Returns how many went back.
+    RECLAIM_SCRIPT = """\
+local held = {}
+for i = 2, #ARGV do held[ARGV[i]] = true end
+local prefix = ARGV[1] .. ':'
+local back = 0
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local field = all[j]
+  if string.sub(field, 1, #prefix) == prefix and not held[field] then
+    local entry = all[j + 1]
+    local bar = string.find(entry, '|', 1, true)
+    redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+    redis.call('HDEL', KEYS[2], field)
+    back = back + 1
+  end
+end
+return back
+"""
+
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, tag: str | None = None, shards: int = 1,
                  lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0) -> None:
@@ -184,7 +229,8 @@ return back
         self._link = Link(server, wait_replicas=wait_replicas)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
-            ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT))}
+            ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
+            ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT))}
         shard_range = range(shards)
         self._queues = [keys.queue(self.tag, i) for i in shard_range]
         self._leases = [keys.leases(self.tag, i) for i in shard_range]
@@ -195,8 +241,10 @@ return back
         self._unanswered_push: tuple[int, list[Any]] | None = None
         self._next_shard = 0
         self._pop_shard: int | None = None
-        #: Acks not yet sent, per shard (sent with the next round trip).
-        self._acks: dict[int, list[str]] = {}
+        #: Acks not yet sent, per shard: (field, epoch), sent with the next round trip.
+        self._acks: dict[int, list[tuple[str, int]]] = {}
+        #: Acks not sent because the master changed since their lease was taken.
+        self.stale = 0
 
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
@@ -258,17 +306,22 @@ return back
             self._pop_number += 1  # only once the reply is in: a retry replays
             self._pop_shard = None
             if entries:
+                epoch = master_epoch(self.server)
                 return [Lease(shard, f"{self.owner}:{number}.{j}",
-                              self._decode_request(entry.split(b"|", 1)[1]))
+                              self._decode_request(entry.split(b"|", 1)[1]), epoch)
                         for j, entry in enumerate(entries)]
         return []
 
     # -- leases ----------------------------------------------------------------------
 
     def ack(self, leases: Iterable[Lease]) -> None:
-        """The work of these leases is safe: forget them (with the next round trip)."""
+        """The work of these leases is safe: forget them (with the next round trip).
+
+        Not a lease taken before the master changed (a Sentinel failover): what its
+        work wrote may have gone to the old master, and be lost. It stays leased,
+        and :meth:`reclaim` puts it back in the queue (:attr:`stale` counts them)."""
         for lease in leases:
-            self._acks.setdefault(lease.shard, []).append(lease.field)
+            self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
 
     def heartbeat(self) -> None:
         """Mark this worker alive in every shard, and send the pending acks."""
@@ -293,6 +346,31 @@ return back
         self._acks.clear()
         return sum(int(r) for r in replies[len(replies) - self.shards:])
 
+    def leave(self) -> bool:
+        """Leave the crawl (stop counting as one of its live workers); True when no other
+        live worker is left: then this one is the last, and may clear what is shared."""
+        (last,) = self._execute([("EVALSHA", self._scripts["leave"].sha, 1, self._owners[0],
+                                  self.owner, self.lease_timeout_ms)], ["leave"])
+        return bool(last)
+
+    def reclaim(self, held: Iterable[Lease]) -> int:
+        """Put back in the queue this worker's leases in Redis that it does not hold
+        (``held``: taken and not yet done; the pending acks are sent first). After a
+        failover the new master can hold leases whose acks, or whose pop's reply,
+        went to the old one: unclaimed, they would keep the crawl open for ever.
+        Returns how many went back."""
+        fields: dict[int, list[str]] = {}
+        for lease in held:
+            fields.setdefault(lease.shard, []).append(lease.field)
+        commands, names = self._ack_commands()
+        for shard in range(self.shards):
+            commands.append(("EVALSHA", self._scripts["reclaim"].sha, 2, self._queues[shard],
+                             self._leases[shard], self.owner, *fields.get(shard, ())))
+            names.append("reclaim")
+        replies = self._execute(commands, names)
+        self._acks.clear()
+        return sum(int(r) for r in replies[len(replies) - self.shards:])
+
     def status(self) -> tuple[int, int]:
         """(requests waiting, requests leased) over every shard, in one round trip."""
         return status(self.server, self.tag, self.shards)
@@ -301,18 +379,25 @@ return back
         return self.status()[0]
 
     def _ack_commands(self) -> tuple[list[tuple[Any, ...]], list[str]]:
-        commands: list[tuple[Any, ...]] = [("HDEL", self._leases[shard], *fields)
-                                           for shard, fields in self._acks.items() if fields]
+        epoch = master_epoch(self.server)
+        commands: list[tuple[Any, ...]] = []
+        for shard, acks in self._acks.items():
+            fields = [field for field, taken in acks if taken == epoch]
+            self.stale += len(acks) - len(fields)
+            if fields:
+                commands.append(("HDEL", self._leases[shard], *fields))
         return commands, [""] * len(commands)
 
     def _execute(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
         """One round trip; scripts flushed from Redis (a restart) are loaded again
         and the round trip repeated (every command in it is safe to repeat)."""
         replies = self._link.execute(commands)
-        if any(isinstance(r, NoScriptError) for r in replies):
-            for name in {n for n, r in zip(names, replies, strict=True)
-                         if isinstance(r, NoScriptError)}:
-                self.server.script_load(self._scripts[name].script)
+        for _ in range(MAX_SCRIPT_RELOADS):
+            if not any(isinstance(r, NoScriptError) for r in replies):
+                break
+            # On the link's own connection: the server that answered NOSCRIPT.
+            self._link.load_scripts([self._scripts[name].script for name in {
+                n for n, r in zip(names, replies, strict=True) if isinstance(r, NoScriptError)}])
             replies = self._link.execute(commands)
         for reply in replies:
             if isinstance(reply, Exception):
@@ -369,13 +454,32 @@ return back
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records."""
-        self.server.delete(keys.failed(self.tag))
-        for shard in range(self.shards):
-            names = [self._queues[shard], self._leases[shard], self._owners[shard]]
-            names.extend(self.server.scan_iter(
-                match=keys.push_record(self.tag, shard, "*"), count=1000))
-            for name in names:
-                self.server.delete(name)
+        clear(self.server, self.tag, self.shards)
+
+
+def join(client: Redis | RedisCluster, tag: str, member: str) -> None:
+    """Count ``member`` (a worker on a scrapy-redis queue class, which does not
+    heartbeat) as one of the crawl's workers until it :func:`leave` s, or for a day
+    (one that never left, killed, stops counting then)."""
+    client.zadd(keys.owners(tag, 0), {member: time.time() * 1000 + JOINED_MS})
+
+
+def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms: int) -> bool:
+    """``member`` leaves the crawl tagged ``tag``; True when no other live worker is left
+    in it (see :meth:`PriorityQueue.leave`)."""
+    script = client.register_script(PriorityQueue.LEAVE_SCRIPT)
+    return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
+
+
+def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:
+    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
+    made it: waiting requests, leases, owners, push records, failed requests."""
+    client.delete(keys.failed(tag))
+    for shard in range(shards):
+        names = [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
+        names.extend(client.scan_iter(match=keys.push_record(tag, shard, "*"), count=1000))
+        for name in names:
+            client.delete(name)
 
 
 def shard_status(client: Redis | RedisCluster, tag: str, shards: int

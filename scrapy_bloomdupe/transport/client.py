@@ -1,6 +1,8 @@
 """Build one redis-py client from :class:`~scrapy_bloomdupe.settings.RedisSettings`.
 
-A single node gets ``redis.Redis`` (or the user's ``redis_cls``). Redis Cluster
+A single node gets ``redis.Redis`` (or the user's ``redis_cls``). Redis Sentinel
+(``BLOOMDUPE_SENTINELS``) gets a client of the master the sentinels name
+(:mod:`.sentinel`). Redis Cluster
 (``BLOOMDUPE_REDIS_CLUSTER = True``, or a ``RedisCluster`` ``redis_cls``) gets
 ``redis.cluster.RedisCluster.from_url(url, **params)``; the URL names any one
 node (the client finds the others). Parameters a cluster client cannot take
@@ -25,6 +27,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import ConfigError
+from . import sentinel
 from .cluster import default_retry
 from .diagnose import cluster_start_error, redacted, url_problem
 
@@ -85,6 +88,8 @@ def build(config: RedisSettings) -> Redis | RedisCluster:
     url, params = config.url, client_params(config)
     if url and (problem := url_problem(url)):
         raise ConfigError("REDIS_URL", redacted(url), problem)
+    if config.sentinels:
+        return sentinel.build(config, params)
     if config.cluster:
         return _cluster_client(url, params, config.redis_cls or RedisClusterClient,
                                user_retry="retry" in config.params)

@@ -15,10 +15,12 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.exceptions import RedisClusterException
+from redis.sentinel import MasterNotFoundError
 
 from .. import keys
 from ..exceptions import BloomDupeError, ConfigError
-from ..settings import CLUSTER_SETTING
+from ..settings import CLUSTER_SETTING, SENTINEL_MASTER_SETTING, SENTINELS_SETTING
+from . import sentinel
 from .cluster import is_cluster
 
 if TYPE_CHECKING:
@@ -115,6 +117,8 @@ def describe(client: Redis | RedisCluster) -> str:
     """Where ``client`` points, without credentials."""
     if is_cluster(client):
         return _describe_cluster(client)
+    if sentinel.is_sentinel_client(client):
+        return sentinel.describe(client)
     kwargs = getattr(client, "connection_pool", None)
     kw = kwargs.connection_kwargs if kwargs is not None else {}
     if "path" in kw:
@@ -173,6 +177,13 @@ def check(client: Redis | RedisCluster) -> None:
                 "of docs/security.md."
             ) from None
         raise
+    except MasterNotFoundError as e:
+        raise BloomDupeError(
+            f"No sentinel gives the address of the master: {where}: {str(e).rstrip('.')}. "
+            f"Check {SENTINELS_SETTING} (sentinels that run and answer) and "
+            f"{SENTINEL_MASTER_SETTING} (the name in their `sentinel monitor NAME ...`; "
+            "`SENTINEL MASTERS` on a sentinel lists them)."
+        ) from None
     except (redis.ConnectionError, redis.TimeoutError) as e:
         raise BloomDupeError(
             f"Cannot reach Redis at {where}: {str(e).rstrip('.')}. Start Redis or point "
@@ -180,8 +191,15 @@ def check(client: Redis | RedisCluster) -> None:
         ) from None
     except RedisClusterException as e:
         raise BloomDupeError(f"Redis Cluster at {where} cannot be used: {e}") from None
-    if not is_cluster(client) and server_mode(client) == "cluster":
+    mode = None if is_cluster(client) else server_mode(client)
+    if mode == "cluster":
         raise not_a_cluster_client(where)
+    if mode == "sentinel":
+        raise ConfigError(
+            "REDIS_URL", where,
+            f"is a Redis Sentinel, not a Redis that holds data: list the sentinels in "
+            f"{SENTINELS_SETTING} and name the master in {SENTINEL_MASTER_SETTING}",
+        )
 
 
 def not_a_cluster_client(where: str) -> ConfigError:

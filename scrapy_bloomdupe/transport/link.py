@@ -82,6 +82,25 @@ class Link:
             raise not_a_cluster_client(describe(self.client))
         return replies
 
+    def load_scripts(self, scripts: Sequence[str | bytes | memoryview]) -> None:
+        """``SCRIPT LOAD`` each of ``scripts`` where this link's commands go: on its held
+        connection, the server that just answered ``NOSCRIPT`` (mid-failover the
+        client's pool may still hold connections to another server, and a script
+        loaded there would leave this one answering ``NOSCRIPT`` for ever); on every
+        master of a cluster."""
+        if self._cluster is not None or self._pool is None:
+            for script in scripts:
+                self.client.script_load(script)
+            return
+        conn = self._connection()
+        commands = [("SCRIPT", "LOAD", script) for script in scripts]
+        replies: list[Any] = conn.retry.call_with_retry(
+            lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
+        )
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+
     def _connection(self) -> AbstractConnection:
         if self._conn is None:
             assert self._pool is not None

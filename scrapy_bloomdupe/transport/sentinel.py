@@ -1,0 +1,185 @@
+"""A client of the master that Redis Sentinel names, following it through failovers.
+
+``BLOOMDUPE_SENTINELS`` lists the sentinels, ``BLOOMDUPE_SENTINEL_MASTER`` names
+the master they watch. The client is redis-py's
+``Sentinel(sentinels).master_for(name)``: each of its connections asks the
+sentinels where the master is when it connects. After a failover a connection
+to the old master fails (refused, reset, or ``READONLY`` from a demoted master,
+which redis-py turns into a ``ConnectionError``), is dropped, and the next
+attempt connects to the new master; the retries of :mod:`.link` and the outage
+guard (:mod:`.outage`) wait meanwhile. Every command this package sends is safe
+to repeat, so nothing is lost or done twice by the retry itself; what a
+failover can lose is what asynchronous replication had not yet copied (see
+``BLOOMDUPE_WAIT_REPLICAS`` and the README's guarantees).
+
+The master's credentials and database come from ``REDIS_URL`` (its host and
+port are not used: the sentinels name the master) and ``REDIS_PARAMS``; the
+sentinels' own (``BLOOMDUPE_SENTINEL_PASSWORD``, ``BLOOMDUPE_SENTINEL_PARAMS``)
+are separate, as Sentinel's ``requirepass`` usually differs from the master's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.connection import SSLConnection, parse_url
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+
+from ..exceptions import ConfigError
+from ..settings import SENTINELS_SETTING
+
+if TYPE_CHECKING:
+    from ..settings import RedisSettings
+
+logger = logging.getLogger(__name__)
+
+#: Socket timeouts of the connections to the sentinels (seconds): a sentinel that does
+#: not answer is skipped for the next one quickly.
+SENTINEL_SOCKET_TIMEOUT = 2.0
+#: How often a connection that stays up asks the sentinels where the master is (seconds).
+MASTER_CHECK_INTERVAL = 0.25
+#: Client arguments that name where the master is: the sentinels say that.
+_ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
+
+
+class MasterConnection(SentinelManagedConnection):
+    """A connection of the master that asks the sentinels where it is on every connect,
+    and follows every change any connection of its client has seen.
+
+    redis-py's ``SentinelManagedConnection`` asks only in ``connect()``, and
+
+    * a command sent on a connection that was dropped (after an error, by a
+      retry) reconnects through ``connect_check_health()``, to the address the
+      connection had: the old master (redis-py issue 3874). Measured with a
+      master SIGKILLed and started again: the workers wrote to it as it came
+      back (writes lost when the sentinels made it a replica), then failed with
+      ``READONLY`` for ever;
+    * a connection that stays up (the filter and the queue each hold one)
+      never asks again. After ``SENTINEL FAILOVER`` the old master stays a
+      writable master until the sentinels turn it into a replica, about 10 s
+      later: measured, a whole crawl went on writing there, and every write
+      made after the failover was lost with it.
+
+    So the client's pool asks the sentinels at most every
+    :data:`MASTER_CHECK_INTERVAL` seconds, before a command (:func:`refresh`),
+    and every connection to another server than the one they name is dropped
+    before its next command and reconnects to the master: all connections of a
+    client switch at once. Each switch adds one to the pool's epoch
+    (:func:`master_epoch`), so that the queue can tell work that straddled a
+    switch. The sentinels not answering is no reason to stop: connections are kept.
+    """
+
+    def connect_check_health(self, check_health: bool = True,
+                             retry_socket_connect: bool = True) -> None:
+        pool = self.connection_pool
+        if getattr(self, "_sock", None) is None and pool.is_master:
+            self.host, self.port = _learn(pool, pool.get_master_address())
+        super().connect_check_health(check_health=check_health,
+                                     retry_socket_connect=retry_socket_connect)
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        pool = self.connection_pool
+        if getattr(self, "_sock", None) is not None and pool.is_master:
+            address = _refresh(pool)
+            if address is not None and (self.host, self.port) != address:
+                self.disconnect()  # the next line reconnects, to the master
+        super().send_packed_command(command, check_health=check_health)
+
+
+def _learn(pool: Any, address: Any) -> tuple[str, int]:
+    """Record ``address`` as the master's in ``pool``; a change is a new epoch."""
+    host, port = str(address[0]), int(address[1])
+    known = getattr(pool, "_bloomdupe_master", None)
+    if known is not None and known != (host, port):
+        pool._bloomdupe_epoch = getattr(pool, "_bloomdupe_epoch", 0) + 1
+        logger.warning("Redis Sentinel: the master of %r is now %s:%s (was %s:%s); every "
+                       "connection follows it", pool.service_name, host, port, *known)
+    pool._bloomdupe_master = (host, port)
+    pool._bloomdupe_checked = time.monotonic()
+    return host, port
+
+
+def _refresh(pool: Any) -> tuple[str, int] | None:
+    """The master's address as the pool knows it, asking the sentinels first when
+    :data:`MASTER_CHECK_INTERVAL` has passed (None: not known yet)."""
+    if time.monotonic() - getattr(pool, "_bloomdupe_checked", 0.0) >= MASTER_CHECK_INTERVAL:
+        pool._bloomdupe_checked = time.monotonic()
+        try:
+            _learn(pool, pool.get_master_address())
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            logger.debug("The sentinels did not say where the master is: %s", e)
+    known: tuple[str, int] | None = getattr(pool, "_bloomdupe_master", None)
+    return known
+
+
+def master_epoch(client: Any) -> int:
+    """How many times ``client``'s master has changed since it was made (asking the
+    sentinels first if it is time); 0 for a client that is not a Sentinel one."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return 0
+    _refresh(pool)
+    return int(getattr(pool, "_bloomdupe_epoch", 0))
+
+
+class MasterSSLConnection(MasterConnection, SSLConnection):
+    """:class:`MasterConnection` over TLS (``rediss://``)."""
+
+
+def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
+    """A client of ``config.sentinel_master``, found through ``config.sentinels``;
+    ``params`` are the master connections' arguments (:func:`.client.client_params`)."""
+    kwargs = dict(params)
+    for name in _ADDRESS_PARAMS:
+        if name in kwargs:
+            setting = {"host": "REDIS_HOST", "port": "REDIS_PORT"}.get(name, "REDIS_PARAMS")
+            raise ConfigError(setting, kwargs[name] if setting != "REDIS_PARAMS" else
+                              {name: "..."}, f"cannot be used with {SENTINELS_SETTING}: the "
+                              "sentinels say where the master is")
+    if config.url:
+        kwargs = {**url_params(config.url), **kwargs}
+    sentinel_kwargs = {"socket_timeout": SENTINEL_SOCKET_TIMEOUT,
+                       "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT,
+                       **config.sentinel_params}
+    kwargs["connection_class"] = MasterSSLConnection if kwargs.pop("ssl", False) \
+        else MasterConnection
+    manager = Sentinel(list(config.sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    assert config.sentinel_master is not None
+    client: redis.Redis = manager.master_for(config.sentinel_master,
+                                             redis_class=config.redis_cls or redis.Redis)
+    return client
+
+
+def url_params(url: str) -> dict[str, Any]:
+    """What ``REDIS_URL`` says of the master besides where it is: user, password,
+    database, TLS (``rediss://``)."""
+    try:
+        parsed = parse_url(url)
+    except ValueError as e:
+        raise ConfigError("REDIS_URL", "(hidden)", str(e)) from None
+    out = {name: parsed[name] for name in ("username", "password", "db") if name in parsed}
+    connection_class = parsed.get("connection_class")
+    if isinstance(connection_class, type) and issubclass(connection_class, SSLConnection):
+        out["ssl"] = True
+    out.update({k: v for k, v in parsed.items() if k.startswith("ssl_")})
+    return out
+
+
+def is_sentinel_client(client: Any) -> bool:
+    return isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+
+
+def describe(client: Any) -> str:
+    """``Sentinel master 'mymaster' (sentinels h1:26379, h2:26379)``, no credentials."""
+    pool = client.connection_pool
+    sentinels = getattr(getattr(pool, "sentinel_manager", None), "sentinels", [])
+    addresses = []
+    for sentinel in sentinels:
+        kw = sentinel.connection_pool.connection_kwargs
+        addresses.append(f"{kw.get('host', '?')}:{kw.get('port', '?')}")
+    db = pool.connection_kwargs.get("db", 0)
+    return (f"Sentinel master {pool.service_name!r} db {db} (sentinels "
+            f"{', '.join(addresses) or '?'})")

@@ -1,0 +1,182 @@
+"""Redis Sentinel (``transport/sentinel.py``): settings, the client, the filter, the queue,
+the stats and the command line on a real master, replica and three sentinels
+(``scrapy_bloomdupe.testing_sentinel``). Failovers under a crawl are in
+``tests/faults/test_sentinel_failover.py``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from helpers import fps
+from scrapy.settings import Settings
+
+from scrapy_bloomdupe import connection, crawlstats, sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
+from scrapy_bloomdupe.settings import RedisSettings
+from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_sentinel import LocalSentinel
+from scrapy_bloomdupe.transport.diagnose import check, describe
+from scrapy_bloomdupe.transport.sentinel import is_sentinel_client
+
+
+@pytest.fixture(scope="module")
+def sentinel() -> Iterator[LocalSentinel]:
+    with LocalSentinel() as servers:
+        yield servers
+
+
+def sentinel_client(servers: LocalSentinel, **extra: Any) -> redis.Redis:
+    client = connection.from_settings(Settings(servers.settings(**extra)))
+    assert isinstance(client, redis.Redis) and is_sentinel_client(client)
+    return client
+
+
+# -- settings ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [
+    ["127.0.0.1:26379", "10.0.0.2:26380"],
+    "127.0.0.1:26379, 10.0.0.2:26380",
+    '["127.0.0.1:26379", "10.0.0.2:26380"]',
+    [("127.0.0.1", 26379), ["10.0.0.2", "26380"]],
+])
+def test_sentinels_from_settings_and_from_the_command_line(value: Any) -> None:
+    parsed = RedisSettings.from_settings(Settings({
+        "BLOOMDUPE_SENTINELS": value, "BLOOMDUPE_SENTINEL_MASTER": "mymaster",
+        "BLOOMDUPE_SENTINEL_PASSWORD": "s3cret",
+        "BLOOMDUPE_SENTINEL_PARAMS": '{"username": "sentinel-user"}'}))
+    assert parsed.sentinels == (("127.0.0.1", 26379), ("10.0.0.2", 26380))
+    assert parsed.sentinel_master == "mymaster"
+    assert parsed.sentinel_params == {"username": "sentinel-user", "password": "s3cret"}
+
+
+@pytest.mark.parametrize(("values", "setting", "says"), [
+    ({"BLOOMDUPE_SENTINELS": "127.0.0.1:26379"}, "BLOOMDUPE_SENTINEL_MASTER",
+     "must name the master"),
+    ({"BLOOMDUPE_SENTINEL_MASTER": "mymaster"}, "BLOOMDUPE_SENTINELS", "must list the sentinels"),
+    ({"BLOOMDUPE_SENTINELS": "127.0.0.1", "BLOOMDUPE_SENTINEL_MASTER": "m"},
+     "BLOOMDUPE_SENTINELS", 'must be "host:port"'),
+    ({"BLOOMDUPE_SENTINELS": "127.0.0.1:port", "BLOOMDUPE_SENTINEL_MASTER": "m"},
+     "BLOOMDUPE_SENTINELS", "the port must be a number"),
+    ({"BLOOMDUPE_SENTINELS": "h:26379", "BLOOMDUPE_SENTINEL_MASTER": "m",
+      "BLOOMDUPE_REDIS_CLUSTER": True}, "BLOOMDUPE_SENTINELS", "cannot be used with a Redis "
+                                                              "Cluster"),
+    ({"BLOOMDUPE_SENTINELS": "h:26379", "BLOOMDUPE_SENTINEL_MASTER": "m",
+      "REDIS_HOST": "10.0.0.1"}, "REDIS_HOST", "the sentinels say where the master is"),
+])
+def test_bad_sentinel_settings_name_the_setting(values: dict[str, Any], setting: str,
+                                                says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        connection.from_settings(Settings(values))
+    assert info.value.setting == setting and says in str(info.value)
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+def test_the_client_talks_to_the_master_the_sentinels_name(sentinel: LocalSentinel) -> None:
+    client = sentinel_client(sentinel)
+    check(client)
+    master = sentinel.master_port()
+    assert describe(client) == (f"Sentinel master 'mymaster' db 0 (sentinels "
+                                f"{', '.join(sentinel.sentinel_addresses)})")
+    client.set("sentinel-probe", "1")
+    direct = sentinel.client(master)
+    assert direct.get("sentinel-probe") == b"1"
+    direct.close()
+    client.close()
+
+
+def test_the_url_gives_the_masters_password_and_db_not_its_address() -> None:
+    with LocalSentinel(replicas=0, sentinels=1) as servers:
+        master = servers.client(servers.master_port())
+        master.config_set("requirepass", "master-pw")
+        master.close()
+        client = sentinel_client(servers, REDIS_URL="redis://:master-pw@ignored.invalid:1/3")
+        check(client)
+        client.set("in-db-3", "1")
+        direct = redis.Redis(port=servers.master_port(), password="master-pw", db=3)
+        assert direct.get("in-db-3") == b"1"
+        direct.close()
+        client.close()
+        wrong = sentinel_client(servers, REDIS_URL="redis://:wrong@/0")
+        with pytest.raises(BloomDupeError, match="refused the credentials"):
+            check(wrong)
+        wrong.close()
+
+
+def test_an_unknown_master_name_is_one_clear_error(sentinel: LocalSentinel) -> None:
+    client = sentinel_client(sentinel, BLOOMDUPE_SENTINEL_MASTER="nosuchmaster")
+    with pytest.raises(BloomDupeError) as info:
+        check(client)
+    text = str(info.value)
+    assert text.startswith("No sentinel gives the address of the master: Sentinel master "
+                           "'nosuchmaster'"), text
+    assert "BLOOMDUPE_SENTINEL_MASTER" in text and "SENTINEL MASTERS" in text
+    client.close()
+
+
+def test_a_url_that_names_a_sentinel_says_to_use_the_sentinel_settings(
+        sentinel: LocalSentinel) -> None:
+    client = connection.from_settings(Settings({"REDIS_URL": f"redis://{sentinel.sentinel_addresses[0]}/0"}))
+    with pytest.raises(ConfigError, match="is a Redis Sentinel, not a Redis that holds data"):
+        check(client)
+    client.close()
+
+
+# -- the filter, WAIT, the stats ----------------------------------------------------------
+
+
+def test_the_filter_and_wait_replicas_on_a_sentinel_master(sentinel: LocalSentinel) -> None:
+    """``BLOOMDUPE_WAIT_REPLICAS = 1``: every check-and-add waits for the replica, and
+    no ``WAIT`` comes back short; the replica holds the filter."""
+    client = sentinel_client(sentinel)
+    plan = sizing.plan(10_000, 0.001, shards=2)
+    bf = BloomFilter.open(client, "sentinel-wait", plan, wait_replicas=1)
+    items = fps(500, "sentinel-wait/")
+    assert all(bf.add_many(items[i:i + 50]) == [True] * 50 for i in range(0, 500, 50))
+    assert bf.add_many(items[:50]) == [False] * 50
+    assert bf._link.wait.short == 0 and bf._link.wait.skipped == 0
+    stats = crawlstats.CrawlStats(client, bf.key)
+    stats.flush({"checked": 550, "new": 500}, None)
+    (replica,) = [p for p in sentinel.servers if p != sentinel.master_port()]
+    on_replica = sentinel.client(replica)
+    assert on_replica.exists("sentinel-wait:meta", "{sentinel-wait:0}:bits",
+                             "{sentinel-wait:1}:bits") == 3
+    bf.clear()
+    bf.close()
+    on_replica.close()
+    client.close()
+
+
+def test_the_command_line_follows_the_sentinels(sentinel: LocalSentinel) -> None:
+    client = sentinel_client(sentinel)
+    bf = BloomFilter.open(client, "sentinel-cli", sizing.plan(1000, 0.01, shards=1))
+    bf.add_many(fps(10, "cli/"))
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy_bloomdupe.cli", "info", "--key", "sentinel-cli",
+         "--sentinels", ",".join(sentinel.sentinel_addresses), "--sentinel-master", "mymaster",
+         "--json"], capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "REDIS_URL": "redis:///0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    info = json.loads(result.stdout)
+    assert info["key"] == "sentinel-cli" and round(info["estimated_items"]) == 10
+    assert info["redis"].startswith("Sentinel master 'mymaster'")
+    bf.clear()
+    bf.close()
+    client.close()
+
+
+def test_a_plain_redis_is_not_mistaken_for_a_sentinel() -> None:
+    with RedisServer(maxmemory="64mb") as server:
+        client = connection.from_settings(Settings({"REDIS_URL": server.url}))
+        assert not is_sentinel_client(client)
+        check(client)
+        client.close()
