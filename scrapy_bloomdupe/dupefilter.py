@@ -239,7 +239,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
 
     def _call(self, check: Callable[[], list[bool]], unchecked: int = 0) -> list[bool] | None:
         """``check``'s answer; None when Redis stayed away past the outage timeout (then
-        ``unchecked`` requests are counted and BLOOMDUPE_ON_OUTAGE is acted on)."""
+        ``unchecked`` requests are counted and BLOOMDUPE_ON_OUTAGE is acted on). Once this
+        worker has stopped the crawl on an error, nothing more is asked of Redis."""
+        if self.failure is not None:
+            self.unchecked += unchecked
+            return None
         try:
             return check()
         except RedisUnavailable as e:
@@ -431,13 +435,14 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Write the final figures; delete the filter when ``clear`` (by default, when
         ``SCHEDULER_PERSIST`` is off: the scheduler decides for a shared crawl)."""
         if clear is None:
-            clear = not self.persist
+            clear = not self.persist and self.failure is None
         try:
-            self.update_stats(with_fill=True)
-        except redis.RedisError as e:
+            # After an error stop, only this worker's own figures (Redis may be gone).
+            self.update_stats(with_fill=self.failure is None)
+        except (redis.RedisError, BloomDupeError) as e:
             logger.warning("Could not read the Bloom filter's final figures from Redis: %s", e)
             self.update_stats()
-        if self.persist:
+        if self.persist and self.failure is None:
             self.flush_crawl_stats(closed=reason or "closed")
         if self.stats is not None:
             get = self.stats.get_value

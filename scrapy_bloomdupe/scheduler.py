@@ -543,9 +543,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return getattr(engine, "_slot", None)
 
     def _guarded(self, call: Callable[[], T], fallback: T) -> T:
-        """Queue calls wait out Redis outages like the dupefilter's checks."""
+        """Queue calls wait out Redis outages like the dupefilter's checks. Once this
+        worker has stopped the crawl on an error, nothing more is sent (the engine may
+        still ask while it closes; each ask would wait out the outage again)."""
         if not isinstance(self.df, RedisBloomDupeFilter):
             return call()
+        if self.df.failure is not None:
+            return fallback
         try:
             return self.df.outage.call(call)
         except (RedisUnavailable, RedisError, BloomDupeError) as e:
