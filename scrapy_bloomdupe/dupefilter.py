@@ -124,6 +124,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 lock_wait=config.lock_wait,
                 local_cache=config.local_cache,
                 wait_replicas=wait_replicas(crawler.settings),
+                engine=config.engine,
             )
         except BloomDupeError:
             raise

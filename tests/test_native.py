@@ -1,0 +1,145 @@
+"""The native (RedisBloom) engine: engine choice, keyed items, missing and full shards.
+
+What both engines share (check-and-add, op log, growth, info) is tested on both
+in test_filter.py, test_growth.py and tests/faults/.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import redis
+from helpers import fps, shard_of
+
+from scrapy_bloomdupe import hashing, keys, sizing
+from scrapy_bloomdupe.bloom import native
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.exceptions import (
+    ConfigError,
+    FilterFullError,
+    FilterLostError,
+    FilterMismatchError,
+)
+from scrapy_bloomdupe.testing import RedisServer
+
+
+@pytest.fixture
+def bf_client(redisbloom_server: RedisServer | str) -> Iterator[redis.Redis]:
+    """A client on the Redis with RedisBloom, emptied."""
+    if isinstance(redisbloom_server, str):
+        pytest.skip(redisbloom_server)
+    c = redis.Redis.from_url(redisbloom_server.url)
+    c.flushall()
+    yield c
+    c.close()
+
+
+def test_auto_picks_redisbloom_when_the_server_has_it(bf_client: redis.Redis) -> None:
+    bf = BloomFilter.open(bf_client, "t", sizing.plan(1000, 0.01, shards=2))
+    assert bf.engine_name == "redisbloom"
+    assert bf_client.hget("t:meta", "engine") == b"redisbloom"
+    assert bf_client.type(keys.bloom("t", 1)) == b"MBbloom--"
+    assert not bf_client.exists(keys.bits("t", 0))
+
+
+def test_auto_picks_lua_without_the_module(client: redis.Redis) -> None:
+    assert not native.available(client, "t")
+    bf = BloomFilter.open(client, "t", sizing.plan(1000, 0.01))
+    assert bf.engine_name == "lua"
+    assert client.hget("t:meta", "engine") == b"lua"
+
+
+def test_redisbloom_without_the_module_is_one_clear_error(client: redis.Redis) -> None:
+    with pytest.raises(ConfigError) as info:
+        BloomFilter.open(client, "t", sizing.plan(1000, 0.01), engine="redisbloom")
+    message = str(info.value)
+    assert message.startswith("BLOOMDUPE_ENGINE='redisbloom'")
+    assert "--loadmodule" in message and "'lua'" in message
+    assert "\n" not in message
+    assert client.keys("*") == [], "nothing may be written"
+
+
+def test_an_existing_filter_keeps_its_engine(bf_client: redis.Redis) -> None:
+    plan = sizing.plan(1000, 0.01)
+    BloomFilter.open(bf_client, "old", plan, engine="lua").add(b"x")
+    # A filter stored before the engine field is a Lua one.
+    bf_client.hdel("old:meta", "engine")
+    joined = BloomFilter.open(bf_client, "old", plan)
+    assert joined.engine_name == "lua"
+    assert not joined.add(b"x")
+    with pytest.raises(FilterMismatchError) as info:
+        BloomFilter.open(bf_client, "old", plan, engine="redisbloom")
+    assert info.value.differences["BLOOMDUPE_ENGINE"] == ("lua", "redisbloom")
+    BloomFilter.open(bf_client, "new", plan, engine="redisbloom")
+    with pytest.raises(FilterMismatchError, match="BLOOMDUPE_ENGINE"):
+        BloomFilter.open(bf_client, "new", plan, engine="lua")
+    assert BloomFilter.open(bf_client, "new", None).engine_name == "redisbloom"
+
+
+def test_items_are_keyed_hashes_never_the_fingerprint(bf_client: redis.Redis) -> None:
+    bf = BloomFilter.open(bf_client, "t", sizing.plan(1000, 0.01, shards=1))
+    fingerprint = fps(1)[0]
+    assert bf.add(fingerprint)
+    name = keys.bloom("t", 0)
+    assert not bf_client.execute_command("BF.EXISTS", name, fingerprint)
+    assert not bf_client.execute_command("BF.EXISTS", name, fingerprint.hex())
+    keyed = native.item(*hashing.halves(fingerprint, bf.seed))
+    assert bf_client.execute_command("BF.EXISTS", name, keyed)
+    # Another filter (another seed) gives the same fingerprint another item.
+    other = BloomFilter.open(bf_client, "u", sizing.plan(1000, 0.01, shards=1))
+    assert other.seed != bf.seed
+    assert native.item(*hashing.halves(fingerprint, other.seed)) != keyed
+
+
+def test_a_missing_shard_is_an_error_never_recreated(bf_client: redis.Redis) -> None:
+    bf = BloomFilter.open(bf_client, "t", sizing.plan(1000, 0.01, shards=2))
+    items = fps(20)
+    bf.add_many(items)
+    lost = [fp for fp in items if shard_of(bf, fp) == 1]
+    bf_client.delete(keys.bloom("t", 1))
+    with pytest.raises(FilterLostError, match=r"\{t:1\}:bf is gone"):
+        bf.add(lost[0])
+    assert not bf_client.exists(keys.bloom("t", 1))
+    # A worker that joins it now is refused too, creating nothing.
+    with pytest.raises(FilterLostError, match="gone"):
+        BloomFilter.open(bf_client, "t", sizing.plan(1000, 0.01, shards=2))
+    assert not bf_client.exists(keys.bloom("t", 1))
+
+
+def test_reserve_keeps_the_lua_engines_bits_with_headroom() -> None:
+    plan = sizing.plan(1_000_000, 0.001 * (1 - sizing.TIGHTENING), shards=4)
+    reserve = native.reserve_of(plan)
+    assert reserve.capacity == math.ceil(250_000 * (1 + native.HEADROOM))
+    # RedisBloom's own sizing of that reserve: the plan's bits.
+    bits = reserve.capacity * -math.log(reserve.error_rate) / math.log(2) ** 2
+    assert bits == pytest.approx(plan.bits_per_shard, rel=1e-9)
+    assert reserve.hashes == plan.hashes
+
+
+def test_bytes_per_url_at_a_million(bf_client: redis.Redis) -> None:
+    plan = sizing.plan(1_000_000, sizing.first_generation_error_rate(0.001, True))
+    bf = BloomFilter.open(bf_client, "t", plan, growth=True)
+    assert bf.info().memory_bytes / 1_000_000 <= 1.85
+
+
+def test_a_full_shard_grows_the_filter(bf_client: redis.Redis) -> None:
+    # A worker that never looks at the fill (one batch far past the headroom, no
+    # growth checks in between) is refused by the full shard and grows the filter.
+    plan = sizing.plan(1000, 0.01, shards=1)
+    bf = BloomFilter.open(bf_client, "t", plan, growth=True)
+    bf._room = 10**9  # as if it had looked at the fill long ago
+    bf._part_floor = 10**9
+    flags = bf.add_many(fps(1500))
+    assert bf.counters.full >= 1
+    assert len(bf.generations) >= 2
+    assert sum(flags) >= 1500 - 30  # a few false positives at most
+    assert all(bf.contains_many(fps(1500)))
+
+
+def test_a_full_filter_without_growth_stops_with_an_error(bf_client: redis.Redis) -> None:
+    bf = BloomFilter.open(bf_client, "t", sizing.plan(1000, 0.01, shards=1), growth=False)
+    bf.add_many(fps(1000))
+    with pytest.raises(FilterFullError, match="BLOOMDUPE_GROWTH is off"):
+        bf.add_many(fps(200, "more"))
