@@ -143,3 +143,33 @@ def test_a_full_filter_without_growth_stops_with_an_error(bf_client: redis.Redis
     bf.add_many(fps(1000))
     with pytest.raises(FilterFullError, match="BLOOMDUPE_GROWTH is off"):
         bf.add_many(fps(200, "more"))
+
+
+@pytest.fixture
+def small_bf(bf_client: redis.Redis) -> Iterator[redis.Redis]:
+    """The RedisBloom server with a maxmemory of 20 MB for the test."""
+    before = bf_client.config_get("maxmemory")["maxmemory"]
+    bf_client.config_set("maxmemory", "20mb")
+    try:
+        yield bf_client
+    finally:
+        bf_client.config_set("maxmemory", before)
+
+
+def test_maxmemory_is_checked_before_reserving(small_bf: redis.Redis) -> None:
+    big = sizing.plan(int(25 * MB / 1.7975), 0.001, shards=1)
+    with pytest.raises(ConfigError, match="maxmemory is 20 MiB"):
+        BloomFilter.open(small_bf, "big", big)
+    assert small_bf.dbsize() == 0
+    fits = sizing.plan(int(8 * MB / 1.7975), 0.001, shards=1)
+    BloomFilter.open(small_bf, "f", fits).add(b"x")
+    small_bf.setrange("other", 8 * MB - 1, b"x")  # now a new 8 MB filter would not fit
+    with pytest.raises(ConfigError):
+        BloomFilter.open(small_bf, "g", fits)
+    # Joining the existing one needs no room.
+    joined = BloomFilter.open(small_bf, "f", fits)
+    assert joined.engine_name == "redisbloom"
+    assert not joined.add(b"x")
+
+
+MB = 1024 * 1024

@@ -43,6 +43,7 @@ from ..transport.link import Link
 from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
 from . import meta, native
+from .engine import Engine
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
 from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION, LuaEngine, Sink, check_room
@@ -70,8 +71,7 @@ _FULL = 70  # ord("F")
 #: How long a worker whose shard is full waits for another worker to add a generation.
 FULL_WAIT = 10.0
 #: ``BLOOMDUPE_ENGINE`` name of each engine.
-ENGINES: dict[str, type[LuaEngine | NativeEngine]] = {"lua": LuaEngine,
-                                                      native.NAME: NativeEngine}
+ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
 
 
 @dataclass
@@ -159,8 +159,7 @@ class BloomFilter:
         self._next_op = 1
         #: The engine's name (``BLOOMDUPE_ENGINE``, as stored with the filter).
         self.engine_name = engine
-        self.engine: LuaEngine | NativeEngine = ENGINES[engine](client, key, plan.shards,
-                                                                 self.client_id)
+        self.engine: Engine = ENGINES[engine](client, key, plan.shards, self.client_id)
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
@@ -248,7 +247,8 @@ class BloomFilter:
                 if engine == native.NAME and not has_bf:
                     raise native.unavailable_error(client, "BLOOMDUPE_ENGINE is 'redisbloom'")
                 proposed = native.NAME if has_bf else "lua"
-            check_room(client, key, 0, plan)  # before anything is written
+            # Before anything is written; a shard of either engine there is joined.
+            check_room(client, key, 0, plan, native.first_shards_present(client, key, plan))
             stored = meta.create_or_join(client, key, plan, growth=growth,
                                          fingerprint=fingerprint, engine=proposed,
                                          requested=engine)

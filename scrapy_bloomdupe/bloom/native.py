@@ -122,6 +122,16 @@ def _one(reply: Any) -> int:
     return int(reply)
 
 
+def first_shards_present(client: Redis | RedisCluster, key: str, plan: sizing.Sizing
+                         ) -> list[int]:
+    """Per shard of the first generation, 1 when either engine's key for it exists (the
+    filter is there to join), else 0: what :func:`~.lua.check_room` needs to know which
+    shards a new filter would add, before the stored engine is known."""
+    names = [name for i in range(plan.shards) for name in (keys.bits(key, i), keys.bloom(key, i))]
+    there = _pipelined(client, [("EXISTS", n) for n in names])
+    return [int(bool(bits or bf)) for bits, bf in zip(there[::2], there[1::2], strict=True)]
+
+
 class NativeEngine:
     """The RedisBloom filters of one filter, every generation, and the script that checks
     and adds to them. Same interface as :class:`~.lua.LuaEngine`."""
