@@ -173,3 +173,20 @@ def test_maxmemory_is_checked_before_reserving(small_bf: redis.Redis) -> None:
 
 
 MB = 1024 * 1024
+
+
+def test_a_call_refused_whole_by_a_full_shard_is_redone_as_a_new_call(
+        bf_client: redis.Redis) -> None:
+    # The refused call's reply ('F' for each item) is in the op log: the redo after
+    # growth must not be answered from it.
+    plan = sizing.plan(100, 0.01, shards=1)
+    bf = BloomFilter.open(bf_client, "t", plan, growth=True)
+    bf._room = bf._part_floor = bf._grow_check_every = 10**9  # never looks at the fill
+    reserve = native.reserve_of(plan)
+    assert sum(bf.add_many(fps(reserve.capacity))) >= reserve.capacity - 2
+    assert len(bf.generations) == 1
+    fresh = fps(50, "fresh")
+    flags = bf.add_many(fresh)
+    assert bf.counters.full == 1 and len(bf.generations) == 2
+    assert sum(flags) >= 49
+    assert all(bf.contains_many(fresh))

@@ -378,6 +378,7 @@ class BloomFilter:
         a round trip per lock wait, redone for items a new generation refused."""
         remaining = indexes
         while remaining:
+            generations = len(self.generations)
             pending = self._group(halves, remaining, op, entry)
             refused: list[int] = []
             full: list[int] = []
@@ -411,9 +412,12 @@ class BloomFilter:
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
             if full:
-                # The newest generation's shard is full: redo them in a new one.
+                # The newest generation's shard is full: redo them in a new one, as
+                # new calls (the refusals are in the op log, under the old calls' ids).
                 self.counters.full += 1
-                self._grow_for_full()
+                self._grow_for_full(generations)
+                op = ack = self._next_op
+                self._next_op += max(indexes) + 1
                 refused.extend(full)
             remaining = refused
 
@@ -534,27 +538,28 @@ class BloomFilter:
 
     # -- growth -------------------------------------------------------------
 
-    def _grow_for_full(self) -> None:
-        """A shard of the newest generation refused items (it is full): add a generation
-        (or wait for the worker adding one). Raises :class:`FilterFullError` when the
-        filter may not grow."""
-        count = len(self.generations)
+    def _grow_for_full(self, used: int) -> None:
+        """A shard of the newest of ``used`` generations refused items (it is full): add
+        a generation, unless another worker has (or wait for the one adding it). Raises
+        :class:`FilterFullError` when the filter may not grow."""
         deadline = time.monotonic() + FULL_WAIT
         while True:
-            if self.growth:
-                self._guarded(lambda: self._maybe_grow(force=True))
-            else:
-                self._guarded(self._reload)
-            if len(self.generations) > count:
+            self._guarded(self._reload)
+            if len(self.generations) > used:
                 return
+            if self.growth:
+                self._guarded(lambda: self._maybe_grow(full=used))
+                if len(self.generations) > used:
+                    return
             if not self.growth or self._room == _NO_LIMIT or time.monotonic() > deadline:
                 raise FilterFullError(self.key, self.generations[-1].capacity, self.growth,
                                       self._cannot_grow[0] if self._cannot_grow else None)
             time.sleep(0.05)  # another worker holds the grow lock
 
-    def _maybe_grow(self, force: bool = False) -> None:
+    def _maybe_grow(self, full: int | None = None) -> None:
         """Add a generation when the newest one has reached its capacity (or, with
-        ``force``, at once: a shard of it is full).
+        ``full``, the count of generations whose newest has a full shard, at once,
+        unless the filter has grown since).
 
         Looks at the newest generation's fill (and so at the room left in it).
         A generation that would take the filter past ``max_bytes``
@@ -563,9 +568,11 @@ class BloomFilter:
         """
         self._reload()
         newest = len(self.generations) - 1
+        if full is not None and newest + 1 != full:
+            return
         capacity = self.generations[newest].capacity
         items = self.engine.newest_items()
-        if items < capacity and not force:
+        if items < capacity and full is None:
             self._room = math.ceil(capacity - items)
             return
         self._room = 0
