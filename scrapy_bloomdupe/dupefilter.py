@@ -110,7 +110,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         check(client)
         assert crawler.spider is not None, "the dupefilter is built once the spider exists"
         key = config.key_for(crawler.spider.name)
-        probe(client, key)  # an ACL that lacks a command: one error now, not on page one
+        # An ACL that lacks a command: one error now, not on page one.
+        probe(client, key, BloomFilter.engine_for(client, key, config.engine))
         check_eviction(client)
         try:
             bloom = BloomFilter.open(
@@ -291,7 +292,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if isinstance(error, redis.exceptions.NoPermissionError) or \
                 "can't run this command" in str(error):
             try:
-                probe(client, self.bloom.key)
+                probe(client, self.bloom.key, self.bloom.engine_name)
             except BloomDupeError as e:
                 message = str(e)
             except redis.RedisError:

@@ -49,8 +49,10 @@ class Engine(Protocol):
     def load_script(self) -> None:
         """Load the scripts into Redis (after a restart flushed them)."""
 
-    def create_shards(self, generation: int, plan: sizing.Sizing) -> None:
-        """Create the missing shards of ``generation``; refuse ones of another size."""
+    def create_shards(self, generation: int, plan: sizing.Sizing, *,
+                      existing: bool = False) -> None:
+        """Create the missing shards of ``generation``; refuse ones of another size, and
+        with ``existing`` (the filter is ready) any missing one (:class:`FilterLostError`)."""
 
     def shard_names(self) -> list[str]:
         """Every key of the shards, for deleting the filter."""

@@ -241,12 +241,8 @@ class BloomFilter:
         else:
             if not meta.read(client, key):
                 _refuse_orphans(client, key, plan.shards)
-            proposed = engine
-            if engine != "lua":
-                has_bf = native.available(client, key)
-                if engine == native.NAME and not has_bf:
-                    raise native.unavailable_error(client, "BLOOMDUPE_ENGINE is 'redisbloom'")
-                proposed = native.NAME if has_bf else "lua"
+            proposed = _new_engine(client, key, engine)
+            has_bf = proposed == native.NAME or None
             # Before anything is written; a shard of either engine there is joined.
             check_room(client, key, 0, plan, native.first_shards_present(client, key, plan))
             stored = meta.create_or_join(client, key, plan, growth=growth,
@@ -279,6 +275,15 @@ class BloomFilter:
             meta.mark_ready(client, key)
         bloom.engine.load_script()
         return bloom
+
+    @staticmethod
+    def engine_for(client: Redis | RedisCluster, key: str, engine: str = "auto") -> str:
+        """The engine of the filter at ``key``: the stored one, or for a new filter the one
+        ``engine`` (``BLOOMDUPE_ENGINE``) gives on this server (a :class:`ConfigError`
+        for ``"redisbloom"`` without the ``BF.*`` commands). Writes nothing; for what must
+        be known before :meth:`open` (the start-up check of the ACL)."""
+        stored = meta.read(client, key)
+        return meta.engine_of(stored) if stored else _new_engine(client, key, engine)
 
     def _lost(self, what: str) -> FilterLostError:
         """The error for a filter whose state in Redis is gone: this worker's memory of it
@@ -664,6 +669,16 @@ class BloomFilter:
     def close(self) -> None:
         """Give the held connection back to the client's pool."""
         self._link.close()
+
+
+def _new_engine(client: Redis | RedisCluster, key: str, engine: str) -> str:
+    """The engine a new filter gets for ``BLOOMDUPE_ENGINE = engine`` on this server."""
+    if engine == "lua":
+        return engine
+    has_bf = native.available(client, key)
+    if engine == native.NAME and not has_bf:
+        raise native.unavailable_error(client, "BLOOMDUPE_ENGINE is 'redisbloom'")
+    return native.NAME if has_bf else "lua"
 
 
 def _refusals_raised(replies: list[Any]) -> list[Any]:

@@ -37,11 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import hashing, keys, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
-from ..transport.diagnose import describe
+from ..transport.diagnose import acl_guard, describe
 from . import lock, oplog
 from .info import ShardInfo
 from .lua import Sink, _pipelined, check_room
@@ -98,6 +100,13 @@ def available(client: Redis | RedisCluster, key: str) -> bool:
             return False
         if "wrongtype" in text or "not found" in text:
             return True
+        raise
+    except RedisError as e:
+        # redis-py's cluster client looks the command up in the server's COMMAND list
+        # to route it, and refuses one the server lacks before sending it.
+        if "doesn't exist" in str(e) and not isinstance(e, (RedisConnectionError,
+                                                          RedisTimeoutError)):
+            return False
         raise
     return True
 
@@ -234,7 +243,10 @@ local reply = table.concat(out)
     def _sink_script(self, sink: Sink) -> Script:
         script = self._sink_scripts.get(sink.SINK_LUA)
         if script is None:
-            text = oplog.REPLAY + lock.FENCE + self.BODY + sink.SINK_LUA + oplog.RECORD
+            # As the Lua engine's: an ACL that lost the sink's command mid-crawl is
+            # refused before the first write, never between the BF.INSERT and the push.
+            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
+            text = oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA + oplog.RECORD
             script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
         return script
 
