@@ -326,7 +326,7 @@ local reply = table.concat(out)
 
     # -- reading ------------------------------------------------------------
 
-    def _items(self, generation: int) -> list[int]:
+    def inserted(self, generation: int) -> list[int]:
         """Items added to each shard of ``generation`` (``BF.INFO ... ITEMS``: exact); 0 for
         a missing shard (``info`` reports those, and the check-and-add refuses them)."""
         pipe = self.client.pipeline(transaction=False)
@@ -344,7 +344,7 @@ local reply = table.concat(out)
 
     def newest_items(self) -> float:
         """Items in the newest generation (as counted by RedisBloom)."""
-        return float(sum(self._items(len(self.generations) - 1)))
+        return float(sum(self.inserted(len(self.generations) - 1)))
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         """Whether each item is in some generation. Writes nothing."""
@@ -363,7 +363,7 @@ local reply = table.concat(out)
         estimates of :mod:`.info` then come out of the item count)."""
         infos = []
         for g, (plan, reserve) in enumerate(zip(self.generations, self.reserves, strict=True)):
-            counts = self._items(g)
+            counts = self.inserted(g)
             memory = _pipelined(self.client, [("MEMORY", "USAGE", bf_keys[g], "SAMPLES", "0")
                                               for bf_keys in self.bf_keys])
             bits = reserve.bits

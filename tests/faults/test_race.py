@@ -49,6 +49,7 @@ from helpers import RACE_URLS, barrier_wait, first_plan, fps, race_fingerprints,
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.native import NativeEngine
 
 pytestmark = pytest.mark.slow
 
@@ -236,7 +237,7 @@ def growing_worker(url: str, items: list[bytes], seed: int, use_lock: bool,
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
-def test_race_while_growing(redis_url: str, use_lock: bool) -> None:
+def test_race_while_growing(redis_url: str, engine: str, use_lock: bool) -> None:
     """6 processes add the same 12,000 items to a filter sized for 2,000: it grows
     twice while they race. Each item is accepted exactly once.
 
@@ -244,7 +245,16 @@ def test_race_while_growing(redis_url: str, use_lock: bool) -> None:
     1e-12: small shards (57,000 bits) raise double hashing's rate above the
     ideal (see hashing.py), but a simulation of this geometry found no false
     positive in 3,000,000 probes, against the 12,000 x 2 full generations
-    probed here."""
+    probed here.
+
+    RedisBloom hashes with plain double hashing (a + i*b mod m, m a multiple of
+    64), whose floor on shards this small is far above 1e-12: an item whose
+    stride b shares most of m's factors has a handful of distinct bits (in
+    about 1 run in 15 of this test, one item was never accepted). So on the
+    native engine an item never accepted is allowed only when it is proven a
+    false positive: RedisBloom counts the items it inserted, and that count
+    must equal the acceptances (an item inserted but answered "seen", a lost
+    URL, would make it larger)."""
     items = fps(12_000, "race")
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[list[int]] = ctx.Queue()
@@ -260,7 +270,17 @@ def test_race_while_growing(redis_url: str, use_lock: bool) -> None:
     for worker in accepted:
         for index in worker:
             counts[index] += 1
-    assert counts.count(0) == 0, "never accepted"
     assert max(counts) == 1, "accepted twice"
-    meta = redis.Redis.from_url(redis_url).hget("race:meta", "generations")
-    assert int(meta) >= 3
+    client = redis.Redis.from_url(redis_url)
+    assert int(client.hget("race:meta", "generations")) >= 3
+    if engine == "lua":
+        assert counts.count(0) == 0, "never accepted"
+    else:
+        bf = BloomFilter.open(client, "race", None, read_only=True)
+        assert isinstance(bf.engine, NativeEngine)
+        inserted = sum(sum(bf.engine.inserted(g)) for g in range(len(bf.generations)))
+        accepted_total = sum(len(worker) for worker in accepted)
+        figures = f"{counts.count(0)} never accepted, {inserted} inserted, {accepted_total}"
+        assert inserted == accepted_total, f"lost URLs: {figures}"
+        assert counts.count(0) <= 5, f"too many false positives: {figures}"
+    client.close()
