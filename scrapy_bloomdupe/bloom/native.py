@@ -27,6 +27,11 @@ commands): the op log's replay (:mod:`.oplog`), the lock's fence
   engine's shard: same memory, the same false-positive rate at capacity, and an
   item past the headroom is refused (``'F'``) instead of raising the rate
   further; the front then grows the filter, or stops with an error.
+* **Hashing** is RedisBloom's own: plain double hashing (``a + i*b mod m``,
+  m a multiple of 64), with the floor :mod:`scrapy_bloomdupe.hashing` describes
+  (about one false positive per m probes on a full shard), far below the
+  configured rate at real shard sizes; visible only on tiny shards with tiny
+  rates (tests/faults/test_race.py's growing race).
 """
 
 from __future__ import annotations
