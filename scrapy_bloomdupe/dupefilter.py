@@ -24,7 +24,7 @@ from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint, keys
 from .bloom.filter import BloomFilter
-from .exceptions import BloomDupeError, FilterLostError
+from .exceptions import BloomDupeError, FilterFullError, FilterLostError
 from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
@@ -51,6 +51,8 @@ CHECKED_META = "_bloomdupe_checked"
 CLOSE_REASON = "bloomdupe_redis_unavailable"
 REFUSED_REASON = "bloomdupe_redis_refused"
 LOST_REASON = "bloomdupe_filter_lost"
+#: A native (RedisBloom) filter whose shard refused items and that may not grow.
+FULL_REASON = "bloomdupe_filter_full"
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
     weakref.WeakKeyDictionary()
@@ -279,6 +281,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             self.give_up(error)
         elif isinstance(error, FilterLostError):
             self.stop_crawl(LOST_REASON, str(error))
+        elif isinstance(error, FilterFullError):
+            self.stop_crawl(FULL_REASON, str(error))
         elif isinstance(error, BloomDupeError):
             self.stop_crawl(REFUSED_REASON, str(error))
         else:

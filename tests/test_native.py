@@ -6,16 +6,20 @@ in test_filter.py, test_growth.py and tests/faults/.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 
 import pytest
 import redis
-from helpers import fps, shard_of
+from helpers import crawler_for, fps, shard_of
+from scrapy import Request
+from scrapy.utils.misc import build_from_crawler
 
 from scrapy_bloomdupe import hashing, keys, sizing
 from scrapy_bloomdupe.bloom import native
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.dupefilter import FULL_REASON, RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import (
     ConfigError,
     FilterFullError,
@@ -227,3 +231,18 @@ def test_a_native_filter_whose_maker_died_before_its_shards_is_finished(
     assert bf_client.type(keys.bloom("t", 3)) == b"MBbloom--"
     assert bf_client.hget(keys.meta("t"), "ready") == b"1"
     assert bf.add(b"x")
+
+
+def test_a_full_native_filter_stops_the_crawl_with_its_reason(
+        redisbloom_server: RedisServer, bf_client: redis.Redis,
+        caplog: pytest.LogCaptureFixture) -> None:
+    crawler = crawler_for(redisbloom_server.url, BLOOMDUPE_CAPACITY=100,
+                          BLOOMDUPE_GROWTH=False, BLOOMDUPE_LOCAL_CACHE=0)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert df.bloom.engine_name == "redisbloom"
+    with caplog.at_level(logging.ERROR):
+        for i in range(200):
+            df.request_seen(Request(f"http://a.example/{i}"))
+    assert df.failure == FULL_REASON
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "is full" in errors[0] and "BLOOMDUPE_GROWTH is off" in errors[0]
