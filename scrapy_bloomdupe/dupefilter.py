@@ -112,8 +112,12 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         check(client)
         assert crawler.spider is not None, "the dupefilter is built once the spider exists"
         key = config.key_for(crawler.spider.name)
+        try:
+            engine = BloomFilter.engine_for(client, key, config.engine)
+        except redis.exceptions.NoPermissionError:  # HGETALL denied: the probe names it
+            engine = "lua" if config.engine == "auto" else config.engine
         # An ACL that lacks a command: one error now, not on page one.
-        probe(client, key, BloomFilter.engine_for(client, key, config.engine))
+        probe(client, key, engine)
         check_eviction(client)
         try:
             bloom = BloomFilter.open(
