@@ -705,3 +705,14 @@ def test_sweep_a_real_crawl_with_a_wrong_password(auth_server: RedisServer,
     output = done.stdout + done.stderr
     assert "refused the credentials" in output, output[-3000:]
     assert_no_secret([output])
+
+
+def test_the_documented_acls_are_the_tested_ones() -> None:
+    """docs/security.md's two ACL lines (Lua engine, then native) grant exactly what the
+    workload tests above run with."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    lines = [line for line in doc.splitlines() if line.startswith("ACL SETUSER crawler ")]
+    assert len(lines) == 2, lines
+    granted = [{token[1:] for token in line.split() if token.startswith("+")}
+               for line in lines]
+    assert granted == [set(ACL_COMMANDS), set(ACL_COMMANDS_REDISBLOOM)]
