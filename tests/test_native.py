@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from helpers import crawler_for, fps, shard_of
+from helpers import DemoSpider, crawler_for, fps, shard_of
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 
@@ -26,6 +26,7 @@ from scrapy_bloomdupe.exceptions import (
     FilterLostError,
     FilterMismatchError,
 )
+from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.testing import RedisServer
 
 
@@ -246,3 +247,28 @@ def test_a_full_native_filter_stops_the_crawl_with_its_reason(
     assert df.failure == FULL_REASON
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "is full" in errors[0] and "BLOOMDUPE_GROWTH is off" in errors[0]
+
+
+def test_a_sink_refused_mid_crawl_leaves_nothing_in_the_filter(
+        bf_client: redis.Redis) -> None:
+    """An ACL that loses the queue's ZADD mid-crawl: the native check-and-queue script is
+    refused before its first write (the sink's ACL guard), so no item is in the filter
+    without being in the queue."""
+    q = PriorityQueue(bf_client, DemoSpider(), "demo:requests", tag="demo:bloomdupe",
+                      shards=2)
+    bf = BloomFilter.open(bf_client, "demo:bloomdupe", sizing.plan(1000, 0.01, shards=2))
+    requests = [Request(f"http://a.example/{i}") for i in range(10)]
+    fingerprints = [r.url.encode() for r in requests]
+    bf_client.acl_setuser("default", enabled=True, nopass=True,
+                          commands=["+@all", "-zadd"], keys=["*"], channels=["*"])
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError, match="zadd"):
+            bf.add_many(fingerprints, q, lambda i: q.entry(requests[i]))
+    finally:
+        bf_client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all"],
+                              keys=["*"], channels=["*"])
+    assert isinstance(bf.engine, native.NativeEngine)
+    assert sum(bf.engine.inserted(0)) == 0
+    assert q.status() == (0, 0)
+    assert bf.add_many(fingerprints, q, lambda i: q.entry(requests[i])) == [True] * 10
+    assert q.status() == (10, 0)
