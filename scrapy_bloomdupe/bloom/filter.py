@@ -675,7 +675,7 @@ def _new_engine(client: Redis | RedisCluster, key: str, engine: str) -> str:
     """The engine a new filter gets for ``BLOOMDUPE_ENGINE = engine`` on this server."""
     if engine == "lua":
         return engine
-    has_bf = native.available(client, key)
+    has_bf = native.available(client, key, required=engine == native.NAME)
     if engine == native.NAME and not has_bf:
         raise native.unavailable_error(client, "BLOOMDUPE_ENGINE is 'redisbloom'")
     return native.NAME if has_bf else "lua"

@@ -93,13 +93,22 @@ def item(h1: int, h2: int) -> bytes:
     return (h1 | h2 << 64).to_bytes(16, "little")
 
 
-def available(client: Redis | RedisCluster, key: str) -> bool:
+def available(client: Redis | RedisCluster, key: str, *, required: bool = False) -> bool:
     """Whether the server (the one holding ``key``'s shard 0) has the ``BF.*`` commands
-    and this user may run them (a read of a key that need not exist)."""
+    and this user may run them (a read of a key that need not exist). With
+    ``required`` (``BLOOMDUPE_ENGINE = "redisbloom"``), an ACL that denies them is a
+    :class:`ConfigError` naming the rule to add."""
     server: Any = client
     try:
         server.execute_command("BF.EXISTS", keys.bloom(key, 0), b"probe")
-    except NoPermissionError:
+    except NoPermissionError as e:
+        if required:
+            raise ConfigError(
+                "BLOOMDUPE_ENGINE", NAME,
+                f"Redis at {describe(client)} refuses this user BF.EXISTS ({e}). Add "
+                "+bf.reserve +bf.insert +bf.mexists +bf.exists +bf.info to its ACL "
+                "(docs/security.md, the native engine's rules)",
+            ) from None
         return False
     except ResponseError as e:
         text = str(e).lower()
