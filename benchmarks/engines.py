@@ -66,7 +66,6 @@ def plan(capacity: int) -> sizing.Sizing:
 def throughput(url: str, admin: redis.Redis, engine: str, items: Sequence[bytes],
                batch: int) -> tuple[float, float]:
     """Checks/s of one process, and Redis µs per check (EVALSHA + lock SET)."""
-    admin.delete(*admin.keys("speed*")) if admin.keys("speed*") else None
     client = redis.Redis.from_url(url)
     bloom = BloomFilter.open(client, "speed", plan(10_000_000), growth=True, engine=engine)
     admin.config_resetstat()
@@ -85,8 +84,8 @@ def throughput(url: str, admin: redis.Redis, engine: str, items: Sequence[bytes]
     return len(items) / took, cpu
 
 
-def fpr(client: redis.Redis, contains: Callable[[list[bytes]], list[bool]],
-        probes: list[bytes]) -> float:
+def fpr(contains: Callable[[list[bytes]], list[bool]], probes: list[bytes]) -> float:
+    """Share of ``probes`` (never added) that ``contains`` takes for seen."""
     positives = 0
     for start in range(0, len(probes), 10_000):
         positives += sum(contains(probes[start:start + 10_000]))
@@ -103,7 +102,7 @@ def false_positives(client: redis.Redis, engine: str, capacity: int, probes: int
         done = 0 if label == "capacity" else capacity
         for start in range(done, upto, 1000):
             bloom.add_many(added[start:min(upto, start + 1000)])
-        out[label] = fpr(client, bloom.contains_many, outside)
+        out[label] = fpr(bloom.contains_many, outside)
     out["generations"] = len(bloom.generations)
     out["bytes_per_item_4x"] = bloom.info().memory_bytes / (4 * capacity)
     bloom.clear()
@@ -126,7 +125,7 @@ def redisbloom_scaling(client: redis.Redis, capacity: int, probes: int) -> dict[
         def contains(chunk: list[bytes]) -> list[bool]:
             return [bool(x) for x in client.execute_command("BF.MEXISTS", "scaling", *chunk)]
 
-        out[label] = fpr(client, contains, outside)
+        out[label] = fpr(contains, outside)
     out["bytes_per_item_4x"] = int(client.memory_usage("scaling", samples=0) or 0) / (4 * capacity)
     client.delete("scaling")
     return out
