@@ -180,6 +180,8 @@ _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
 _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),
     (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
+    (re.compile(r"bf"), "filter shard {i}, generation 0 (RedisBloom)"),
+    (re.compile(r"bf:(\d+)"), "filter shard {i}, generation {g} (RedisBloom)"),
     (re.compile(r"lock"), "shard {i}'s lock (lock mode)"),
     (re.compile(r"gen"), "generations shard {i} has seen in use"),
     (re.compile(r"ops:.+"), "a worker's op log on shard {i} (replies of its last round trip)"),

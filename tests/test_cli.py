@@ -883,7 +883,7 @@ def test_keys_lists_every_key_of_a_crawl_and_writes_nothing(client: redis.Redis,
 
 
 def test_every_command_on_both_engines(engine: str, engine_url: str) -> None:
-    """import, info, stats, check and clear on a filter of each engine (``"auto"`` picks
+    """import, info, stats, check, keys and clear on a filter of each engine (``"auto"`` picks
     the native one where the server has RedisBloom), a missing shard found by every
     read, and nothing written by one."""
     client = redis.Redis.from_url(engine_url)
@@ -913,6 +913,11 @@ def test_every_command_on_both_engines(engine: str, engine_url: str) -> None:
         assert [r["seen"] for r in checked["results"]] == [True, False]
 
         bloom = BloomFilter.open(client, key, None, read_only=True)
+        listed = json.loads(run_cli("keys", "--key", key, "--json",
+                                    redis_url=engine_url).stdout)["keys"]
+        what = {row["key"]: row["what"] for row in listed}
+        assert all(f"filter shard {i}, generation 0" in what[bloom.shard_key(i)]
+                   for i in range(3)), what
         missing = bloom.shard_key(1)
         client.delete(missing)
         before = snapshot(client)

@@ -49,6 +49,9 @@ class Engine(Protocol):
     def load_script(self) -> None:
         """Load the scripts into Redis (after a restart flushed them)."""
 
+    def scripts(self) -> list[str | bytes | memoryview]:
+        """The scripts :meth:`load_script` loads (for loading on a given connection)."""
+
     def create_shards(self, generation: int, plan: sizing.Sizing, *,
                       existing: bool = False) -> None:
         """Create the missing shards of ``generation``; refuse ones of another size, and
