@@ -24,7 +24,7 @@ from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint, keys
 from .bloom.filter import BloomFilter
-from .exceptions import BloomDupeError, FilterLostError
+from .exceptions import BloomDupeError, FilterFullError, FilterLostError
 from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
@@ -51,6 +51,8 @@ CHECKED_META = "_bloomdupe_checked"
 CLOSE_REASON = "bloomdupe_redis_unavailable"
 REFUSED_REASON = "bloomdupe_redis_refused"
 LOST_REASON = "bloomdupe_filter_lost"
+#: A native (RedisBloom) filter whose shard refused items and that may not grow.
+FULL_REASON = "bloomdupe_filter_full"
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
     weakref.WeakKeyDictionary()
@@ -110,7 +112,12 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         check(client)
         assert crawler.spider is not None, "the dupefilter is built once the spider exists"
         key = config.key_for(crawler.spider.name)
-        probe(client, key)  # an ACL that lacks a command: one error now, not on page one
+        try:
+            engine = BloomFilter.engine_for(client, key, config.engine)
+        except redis.exceptions.NoPermissionError:  # HGETALL denied: the probe names it
+            engine = "lua" if config.engine == "auto" else config.engine
+        # An ACL that lacks a command: one error now, not on page one.
+        probe(client, key, engine)
         check_eviction(client)
         try:
             bloom = BloomFilter.open(
@@ -124,6 +131,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 lock_wait=config.lock_wait,
                 local_cache=config.local_cache,
                 wait_replicas=wait_replicas(crawler.settings),
+                engine=config.engine,
             )
         except BloomDupeError:
             raise
@@ -277,6 +285,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             self.give_up(error)
         elif isinstance(error, FilterLostError):
             self.stop_crawl(LOST_REASON, str(error))
+        elif isinstance(error, FilterFullError):
+            self.stop_crawl(FULL_REASON, str(error))
         elif isinstance(error, BloomDupeError):
             self.stop_crawl(REFUSED_REASON, str(error))
         else:
@@ -290,7 +300,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if isinstance(error, redis.exceptions.NoPermissionError) or \
                 "can't run this command" in str(error):
             try:
-                probe(client, self.bloom.key)
+                probe(client, self.bloom.key, self.bloom.engine_name)
             except BloomDupeError as e:
                 message = str(e)
             except redis.RedisError:

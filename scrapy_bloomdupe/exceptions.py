@@ -37,6 +37,22 @@ class FilterMismatchError(BloomDupeError):
         )
 
 
+class FilterFullError(BloomDupeError):
+    """The native engine's newest generation refused items (a shard is past its headroom),
+    and the filter may not grow; ``reason`` is the setting that stops it, if any."""
+
+    def __init__(self, key: str, capacity: int, growth: bool, reason: str | None) -> None:
+        self.key = key
+        why = ("BLOOMDUPE_GROWTH is off" if not growth
+               else f"it cannot grow ({reason})" if reason else "no generation was added")
+        super().__init__(
+            f"The Bloom filter at {key!r} is full (its newest generation holds {capacity} "
+            f"items, and a shard refused more) and {why}. Start a new filter with a larger "
+            "BLOOMDUPE_CAPACITY under another BLOOMDUPE_KEY, or turn BLOOMDUPE_GROWTH on "
+            "(and raise BLOOMDUPE_MAX_BYTES if that is what stops it)."
+        )
+
+
 class LockError(BloomDupeError):
     """A problem with a shard lock; ``name`` is the lock's Redis key."""
 

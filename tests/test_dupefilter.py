@@ -203,3 +203,22 @@ def test_scrapy_redis_mode_stores_scrapy_redis_fingerprints(redis_url: str) -> N
     assert not df.bloom.contains(member)
     df.request_seen(request)
     assert df.bloom.contains(member)
+
+
+def test_stats_fill_and_false_positive_rate_on_both_engines(engine: str,
+                                                             engine_url: str) -> None:
+    """The stats extension's figures (fill, items, false-positive rate, memory) come from
+    the filter's info: BITCOUNT on the Lua engine, BF.INFO's item count on RedisBloom."""
+    crawler = crawler_for(engine_url, BLOOMDUPE_CAPACITY=1000, BLOOMDUPE_LOCAL_CACHE=0)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert df.bloom.engine_name == engine
+    for i in range(500):
+        assert not df.request_seen(Request(f"http://a.example/{i}"))
+    assert df.request_seen(Request("http://a.example/7"))
+    df.update_stats(with_fill=True)
+    stats = crawler.stats.get_stats()
+    assert stats["bloomdupe/estimated_items"] == pytest.approx(500, rel=0.05)
+    assert 0.2 < stats["bloomdupe/fill_ratio"] < 0.5
+    assert 1e-6 < stats["bloomdupe/estimated_false_positive_rate"] < 0.001
+    assert stats["bloomdupe/memory_bytes"] > 1000 * 1.7
+    df.close("finished")

@@ -13,6 +13,13 @@ from helpers import first_plan, fps
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.exceptions import FilterFullError
+
+
+@pytest.fixture
+def client(engine_client: redis.Redis) -> redis.Redis:
+    """Every test here runs on both engines (``"auto"`` picks RedisBloom where it is)."""
+    return engine_client
 
 
 def test_generations_are_larger_and_tighter() -> None:
@@ -53,6 +60,14 @@ def test_grows_when_full_and_keeps_every_item(client: redis.Redis) -> None:
 
 def test_growth_off_stays_one_generation(client: redis.Redis) -> None:
     bf = BloomFilter.open(client, "g", sizing.plan(1000, 0.01), use_lock=False)
+    if bf.engine_name != "lua":
+        # A NONSCALING BF refuses items past its headroom: the crawl stops with an
+        # error rather than filling on at a climbing false-positive rate.
+        bf.add_many(fps(1000, "b0-"))
+        with pytest.raises(FilterFullError, match="BLOOMDUPE_GROWTH is off"):
+            bf.add_many(fps(500, "b1-"))
+        assert len(bf.generations) == 1
+        return
     for i in range(0, 5000, 500):
         bf.add_many(fps(500, f"b{i}-"))
     assert len(bf.generations) == 1

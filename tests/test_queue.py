@@ -160,9 +160,11 @@ def test_a_retried_push_does_not_queue_a_popped_request_again(client: redis.Redi
 
 
 def test_check_and_queue_is_one_script_and_a_retry_queues_nothing_twice(
-        client: redis.Redis) -> None:
+        engine_client: redis.Redis, engine: str) -> None:
+    client = engine_client  # both engines run the queue's sink in their script
     q = queue(client, shards=3)
     bf = BloomFilter.open(client, TAG, sizing.plan(10_000, 0.001, shards=3))
+    assert bf.engine_name == engine
     requests = [Request(f"http://a.example/{i}") for i in range(20)]
     requests.append(Request("http://a.example/3"))  # twice in one batch: queued once
     fps = [r.url.encode() for r in requests]

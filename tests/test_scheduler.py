@@ -18,12 +18,13 @@ from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 
-def test_scheduler_shares_one_client_with_the_dupefilter(redis_url: str) -> None:
-    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+def test_scheduler_shares_one_client_with_the_dupefilter(engine_url: str, engine: str) -> None:
+    crawler = crawler_for(engine_url, SCHEDULER_PERSIST=True)
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     assert isinstance(scheduler.df, RedisBloomDupeFilter)
     assert scheduler.df.bloom.client is scheduler.server
+    assert scheduler.df.bloom.engine_name == engine  # BLOOMDUPE_ENGINE = "auto"
     assert scheduler.enqueue_request(Request("http://a.example/1"))
     assert not scheduler.enqueue_request(Request("http://a.example/1"))
     assert scheduler.has_pending_requests()
@@ -54,8 +55,9 @@ def test_scheduler_keeps_scrapy_redis_set_when_persisting(redis_url: str,
 
 
 def test_scheduler_without_persist_clears_queue_and_filter_once_the_crawl_is_done(
-        redis_url: str, client: redis.Redis) -> None:
-    crawler = crawler_for(redis_url, BLOOMDUPE_DONE_GRACE=0)
+        engine_url: str, engine_client: redis.Redis) -> None:
+    client = engine_client
+    crawler = crawler_for(engine_url, BLOOMDUPE_DONE_GRACE=0)
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     scheduler.enqueue_request(Request("http://a.example/1"))

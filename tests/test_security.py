@@ -38,7 +38,7 @@ from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError
 from scrapy_bloomdupe.scheduler import Scheduler
-from scrapy_bloomdupe.testing import RedisServer, free_port
+from scrapy_bloomdupe.testing import RedisServer, free_port, redisbloom_module
 from scrapy_bloomdupe.transport.diagnose import redacted
 
 ADMIN_PASSWORD = "admin-Pw-7f3a9c1e"
@@ -62,6 +62,11 @@ ACL_COMMANDS = (
     "scan",                                                 # clear: find op logs
 )
 ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*")
+#: The same for the native engine (docs/security.md): the BF.* commands instead of the
+#: bit commands (STRLEN stays: the room check before a new filter is written).
+BF_COMMANDS = ("bf.reserve", "bf.insert", "bf.mexists", "bf.exists", "bf.info")
+ACL_COMMANDS_REDISBLOOM = tuple(
+    c for c in ACL_COMMANDS if c not in ("bitfield", "bitcount", "bitfield_ro")) + BF_COMMANDS
 #: Denied on purpose and handled: the persistence warning's CONFIG GET, and the
 #: look for a scrapy-redis queue to take over (SCHEDULER_QUEUE_KEY, not granted).
 TOLERATED_DENIALS = {"config|get", "type"}
@@ -395,6 +400,49 @@ def test_least_privilege_acl_runs_a_crawl(auth_server: RedisServer, admin: redis
     assert admin.dbsize() == 0  # cleared
 
 
+@pytest.fixture(scope="module")
+def auth_redisbloom_server(redisbloom_server: RedisServer | str) -> Iterator[RedisServer]:
+    """A password-protected Redis with RedisBloom loaded."""
+    module = redisbloom_module()
+    if isinstance(redisbloom_server, str) or module is None:
+        pytest.skip(str(redisbloom_server))
+    with RedisServer(modules=[module]) as server:
+        c = redis.Redis(port=server.port)
+        c.config_set("requirepass", ADMIN_PASSWORD)
+        c.close()
+        yield server
+
+
+def test_least_privilege_acl_runs_a_crawl_on_redisbloom(
+        auth_redisbloom_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The native engine's ACL of docs/security.md: the same workload (``"auto"`` picks
+    the native engine), nothing denied but the tolerated; without the BF.* grants,
+    ``"auto"`` falls back to the Lua engine."""
+    admin = redis.Redis(port=auth_redisbloom_server.port, password=ADMIN_PASSWORD)
+    try:
+        admin.flushall()
+        set_user(admin, acl_rules(commands=ACL_COMMANDS_REDISBLOOM))
+        caplog.set_level(logging.INFO)
+        crawl_workload(url_for(auth_redisbloom_server, f"{USER}:{PASSWORD}"), lock=True,
+                       persist=False)
+        assert "RedisBloom shard(s)" in caplog.text  # the native engine ran it
+        denied = {d["object"] for d in denials(admin)}
+        assert denied <= TOLERATED_DENIALS, denied
+        assert admin.dbsize() == 0
+        # Each BF.* command is needed: without it the start-up check names it.
+        for command in BF_COMMANDS:
+            admin.flushall()
+            set_user(admin, acl_rules(commands=tuple(
+                c for c in ACL_COMMANDS_REDISBLOOM if c != command)))
+            with pytest.raises(BloomDupeError) as info:
+                crawl_workload(url_for(auth_redisbloom_server, f"{USER}:{PASSWORD}"),
+                               lock=True, persist=False, BLOOMDUPE_ENGINE="redisbloom")
+            assert f"+{command}" in str(info.value), str(info.value)
+            assert admin.dbsize() == 0, command  # nothing written
+    finally:
+        admin.close()
+
+
 def _run_denied(auth_server: RedisServer, admin: redis.Redis, rules: list[str]
                 ) -> tuple[BaseException | None, list[dict[str, Any]]]:
     set_user(admin, rules)
@@ -657,3 +705,14 @@ def test_sweep_a_real_crawl_with_a_wrong_password(auth_server: RedisServer,
     output = done.stdout + done.stderr
     assert "refused the credentials" in output, output[-3000:]
     assert_no_secret([output])
+
+
+def test_the_documented_acls_are_the_tested_ones() -> None:
+    """docs/security.md's two ACL lines (Lua engine, then native) grant exactly what the
+    workload tests above run with."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    lines = [line for line in doc.splitlines() if line.startswith("ACL SETUSER crawler ")]
+    assert len(lines) == 2, lines
+    granted = [{token[1:] for token in line.split() if token.startswith("+")}
+               for line in lines]
+    assert granted == [set(ACL_COMMANDS), set(ACL_COMMANDS_REDISBLOOM)]

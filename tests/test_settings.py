@@ -21,6 +21,12 @@ def test_defaults() -> None:
     assert c.lock is True
     assert c.key_for("books") == "books:bloomdupe"
     assert c.plan.capacity == c.capacity
+    assert c.engine == "auto"
+
+
+@pytest.mark.parametrize("value", ["auto", "lua", "redisbloom", " RedisBloom "])
+def test_engine_names(value: str) -> None:
+    assert config(BLOOMDUPE_ENGINE=value).engine == value.strip().lower()
 
 
 def test_command_line_strings_are_parsed() -> None:
@@ -69,6 +75,8 @@ def test_command_line_strings_are_parsed() -> None:
         ("BLOOMDUPE_OUTAGE_TIMEOUT", -1),
         ("BLOOMDUPE_OUTAGE_TIMEOUT", "forever"),
         ("BLOOMDUPE_ON_OUTAGE", "panic"),
+        ("BLOOMDUPE_ENGINE", "bitfield"),
+        ("BLOOMDUPE_ENGINE", 1),
         ("BLOOMDUPE_ERROR_RATE", 1e-70),
         ("BLOOMDUPE_MAX_BYTES", 0),
         ("BLOOMDUPE_MAX_BYTES", "lots"),

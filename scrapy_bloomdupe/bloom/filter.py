@@ -7,7 +7,9 @@ an op id so a retry after a lost reply is answered from the op log
 (:mod:`.oplog`), takes the shard locks in the same round trip (:mod:`.lock`),
 answers repeats from this worker's memory (:mod:`scrapy_bloomdupe.localcache`),
 counts, and adds a generation when the newest one is full. What is stored and
-how bits are set is the engine's (:mod:`.lua`); the stored parameters are
+how bits are set is the engine's: :mod:`.lua` (``BITFIELD`` on plain strings)
+or :mod:`.native` (RedisBloom's ``BF.*``), chosen by ``BLOOMDUPE_ENGINE`` for a
+new filter and stored in its metadata; the stored parameters are
 :mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`.
 
 Growth: when the newest generation reaches its capacity, a worker adds a larger
@@ -27,6 +29,7 @@ import logging
 import math
 import secrets
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,15 +37,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import NoScriptError, RedisError
 
 from .. import hashing, keys, sizing
-from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
+from ..exceptions import ConfigError, FilterFullError, FilterLostError, FilterMismatchError
 from ..localcache import LocalCache
 from ..transport.link import Link
 from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
-from . import meta
+from . import meta, native
+from .engine import Engine
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
 from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION, LuaEngine, Sink, check_room
+from .native import NativeEngine
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -61,6 +66,12 @@ MAX_ITEMS_PER_SCRIPT = 256
 MAX_SCRIPT_RELOADS = 5
 #: Room left in the newest generation when it cannot grow: batches go whole.
 _NO_LIMIT = sys.maxsize
+#: Per-item reply of an engine whose newest generation's shard refused the item (full).
+_FULL = 70  # ord("F")
+#: How long a worker whose shard is full waits for another worker to add a generation.
+FULL_WAIT = 10.0
+#: ``BLOOMDUPE_ENGINE`` name of each engine.
+ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
 
 
 @dataclass
@@ -94,6 +105,8 @@ class FilterCounters:
     local_hits: int = 0
     script_reloads: int = 0
     stale_generation: int = 0
+    #: Calls in which a full shard refused items (native engine), redone after growth.
+    full: int = 0
     generations_added: int = 0
     lock: LockCounters = field(default_factory=LockCounters)
 
@@ -122,6 +135,7 @@ class BloomFilter:
         outage: OutageGuard | None = None,
         local_cache: int = 0,
         wait_replicas: int = 0,
+        engine: str = "lua",
     ) -> None:
         self.client = client
         #: Waits out Redis outages around each round trip (retrying the very same
@@ -143,7 +157,9 @@ class BloomFilter:
         self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
         self.client_id = secrets.token_hex(6)
         self._next_op = 1
-        self.engine = LuaEngine(client, key, plan.shards, self.client_id)
+        #: The engine's name (``BLOOMDUPE_ENGINE``, as stored with the filter).
+        self.engine_name = engine
+        self.engine: Engine = ENGINES[engine](client, key, plan.shards, self.client_id)
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
@@ -171,7 +187,9 @@ class BloomFilter:
     # -- keys ---------------------------------------------------------------
 
     def shard_key(self, index: int, generation: int = 0) -> str:
-        return keys.bits(self.key, index, generation)
+        """The key of shard ``index``'s bits in ``generation`` (a string or a BF key,
+        by engine)."""
+        return self.engine.shard_key(index, generation)
 
     def lock_key(self, index: int) -> str:
         return keys.lock(self.key, index)
@@ -193,6 +211,7 @@ class BloomFilter:
         local_cache: int = 0,
         wait_replicas: int = 0,
         read_only: bool = False,
+        engine: str = "auto",
     ) -> BloomFilter:
         """Create the filter at ``key``, or join the one there.
 
@@ -204,10 +223,17 @@ class BloomFilter:
         With ``read_only`` (``plan`` must be None) nothing is written: missing
         shards are not created and the script is not loaded (for tools that
         only read, such as ``contains_many`` and ``info``).
+
+        ``engine`` (``BLOOMDUPE_ENGINE``) holds a new filter's bits: ``"lua"``,
+        ``"redisbloom"`` (a :class:`ConfigError` when the server lacks the
+        ``BF.*`` commands), or ``"auto"``: ``"redisbloom"`` when the server has
+        them, else ``"lua"``. A stored filter keeps the engine it was made
+        with; an explicit other one is a mismatch.
         """
         if read_only and plan is not None:
             raise ValueError("read_only opens an existing filter: give plan=None")
         keys.validate_key(key)
+        has_bf: bool | None = None
         if plan is None:
             stored = meta.read(client, key)
             if not stored:
@@ -215,16 +241,26 @@ class BloomFilter:
         else:
             if not meta.read(client, key):
                 _refuse_orphans(client, key, plan.shards)
-            check_room(client, key, 0, plan)  # before anything is written
+            proposed = _new_engine(client, key, engine)
+            has_bf = proposed == native.NAME or None
+            # Before anything is written; a shard of either engine there is joined.
+            check_room(client, key, 0, plan, native.first_shards_present(client, key, plan))
             stored = meta.create_or_join(client, key, plan, growth=growth,
-                                         fingerprint=fingerprint)
+                                         fingerprint=fingerprint, engine=proposed,
+                                         requested=engine)
+        stored_engine = meta.engine_of(stored)
+        if stored_engine not in ENGINES:
+            raise FilterMismatchError(key, {"engine": (stored_engine, "lua or redisbloom")})
+        if stored_engine == native.NAME and not (has_bf or native.available(client, key)):
+            raise native.unavailable_error(client, f"the filter at {key!r} was made with the "
+                                                   "redisbloom engine")
         stored_plan = meta.stored_plan(stored, None if plan is None else plan.max_bytes)
         bloom = cls(
             client, key, stored_plan, stored["seed"], stored["created"],
             growth=bool(stored.get("growth", 0)), generations=stored.get("generations", 1),
             fingerprint=stored.get("fingerprint", "scrapy"),
             use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait, local_cache=local_cache,
-            wait_replicas=wait_replicas,
+            wait_replicas=wait_replicas, engine=stored_engine,
         )
         if read_only:
             return bloom
@@ -240,6 +276,15 @@ class BloomFilter:
         bloom.engine.load_script()
         return bloom
 
+    @staticmethod
+    def engine_for(client: Redis | RedisCluster, key: str, engine: str = "auto") -> str:
+        """The engine of the filter at ``key``: the stored one, or for a new filter the one
+        ``engine`` (``BLOOMDUPE_ENGINE``) gives on this server (a :class:`ConfigError`
+        for ``"redisbloom"`` without the ``BF.*`` commands). Writes nothing; for what must
+        be known before :meth:`open` (the start-up check of the ACL)."""
+        stored = meta.read(client, key)
+        return meta.engine_of(stored) if stored else _new_engine(client, key, engine)
+
     def _lost(self, what: str) -> FilterLostError:
         """The error for a filter whose state in Redis is gone: this worker's memory of it
         (the local cache) is forgotten, so nothing answers for it any more."""
@@ -247,7 +292,8 @@ class BloomFilter:
         return FilterLostError(lost_message(self.key, what))
 
     def _missing(self, shard: int) -> str:
-        return " or ".join(self.engine.bits_keys[shard]) + " is gone"
+        names = [self.shard_key(shard, g) for g in range(len(self.generations))]
+        return " or ".join(names) + " is gone"
 
     def verify(self) -> None:
         """Raise :class:`FilterLostError` when the filter's metadata in Redis is gone or is
@@ -337,8 +383,10 @@ class BloomFilter:
         a round trip per lock wait, redone for items a new generation refused."""
         remaining = indexes
         while remaining:
+            generations = len(self.generations)
             pending = self._group(halves, remaining, op, entry)
             refused: list[int] = []
+            full: list[int] = []
             while pending:
                 replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
                 busy = []
@@ -351,7 +399,10 @@ class BloomFilter:
                         raise self._lost(self._missing(unit.shard))
                     else:
                         for index, flag in zip(unit.indexes, reply, strict=True):
-                            results[index] = flag == 49  # ord("1")
+                            if flag == _FULL:
+                                full.append(index)
+                            else:
+                                results[index] = flag == 49  # ord("1")
                 pending = busy
                 pauses = lock_state.pauses
                 if pending and pauses is not None and next(pauses, None) is None:
@@ -365,6 +416,14 @@ class BloomFilter:
                 # Another worker added a generation: redo those items with it.
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
+            if full:
+                # The newest generation's shard is full: redo them in a new one, as
+                # new calls (the refusals are in the op log, under the old calls' ids).
+                self.counters.full += 1
+                self._grow_for_full(generations)
+                op = ack = self._next_op
+                self._next_op += max(indexes) + 1
+                refused.extend(full)
             remaining = refused
 
     def _added(self, new: int) -> None:
@@ -484,8 +543,28 @@ class BloomFilter:
 
     # -- growth -------------------------------------------------------------
 
-    def _maybe_grow(self) -> None:
-        """Add a generation when the newest one has reached its capacity.
+    def _grow_for_full(self, used: int) -> None:
+        """A shard of the newest of ``used`` generations refused items (it is full): add
+        a generation, unless another worker has (or wait for the one adding it). Raises
+        :class:`FilterFullError` when the filter may not grow."""
+        deadline = time.monotonic() + FULL_WAIT
+        while True:
+            self._guarded(self._reload)
+            if len(self.generations) > used:
+                return
+            if self.growth:
+                self._guarded(lambda: self._maybe_grow(full=used))
+                if len(self.generations) > used:
+                    return
+            if not self.growth or self._room == _NO_LIMIT or time.monotonic() > deadline:
+                raise FilterFullError(self.key, self.generations[-1].capacity, self.growth,
+                                      self._cannot_grow[0] if self._cannot_grow else None)
+            time.sleep(0.05)  # another worker holds the grow lock
+
+    def _maybe_grow(self, full: int | None = None) -> None:
+        """Add a generation when the newest one has reached its capacity (or, with
+        ``full``, the count of generations whose newest has a full shard, at once,
+        unless the filter has grown since).
 
         Looks at the newest generation's fill (and so at the room left in it).
         A generation that would take the filter past ``max_bytes``
@@ -494,9 +573,11 @@ class BloomFilter:
         """
         self._reload()
         newest = len(self.generations) - 1
+        if full is not None and newest + 1 != full:
+            return
         capacity = self.generations[newest].capacity
         items = self.engine.newest_items()
-        if items < capacity:
+        if items < capacity and full is None:
             self._room = math.ceil(capacity - items)
             return
         self._room = 0
@@ -569,7 +650,7 @@ class BloomFilter:
         generations = [GenerationInfo(g, plan, shards) for g, (plan, shards)
                        in enumerate(zip(self.generations, self.engine.shard_infos(), strict=True))]
         return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
-                          generations)
+                          generations, self.engine_name)
 
     def clear(self) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
@@ -588,6 +669,16 @@ class BloomFilter:
     def close(self) -> None:
         """Give the held connection back to the client's pool."""
         self._link.close()
+
+
+def _new_engine(client: Redis | RedisCluster, key: str, engine: str) -> str:
+    """The engine a new filter gets for ``BLOOMDUPE_ENGINE = engine`` on this server."""
+    if engine == "lua":
+        return engine
+    has_bf = native.available(client, key, required=engine == native.NAME)
+    if engine == native.NAME and not has_bf:
+        raise native.unavailable_error(client, "BLOOMDUPE_ENGINE is 'redisbloom'")
+    return native.NAME if has_bf else "lua"
 
 
 def _refusals_raised(replies: list[Any]) -> list[Any]:
@@ -618,7 +709,8 @@ def _refuse_orphans(client: Redis | RedisCluster, key: str, shards: int) -> None
     bits would make every answer wrong. Looks at shards ``0..shards-1`` (one EXISTS each);
     a worker that made the metadata in the meantime is joined, not refused."""
     names = [n for i in range(shards)
-             for n in (keys.bits(key, i), keys.queue(key, i), keys.leases(key, i))]
+             for n in (keys.bits(key, i), keys.bloom(key, i), keys.queue(key, i),
+                       keys.leases(key, i))]
     found = [n for n, there in zip(names, _exists_each(client, names), strict=True) if there]
     if found and not meta.read(client, key):
         listed = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")

@@ -63,6 +63,8 @@ class FilterInfo:
     created: float
     growth: bool
     generations: list[GenerationInfo]
+    #: ``"lua"`` or ``"redisbloom"`` (``BLOOMDUPE_ENGINE``, as stored with the filter).
+    engine: str = "lua"
 
     @property
     def shards(self) -> list[ShardInfo]:
@@ -109,6 +111,7 @@ class FilterInfo:
             "error_rate": self.sizing.error_rate,
             "shards": self.sizing.shards,
             "growth": self.growth,
+            "engine": self.engine,
             "created": self.created,
             "total_capacity": self.capacity,
             "set_bits": self.set_bits,

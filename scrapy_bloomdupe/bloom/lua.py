@@ -187,6 +187,9 @@ local reply = table.concat(out)
         self.bits_keys = [[keys.bits(self.key, i, g) for g in range(count)]
                           for i in range(self.shards)]
 
+    def shard_key(self, index: int, generation: int = 0) -> str:
+        return keys.bits(self.key, index, generation)
+
     # -- check-and-add ------------------------------------------------------
 
     def item_args(self, shard: int, h1: int, h2: int) -> list[int]:

@@ -2,7 +2,7 @@
 
 The hash holds what every worker must share (format version, capacity, error
 rate, shards, bits per shard, hashes, seed, growth, fingerprint mode,
-generations, creation time). The first worker creates it atomically; the
+generations, creation time, engine). The first worker creates it atomically; the
 others read it, and a worker configured otherwise is refused with a
 :class:`~scrapy_bloomdupe.exceptions.FilterMismatchError` naming each
 difference by its setting.
@@ -33,7 +33,9 @@ SHARED_FIELDS = {
     "growth": "BLOOMDUPE_GROWTH",
     "fingerprint": "BLOOMDUPE_FINGERPRINT",
 }
-_TEXT_FIELDS = ("fingerprint",)
+_TEXT_FIELDS = ("fingerprint", "engine")
+#: The engine of a filter stored before engines had a name.
+DEFAULT_ENGINE = "lua"
 #: Fields no other tool's ``*:meta`` hash is likely to have both of.
 _IDENTIFYING_FIELDS = ("bits_per_shard", "seed")
 _FLOAT_FIELDS = ("error_rate", "created")
@@ -58,11 +60,19 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
     return decode(client.hgetall(keys.meta(key)))
 
 
+def engine_of(stored: dict[str, Any]) -> str:
+    """The engine that holds a stored filter's bits (``"lua"`` for filters older than
+    the field)."""
+    return str(stored.get("engine", DEFAULT_ENGINE))
+
+
 def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, *,
-                   growth: bool, fingerprint: str) -> dict[str, Any]:
-    """Store a new filter's fields (with a fresh random seed) unless one is there;
-    return the stored fields. Raises :class:`FilterMismatchError` when they differ
-    from ours."""
+                   growth: bool, fingerprint: str, engine: str = DEFAULT_ENGINE,
+                   requested: str = "auto") -> dict[str, Any]:
+    """Store a new filter's fields (with a fresh random seed, and ``engine``) unless one
+    is there; return the stored fields. Raises :class:`FilterMismatchError` when they
+    differ from ours, or when the stored engine is not the ``requested`` one (``"auto"``
+    joins either)."""
     ours: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "capacity": plan.capacity,
@@ -74,7 +84,7 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
         "fingerprint": fingerprint,
     }
     proposal = {**ours, "error_rate": repr(plan.error_rate), "generations": 1,
-                "seed": secrets.randbits(32), "created": repr(time.time())}
+                "seed": secrets.randbits(32), "created": repr(time.time()), "engine": engine}
     flat: list[Any] = [x for kv in proposal.items() for x in kv]
     reply = client.register_script(CREATE_SCRIPT)(keys=[keys.meta(key)], args=flat)
     stored = decode(dict(zip(reply[::2], reply[1::2], strict=True)))
@@ -84,6 +94,9 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
         for name, value in ours.items()
         if stored.get(name) != value
     }
+    stored_engine = stored.setdefault("engine", DEFAULT_ENGINE)
+    if requested != "auto" and stored_engine != requested:
+        differences["BLOOMDUPE_ENGINE"] = (stored_engine, requested)
     if differences:
         raise FilterMismatchError(key, differences)
     return stored

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def shard_keys(bloom: BloomFilter, index: int) -> list[str]:
     """The fixed keys of shard ``index``: every generation's bits, lock, generation marker,
     and this client's op log."""
-    names = [keys.bits(bloom.key, index, g) for g in range(len(bloom.generations))]
+    names = [bloom.shard_key(index, g) for g in range(len(bloom.generations))]
     names.append(keys.lock(bloom.key, index))
     names.append(keys.generation_marker(bloom.key, index))
     names.append(keys.op_log(bloom.key, index, bloom.client_id))

@@ -99,7 +99,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
                  f"{ctx.key!r} in Redis at {ctx.where} "
                  f"(capacity {plan.capacity:,}, error rate {rate(plan.error_rate)}, "
                  f"{plan.shards} shard(s), growth {'on' if bloom.growth else 'off'}, "
-                 f"{bloom.fingerprint} fingerprints)")
+                 f"{bloom.fingerprint} fingerprints, {bloom.engine_name} engine)")
         asked = [o for o, v in (("--capacity", getattr(opts, "capacity", None)),
                                 ("--error-rate", getattr(opts, "error_rate", None)),
                                 ("-s", getattr(opts, "settings", None))) if v]

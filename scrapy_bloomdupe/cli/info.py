@@ -22,6 +22,11 @@ MODE_DESCRIPTIONS = {
 }
 
 
+#: What ``info`` says of each engine.
+ENGINE_DESCRIPTIONS = {"lua": "lua (BITFIELD on plain strings, from a Lua script)",
+                       "redisbloom": "redisbloom (the server's BF.* commands, from a Lua script)"}
+
+
 def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
               nodes: dict[str, list[int]] | None, missing: list[str] | None = None,
               queue: list[tuple[int, int]] | None = None) -> dict[str, Any]:
@@ -67,6 +72,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     lines += fields([
         ("created", when(info.created)),
         ("fingerprints", f"{bloom.fingerprint}: {MODE_DESCRIPTIONS.get(bloom.fingerprint, '?')}"),
+        ("engine", ENGINE_DESCRIPTIONS.get(info.engine, info.engine)),
         ("capacity", f"{first.capacity:,} at error rate {rate(first.error_rate)} (first "
                      f"generation); {info.capacity:,} in all"),
         ("shards", f"{first.shards}, {human_bytes(first.bytes_per_shard)} each in generation 0"),

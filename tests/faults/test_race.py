@@ -49,6 +49,7 @@ from helpers import RACE_URLS, barrier_wait, first_plan, fps, race_fingerprints,
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.native import NativeEngine
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +60,14 @@ CAPACITY = 10_000_000
 ERROR_RATE = 0.01
 SHARDS = 8
 TASK_TIMEOUT = 120.0
+
+
+@pytest.fixture
+def redis_url(engine_url: str) -> str:
+    """Every test here runs on both engines: the session's plain Redis (the Lua engine)
+    and the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native
+    engine."""
+    return engine_url
 
 
 def check_and_add(
@@ -149,8 +158,11 @@ CASES = [
 
 @pytest.mark.parametrize(("use_lock", "shuffle", "batch"), CASES)
 def test_every_url_accepted_exactly_once(
-    pool: Any, redis_url: str, use_lock: bool, shuffle: bool, batch: int
+    pool: Any, redis_url: str, engine: str, use_lock: bool, shuffle: bool, batch: int
 ) -> None:
+    if engine != "lua" and batch == 1 and not FULL:
+        pytest.skip("single adds race on the Lua engine only, unless BLOOMDUPE_RACE_FULL=1: "
+                    "they are the client's cost, the same for both engines")
     key = "race"
     jobs = [
         pool.apply_async(check_and_add, (redis_url, key, w, shuffle, use_lock, batch))
@@ -193,6 +205,7 @@ def test_every_url_accepted_exactly_once(
     try:
         bf = BloomFilter.open(client, key, sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS))
         try:
+            assert bf.engine_name == engine
             fingerprints = race_fingerprints()
             assert all(bf.contains_many(fingerprints)), figures
             again = sum(bf.add_many(fingerprints[:1000]))
@@ -224,7 +237,7 @@ def growing_worker(url: str, items: list[bytes], seed: int, use_lock: bool,
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
-def test_race_while_growing(redis_url: str, use_lock: bool) -> None:
+def test_race_while_growing(redis_url: str, engine: str, use_lock: bool) -> None:
     """6 processes add the same 12,000 items to a filter sized for 2,000: it grows
     twice while they race. Each item is accepted exactly once.
 
@@ -232,7 +245,16 @@ def test_race_while_growing(redis_url: str, use_lock: bool) -> None:
     1e-12: small shards (57,000 bits) raise double hashing's rate above the
     ideal (see hashing.py), but a simulation of this geometry found no false
     positive in 3,000,000 probes, against the 12,000 x 2 full generations
-    probed here."""
+    probed here.
+
+    RedisBloom hashes with plain double hashing (a + i*b mod m, m a multiple of
+    64), whose floor on shards this small is far above 1e-12: an item whose
+    stride b shares most of m's factors has a handful of distinct bits (in
+    about 1 run in 15 of this test, one item was never accepted). So on the
+    native engine an item never accepted is allowed only when it is proven a
+    false positive: RedisBloom counts the items it inserted, and that count
+    must equal the acceptances (an item inserted but answered "seen", a lost
+    URL, would make it larger)."""
     items = fps(12_000, "race")
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[list[int]] = ctx.Queue()
@@ -248,7 +270,17 @@ def test_race_while_growing(redis_url: str, use_lock: bool) -> None:
     for worker in accepted:
         for index in worker:
             counts[index] += 1
-    assert counts.count(0) == 0, "never accepted"
     assert max(counts) == 1, "accepted twice"
-    meta = redis.Redis.from_url(redis_url).hget("race:meta", "generations")
-    assert int(meta) >= 3
+    client = redis.Redis.from_url(redis_url)
+    assert int(client.hget("race:meta", "generations")) >= 3
+    if engine == "lua":
+        assert counts.count(0) == 0, "never accepted"
+    else:
+        bf = BloomFilter.open(client, "race", None, read_only=True)
+        assert isinstance(bf.engine, NativeEngine)
+        inserted = sum(sum(bf.engine.inserted(g)) for g in range(len(bf.generations)))
+        accepted_total = sum(len(worker) for worker in accepted)
+        figures = f"{counts.count(0)} never accepted, {inserted} inserted, {accepted_total}"
+        assert inserted == accepted_total, f"lost URLs: {figures}"
+        assert counts.count(0) <= 5, f"too many false positives: {figures}"
+    client.close()

@@ -1,0 +1,393 @@
+"""The native engine: each shard is a RedisBloom filter, checked and added with ``BF.*``.
+
+For servers with the Bloom commands (Redis 8, Redis Stack, RedisBloom loaded
+with ``--loadmodule``, managed services). One ``BF`` key per shard and
+generation (``keys.bloom``), with the shard's hash tag, so a call is
+single-slot on Redis Cluster as with the Lua engine. The guarantees are kept by
+running the commands inside the same kind of script (a script may call module
+commands): the op log's replay (:mod:`.oplog`), the lock's fence
+(:mod:`.lock`), this engine's body, then the op log's record.
+
+* **Keyed items.** ``BF.*`` hashes with a fixed seed, so a public fingerprint
+  would let a hostile site aim at chosen bits. The item given to ``BF.INSERT``
+  is the 16 bytes of the filter's seeded mmh3 hash of the fingerprint (the
+  hash the Lua engine takes its positions from), never the fingerprint.
+* **A missing shard is lost state,** never re-created: the script checks that
+  every generation's key exists (``SHARD_MISSING``, then
+  :class:`~scrapy_bloomdupe.exceptions.FilterLostError`), and
+  ``BF.INSERT ... NOCREATE`` would refuse too.
+* **Growth** is this package's generations (same sizes and error rates as the
+  Lua engine, see :func:`scrapy_bloomdupe.sizing.generation`), each shard a
+  ``NONSCALING`` filter, not RedisBloom's own scaling (``EXPANSION``): that one
+  reserves its first layer at half the error rate, so that its layers sum to
+  it, and takes 1.978 bytes a URL at 1,000,000 URLs and p = 0.001 against the
+  generations' 1.825 (measured: docs/benchmarks.md, section g).
+* **Headroom.** A ``NONSCALING`` filter refuses items past its capacity. Each
+  shard is reserved for :data:`HEADROOM` more items than its share (shards fill
+  unevenly, and workers add a little past capacity before one grows the
+  filter), at the error rate that gives the same number of bits as the Lua
+  engine's shard: same memory, the same false-positive rate at capacity, and an
+  item past the headroom is refused (``'F'``) instead of raising the rate
+  further; the front then grows the filter, or stops with an error.
+* **Hashing** is RedisBloom's own: plain double hashing (``a + i*b mod m``,
+  m a multiple of 64), with the floor :mod:`scrapy_bloomdupe.hashing` describes
+  (about one false positive per m probes on a full shard), far below the
+  configured rate at real shard sizes; visible only on tiny shards with tiny
+  rates (tests/faults/test_race.py's growing race).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .. import hashing, keys, sizing
+from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
+from ..transport.diagnose import acl_guard, describe
+from . import lock, oplog
+from .info import ShardInfo
+from .lua import Sink, _pipelined, check_room
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from redis.commands.core import Script
+
+logger = logging.getLogger(__name__)
+
+NAME = "redisbloom"
+#: Items a shard's filter takes past its share of the capacity before it refuses more.
+HEADROOM = 0.1
+_LN2 = math.log(2)
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """A shard's ``BF.RESERVE``: its capacity and error rate, and what RedisBloom makes
+    of them (bits and hashes, by its own formulas)."""
+
+    capacity: int
+    error_rate: float
+    bits: int
+    hashes: int
+
+
+def reserve_of(plan: sizing.Sizing) -> Reserve:
+    """The ``BF.RESERVE`` of a shard of ``plan``: :data:`HEADROOM` more items at the rate
+    that gives RedisBloom (bits = capacity * -ln(rate) / ln(2)^2) the plan's bits."""
+    capacity = math.ceil(math.ceil(plan.capacity / plan.shards) * (1 + HEADROOM))
+    per_item = plan.bits_per_shard / capacity
+    return Reserve(capacity, math.exp(-per_item * _LN2 * _LN2), plan.bits_per_shard,
+                   math.ceil(_LN2 * per_item))
+
+
+def item(h1: int, h2: int) -> bytes:
+    """What ``BF.*`` is given for an item: its seeded 128-bit hash, 16 bytes."""
+    return (h1 | h2 << 64).to_bytes(16, "little")
+
+
+def available(client: Redis | RedisCluster, key: str, *, required: bool = False) -> bool:
+    """Whether the server (the one holding ``key``'s shard 0) has the ``BF.*`` commands
+    and this user may run them (a read of a key that need not exist). With
+    ``required`` (``BLOOMDUPE_ENGINE = "redisbloom"``), an ACL that denies them is a
+    :class:`ConfigError` naming the rule to add."""
+    server: Any = client
+    try:
+        server.execute_command("BF.EXISTS", keys.bloom(key, 0), b"probe")
+    except NoPermissionError as e:
+        if required:
+            raise ConfigError(
+                "BLOOMDUPE_ENGINE", NAME,
+                f"Redis at {describe(client)} refuses this user BF.EXISTS ({e}). Add "
+                "+bf.reserve +bf.insert +bf.mexists +bf.exists +bf.info to its ACL "
+                "(docs/security.md, the native engine's rules)",
+            ) from None
+        return False
+    except ResponseError as e:
+        text = str(e).lower()
+        if "unknown command" in text:
+            return False
+        if "wrongtype" in text or "not found" in text:
+            return True
+        raise
+    except RedisError as e:
+        # redis-py's cluster client looks the command up in the server's COMMAND list
+        # to route it, and refuses one the server lacks before sending it.
+        if "doesn't exist" in str(e) and not isinstance(e, (RedisConnectionError,
+                                                          RedisTimeoutError)):
+            return False
+        raise
+    return True
+
+
+def unavailable_error(client: Redis | RedisCluster, why: str) -> ConfigError:
+    return ConfigError(
+        "BLOOMDUPE_ENGINE", NAME,
+        f"{why}, but Redis at {describe(client)} has no BF.* commands (or this user may "
+        "not run them). Use Redis 8 or Redis Stack, or load RedisBloom "
+        "(redis-server --loadmodule /path/to/redisbloom.so), grant the ACL of "
+        "docs/security.md, or set BLOOMDUPE_ENGINE = 'lua' (or 'auto') for a new filter",
+    )
+
+
+def _one(reply: Any) -> int:
+    """The value of a one-field ``BF.INFO`` reply (redis-py parses it into a dict, or not,
+    by version and protocol)."""
+    if isinstance(reply, dict):
+        (reply,) = reply.values()
+    elif isinstance(reply, list):
+        (reply,) = reply
+    return int(reply)
+
+
+def first_shards_present(client: Redis | RedisCluster, key: str, plan: sizing.Sizing
+                         ) -> list[int]:
+    """Per shard of the first generation, 1 when either engine's key for it exists (the
+    filter is there to join), else 0: what :func:`~.lua.check_room` needs to know which
+    shards a new filter would add, before the stored engine is known."""
+    names = [name for i in range(plan.shards) for name in (keys.bits(key, i), keys.bloom(key, i))]
+    there = _pipelined(client, [("EXISTS", n) for n in names])
+    return [int(bool(bits or bf)) for bits, bf in zip(there[::2], there[1::2], strict=True)]
+
+
+class NativeEngine:
+    """The RedisBloom filters of one filter, every generation, and the script that checks
+    and adds to them. Same interface as :class:`~.lua.LuaEngine`."""
+
+    name = NAME
+
+    # The engine's part of the check-and-add script (see oplog.py for the
+    # shared KEYS[1], KEYS[3] and ARGV[1..4]).
+    # KEYS[2] the shard's generation marker, KEYS[4..3+G] the shard's BF keys,
+    # oldest generation first.
+    # ARGV[5] G, the generation count, ARGV[6] n, the item count, ARGV[7..6+n]
+    # the items (keyed hashes); then, with a sink, its arguments (from
+    # ``sink_at``; the sink's key is KEYS[4+G]).
+    # Returns -3 (SHARD_MISSING) when a generation's key is gone (flushed,
+    # evicted, deleted: never re-created empty), and -2 (STALE_GENERATION) when
+    # the shard already has more than G generations, both having written
+    # nothing; otherwise sets ``out`` and ``reply``, one character an item: '1'
+    # new (now added to the newest generation), '0' seen before, 'F' not
+    # added: the newest generation's shard is full (it and the items after it
+    # in the call were not looked at).
+    BODY = """\
+local G = tonumber(ARGV[5])
+if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -3
+end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
+if stored > G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -2
+elseif stored < G then
+  redis.call('SET', KEYS[2], G)
+end
+local n = tonumber(ARGV[6])
+local sink_at, sink_key = 7 + n, KEYS[4 + G]
+local out, todo, at = {}, {}, {}
+local found = {}
+for g = 1, G - 1 do
+  local seen = redis.call('BF.MEXISTS', KEYS[3 + g], unpack(ARGV, 7, 6 + n))
+  for j = 1, n do
+    if seen[j] == 1 then found[j] = true end
+  end
+end
+for j = 1, n do
+  out[j] = '0'
+  if not found[j] then
+    todo[#todo + 1] = ARGV[6 + j]
+    at[#at + 1] = j
+  end
+end
+if #todo > 0 then
+  local added = redis.call('BF.INSERT', KEYS[3 + G], 'NOCREATE', 'ITEMS', unpack(todo))
+  for i = 1, #todo do
+    local flag = added[i]
+    if flag == 1 then
+      out[at[i]] = '1'
+    elseif flag ~= 0 then
+      out[at[i]] = 'F'
+    end
+  end
+end
+local reply = table.concat(out)
+"""
+
+    CHECK_ADD_SCRIPT = oplog.REPLAY + lock.FENCE + BODY + oplog.RECORD
+
+    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
+                 client_id: str) -> None:
+        self.client = client
+        self.key = key
+        self.shards = shards
+        self.script = client.register_script(self.CHECK_ADD_SCRIPT)
+        self.sha = self.script.sha
+        self._sink_scripts: dict[str, Script] = {}
+        self._fixed_keys = [
+            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
+            for i in range(shards)
+        ]
+        self.generations: list[sizing.Sizing] = []
+        self.reserves: list[Reserve] = []
+        self.bf_keys: list[list[str]] = []
+
+    def set_generations(self, generations: list[sizing.Sizing]) -> None:
+        self.generations = generations
+        self.reserves = [reserve_of(plan) for plan in generations]
+        self.bf_keys = [[keys.bloom(self.key, i, g) for g in range(len(generations))]
+                        for i in range(self.shards)]
+
+    def shard_key(self, index: int, generation: int = 0) -> str:
+        return keys.bloom(self.key, index, generation)
+
+    # -- check-and-add ------------------------------------------------------
+
+    def item_args(self, shard: int, h1: int, h2: int) -> list[bytes]:
+        return [item(h1, h2)]
+
+    def _script_keys(self, shard: int) -> list[str]:
+        return [*self._fixed_keys[shard], *self.bf_keys[shard]]
+
+    def _sink_script(self, sink: Sink) -> Script:
+        script = self._sink_scripts.get(sink.SINK_LUA)
+        if script is None:
+            # As the Lua engine's: an ACL that lost the sink's command mid-crawl is
+            # refused before the first write, never between the BF.INSERT and the push.
+            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
+            text = oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA + oplog.RECORD
+            script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
+        return script
+
+    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
+                          args: Sequence[Any], items: int, sink: Sink | None = None,
+                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
+        script_keys = self._script_keys(shard)
+        sha = self.sha
+        if sink is not None:
+            script_keys.append(sink.sink_key(shard))
+            sha = self._sink_script(sink).sha
+        return ("EVALSHA", sha, len(script_keys), *script_keys, token, call, ack,
+                oplog.OP_LOG_TTL_MS, len(self.generations), items, *args, *sink_args)
+
+    def check_add(self, shard: int, token: bytes, call: int, ack: int,
+                  args: Sequence[Any], items: int) -> Any:
+        """One call on its own (loading the script if Redis lacks it)."""
+        return self.script(keys=self._script_keys(shard),
+                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, len(self.generations),
+                                 items, *args])
+
+    def load_script(self) -> None:
+        for script in self.scripts():
+            self.client.script_load(script)
+
+    def scripts(self) -> list[str | bytes | memoryview]:
+        """The check-and-add script and its sinks' (as :meth:`load_script` loads them)."""
+        return [self.CHECK_ADD_SCRIPT, *(s.script for s in self._sink_scripts.values())]
+
+    # -- shards -------------------------------------------------------------
+
+    def create_shards(self, generation: int, plan: sizing.Sizing, *,
+                      existing: bool = False) -> None:
+        """Reserve generation ``generation``'s missing shards (``BF.RESERVE ... NONSCALING``,
+        allocated at once); refuse shards reserved otherwise (:class:`FilterMismatchError`)
+        and new ones that would not fit in the server's ``maxmemory`` (:class:`ConfigError`,
+        see :func:`~.lua.check_room`). With ``existing`` every shard must be there
+        already: a missing one is lost state (:class:`FilterLostError`), never made again
+        empty."""
+        reserve = reserve_of(plan)
+        names = [keys.bloom(self.key, i, generation) for i in range(plan.shards)]
+        present = _pipelined(self.client, [("EXISTS", n) for n in names])
+        missing = [n for n, there in zip(names, present, strict=True) if not there]
+        if missing and existing:
+            raise FilterLostError(f"{len(missing)} of its {len(names)} shard(s) of generation "
+                                  f"{generation} are gone ({missing[0]}, ...)")
+        if missing:
+            check_room(self.client, self.key, generation, plan,
+                       [int(bool(there)) for there in present])
+            commands = [("BF.RESERVE", n, repr(reserve.error_rate), reserve.capacity,
+                         "NONSCALING") for n in missing]
+            for start in range(0, len(commands), 256):
+                pipe = self.client.pipeline(transaction=False)
+                for command in commands[start:start + 256]:
+                    pipe.execute_command(*command)
+                for reply in pipe.execute(raise_on_error=False):
+                    # Another worker reserved it first: the capacity check below decides.
+                    if isinstance(reply, Exception) and "exists" not in str(reply):
+                        raise reply
+            logger.info("Reserved %d RedisBloom shard(s) of %d bits for %s generation %d",
+                        len(missing), reserve.bits, self.key, generation)
+        capacities = _pipelined(self.client, [("BF.INFO", n, "CAPACITY") for n in names])
+        for name, got in zip(names, capacities, strict=True):
+            if _one(got) != reserve.capacity:
+                raise FilterMismatchError(self.key, {f"capacity of {name}":
+                                                     (_one(got), reserve.capacity)})
+
+    def shard_names(self) -> list[str]:
+        """Every key of this engine's shards, for deleting the filter."""
+        names: list[str] = []
+        for i, bf_keys in enumerate(self.bf_keys):
+            names.extend(bf_keys)
+            names.extend(self.client.scan_iter(match=keys.later_bloom_pattern(self.key, i),
+                                               count=1000))
+        return names
+
+    # -- reading ------------------------------------------------------------
+
+    def inserted(self, generation: int) -> list[int]:
+        """Items added to each shard of ``generation`` (``BF.INFO ... ITEMS``: exact); 0 for
+        a missing shard (``info`` reports those, and the check-and-add refuses them)."""
+        pipe = self.client.pipeline(transaction=False)
+        for bf_keys in self.bf_keys:
+            pipe.execute_command("BF.INFO", bf_keys[generation], "ITEMS")
+        counts = []
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, ResponseError) and "not found" in str(reply):
+                counts.append(0)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                counts.append(_one(reply))
+        return counts
+
+    def newest_items(self) -> float:
+        """Items in the newest generation (as counted by RedisBloom)."""
+        return float(sum(self.inserted(len(self.generations) - 1)))
+
+    def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
+        """Whether each item is in some generation. Writes nothing."""
+        pipe = self.client.pipeline(transaction=False)
+        for h1, h2 in halves:
+            shard = hashing.shard_of(h1, self.shards)
+            for bf_key in self.bf_keys[shard]:
+                pipe.execute_command("BF.EXISTS", bf_key, item(h1, h2))
+        replies = pipe.execute()
+        count = len(self.generations)
+        return [any(replies[i * count:(i + 1) * count]) for i in range(len(halves))]
+
+    def shard_infos(self) -> list[list[ShardInfo]]:
+        """Per generation, each shard's figures. RedisBloom counts items, not bits: the set
+        bits are the expected count for that many items (the fill and false-positive rate
+        estimates of :mod:`.info` then come out of the item count)."""
+        infos = []
+        for g, (plan, reserve) in enumerate(zip(self.generations, self.reserves, strict=True)):
+            counts = self.inserted(g)
+            memory = _pipelined(self.client, [("MEMORY", "USAGE", bf_keys[g], "SAMPLES", "0")
+                                              for bf_keys in self.bf_keys])
+            bits = reserve.bits
+            infos.append([
+                ShardInfo(i, g, bf_keys[g],
+                          round(bits * -math.expm1(-plan.hashes * n / bits)), bits,
+                          int(mem or 0))
+                for i, (bf_keys, n, mem) in enumerate(zip(self.bf_keys, counts, memory,
+                                                          strict=True))
+            ])
+        return infos
