@@ -11,15 +11,40 @@ own body, whose reply is one character an item (``'1'`` new, ``'0'`` seen,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from .. import keys
+from ..transport.diagnose import acl_guard
+from . import lock, oplog
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
+    from redis.commands.core import Script
 
     from .. import sizing
     from .info import ShardInfo
-    from .lua import Sink
+
+
+class Sink(Protocol):
+    """Where a check-and-add also puts the items it found new, in the same script.
+
+    ``SINK_LUA`` runs after the engine's body, with the Lua locals ``out``
+    (``'1'`` for each new item, in order), ``sink_at`` (the index in ``ARGV`` of
+    the first item's sink arguments, :data:`SINK_ARGS` of them an item) and
+    ``sink_key``; ``sink_key(shard)`` names that key for a shard (it must carry
+    the shard's hash tag). The frontier's queue is one.
+    """
+
+    SINK_LUA: str
+    #: The one command ``SINK_LUA`` writes with (on ``sink_key``), lower case.
+    SINK_COMMAND: str
+
+    def sink_key(self, shard: int) -> str: ...
+
+
+#: Sink arguments per item.
+SINK_ARGS = 2
 
 
 class Engine(Protocol):
@@ -68,3 +93,71 @@ class Engine(Protocol):
 
     def shard_infos(self) -> list[list[ShardInfo]]:
         """Per generation, each shard's figures."""
+
+
+class ScriptedEngine:
+    """What both engines share: the check-and-add script (``CHECK_ADD_SCRIPT``: the op
+    log's replay, the lock's fence, the engine's ``BODY``, the op log's record), its
+    variants with a sink, and the ``EVALSHA`` that calls it. An engine gives
+    ``BODY``, ``CHECK_ADD_SCRIPT``, :meth:`_script_keys` and, in ``_gen_args``, the
+    arguments about its generations that every call carries."""
+
+    BODY: ClassVar[str]
+    CHECK_ADD_SCRIPT: ClassVar[str]
+
+    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
+                 client_id: str) -> None:
+        self.client = client
+        self.key = key
+        self.shards = shards
+        self.script = client.register_script(self.CHECK_ADD_SCRIPT)
+        self.sha = self.script.sha
+        self._sink_scripts: dict[str, Script] = {}
+        self._fixed_keys = [
+            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
+            for i in range(shards)
+        ]
+        self.generations: list[sizing.Sizing] = []
+        self._gen_args: list[Any] = []
+
+    def _script_keys(self, shard: int) -> list[str]:
+        """KEYS of a call on ``shard``: the fixed three, then its keys per generation."""
+        raise NotImplementedError
+
+    def _sink_script(self, sink: Sink) -> Script:
+        script = self._sink_scripts.get(sink.SINK_LUA)
+        if script is None:
+            # An ACL that lost the sink's command mid-crawl is refused before the first
+            # write, never between the engine's write and the push.
+            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
+            text = (oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA
+                    + oplog.RECORD)
+            script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
+        return script
+
+    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
+                          args: Sequence[Any], items: int, sink: Sink | None = None,
+                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
+        script_keys = self._script_keys(shard)
+        sha = self.sha
+        if sink is not None:
+            script_keys.append(sink.sink_key(shard))
+            sha = self._sink_script(sink).sha
+        return ("EVALSHA", sha, len(script_keys), *script_keys, token, call, ack,
+                oplog.OP_LOG_TTL_MS, *self._gen_args, items, *args, *sink_args)
+
+    def check_add(self, shard: int, token: bytes, call: int, ack: int,
+                  args: Sequence[Any], items: int) -> Any:
+        """One call on its own (loading the script if Redis lacks it)."""
+        return self.script(keys=self._script_keys(shard),
+                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
+                                 items, *args])
+
+    def load_script(self) -> None:
+        for script in self.scripts():
+            self.client.script_load(script)
+
+    def scripts(self) -> list[str | bytes | memoryview]:
+        """The check-and-add script and its sinks' (as :meth:`load_script` loads them)."""
+        return [self.CHECK_ADD_SCRIPT, *(s.script for s in self._sink_scripts.values())]

@@ -43,10 +43,10 @@ from ..transport.link import Link
 from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
 from . import meta, native
-from .engine import Engine
+from .engine import Engine, Sink
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
-from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION, LuaEngine, Sink, check_room
+from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION, LuaEngine, check_room
 from .native import NativeEngine
 
 if TYPE_CHECKING:

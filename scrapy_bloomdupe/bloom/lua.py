@@ -23,21 +23,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
 from .. import hashing, keys, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
-from ..transport.diagnose import acl_guard, describe
+from ..transport.diagnose import describe
 from . import lock, oplog
+from .engine import ScriptedEngine
 from .info import ShardInfo
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
-    from redis.commands.core import Script
 
 logger = logging.getLogger(__name__)
 
@@ -48,25 +48,6 @@ STALE_GENERATION = -2
 SHARD_MISSING = -3
 
 
-class Sink(Protocol):
-    """Where a check-and-add also puts the items it found new, in the same script.
-
-    ``SINK_LUA`` runs after the engine's body, with the Lua locals ``out``
-    (``'1'`` for each new item, in order), ``sink_at`` (the index in ``ARGV`` of
-    the first item's sink arguments, :data:`SINK_ARGS` of them an item) and
-    ``sink_key``; ``sink_key(shard)`` names that key for a shard (it must carry
-    the shard's hash tag). The frontier's queue is one.
-    """
-
-    SINK_LUA: str
-    #: The one command ``SINK_LUA`` writes with (on ``sink_key``), lower case.
-    SINK_COMMAND: str
-
-    def sink_key(self, shard: int) -> str: ...
-
-
-#: Sink arguments per item.
-SINK_ARGS = 2
 
 #: KEYS[1] a shard's bits, ARGV[1] its size in bytes. Creates the shard, all
 #: zeros, only if the key is absent (never overwrites bits), allocating it in
@@ -87,7 +68,7 @@ PIPELINE_CHUNK = 256
 MEMORY_HEADROOM = 0.1
 
 
-class LuaEngine:
+class LuaEngine(ScriptedEngine):
     """The bits of one filter, every generation, and the script that checks and sets them."""
 
     # The engine's part of the check-and-add script (see oplog.py for the
@@ -165,20 +146,8 @@ local reply = table.concat(out)
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str) -> None:
-        self.client = client
-        self.key = key
-        self.shards = shards
-        self.script = client.register_script(self.CHECK_ADD_SCRIPT)
-        self.sha = self.script.sha
-        self._sink_scripts: dict[str, Script] = {}
-        indexes = range(shards)
-        self._fixed_keys = [
-            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
-            for i in indexes
-        ]
-        self.generations: list[sizing.Sizing] = []
+        super().__init__(client, key, shards, client_id)
         self.bits_keys: list[list[str]] = []
-        self._gen_args: list[Any] = []
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
         count = len(generations)
@@ -203,41 +172,6 @@ local reply = table.concat(out)
 
     def _script_keys(self, shard: int) -> list[str]:
         return [*self._fixed_keys[shard], *self.bits_keys[shard]]
-
-    def _sink_script(self, sink: Sink) -> Script:
-        script = self._sink_scripts.get(sink.SINK_LUA)
-        if script is None:
-            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
-            text = oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA + oplog.RECORD
-            script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
-        return script
-
-    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
-                          args: Sequence[Any], items: int, sink: Sink | None = None,
-                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
-        script_keys = self._script_keys(shard)
-        sha = self.sha
-        if sink is not None:
-            script_keys.append(sink.sink_key(shard))
-            sha = self._sink_script(sink).sha
-        return ("EVALSHA", sha, len(script_keys), *script_keys, token, call, ack,
-                oplog.OP_LOG_TTL_MS, *self._gen_args, items, *args, *sink_args)
-
-    def check_add(self, shard: int, token: bytes, call: int, ack: int,
-                  args: Sequence[Any], items: int) -> Any:
-        """One call on its own (loading the script if Redis lacks it)."""
-        return self.script(keys=self._script_keys(shard),
-                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
-                                 items, *args])
-
-    def load_script(self) -> None:
-        for script in self.scripts():
-            self.client.script_load(script)
-
-    def scripts(self) -> list[str | bytes | memoryview]:
-        """The check-and-add script and its sinks' (as :meth:`load_script` loads them)."""
-        return [self.CHECK_ADD_SCRIPT, *(s.script for s in self._sink_scripts.values())]
 
     # -- shards -------------------------------------------------------------
 

@@ -50,15 +50,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import hashing, keys, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
-from ..transport.diagnose import acl_guard, describe
+from ..transport.diagnose import describe
 from . import lock, oplog
+from .engine import ScriptedEngine
 from .info import ShardInfo
-from .lua import Sink, _pipelined, check_room
+from .lua import _pipelined, check_room
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
-    from redis.commands.core import Script
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def first_shards_present(client: Redis | RedisCluster, key: str, plan: sizing.Si
     return [int(bool(bits or bf)) for bits, bf in zip(there[::2], there[1::2], strict=True)]
 
 
-class NativeEngine:
+class NativeEngine(ScriptedEngine):
     """The RedisBloom filters of one filter, every generation, and the script that checks
     and adds to them. Same interface as :class:`~.lua.LuaEngine`."""
 
@@ -225,22 +225,13 @@ local reply = table.concat(out)
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str) -> None:
-        self.client = client
-        self.key = key
-        self.shards = shards
-        self.script = client.register_script(self.CHECK_ADD_SCRIPT)
-        self.sha = self.script.sha
-        self._sink_scripts: dict[str, Script] = {}
-        self._fixed_keys = [
-            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
-            for i in range(shards)
-        ]
-        self.generations: list[sizing.Sizing] = []
+        super().__init__(client, key, shards, client_id)
         self.reserves: list[Reserve] = []
         self.bf_keys: list[list[str]] = []
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
         self.generations = generations
+        self._gen_args = [len(generations)]
         self.reserves = [reserve_of(plan) for plan in generations]
         self.bf_keys = [[keys.bloom(self.key, i, g) for g in range(len(generations))]
                         for i in range(self.shards)]
@@ -255,43 +246,6 @@ local reply = table.concat(out)
 
     def _script_keys(self, shard: int) -> list[str]:
         return [*self._fixed_keys[shard], *self.bf_keys[shard]]
-
-    def _sink_script(self, sink: Sink) -> Script:
-        script = self._sink_scripts.get(sink.SINK_LUA)
-        if script is None:
-            # As the Lua engine's: an ACL that lost the sink's command mid-crawl is
-            # refused before the first write, never between the BF.INSERT and the push.
-            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
-            text = oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA + oplog.RECORD
-            script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
-        return script
-
-    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
-                          args: Sequence[Any], items: int, sink: Sink | None = None,
-                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
-        script_keys = self._script_keys(shard)
-        sha = self.sha
-        if sink is not None:
-            script_keys.append(sink.sink_key(shard))
-            sha = self._sink_script(sink).sha
-        return ("EVALSHA", sha, len(script_keys), *script_keys, token, call, ack,
-                oplog.OP_LOG_TTL_MS, len(self.generations), items, *args, *sink_args)
-
-    def check_add(self, shard: int, token: bytes, call: int, ack: int,
-                  args: Sequence[Any], items: int) -> Any:
-        """One call on its own (loading the script if Redis lacks it)."""
-        return self.script(keys=self._script_keys(shard),
-                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, len(self.generations),
-                                 items, *args])
-
-    def load_script(self) -> None:
-        for script in self.scripts():
-            self.client.script_load(script)
-
-    def scripts(self) -> list[str | bytes | memoryview]:
-        """The check-and-add script and its sinks' (as :meth:`load_script` loads them)."""
-        return [self.CHECK_ADD_SCRIPT, *(s.script for s in self._sink_scripts.values())]
 
     # -- shards -------------------------------------------------------------
 
