@@ -95,6 +95,27 @@ class Engine(Protocol):
         """Per generation, each shard's figures."""
 
 
+#: The start of both engines' ``BODY``: ``G`` (ARGV[5]) generations' keys are
+#: KEYS[4..3+G]. Returns -3 (SHARD_MISSING) when one of them is gone (flushed,
+#: evicted, deleted: never re-created empty) and -2 (STALE_GENERATION) when the
+#: shard already has more than G generations, both having written nothing; else
+#: records G in the shard's generation marker (KEYS[2]) when it is new there.
+GENERATIONS = """\
+local G = tonumber(ARGV[5])
+if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -3
+end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
+if stored > G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -2
+elseif stored < G then
+  redis.call('SET', KEYS[2], G)
+end
+"""
+
+
 class ScriptedEngine:
     """What both engines share: the check-and-add script (``CHECK_ADD_SCRIPT``: the op
     log's replay, the lock's fence, the engine's ``BODY``, the op log's record), its

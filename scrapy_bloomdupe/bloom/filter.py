@@ -46,7 +46,14 @@ from . import meta, native
 from .engine import Engine, Sink
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
-from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION, LuaEngine, check_room
+from .lua import (
+    LOCK_BUSY,
+    SHARD_MISSING,
+    STALE_GENERATION,
+    LuaEngine,
+    _pipelined,
+    check_room,
+)
 from .native import NativeEngine
 
 if TYPE_CHECKING:
@@ -711,18 +718,10 @@ def _refuse_orphans(client: Redis | RedisCluster, key: str, shards: int) -> None
     names = [n for i in range(shards)
              for n in (keys.bits(key, i), keys.bloom(key, i), keys.queue(key, i),
                        keys.leases(key, i))]
-    found = [n for n, there in zip(names, _exists_each(client, names), strict=True) if there]
+    there = _pipelined(client, [("EXISTS", n) for n in names])
+    found = [n for n, is_there in zip(names, there, strict=True) if is_there]
     if found and not meta.read(client, key):
         listed = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise FilterLostError(lost_message(
             key, f"{listed} are there but its metadata {keys.meta(key)} is not"))
 
-
-def _exists_each(client: Redis | RedisCluster, names: Sequence[str]) -> list[bool]:
-    replies: list[bool] = []
-    for start in range(0, len(names), 256):
-        pipe = client.pipeline(transaction=False)
-        for name in names[start:start + 256]:
-            pipe.exists(name)
-        replies.extend(bool(r) for r in pipe.execute())
-    return replies

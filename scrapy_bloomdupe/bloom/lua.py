@@ -32,7 +32,7 @@ from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
 from ..transport.diagnose import describe
 from . import lock, oplog
-from .engine import ScriptedEngine
+from .engine import GENERATIONS, ScriptedEngine
 from .info import ShardInfo
 
 if TYPE_CHECKING:
@@ -85,19 +85,7 @@ class LuaEngine(ScriptedEngine):
     # both having written nothing; otherwise sets ``out`` and ``reply``, one
     # character an item: '1' new (now added to the newest generation), '0'
     # seen before.
-    BODY = """\
-local G = tonumber(ARGV[5])
-if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -3
-end
-local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
-if stored > G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -2
-elseif stored < G then
-  redis.call('SET', KEYS[2], G)
-end
+    BODY = GENERATIONS + """\
 local ks, width, args = {}, 0, {}
 for g = 1, G do
   ks[g] = tonumber(ARGV[5 + g])

@@ -52,7 +52,7 @@ from .. import hashing, keys, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.diagnose import describe
 from . import lock, oplog
-from .engine import ScriptedEngine
+from .engine import GENERATIONS, ScriptedEngine
 from .info import ShardInfo
 from .lua import _pipelined, check_room
 
@@ -177,19 +177,7 @@ class NativeEngine(ScriptedEngine):
     # new (now added to the newest generation), '0' seen before, 'F' not
     # added: the newest generation's shard is full (it and the items after it
     # in the call were not looked at).
-    BODY = """\
-local G = tonumber(ARGV[5])
-if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -3
-end
-local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
-if stored > G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -2
-elseif stored < G then
-  redis.call('SET', KEYS[2], G)
-end
+    BODY = GENERATIONS + """\
 local n = tonumber(ARGV[6])
 local sink_at, sink_key = 7 + n, KEYS[4 + G]
 local out, todo, at = {}, {}, {}

@@ -73,6 +73,16 @@ for j = 1, #out do
 end
 """
 
+# A lease back in the queue (KEYS[1]) from the lease hash (KEYS[2]): queued
+# first, so a script stopped in between repeats a request rather than losing it.
+_REQUEUE = """\
+local function requeue(field, entry)
+  local bar = string.find(entry, '|', 1, true)
+  redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+  redis.call('HDEL', KEYS[2], field)
+end
+"""
+
 # The server's clock in ms, so that workers' clocks never have to agree.
 _NOW = """\
 local t = redis.call('TIME')
@@ -159,7 +169,7 @@ return redis.call('ZADD', KEYS[1], now, ARGV[1])
     # it took and did not start).
     # Puts every lease of a dead owner (no heartbeat for ARGV[1] ms) back in the
     # queue with its score, and forgets the owner. Returns how many went back.
-    REAP_SCRIPT = _NOW + """\
+    REAP_SCRIPT = _NOW + _REQUEUE + """\
 local dead = {}
 for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[1]))) do
   dead[owner] = true
@@ -171,10 +181,7 @@ local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field = all[j]
   if dead[string.sub(field, 1, string.find(field, ':', 1, true) - 1)] then
-    local entry = all[j + 1]
-    local bar = string.find(entry, '|', 1, true)
-    redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
-    redis.call('HDEL', KEYS[2], field)
+    requeue(field, all[j + 1])
     back = back + 1
   end
 end
@@ -198,7 +205,7 @@ return 0
     # whose pop reply never arrived, or whose ack was lost with a master that a
     # failover replaced (its work, written there too, is lost: it is done again).
     # Returns how many went back.
-    RECLAIM_SCRIPT = """\
+    RECLAIM_SCRIPT = _REQUEUE + """\
 local held = {}
 for i = 2, #ARGV do held[ARGV[i]] = true end
 local prefix = ARGV[1] .. ':'
@@ -207,10 +214,7 @@ local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field = all[j]
   if string.sub(field, 1, #prefix) == prefix and not held[field] then
-    local entry = all[j + 1]
-    local bar = string.find(entry, '|', 1, true)
-    redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
-    redis.call('HDEL', KEYS[2], field)
+    requeue(field, all[j + 1])
     back = back + 1
   end
 end
