@@ -71,6 +71,12 @@ def workers(key: str) -> str:
     return f"{key}:workers"
 
 
+def finished(key: str) -> str:
+    """Left by the last worker of a finished crawl that deleted its state
+    (``SCHEDULER_PERSIST`` off): which filter that was."""
+    return f"{key}:finished"
+
+
 def _shard(key: str, index: int) -> str:
     return f"{{{key}:{index}}}"
 
@@ -130,7 +136,7 @@ def shards_pattern(key: str) -> str:
 
 
 #: The keys of a filter outside its shards (``K:<name>``).
-UNSHARDED = ("meta", "growlock", "stats", "workers")
+UNSHARDED = ("meta", "growlock", "stats", "workers", "finished")
 
 
 def belongs(key: str, name: str) -> bool:
@@ -176,7 +182,8 @@ def failed(key: str) -> str:
 #: What each key of a filter ``K`` holds, by the part after ``K:`` or ``{K:i}:``.
 _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
           "growlock": "held while a generation is added",
-          "stats": "crawl-wide counters", "workers": "one line a worker (crawl stats)"}
+          "stats": "crawl-wide counters", "workers": "one line a worker (crawl stats)",
+          "finished": "the mark of a finished crawl whose state its last worker deleted"}
 _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),
     (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
