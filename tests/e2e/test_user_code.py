@@ -37,7 +37,30 @@ from scrapy_bloomdupe.frontier import queue as frontier_queue
 ADDON = json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100})
 KEY = "user:bloomdupe"
 
-USER_SPIDER = '''
+#: Every worker here runs with the engine's private ``_slot`` hidden from code outside
+#: Scrapy (this package included): the guarantees rest on Scrapy's public hooks only.
+HIDE_SLOT = '''
+import sys
+
+from scrapy.core import engine as scrapy_engine
+
+
+class ScrapyOnly:
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if not sys._getframe(1).f_globals.get("__name__", "").startswith("scrapy."):
+            raise AttributeError("_slot is Scrapy's own")
+        return obj.__dict__["_hidden_slot"]
+
+    def __set__(self, obj, value):
+        obj.__dict__["_hidden_slot"] = value
+
+
+scrapy_engine.ExecutionEngine._slot = ScrapyOnly()
+'''
+
+USER_SPIDER = HIDE_SLOT + '''
 import threading
 import time
 
@@ -70,7 +93,7 @@ class UserSpider(scrapy.Spider):
         yield from response.follow_all(css="a")
 '''
 
-FEED_SPIDER = '''
+FEED_SPIDER = HIDE_SLOT + '''
 from scrapy_redis.spiders import RedisSpider
 
 
@@ -285,3 +308,33 @@ def test_a_worker_paused_past_the_end_of_a_cleared_crawl_exits_0(
     client = redis.Redis.from_url(redis_url)
     assert client.keys("*") == [keys.finished(KEY).encode()], client.keys("*")
     client.close()
+
+
+# -- a worker killed mid-crawl, with the engine's private slot hidden -----------------------
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_working_worker_loses_nothing_on_public_hooks_only(
+        durable_redis: str, tmp_path: Path) -> None:
+    pages, concurrency = 300, 8
+    with demo_site(pages, delay=0.1) as site:
+        values = settings(durable_redis, site, BLOOMDUPE_LEASE_TIMEOUT=3,
+                          CONCURRENT_REQUESTS=concurrency)
+        workers = start(tmp_path, 3, values)
+        try:
+            deadline = time.monotonic() + 60
+            while sum(site.fetches) < pages // 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            workers[0].kill()  # SIGKILL, mid-crawl, pages in flight
+            codes = wait_workers(workers, 120)
+        finally:
+            wait_workers(workers, 0)
+        fetches = take_fetches(site)
+    logs = [log(tmp_path, i) for i in range(3)]
+    assert codes[1:] == [0, 0], logs[1][-3000:]
+    for text in logs[1:]:
+        assert "Traceback" not in text and errors(text) == [], text[-3000:]
+    assert [p for p, n in enumerate(fetches) if n == 0] == []
+    # Only what the killed worker held (in flight and prefetched) is fetched again.
+    twice = [p for p, n in enumerate(fetches) if n > 1]
+    assert len(twice) <= concurrency + concurrency // 4, twice
