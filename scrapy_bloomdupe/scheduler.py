@@ -142,6 +142,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
         self._idle_poll = IDLE_POLL
+        #: Until when an empty queue is not asked again but by the idle poll (see _fill).
+        self._empty_until = 0.0
         self._idle_since: float | None = None
         self._waiting_for: str | None = None
         #: True while this worker sees the crawl done: the queue empty, no lease held,
@@ -482,10 +484,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
             self._busy()
+        elif self.leased and not self._handed:
+            self._wake_later()  # nothing in hand: the engine would ask again only in 5 s
         return request
 
-    def _fill(self) -> None:
-        """Lease requests into the buffer when it is empty (see _prefetch_count)."""
+    def _fill(self, *, poll: bool = False) -> None:
+        """Lease requests into the buffer when it is empty (see _prefetch_count). After
+        a pop that found the queue empty, the engine's asks (one per finished download)
+        go to Redis again only once the idle poll is due, or this worker queued
+        something; the idle poll (``poll``) always looks."""
+        if not poll and time.monotonic() < self._empty_until:
+            return
         for _ in range(MAX_POPS):
             if self._buffer:
                 return
@@ -495,6 +504,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._deep = len(leases) >= count
             self._buffer = [lease for lease in leases if not self._came_back_too_often(lease)]
             if not leases:
+                self._empty_until = time.monotonic() + self._idle_poll
                 return
 
     def done(self, request: Request) -> None:
@@ -533,7 +543,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return True
 
     def _busy(self) -> None:
-        """This worker saw work: its idle spell, if any, is over (see _spider_idle)."""
+        """This worker has work, or queued some: look at the queue again at once."""
+        self._not_done()
+        self._idle_poll = IDLE_POLL
+        self._empty_until = 0.0
+
+    def _not_done(self) -> None:
+        """The crawl has work (here or at other workers): an idle spell, if any, is over."""
         self._idle_since = None
         self.crawl_done = False
         self._done_logged = False
@@ -681,7 +697,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         else:
             queued, leased = self._guarded(lambda: len(self.queue), 1), 0
         if queued or leased:
-            self._busy()
+            self._not_done()
             waiting = ("the shared queue has requests" if queued else
                        f"{leased} request(s) are leased by other workers, whose pages may "
                        "queue more")
@@ -725,17 +741,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         runs it, so that this worker stays or closes without waiting 5 s."""
         self._wakeup = None
         engine = self._engine()
-        if engine is None or engine.spider is None or self._failed() or \
-                not engine.spider_is_idle():
+        if engine is None or engine.spider is None or self._failed():
             return
         if self.leased:
-            self._fill()
+            self._fill(poll=True)
             if self._buffer:
                 self._idle_poll = IDLE_POLL
                 request = self._buffer[0].request
                 request.meta[WAKE_META] = True
                 engine.crawl(request)
                 return
+        if not engine.spider_is_idle():
+            if not self._handed:  # the queue had requests, others took them: look again
+                self._wake_later()
+            return
         results = self.crawler.signals.send_catch_log(signals.spider_idle, spider=engine.spider,
                                                       dont_log=DontCloseSpider)
         raised = [r.value for _, r in results if isinstance(r, Failure)
