@@ -10,6 +10,17 @@ from redis.cluster import RedisCluster
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
+#: Fixtures that start a 6-node Redis Cluster: the tests that use them are ``slow``.
+CLUSTER_FIXTURES = {"local_cluster", "cluster_url", "rc", "redisbloom_cluster",
+                    "engine_cluster_url"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 # -- a single Redis -----------------------------------------------------------------------
 
 

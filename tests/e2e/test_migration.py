@@ -23,26 +23,18 @@ import re
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from helpers import EXAMPLE_PROJECT as PROJECT
-from helpers import demo_site
 
 PAGES = 400
 STOP_AFTER = 80  # pages the old crawl fetches before it is stopped (a few more are in flight)
 #: example_project/demo/settings.py's BLOOMDUPE_CAPACITY: the new crawl's workers
 #: join the imported filter only if it was made with their parameters.
 CAPACITY = 10_000
-
-
-@pytest.fixture
-def site() -> Iterator[Any]:
-    with demo_site(PAGES) as server:
-        yield server
 
 
 def fetches(site: Any) -> list[int]:

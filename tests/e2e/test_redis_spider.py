@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from helpers import demo_site, start_runspider, wait_workers
+from helpers import start_runspider, wait_workers
 
 PAGES = 300
 
@@ -28,12 +27,6 @@ class FeedSpider(RedisSpider):
         yield {"url": response.url}
         yield from response.follow_all(css="a")
 '''
-
-
-@pytest.fixture
-def site() -> Iterator[Any]:
-    with demo_site(PAGES) as server:
-        yield server
 
 
 @pytest.mark.slow

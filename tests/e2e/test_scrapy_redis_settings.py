@@ -12,21 +12,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from helpers import demo_site, run_workers, take_fetches, wait_workers
+from helpers import run_workers, take_fetches, wait_workers
 
 PAGES = 200
-
-
-@pytest.fixture
-def site() -> Iterator[Any]:
-    with demo_site(PAGES) as server:
-        yield server
 
 
 def assert_clean(results: list[tuple[int, str]]) -> None:

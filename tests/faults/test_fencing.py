@@ -34,16 +34,12 @@ def plan() -> sizing.Sizing:
     return sizing.plan(10_000, 0.001, shards=4)
 
 
-def fp(n: int) -> bytes:
-    return helpers.fp("https://example.com/fence/", n)
+#: The URLs whose fingerprints these tests add.
+FENCE = "https://example.com/fence/"
 
 
-@pytest.fixture
-def redis_url(engine_url: str) -> str:
-    """Every test here runs on both engines: the session's plain Redis (the Lua engine)
-    and the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native
-    engine."""
-    return engine_url
+# Every test here runs on both engines (``engine_url``: the session's plain Redis, then
+# the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native engine).
 
 
 def counters_of(bf: BloomFilter) -> dict[str, Any]:
@@ -178,13 +174,13 @@ def spawn() -> Iterator[Processes]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to see a stopped process")
-def test_holder_stopped_past_ttl_is_rejected(spawn: Processes, redis_url: str) -> None:
-    x = fp(1)
-    client = redis.Redis.from_url(redis_url)
+def test_holder_stopped_past_ttl_is_rejected(spawn: Processes, engine_url: str) -> None:
+    x = helpers.fp(FENCE, 1)
+    client = redis.Redis.from_url(engine_url)
     h_parent, h_child = spawn.pipe()
     w_parent, w_child = spawn.pipe()
     try:
-        h = spawn.start(holder, redis_url, x, h_child)
+        h = spawn.start(holder, engine_url, x, h_child)
         h_child.close()
         tag, lock, got, token, h_id = receive(h_parent, "locked")
         assert (tag, got) == ("locked", True)
@@ -197,7 +193,7 @@ def test_holder_stopped_past_ttl_is_rejected(spawn: Processes, redis_url: str) -
         wait_for(lambda: not client.exists(lock), 10, "H's lock to expire")
         assert time.monotonic() - stopped_at < TTL + 2
 
-        w = spawn.start(worker, redis_url, x, w_child)
+        w = spawn.start(worker, engine_url, x, w_child)
         w_child.close()
         tag, w_new, w_counts, w_id = receive(w_parent, "added")
         w.join(STEP_TIMEOUT)
@@ -236,18 +232,18 @@ def test_holder_stopped_past_ttl_is_rejected(spawn: Processes, redis_url: str) -
 # -- fencing, in one process --------------------------------------------------
 
 
-def test_stale_token_writes_nothing(client: redis.Redis) -> None:
-    bf = BloomFilter.open(client, KEY, plan(), use_lock=True, lock_ttl=0.05)
+def test_stale_token_writes_nothing(engine_client: redis.Redis) -> None:
+    bf = BloomFilter.open(engine_client, KEY, plan(), use_lock=True, lock_ttl=0.05)
     try:
-        x = fp(2)
+        x = helpers.fp(FENCE, 2)
         lock = bf.lock_key_for(x)
         token = bf.locks.new_token()
         assert bf.locks.acquire(lock, token)
-        wait_for(lambda: not client.exists(lock), 5, "the lock to expire")
+        wait_for(lambda: not engine_client.exists(lock), 5, "the lock to expire")
 
         assert bf.add_with_token(x, token) is None
-        assert bits_set(client, bf) == 0
-        assert op_logs(client, bf.client_id) == []
+        assert bits_set(engine_client, bf) == 0
+        assert op_logs(engine_client, bf.client_id) == []
         assert not bf.contains(x)
         assert counters_of(bf) == {
             "checked": 0, "new": 0, "duplicates": 0, "acquired": 1, "waits": 0,
@@ -260,13 +256,13 @@ def test_stale_token_writes_nothing(client: redis.Redis) -> None:
         bf.close()
 
 
-def test_stale_holder_cannot_write_or_free_the_new_holders_lock(redis_url: str) -> None:
-    c1 = redis.Redis.from_url(redis_url)
-    c2 = redis.Redis.from_url(redis_url)
+def test_stale_holder_cannot_write_or_free_the_new_holders_lock(engine_url: str) -> None:
+    c1 = redis.Redis.from_url(engine_url)
+    c2 = redis.Redis.from_url(engine_url)
     stale = BloomFilter.open(c1, KEY, plan(), use_lock=True, lock_ttl=0.05)
     fresh = BloomFilter.open(c2, KEY, plan(), use_lock=True, lock_ttl=30)
     try:
-        x = fp(3)
+        x = helpers.fp(FENCE, 3)
         lock = stale.lock_key_for(x)
         assert fresh.lock_key_for(x) == lock
         old, new = stale.locks.new_token(), fresh.locks.new_token()
@@ -294,13 +290,13 @@ def test_stale_holder_cannot_write_or_free_the_new_holders_lock(redis_url: str) 
         c2.close()
 
 
-def test_release_only_own_token(client: redis.Redis) -> None:
-    locks = ShardLocks(client, 10.0, 0.1)
+def test_release_only_own_token(engine_client: redis.Redis) -> None:
+    locks = ShardLocks(engine_client, 10.0, 0.1)
     assert locks.acquire("some:lock", b"mine")
     assert not locks.release("some:lock", b"theirs")
-    assert client.get("some:lock") == b"mine"
+    assert engine_client.get("some:lock") == b"mine"
     assert locks.release("some:lock", b"mine")
-    assert not client.exists("some:lock")
+    assert not engine_client.exists("some:lock")
     assert not locks.release("some:lock", b"mine")
 
 
@@ -323,9 +319,9 @@ class FakeTime:
         self.now += seconds * self.drag
 
 
-def test_pauses_double_up_to_the_cap_and_stop_at_the_budget(client: redis.Redis) -> None:
+def test_pauses_double_up_to_the_cap_and_stop_at_the_budget(engine_client: redis.Redis) -> None:
     t = FakeTime()
-    locks = ShardLocks(client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(engine_client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
     start = t.now
     steps = list(locks.pauses())
     expected = [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, *[0.02] * 8, 0.0085]
@@ -338,11 +334,11 @@ def test_pauses_double_up_to_the_cap_and_stop_at_the_budget(client: redis.Redis)
     assert c.wait_time == pytest.approx(0.2)
 
 
-def test_pauses_stay_bounded_when_sleeps_overrun(client: redis.Redis) -> None:
+def test_pauses_stay_bounded_when_sleeps_overrun(engine_client: redis.Redis) -> None:
     # Each sleep takes three times as long as asked (a loaded machine): the wait
     # still ends at the first check past the budget, one pause late at most.
     t = FakeTime(drag=3.0)
-    locks = ShardLocks(client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(engine_client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
     start = t.now
     steps = list(locks.pauses())
     waited = t.now - start
@@ -353,17 +349,17 @@ def test_pauses_stay_bounded_when_sleeps_overrun(client: redis.Redis) -> None:
     assert locks.counters.wait_time == pytest.approx(waited)
 
 
-def test_no_budget_means_no_wait(client: redis.Redis) -> None:
+def test_no_budget_means_no_wait(engine_client: redis.Redis) -> None:
     t = FakeTime()
-    locks = ShardLocks(client, 1.0, 0.0, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(engine_client, 1.0, 0.0, clock=t.clock, sleep=t.sleep)
     assert list(locks.pauses()) == []
     assert t.slept == []
     assert (locks.counters.waits, locks.counters.timeouts) == (0, 1)
 
 
-def test_pauses_counted_only_when_taken(client: redis.Redis) -> None:
+def test_pauses_counted_only_when_taken(engine_client: redis.Redis) -> None:
     t = FakeTime()
-    locks = ShardLocks(client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(engine_client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
     pauses = locks.pauses()
     assert next(pauses) == pytest.approx(FIRST_PAUSE)
     assert next(pauses) == pytest.approx(2 * FIRST_PAUSE)
@@ -384,12 +380,12 @@ def hold(client: redis.Redis, lock: str, ttl_ms: int) -> None:
     assert client.set(lock, b"someone-else", nx=True, px=ttl_ms)
 
 
-def test_add_waits_at_most_lock_wait_then_checks_atomically(redis_url: str) -> None:
-    c = redis.Redis.from_url(redis_url)
-    other = redis.Redis.from_url(redis_url)
+def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> None:
+    c = redis.Redis.from_url(engine_url)
+    other = redis.Redis.from_url(engine_url)
     bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=WAIT)
     try:
-        x = fp(4)
+        x = helpers.fp(FENCE, 4)
         lock = bf.lock_key_for(x)
         hold(other, lock, 60_000)
 
@@ -422,12 +418,12 @@ def test_add_waits_at_most_lock_wait_then_checks_atomically(redis_url: str) -> N
         other.close()
 
 
-def test_add_many_waits_only_for_the_busy_shard(redis_url: str) -> None:
-    c = redis.Redis.from_url(redis_url)
-    other = redis.Redis.from_url(redis_url)
+def test_add_many_waits_only_for_the_busy_shard(engine_url: str) -> None:
+    c = redis.Redis.from_url(engine_url)
+    other = redis.Redis.from_url(engine_url)
     bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=WAIT)
     try:
-        items = [fp(100 + i) for i in range(60)]
+        items = [helpers.fp(FENCE, 100 + i) for i in range(60)]
         shards = {bf.lock_key_for(f) for f in items}
         assert len(shards) == bf.sizing.shards
         busy = bf.lock_key_for(items[0])
@@ -452,12 +448,12 @@ def test_add_many_waits_only_for_the_busy_shard(redis_url: str) -> None:
         other.close()
 
 
-def test_add_takes_the_lock_once_it_expires(redis_url: str) -> None:
-    c = redis.Redis.from_url(redis_url)
-    other = redis.Redis.from_url(redis_url)
+def test_add_takes_the_lock_once_it_expires(engine_url: str) -> None:
+    c = redis.Redis.from_url(engine_url)
+    other = redis.Redis.from_url(engine_url)
     bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=2.0)
     try:
-        x = fp(5)
+        x = helpers.fp(FENCE, 5)
         lock = bf.lock_key_for(x)
         hold(other, lock, 100)
 

@@ -169,17 +169,13 @@ class ReplyLosingProxy:
         pair.server.close()
 
 
-@pytest.fixture
-def redis_url(engine_url: str) -> str:
-    """Every test here runs on both engines: the session's plain Redis (the Lua engine)
-    and the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native
-    engine."""
-    return engine_url
+# Every test here runs on both engines (``engine_url``: the session's plain Redis, then
+# the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native engine).
 
 
 @pytest.fixture
-def proxy(redis_url: str) -> Iterator[ReplyLosingProxy]:
-    p = ReplyLosingProxy(urlsplit(redis_url).port or 6379)
+def proxy(engine_url: str) -> Iterator[ReplyLosingProxy]:
+    p = ReplyLosingProxy(urlsplit(engine_url).port or 6379)
     try:
         yield p
     finally:
@@ -196,8 +192,8 @@ def proxied(proxy: ReplyLosingProxy) -> Iterator[redis.Redis]:
         c.close()
 
 
-def fp(n: int) -> bytes:
-    return helpers.fp("https://example.com/lost/", n)
+#: The URLs whose fingerprints these tests add.
+LOST = "https://example.com/lost/"
 
 
 def open_filter(client: redis.Redis, use_lock: bool) -> BloomFilter:
@@ -226,7 +222,7 @@ def bitfield_check_and_add(client: redis.Redis, key: str, offsets: list[int]) ->
 
 
 def test_control_plain_bitfield_retry_answers_seen(
-    proxy: ReplyLosingProxy, proxied: redis.Redis, client: redis.Redis
+    proxy: ReplyLosingProxy, proxied: redis.Redis, engine_client: redis.Redis
 ) -> None:
     offsets = [7, 1_001, 55_555, 123_456]
     # Without a lost reply the proxy is transparent.
@@ -239,7 +235,7 @@ def test_control_plain_bitfield_retry_answers_seen(
     assert_one_reply_lost(proxy, accepted)
     # The first copy ran (the bits are set), the retry saw them: a new URL
     # reported as seen. This is the failure the filter's op log prevents.
-    assert client.bitcount("control:b") == len(offsets)
+    assert engine_client.bitcount("control:b") == len(offsets)
     assert new is False, "the proxy did not make the retry see its own first write"
 
 
@@ -254,16 +250,16 @@ def test_add_survives_lost_reply(
 ) -> None:
     bf = open_filter(proxied, use_lock)
     try:
-        assert bf.add(fp(0)) is True  # warm up the held connection
+        assert bf.add(helpers.fp(LOST, 0)) is True  # warm up the held connection
         accepted = proxy.accepted
         proxy.arm(b"EVALSHA")
-        x = fp(1)
+        x = helpers.fp(LOST, 1)
         new = bf.add(x)
         assert_one_reply_lost(proxy, accepted)
         assert new is True, "a lost reply made the retry answer 'seen' for a new URL"
         assert bf.contains(x)
         assert bf.add(x) is False
-        assert bf.add(fp(2)) is True
+        assert bf.add(helpers.fp(LOST, 2)) is True
         c = bf.counters
         assert (c.checked, c.new, c.duplicates) == (4, 3, 1)
         if use_lock:
@@ -279,8 +275,8 @@ def test_add_many_survives_lost_reply(
 ) -> None:
     bf = open_filter(proxied, use_lock)
     try:
-        seen = [fp(100 + i) for i in range(40)]
-        fresh = [fp(200 + i) for i in range(40)]
+        seen = [helpers.fp(LOST, 100 + i) for i in range(40)]
+        fresh = [helpers.fp(LOST, 200 + i) for i in range(40)]
         assert all(bf.add_many(seen))
         # Seen and new items interleaved, over every shard, one of them twice.
         batch = [x for pair in zip(seen, fresh, strict=True) for x in pair] + [fresh[0]]
@@ -309,8 +305,8 @@ def test_lost_reply_to_several_calls_on_one_shard(
     bf = BloomFilter.open(proxied, KEY, sizing.plan(100_000, 0.001, shards=1),
                           use_lock=use_lock)
     try:
-        seen = [fp(1000 + i) for i in range(300)]
-        fresh = [fp(2000 + i) for i in range(300)]
+        seen = [helpers.fp(LOST, 1000 + i) for i in range(300)]
+        fresh = [helpers.fp(LOST, 2000 + i) for i in range(300)]
         assert all(bf.add_many(seen))
         accepted = proxy.accepted
         proxy.arm(b"EVALSHA")
@@ -328,14 +324,14 @@ def test_two_lost_replies_in_a_row(
     # The retry's reply is lost too: the third attempt must still answer "new".
     bf = open_filter(proxied, use_lock)
     try:
-        assert bf.add(fp(0)) is True
+        assert bf.add(helpers.fp(LOST, 0)) is True
         accepted = proxy.accepted
         proxy.arm(b"EVALSHA", times=2)
-        new = bf.add(fp(1))
+        new = bf.add(helpers.fp(LOST, 1))
         assert not proxy.armed
         assert (proxy.lost_replies, proxy.accepted - accepted) == (2, 2)
         assert new is True
-        assert bf.add(fp(1)) is False
+        assert bf.add(helpers.fp(LOST, 1)) is False
     finally:
         bf.close()
 
@@ -345,7 +341,7 @@ def test_add_with_token_survives_lost_reply(
 ) -> None:
     bf = open_filter(proxied, True)
     try:
-        x = fp(1)
+        x = helpers.fp(LOST, 1)
         lock = bf.lock_key_for(x)
         token = bf.locks.new_token()
         assert bf.locks.acquire(lock, token)
@@ -401,19 +397,19 @@ def pushed_popped_pushed_again(queue: Any, other: Any, proxy: ReplyLosingProxy) 
 
 
 def test_control_scrapy_redis_push_retry_queues_a_crawled_request_again(
-    proxy: ReplyLosingProxy, unretried: redis.Redis, client: redis.Redis
+    proxy: ReplyLosingProxy, unretried: redis.Redis, engine_client: redis.Redis
 ) -> None:
     from scrapy import Spider
     from scrapy_redis.queue import PriorityQueue
 
     spider = Spider("lost")
     left = pushed_popped_pushed_again(PriorityQueue(unretried, spider, "lost:requests"),
-                                      PriorityQueue(client, spider, "lost:requests"), proxy)
+                                      PriorityQueue(engine_client, spider, "lost:requests"), proxy)
     assert left == ["https://example.com/lost-push-x"]  # X would be fetched twice
 
 
 def test_queue_push_retried_after_a_lost_reply_queues_once(
-    proxy: ReplyLosingProxy, unretried: redis.Redis, client: redis.Redis
+    proxy: ReplyLosingProxy, unretried: redis.Redis, engine_client: redis.Redis
 ) -> None:
     from scrapy import Request, Spider
 
@@ -421,7 +417,7 @@ def test_queue_push_retried_after_a_lost_reply_queues_once(
 
     spider = Spider("lost")
     queue = PriorityQueue(unretried, spider, "lost:requests")
-    other = PriorityQueue(client, spider, "lost:requests")
+    other = PriorityQueue(engine_client, spider, "lost:requests")
     assert pushed_popped_pushed_again(queue, other, proxy) == []
     # A failed push followed by another request (no retry): that one is queued.
     proxy.arm(b"lost-push-y")
@@ -433,6 +429,6 @@ def test_queue_push_retried_after_a_lost_reply_queues_once(
     # The same request pushed again later (not a retry) is queued again, as before.
     queue.push(Request("https://example.com/z"))
     assert other.pop().url == "https://example.com/z"
-    assert client.exists(*queue._push_records)
+    assert engine_client.exists(*queue._push_records)
     queue.close()  # forgets its push records (its pops are leases, acked or given back)
-    assert not client.exists(*queue._push_records)
+    assert not engine_client.exists(*queue._push_records)

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import EXAMPLE_PROJECT
-from helpers import crawler_for as demo_crawler_for
+from helpers import EXAMPLE_PROJECT, crawler_for
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 
@@ -92,9 +91,10 @@ def durable_engine(engine: str) -> Iterator[RedisServer]:
         yield server
 
 
-def crawler_for(url: str, **settings: Any) -> Any:
+def outage_crawler(url: str, **settings: Any) -> Any:
+    """A demo crawler that gives up on a dead connection within a second, and persists."""
     fast = {"socket_timeout": 1, "socket_connect_timeout": 1, "retry": None}
-    return demo_crawler_for(url, **{"REDIS_PARAMS": fast, "SCHEDULER_PERSIST": True,
+    return crawler_for(url, **{"REDIS_PARAMS": fast, "SCHEDULER_PERSIST": True,
                                     **settings})
 
 
@@ -113,7 +113,7 @@ def test_redis_killed_and_restarted_loses_nothing(durable_engine: RedisServer, e
                                                   use_lock: bool,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     durable = durable_engine
-    crawler = crawler_for(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=30, BLOOMDUPE_LOCK=use_lock)
+    crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=30, BLOOMDUPE_LOCK=use_lock)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     assert df.bloom.engine_name == engine
     before = [Request(f"http://a.example/{i}") for i in range(50)]
@@ -139,9 +139,9 @@ def test_redis_killed_and_restarted_loses_nothing(durable_engine: RedisServer, e
 
 
 def test_allow_lets_requests_through_unchecked(durable: RedisServer) -> None:
-    crawler = crawler_for(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.5, BLOOMDUPE_ON_OUTAGE="allow")
+    crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.5, BLOOMDUPE_ON_OUTAGE="allow")
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
-    other = build_from_crawler(RedisBloomDupeFilter, crawler_for(durable.url))
+    other = build_from_crawler(RedisBloomDupeFilter, outage_crawler(durable.url))
     df.request_seen(Request("http://a.example/"))
     other.request_seen(Request("http://a.example/b"))  # another worker's
     durable.kill()
@@ -156,7 +156,7 @@ def test_allow_lets_requests_through_unchecked(durable: RedisServer) -> None:
 
 def test_close_stops_the_crawl_and_drops_nothing(durable: RedisServer,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    crawler = crawler_for(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.5)
+    crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.5)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     durable.kill()
     with caplog.at_level(logging.ERROR):
@@ -166,7 +166,7 @@ def test_close_stops_the_crawl_and_drops_nothing(durable: RedisServer,
 
 
 def test_scheduler_waits_for_its_queue_too(durable: RedisServer) -> None:
-    crawler = crawler_for(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=30)
+    crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=30)
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     assert scheduler.enqueue_request(Request("http://a.example/1"))

@@ -62,12 +62,8 @@ SHARDS = 8
 TASK_TIMEOUT = 120.0
 
 
-@pytest.fixture
-def redis_url(engine_url: str) -> str:
-    """Every test here runs on both engines: the session's plain Redis (the Lua engine)
-    and the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native
-    engine."""
-    return engine_url
+# Every test here runs on both engines (``engine_url``: the session's plain Redis, then
+# the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native engine).
 
 
 def check_and_add(
@@ -158,14 +154,14 @@ CASES = [
 
 @pytest.mark.parametrize(("use_lock", "shuffle", "batch"), CASES)
 def test_every_url_accepted_exactly_once(
-    pool: Any, redis_url: str, engine: str, use_lock: bool, shuffle: bool, batch: int
+    pool: Any, engine_url: str, engine: str, use_lock: bool, shuffle: bool, batch: int
 ) -> None:
     if engine != "lua" and batch == 1 and not FULL:
         pytest.skip("single adds race on the Lua engine only, unless BLOOMDUPE_RACE_FULL=1: "
                     "they are the client's cost, the same for both engines")
     key = "race"
     jobs = [
-        pool.apply_async(check_and_add, (redis_url, key, w, shuffle, use_lock, batch))
+        pool.apply_async(check_and_add, (engine_url, key, w, shuffle, use_lock, batch))
         for w in range(WORKERS)
     ]
     results = [job.get(TASK_TIMEOUT) for job in jobs]
@@ -201,7 +197,7 @@ def test_every_url_accepted_exactly_once(
         assert totals["lock_acquired"] == 0, figures
 
     # Afterwards the filter holds every URL: a 17th worker is told all are seen.
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(engine_url)
     try:
         bf = BloomFilter.open(client, key, sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS))
         try:
@@ -237,7 +233,7 @@ def growing_worker(url: str, items: list[bytes], seed: int, use_lock: bool,
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
-def test_race_while_growing(redis_url: str, engine: str, use_lock: bool) -> None:
+def test_race_while_growing(engine_url: str, engine: str, use_lock: bool) -> None:
     """6 processes add the same 12,000 items to a filter sized for 2,000: it grows
     twice while they race. Each item is accepted exactly once.
 
@@ -258,7 +254,7 @@ def test_race_while_growing(redis_url: str, engine: str, use_lock: bool) -> None
     items = fps(12_000, "race")
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[list[int]] = ctx.Queue()
-    procs = [ctx.Process(target=growing_worker, args=(redis_url, items, seed, use_lock, out))
+    procs = [ctx.Process(target=growing_worker, args=(engine_url, items, seed, use_lock, out))
              for seed in range(6)]
     for proc in procs:
         proc.start()
@@ -271,7 +267,7 @@ def test_race_while_growing(redis_url: str, engine: str, use_lock: bool) -> None
         for index in worker:
             counts[index] += 1
     assert max(counts) == 1, "accepted twice"
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(engine_url)
     assert int(client.hget("race:meta", "generations")) >= 3
     if engine == "lua":
         assert counts.count(0) == 0, "never accepted"

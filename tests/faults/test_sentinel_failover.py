@@ -46,7 +46,7 @@ def sentinel() -> Iterator[LocalSentinel]:
 
 
 @pytest.fixture
-def site() -> Iterator[Any]:
+def timed_site() -> Iterator[Any]:
     with demo_site(PAGES, delay=0.02) as server:
         times: list[float] = []
         count = server.count
@@ -68,16 +68,16 @@ def site() -> Iterator[Any]:
     pytest.param("sigkill", 1, id="SIGKILL-wait1"),
 ])
 def test_a_crawl_follows_the_master_through_a_failover(
-        sentinel: LocalSentinel, site: Any, tmp_path: Path, event: str, wait: int) -> None:
+        sentinel: LocalSentinel, timed_site: Any, tmp_path: Path, event: str, wait: int) -> None:
     settings = [f"BLOOMDUPE_SENTINELS={','.join(sentinel.sentinel_addresses)}",
                 f"BLOOMDUPE_SENTINEL_MASTER={sentinel.master_name}",
                 f"BLOOMDUPE_WAIT_REPLICAS={wait}", "CONCURRENT_REQUESTS=8",
                 "BLOOMDUPE_DONE_GRACE=2", "BLOOMDUPE_LEASE_TIMEOUT=10"]
     started = time.monotonic()
-    workers = start_workers("redis:///0", site.url, tmp_path, WORKERS, *settings)
+    workers = start_workers("redis:///0", timed_site.url, tmp_path, WORKERS, *settings)
     try:
         deadline = time.monotonic() + 30
-        while len(site.fetch_times) < PAGES * EVENT_AT:
+        while len(timed_site.fetch_times) < PAGES * EVENT_AT:
             assert time.monotonic() < deadline, "the crawl never got going"
             assert all(w.poll() is None for w in workers), "a worker stopped early"
             time.sleep(0.01)
@@ -100,8 +100,8 @@ def test_a_crawl_follows_the_master_through_a_failover(
                 w.kill()
                 w.wait()
     ended = time.monotonic()
-    fetches = list(site.fetches)
-    after = [t for t in site.fetch_times if t >= event_at]
+    fetches = list(timed_site.fetches)
+    after = [t for t in timed_site.fetch_times if t >= event_at]
     gaps = [b - a for a, b in itertools.pairwise([event_at, *after])]
     stall = max(gaps) if gaps else float("inf")
     twice = sum(1 for n in fetches if n > 1)
