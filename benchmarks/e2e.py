@@ -16,53 +16,21 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT = ROOT / "example_project"
-SPIDER = "site"
+sys.path.insert(0, str(ROOT / "tests"))
+from harness.processes import PROJECT, SPIDER, site_stats, start_site, stop  # noqa: E402
 
 
 def available() -> bool:
     return (PROJECT / "scrapy.cfg").exists() and (PROJECT / "demo" / "site.py").exists()
-
-
-def _stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _start_site(pages: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "demo.site", "--port", "0", "--pages", str(pages)],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=log.open("wb"),
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().decode()
-    match = re.search(r"at (http://\S+)", line)
-    if not match:
-        _stop(process)
-        raise RuntimeError(f"demo site did not start: {line!r} {log.read_text()}")
-    return process, match.group(1)
-
-
-def _site_stats(site_url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(site_url + "__stats", timeout=10) as reply:
-        result: dict[str, Any] = json.load(reply)
-        return result
 
 
 def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, workers: int,
@@ -76,7 +44,8 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         stale.unlink()
     client = redis.Redis.from_url(redis_url)
     client.flushall()
-    site, site_url = _start_site(pages, directory / "site.err")
+    site = start_site(directory, pages=pages)
+    site_url = site.url
     procs: list[subprocess.Popen[bytes]] = []
     try:
         env = {**os.environ, "REDIS_URL": redis_url,
@@ -112,13 +81,11 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         failed = [i for i, p in enumerate(procs) if p.returncode != 0]
         if failed:
             raise RuntimeError(f"e2e crawl {name!r}: worker(s) {failed} failed; see {directory}")
-        stats = _site_stats(site_url)
+        stats = site_stats(site_url)
     finally:
         for p in procs:
-            _stop(p)
-        _stop(site)
-        if site.stdout is not None:
-            site.stdout.close()
+            stop(p)
+        site.stop()
         client.close()
     fetches: list[int] = stats["fetches"]
     timings = [json.loads(p.read_text()) for p in sorted(timing.glob("*.json"))]

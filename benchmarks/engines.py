@@ -36,8 +36,8 @@ from typing import Any
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from latency_proxy import LatencyProxy, measure_rtt
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from harness.latency_proxy import LatencyProxy, measure_rtt
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter

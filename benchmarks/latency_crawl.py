@@ -37,9 +37,10 @@ import redis
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 import e2e  # noqa: E402
-from latency_proxy import LatencyProxy, measure_rtt  # noqa: E402
+from harness.latency_proxy import LatencyProxy, measure_rtt  # noqa: E402
 
 from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
 from scrapy_bloomdupe.testing_cluster import LocalCluster  # noqa: E402

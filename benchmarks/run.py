@@ -48,9 +48,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import e2e
 import redis
-from latency_proxy import LatencyProxy, measure_rtt
 from scrapy import Request, Spider
 from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
 from scrapy.utils.misc import build_from_crawler
@@ -61,6 +59,10 @@ from scrapy_bloomdupe import keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.testing import RedisServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import e2e
+from harness.latency_proxy import LatencyProxy, measure_rtt
 
 ERROR_RATE = 0.001
 #: Capacity of the dupefilter in the throughput and race runs (the package's default).

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +37,10 @@ import redis
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 from demo.site import DEFAULT_PAGES, DEFAULT_SEED, page_path  # noqa: E402
+from harness.processes import Site, site_stats, start_site, stop  # noqa: E402
 
 SPIDER = "site"
 #: BLOOMDUPE_CAPACITY in demo/settings.py; bigger sites get 2x their page count.
@@ -118,29 +119,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 # -- the pieces ---------------------------------------------------------------------
 
 
-def start_site(pages: int, seed: int, out: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m demo.site`` on a free port; returns the process and the site's URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "demo.site", "--port", "0", "--pages", str(pages),
-         "--seed", str(seed)],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=(out / "site.err").open("wb"),
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().decode()  # "Demo site with N pages at http://..."
-    match = re.search(r"at (http://\S+)", line)
-    if not match:
-        process.kill()
-        raise DemoError(f"the demo site did not start: {line!r}\n"
-                        + (out / "site.err").read_text(errors="replace"))
-    return process, match.group(1)
-
-
-def site_stats(site_url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(site_url + "__stats", timeout=10) as reply:
-        result: dict[str, Any] = json.load(reply)
-        return result
-
-
 def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
     log = out / f"worker-{index}.log"
     stats_file = out / f"worker-{index}.stats.json"
@@ -163,16 +141,6 @@ def queue_length(client: redis.Redis, keys: Keys) -> int:
 
     shards = meta.read(client, keys.bloom).get("shards", 1)
     return queue.status(client, keys.bloom, shards)[0]
-
-
-def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def set_memory(client: redis.Redis, key: str, members: list[str]) -> int:
@@ -198,7 +166,7 @@ def page_fingerprints(site_url: str, pages: int) -> list[str]:
 # -- running -------------------------------------------------------------------------
 
 
-def watch(workers: list[Worker], site: subprocess.Popen[bytes], site_url: str,
+def watch(workers: list[Worker], site: Site, site_url: str,
           client: redis.Redis, keys: Keys, pages: int, timeout: float, started: float) -> None:
     """Show progress until every worker has exited; raise DemoError on a crash or timeout."""
     tty = sys.stdout.isatty()
@@ -210,8 +178,8 @@ def watch(workers: list[Worker], site: subprocess.Popen[bytes], site_url: str,
                 how = (f"killed by {signal.Signals(-code).name}" if code < 0
                        else f"exit status {code}")
                 raise DemoError(f"{w.name} crashed ({how})\n{w.tail()}")
-        if site.poll() is not None:
-            raise DemoError(f"the demo site exited (status {site.returncode})")
+        if site.process.poll() is not None:
+            raise DemoError(f"the demo site exited (status {site.process.returncode})")
         alive = sum(w.process.poll() is None for w in workers)
         now = time.monotonic()
         if now >= next_line or not alive:
@@ -288,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
             raise DemoError(f"cannot use Redis at {redis_url}: {e}") from None
         print(f"Redis at {redis_url} ({'given' if args.redis_url else 'started for the demo'}); "
               f"filter key {keys.bloom!r}; the shared queue's keys carry its hash tags")
-        site, site_url = start_site(args.pages, args.seed, out)
+        site = start_site(out, pages=args.pages, seed=args.seed)
+        site_url = site.url
         print(f"Demo site at {site_url}")
         settings = {
             "REDIS_URL": redis_url,
@@ -322,9 +291,7 @@ def run(args: argparse.Namespace) -> int:
             stop(w.process)
             w.output.close()
         if site is not None:
-            stop(site)
-            if site.stdout is not None:
-                site.stdout.close()
+            site.stop()
         if client is not None:
             if args.redis_url and workers and args.keep_keys:
                 print(f"Kept the demo's keys: `bloomdupe info --key {keys.bloom}`, "

@@ -9,7 +9,7 @@ the example project's local site.
 * Pages that answer 500 are recorded (``bloomdupe failed``), and
   ``bloomdupe failed --requeue`` has the next run fetch them again.
 
-The processes are driven by ``benchmarks/kill_workers.py`` (the fault campaign)'s
+The processes are driven by ``tests/harness/kill_workers.py`` (the fault campaign)'s
 functions.
 """
 
@@ -25,14 +25,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers import ROOT
+from harness import kill_workers as kw
+from harness import processes
 
 from scrapy_bloomdupe.testing import RedisServer
-
-if str(ROOT) not in sys.path:  # `benchmarks` is a package at the repo root
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import kill_workers as kw
 
 LEASE_TIMEOUT = 5.0
 #: `--failing 5` pages on the site of the failed-requests test.
@@ -46,7 +42,7 @@ def redis_server() -> RedisServer:
     return RedisServer(persist=True, extra=["--appendfsync", "everysec"])
 
 
-def wait_for(crew: list[kw.Worker], timeout: float) -> None:
+def wait_for(crew: list[processes.Worker], timeout: float) -> None:
     """Until every worker has exited on its own; fails (with their log tails) after
     ``timeout`` seconds. The caller stops them (by their Popen) either way."""
     deadline = time.monotonic() + timeout
@@ -58,15 +54,15 @@ def wait_for(crew: list[kw.Worker], timeout: float) -> None:
         time.sleep(0.2)
 
 
-def crawl(out: Path, redis_url: str, site: kw.Site, *, workers: int, pages: int,
-          timeout: float = 120.0, **extra: str) -> list[kw.Worker]:
+def crawl(out: Path, redis_url: str, site: processes.Site, *, workers: int, pages: int,
+          timeout: float = 120.0, **extra: str) -> list[processes.Worker]:
     """``workers`` workers started together on ``site``, until they all exit."""
     out.mkdir(parents=True, exist_ok=True)
     settings = kw.worker_settings(redis_url, site.url, pages=pages,
                                   lease_timeout=LEASE_TIMEOUT, extra=extra)
-    crew: list[kw.Worker] = []
+    crew: list[processes.Worker] = []
     try:
-        crew = [kw.start_worker(i, out, settings) for i in range(1, workers + 1)]
+        crew = [processes.start_worker(i, out, settings) for i in range(1, workers + 1)]
         wait_for(crew, timeout)
     finally:
         for w in crew:
@@ -74,7 +70,7 @@ def crawl(out: Path, redis_url: str, site: kw.Site, *, workers: int, pages: int,
     return crew
 
 
-def assert_finished(crew: list[kw.Worker]) -> None:
+def assert_finished(crew: list[processes.Worker]) -> None:
     for w in crew:
         warned = [line for line in w.log.read_text(errors="replace").splitlines()
                   if "[py.warnings]" in line or "Traceback" in line]
@@ -147,7 +143,7 @@ def test_sigkill_one_of_four_working_workers_mid_crawl(tmp_path: Path) -> None:
 def test_four_workers_started_together_share_the_crawl(tmp_path: Path) -> None:
     pages = 400
     with redis_server() as server:
-        site = kw.start_site(tmp_path, pages=pages, delay=0.2)
+        site = processes.start_site(tmp_path, pages=pages, delay=0.2)
         try:
             crew = crawl(tmp_path, server.url, site, workers=4, pages=pages)
             fetches: list[int] = site.stats()["fetches"]
@@ -167,7 +163,7 @@ def test_four_workers_started_together_share_the_crawl(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("pages", [600, FAILING_SITE_PAGES])
 def test_demo_site_fails_as_many_pages_as_asked(tmp_path: Path, pages: int) -> None:
-    site = kw.start_site(tmp_path, pages=pages, failing=FAILING)
+    site = processes.start_site(tmp_path, pages=pages, failing=FAILING)
     try:
         failing = site.stats()["failing"]
     finally:
@@ -184,7 +180,7 @@ def test_failed_pages_are_listed_and_requeued(tmp_path: Path) -> None:
     pages = FAILING_SITE_PAGES
     with redis_server() as server:
         # First run: FAILING pages answer 500 (after Scrapy's retries: failed for good).
-        site = kw.start_site(tmp_path, pages=pages, failing=FAILING)
+        site = processes.start_site(tmp_path, pages=pages, failing=FAILING)
         try:
             failing: list[int] = site.stats()["failing"]
             assert len(failing) == FAILING, failing
@@ -211,7 +207,7 @@ def test_failed_pages_are_listed_and_requeued(tmp_path: Path) -> None:
         # Second run: a new site, same seed and pages, on the same port (the requeued
         # requests carry the first site's URLs), where no page fails.
         (tmp_path / "run-2").mkdir()
-        again = kw.start_site(tmp_path / "run-2", pages=pages, failing=0, port=site.port)
+        again = processes.start_site(tmp_path / "run-2", pages=pages, failing=0, port=site.port)
         assert again.url == site.url, (again.url, site.url)
         try:
             second = crawl(tmp_path / "run-2", server.url, again, workers=2, pages=pages,

@@ -4,23 +4,17 @@ crawl`` workers of the example project on its local site, one row each.
 Every row ends with no page skipped: each page fetched at least once, at the end.
 A page fetched twice, or a stop, only ever comes with a worker that exited with status
 1 and said why in one error line. A passing event (Redis full for 2 s) is waited out:
-no error exit, no page twice. The rows are ``benchmarks/operator_events.py``'s, which
+no error exit, no page twice. The rows are ``tests/harness/operator_events.py``'s, which
 prints the same figures as a table.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
-
-if str(ROOT) not in sys.path:  # `benchmarks` is a package at the repo root
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import operator_events as ops
+from harness import operator_events as ops
 
 
 @dataclass

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What a real Redis does to a crawl: one row per event, with real ``scrapy crawl`` workers.
 
-``python benchmarks/operator_events.py [ROW ...]`` (all rows by default; ``--list``
+``python tests/harness/operator_events.py [ROW ...]`` (all rows by default; ``--list``
 names them) prints a table. Each row starts a fresh Redis (``--maxmemory`` capped,
 as every Redis here), the demo site with ``--pages`` pages, and 2 workers of the
 example project together; once the site has served a quarter of its pages it
@@ -34,10 +34,10 @@ from typing import Any
 
 import redis
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import kill_workers as kw
+if __package__ in (None, ""):  # run as a script: make ``harness`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import kill_workers as kw
+from harness import processes
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.testing import RedisServer
 
@@ -102,7 +102,7 @@ class Lab:
         if acl:
             self.set_acl(ACL_COMMANDS)
             self.url = f"redis://{USER}:{PASSWORD}@127.0.0.1:{self.server.port}/0"
-        self.site = kw.start_site(out, pages=pages, delay=DELAY)
+        self.site = processes.start_site(out, pages=pages, delay=DELAY)
         self.started = 0
 
     def set_acl(self, commands: Sequence[str]) -> None:
@@ -110,7 +110,7 @@ class Lab:
             "ACL", "SETUSER", USER, "reset", "on", f">{PASSWORD}", f"~{KEY}:*",
             f"~{{{KEY}:*", "resetchannels", "-@all", *(f"+{c}" for c in commands))
 
-    def workers(self, count: int, **extra: str) -> list[kw.Worker]:
+    def workers(self, count: int, **extra: str) -> list[processes.Worker]:
         settings = kw.worker_settings(self.url, self.site.url, pages=self.pages,
                                       lease_timeout=LEASE_TIMEOUT, extra={
                                           "BLOOMDUPE_OUTAGE_TIMEOUT": str(OUTAGE_TIMEOUT),
@@ -118,13 +118,13 @@ class Lab:
         crew = []
         for _ in range(count):
             self.started += 1
-            crew.append(kw.start_worker(self.started, self.out, settings))
+            crew.append(processes.start_worker(self.started, self.out, settings))
         return crew
 
     def fetched(self) -> int:
         return sum(1 for n in self.site.stats()["fetches"] if n)
 
-    def wait_fetched(self, pages: int, crew: list[kw.Worker], timeout: float = 60) -> None:
+    def wait_fetched(self, pages: int, crew: list[processes.Worker], timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while self.fetched() < pages:
             if all(w.process.poll() is not None for w in crew) or time.monotonic() > deadline:
@@ -137,7 +137,7 @@ class Lab:
         self.server.close()
 
 
-def finish(crew: list[kw.Worker], timeout: float = 90) -> Phase:
+def finish(crew: list[processes.Worker], timeout: float = 90) -> Phase:
     deadline = time.monotonic() + timeout
     try:
         while any(w.process.poll() is None for w in crew) and time.monotonic() < deadline:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fault campaign: SIGKILL working ``scrapy crawl`` workers mid-crawl; nothing is lost.
 
-``python benchmarks/kill_workers.py`` (``--quick``: one run per case, a smaller
+``python tests/harness/kill_workers.py`` (``--quick``: one run per case, a smaller
 site). Each run of a case starts a fresh Redis (AOF on), a fresh demo site
 (``example_project/demo/site.py`` with ``--delay``, so that workers hold
 requests in flight) and 4 ``scrapy crawl site`` workers together, with a short
@@ -32,29 +32,25 @@ keeps all.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import random
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-PROJECT = ROOT / "example_project"
-SPIDER = "site"
+if __package__ in (None, ""):  # run as a script: make ``harness`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.processes import SPIDER, Site, Worker, start_site, start_worker, stop
+
 #: The filter's key (BLOOMDUPE_KEY): every run has a Redis of its own.
 KEY = f"{SPIDER}:bloomdupe"
 #: BLOOMDUPE_CAPACITY in the demo's settings.py; bigger sites get 2x their page count.
@@ -65,138 +61,9 @@ RECENT = 1.0
 POLL = 0.1
 #: Extra time the live workers get after the lease timeout (the brief's "+ 30 s").
 EXIT_SLACK = 30.0
-CRAWLED = b"DEBUG: Crawled ("
 
 
-# -- processes ------------------------------------------------------------------------
-
-
-def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL: only the process we started, by its Popen."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-@dataclass
-class Site:
-    process: subprocess.Popen[bytes]
-    url: str
-    port: int
-
-    def stats(self) -> dict[str, Any]:
-        return site_stats(self.url)
-
-    def stop(self) -> None:
-        stop(self.process)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
-               failing: int = 0, port: int = 0, timeout: float = 30.0) -> Site:
-    """``python -m demo.site`` (cwd example_project); ``port`` 0 picks a free one.
-
-    A port just freed by a previous site may still be taken for a moment: tried
-    again until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    for attempt in itertools.count(1):
-        err = out / f"site-{attempt}.err" if attempt > 1 else out / "site.err"
-        with err.open("ab") as err_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "demo.site", "--port", str(port), "--pages", str(pages),
-                 "--seed", str(seed), "--delay", str(delay), "--failing", str(failing)],
-                cwd=PROJECT, stdout=subprocess.PIPE, stderr=err_file,
-            )
-        assert process.stdout is not None
-        line = process.stdout.readline().decode()  # "Demo site with N pages at http://..."
-        match = re.search(r"at (http://\S+)", line)
-        if match:
-            url = match.group(1)
-            return Site(process, url, urlsplit(url).port or 80)
-        stop(process)
-        process.stdout.close()
-        if time.monotonic() > deadline or "Address already in use" not in err.read_text():
-            raise RuntimeError(f"the demo site did not start: {line!r}\n"
-                               + err.read_text(errors="replace")[-2000:])
-        time.sleep(0.5)
-    raise AssertionError("unreachable")
-
-
-def site_stats(site_url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(site_url + "__stats", timeout=10) as reply:
-        result: dict[str, Any] = json.load(reply)
-        return result
-
-
-@dataclass
-class Worker:
-    """One ``scrapy crawl site`` process, and what its log says it crawled."""
-
-    index: int
-    process: subprocess.Popen[bytes]
-    log: Path
-    stats_file: Path
-    output: IO[bytes]
-    crawled: int = 0
-    last_crawl: float | None = None
-    exited_at: float | None = None
-    _log_pos: int = 0
-
-    @property
-    def name(self) -> str:
-        return f"worker-{self.index}"
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def read_log(self, now: float) -> None:
-        """Count the pages this worker's (DEBUG) log says it crawled since last time."""
-        try:
-            with self.log.open("rb") as f:
-                f.seek(self._log_pos)
-                chunk = f.read()
-        except FileNotFoundError:
-            return
-        end = chunk.rfind(b"\n") + 1  # whole lines only
-        if end:
-            new = chunk[:end].count(CRAWLED)
-            self._log_pos += end
-            if new:
-                self.crawled += new
-                self.last_crawl = now
-
-    def stats(self) -> dict[str, Any]:
-        try:
-            result: dict[str, Any] = json.loads(self.stats_file.read_text())
-            return result
-        except (FileNotFoundError, ValueError):
-            return {}
-
-    def log_lines(self, pattern: str) -> list[str]:
-        if not self.log.exists():
-            return []
-        rx = re.compile(pattern)
-        return [line for line in self.log.read_text(errors="replace").splitlines()
-                if rx.search(line)]
-
-    def tail(self, lines: int = 30) -> str:
-        if not self.log.exists():
-            return f"({self.name} wrote no log)"
-        text = self.log.read_text(errors="replace").splitlines()
-        text = [line for line in text if CRAWLED.decode() not in line
-                and "Scraped from" not in line and not line.startswith(("{", "'"))]
-        return f"--- {self.log} (last {lines} lines, crawl lines left out) ---\n" + \
-            "\n".join(text[-lines:])
-
-    def close(self) -> None:
-        stop(self.process)
-        self.output.close()
+# -- settings of the campaign's workers ----------------------------------------------
 
 
 def worker_settings(redis_url: str, site_url: str, *, pages: int,
@@ -218,22 +85,6 @@ def worker_settings(redis_url: str, site_url: str, *, pages: int,
         settings["BLOOMDUPE_CAPACITY"] = str(2 * pages)
     settings.update(extra or {})
     return settings
-
-
-def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
-    """``scrapy crawl site`` (cwd example_project) with ``-s`` settings, a log file and
-    a stats file (the demo's StatsToJson extension)."""
-    log = out / f"worker-{index}.log"
-    stats_file = out / f"worker-{index}.stats.json"
-    command = [sys.executable, "-m", "scrapy", "crawl", SPIDER]
-    for name, value in {**settings, "LOG_FILE": str(log),
-                        "DEMO_STATS_FILE": str(stats_file)}.items():
-        command += ["-s", f"{name}={value}"]
-    output = (out / f"worker-{index}.out").open("wb")
-    env = {**os.environ, "REDIS_URL": settings["REDIS_URL"]}
-    process = subprocess.Popen(command, cwd=PROJECT, stdout=output,
-                               stderr=subprocess.STDOUT, env=env)
-    return Worker(index, process, log, stats_file, output)
 
 
 # -- Redis: the queue's leases and owners ----------------------------------------------

@@ -1,6 +1,6 @@
 """A TCP proxy that adds a fixed delay to every round trip (no ``tc netem`` needed).
 
-``python benchmarks/latency_proxy.py --target-port 6379 --delay-ms 2`` listens
+``python tests/harness/latency_proxy.py --target-port 6379 --delay-ms 2`` listens
 on a free loopback port, prints ``listening on <port>`` and forwards each
 connection to the target. Every chunk read from the client is held until
 ``delay`` after it arrived, then written to the server, in order; replies go
