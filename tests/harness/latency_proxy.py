@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+if __package__ in (None, ""):  # run as a script: make ``harness`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.processes import stop
+
 _CHUNK = 65536
 
 
@@ -140,15 +144,10 @@ class LatencyProxy:
         return self
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
+        if self.process is not None:
+            stop(self.process)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
 
     def __enter__(self) -> LatencyProxy:
         return self.start()
