@@ -63,7 +63,7 @@ from . import dupefilter as dupefilter_module
 from .bloom import meta
 from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
-from .exceptions import BloomDupeError, ConfigError
+from .exceptions import BloomDupeError
 from .frontier import failed, storable
 from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
@@ -104,6 +104,8 @@ MAX_IDLE_POLL = 2.0
 MAX_HEARTBEAT = 5.0
 #: Most pops in one ``next_request`` (when all a pop took had come back too often).
 MAX_POPS = 3
+#: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
+ACK_DELAY = 0.05
 #: Most requests named in the WARNING that puts leases back.
 NAMED = 10
 
@@ -141,6 +143,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._handed: dict[str, Lease] = {}
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
+        self._ack_call: Any = None
         self._idle_poll = IDLE_POLL
         #: Until when an empty queue is not asked again but by the idle poll (see _fill).
         self._empty_until = 0.0
@@ -188,10 +191,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         queue_cls = load_object(kwargs["queue_cls"])
         if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue) and \
                 not _enabled(settings, "SPIDER_MIDDLEWARES", MIDDLEWARE):
-            raise ConfigError("SPIDER_MIDDLEWARES", settings.getdict("SPIDER_MIDDLEWARES"), (
-                f"the leased queue needs {MIDDLEWARE!r} (order 10): it queues each page's "
-                "output and then lets the page's lease go. Add it, or activate the package "
-                "with ADDONS = {'scrapy_bloomdupe.addon.BloomDupeAddon': 100}, which does"))
+            logger.warning(
+                "SPIDER_MIDDLEWARES lacks %r (order 10), which queues each page's output and "
+                "then lets the page's lease go: without it a page's lease is let go only when "
+                "this worker is idle, and if it dies, every page it handled since is fetched "
+                "again. Add it, or activate the package with ADDONS = "
+                "{'scrapy_bloomdupe.addon.BloomDupeAddon': 100}, which does", MIDDLEWARE)
         server = connection.get_client(crawler)
         check(server)  # fail here, before the engine opens anything
         instance = cls(server=server, **kwargs)
@@ -323,9 +328,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
-        if self._wakeup is not None:
-            self._wakeup.cancel()
-            self._wakeup = None
+        for call in (self._wakeup, self._ack_call):
+            if call is not None:
+                call.cancel()
+        self._wakeup = self._ack_call = None
         self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
         clear = not self.persist and not self._failed() and self._done_now()
@@ -518,8 +524,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _ack(self, field: str) -> None:
         lease = self._handed.pop(field, None)
-        if lease is not None and not self._failed():  # after an error what is held comes back
-            self.queue.ack([lease])
+        if lease is None or self._failed():  # after an error what is held comes back
+            return
+        self.queue.ack([lease])
+        if self._ack_call is None and self._engine() is not None:
+            # Sent with the next round trip, or after ACK_DELAY at the latest: a worker
+            # killed meanwhile has only what it holds, and these few, fetched again.
+            self._ack_call = call_later(ACK_DELAY, self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._ack_call = None
+        if not self._failed():
+            self._guarded(lambda: self.queue.send_acks() is None, False)
 
     def _came_back_too_often(self, lease: Lease) -> bool:
         """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker

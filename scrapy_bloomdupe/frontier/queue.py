@@ -365,6 +365,13 @@ return back
         for lease in leases:
             self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
 
+    def send_acks(self) -> None:
+        """Send the pending acks now, in one round trip (none: nothing sent)."""
+        commands, names = self._ack_commands()
+        if commands:
+            self._execute(commands, names)
+        self._acks.clear()
+
     def heartbeat(self) -> None:
         """Mark this worker alive in every shard, and send the pending acks."""
         commands, names = self._ack_commands()

@@ -196,8 +196,9 @@ def test_a_request_that_keeps_coming_back_is_recorded_failed_and_the_crawl_ends(
         durable_redis: str, tmp_path: Path) -> None:
     pages, block, limit = 120, 5, 2
     with demo_site(pages, delay=0.02) as site:
+        # Blocked four lease timeouts: the others see it silent whatever the load.
         values = settings(durable_redis, site, BLOOMDUPE_LEASE_TIMEOUT=2,
-                          BLOOMDUPE_MAX_REQUEUES=limit, BLOCK_ID=block, BLOCK_SECONDS=4,
+                          BLOOMDUPE_MAX_REQUEUES=limit, BLOCK_ID=block, BLOCK_SECONDS=8,
                           CONCURRENT_REQUESTS=4)
         codes = wait_workers(start(tmp_path, 2, values), 150)
         fetches = take_fetches(site)
@@ -207,7 +208,9 @@ def test_a_request_that_keeps_coming_back_is_recorded_failed_and_the_crawl_ends(
     # The blocking page came back at most BLOOMDUPE_MAX_REQUEUES times, then was
     # recorded; every other page was fetched (some twice: the stalled workers' others).
     assert 1 <= fetches[block] <= limit, fetches[block]
-    records = failed.read(redis.Redis.from_url(durable_redis), KEY)
+    client = redis.Redis.from_url(durable_redis)
+    records = failed.read(client, KEY)
+    client.close()
     recorded = [r for r in records if f"id={block}&" in r.url]
     assert len(recorded) == 1, records
     assert "lease expired" in recorded[0].reason and "MAX_REQUEUES" in recorded[0].reason
