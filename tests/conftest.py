@@ -7,10 +7,21 @@ import redis
 from helpers import cluster_client
 from redis.cluster import RedisCluster
 
+from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # -- a single Redis -----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _close_crawler_clients() -> Iterator[None]:
+    """The Redis clients of the crawlers a test made and did not run (a crawl closes its
+    own when its engine stops): closed after the test, so that no connection outlives it
+    (an unclosed socket found by the garbage collector later fails the run)."""
+    yield
+    for crawler in list(connection._clients):
+        connection.close_client(crawler)
 
 
 @pytest.fixture(scope="session")
