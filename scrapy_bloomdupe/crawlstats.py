@@ -6,6 +6,13 @@ hash ``K:workers`` (host, pid, when it started and was last seen, its own
 totals). The dupefilter flushes every ``BLOOMDUPE_STATS_INTERVAL`` seconds and
 at close, and puts the crawl-wide totals it reads back into the worker's Scrapy
 stats as ``bloomdupe/crawl/<name>``.
+
+While it runs, a worker also writes its own figures (pages, pages a second,
+requests in flight, ...) to the hash ``K:live:<worker>``, which expires a few
+write intervals after its last write, and lists itself in the sorted set
+``K:live``; with them it adds its pages, leases put back and failed requests
+to ``K:stats`` (:func:`write_live`; the ``WorkerMetrics`` extension does it).
+``bloomdupe top`` and ``bloomdupe metrics`` read them (:func:`read_live`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,17 @@ if TYPE_CHECKING:
 #: The counters added up across workers.
 COUNTERS = ("checked", "new", "duplicates", "local_hits", "lock_acquired", "lock_waits",
             "lock_timeouts", "lock_lost", "redis_errors")
+#: The crawl-wide counters :func:`write_live` adds to (beside :data:`COUNTERS`): pages
+#: fetched (responses received), leases put back in the queue, requests failed for good.
+LIVE_COUNTERS = ("pages", "requeued", "failed")
+#: A worker's entry in ``K:live`` is dropped this many times its line's TTL after its
+#: last write (a worker killed without a word); its line itself expired long before.
+PRUNE_AFTER_TTLS = 10
+
+
+def this_worker() -> str:
+    """This worker, as the crawl stats name it: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class CrawlStats:
@@ -34,7 +52,7 @@ class CrawlStats:
                  ) -> None:
         self.client = client
         self.key = key
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = worker_id or this_worker()
         self.started = time.time()
         self._flushed: dict[str, int] = dict.fromkeys(COUNTERS, 0)
 
@@ -62,6 +80,55 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
     workers = {_text(worker): json.loads(line)
                for worker, line in client.hgetall(keys.workers(key)).items()}
     return {"totals": totals, "workers": workers}
+
+
+def write_live(client: Redis | RedisCluster, key: str, worker: str,
+               figures: dict[str, float | str], deltas: dict[str, int], ttl: float) -> None:
+    """One pipelined write: ``worker``'s figures (expiring after ``ttl`` seconds), its
+    entry in the index of running workers, and the growth of its
+    :data:`LIVE_COUNTERS` (``deltas``) added to the crawl-wide ones."""
+    now = time.time()
+    ttl_ms = max(1, round(ttl * 1000))
+    line, index = keys.live_worker(key, worker), keys.live(key)
+    pipe = client.pipeline(transaction=False)
+    for name, delta in deltas.items():
+        if delta:
+            pipe.hincrby(keys.stats(key), name, delta)
+    mapping: dict[Any, Any] = {**figures, "time": now}
+    pipe.hset(line, mapping=mapping)
+    pipe.pexpire(line, ttl_ms)
+    pipe.zadd(index, {worker: now})
+    pipe.zremrangebyscore(index, "-inf", now - PRUNE_AFTER_TTLS * ttl)
+    pipe.pexpire(index, PRUNE_AFTER_TTLS * ttl_ms)
+    pipe.execute()
+
+
+def forget_live(client: Redis | RedisCluster, key: str, worker: str) -> None:
+    """``worker`` stops: its line and its entry go."""
+    pipe = client.pipeline(transaction=False)
+    pipe.delete(keys.live_worker(key, worker))
+    pipe.zrem(keys.live(key), worker)
+    pipe.execute()
+
+
+def live_workers(client: Redis | RedisCluster, key: str) -> list[str]:
+    """The workers in the index of running workers (some may have stopped since)."""
+    found: list[Any] = client.zrange(keys.live(key), 0, -1)
+    return [_text(w) for w in found]
+
+
+def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, str]]:
+    """Each running worker's figures (as written: text), by worker; workers whose
+    line has expired are left out. Two round trips."""
+    workers = live_workers(client, key)
+    if not workers:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for worker in workers:
+        pipe.hgetall(keys.live_worker(key, worker))
+    lines: list[dict[Any, Any]] = pipe.execute()
+    return {worker: {_text(k): _text(v) for k, v in line.items()}
+            for worker, line in zip(workers, lines, strict=True) if line}
 
 
 def clear(client: Redis | RedisCluster, key: str) -> None:
