@@ -167,9 +167,11 @@ class WorkerMetrics:
         return found
 
     def _in_flight(self) -> int:
-        engine = getattr(self.crawler, "engine", None)
-        downloader = getattr(engine, "downloader", None)
-        return len(getattr(downloader, "active", ()))
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # not crawling (a tool, a test)
+            return 0
+        return len(engine.downloader.active) if engine is not None else 0
 
     def write(self) -> None:
         """Write this worker's figures to Redis (one round trip); skipped while Redis is

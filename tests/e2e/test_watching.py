@@ -33,11 +33,9 @@ from typing import Any
 
 import pytest
 from helpers import ROOT, demo_site, start_workers, wait_workers
+from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_bloomdupe.testing import RedisServer, free_port
-
-prometheus_client = pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
