@@ -108,11 +108,12 @@ class TimedRedisBloomDupeFilter(RedisBloomDupeFilter):
             self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
                             len(requests))
 
-    def check_and_queue(self, requests: Sequence[Any], queue: Any) -> list[bool] | None:
+    def check_and_queue(self, requests: Sequence[Any], queue: Any,
+                        entries: Sequence[Any]) -> list[bool] | None:
         # Checks and queues (the scheduler's leased queue): the queue's share is timed too.
         cpu, wall = time.process_time(), time.perf_counter()
         try:
-            return super().check_and_queue(requests, queue)
+            return super().check_and_queue(requests, queue, entries)
         finally:
             self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
                             len(requests))

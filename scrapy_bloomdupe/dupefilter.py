@@ -14,7 +14,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from scrapy import signals
@@ -31,6 +31,7 @@ from .transport.diagnose import check, check_eviction, describe, probe, refusal,
 from .transport.outage import OutageGuard, RedisUnavailable
 
 if TYPE_CHECKING:
+    from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.http import Request
     from scrapy.spiders import Spider
@@ -53,6 +54,9 @@ REFUSED_REASON = "bloomdupe_redis_refused"
 LOST_REASON = "bloomdupe_filter_lost"
 #: A native (RedisBloom) filter whose shard refused items and that may not grow.
 FULL_REASON = "bloomdupe_filter_full"
+#: Not an error: the crawl finished and its last worker deleted its state while this
+#: worker was away (:meth:`RedisBloomDupeFilter.end_finished`).
+FINISHED = "finished"
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
     weakref.WeakKeyDictionary()
@@ -100,7 +104,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.redis_errors = 0
         self.unchecked = 0
         self._closing = False
-        #: The close reason when this worker stopped the crawl on an error, else None.
+        #: The close reason when this worker stopped the crawl on an error (or
+        #: :data:`FINISHED`, see :meth:`end_finished`), else None: nothing more is sent
+        #: to Redis then.
         self.failure: str | None = None
         self._warned_full = False
         self._next_flush = time.monotonic() + stats_interval
@@ -220,15 +226,15 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self._maybe_flush()
         return [not n for n in new]
 
-    def check_and_queue(self, requests: Sequence[Request], queue: PriorityQueue
-                        ) -> list[bool] | None:
+    def check_and_queue(self, requests: Sequence[Request], queue: PriorityQueue,
+                        entries: Sequence[Sequence[Any]]) -> list[bool] | None:
         """Check ``requests`` and queue the new ones into ``queue`` in the same script
-        (see :meth:`BloomFilter.add_many`): no crash can leave a request in the
-        filter and in no queue. Returns, in order, whether each was seen before;
-        None when Redis stayed away (nothing was queued)."""
+        (see :meth:`BloomFilter.add_many`), as ``entries`` (each one's score and
+        serialized bytes, :meth:`PriorityQueue.entry`): no crash can leave a request
+        in the filter and in no queue. Returns, in order, whether each was seen
+        before; None when Redis stayed away (nothing was queued)."""
         fps = [self.fingerprinter.fingerprint(r) for r in requests]
-        new = self._call(lambda: self.bloom.add_many(
-            fps, queue, lambda i: queue.entry(requests[i])))
+        new = self._call(lambda: self.bloom.add_many(fps, queue, entries.__getitem__))
         if new is None:
             return None
         self._maybe_flush()
@@ -284,13 +290,48 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if isinstance(error, RedisUnavailable):
             self.give_up(error)
         elif isinstance(error, FilterLostError):
-            self.stop_crawl(LOST_REASON, str(error))
+            if self._cleared_when_finished():
+                self.end_finished()
+            else:
+                self.stop_crawl(LOST_REASON, str(error))
         elif isinstance(error, FilterFullError):
             self.stop_crawl(FULL_REASON, str(error))
         elif isinstance(error, BloomDupeError):
             self.stop_crawl(REFUSED_REASON, str(error))
         else:
             self.stop_crawl(REFUSED_REASON, self._refusal(error))
+
+    def _cleared_when_finished(self) -> bool:
+        try:
+            return self.bloom.cleared_when_finished()
+        except redis.RedisError:
+            return False
+
+    def end_finished(self) -> None:
+        """The crawl this worker belonged to finished, and its last worker deleted the
+        shared state (``SCHEDULER_PERSIST`` off), while this one was away (paused, or
+        its reactor blocked, past ``BLOOMDUPE_LEASE_TIMEOUT``): the others fetched what
+        it held. Close ("finished", exit status 0) and send nothing more to Redis."""
+        if self.failure is not None:
+            return
+        self.failure = FINISHED
+        self._closing = True
+        logger.info("The crawl of the Bloom filter %s finished while this worker was away, "
+                    "and its last worker deleted the shared queue and the filter "
+                    "(SCHEDULER_PERSIST is off); the other workers fetched what this one "
+                    "held. Closing", self.bloom.key)
+        engine = self._engine()
+        if engine is not None:
+            deferred_from_coro(engine.close_spider_async(reason=FINISHED))
+
+    def _engine(self) -> ExecutionEngine | None:
+        """The crawler's engine; None when not crawling (a tool, a test)."""
+        if self.crawler is None:
+            return None
+        try:
+            return self.crawler.engine
+        except RuntimeError:
+            return None
 
     def _refusal(self, error: Exception) -> str:
         """What to say of a refused command; for a command denied inside a script (Redis
@@ -321,12 +362,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         logger.error("%s. Stopping the crawl (close reason %r, exit status 1); the requests "
                      "in progress stay leased in Redis and come back to the next workers.",
                      message.rstrip("."), reason)
-        engine = None
-        if self.crawler is not None:
-            try:
-                engine = self.crawler.engine
-            except RuntimeError:  # not crawling (a tool, a test)
-                engine = None
+        engine = self._engine()
         if engine is not None and self.crawler is not None:
             self.crawler.signals.connect(self._mark_failed, signal=signals.engine_stopped)
             deferred_from_coro(engine.close_spider_async(reason=reason))
@@ -441,6 +477,10 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Delete the filter in Redis (every worker's) and the crawl-wide stats."""
         self.bloom.clear()
 
+    def _clear_finished(self) -> None:
+        # At the end of a crawl: marked, so that a worker paused past it closes quietly.
+        self.bloom.clear(finished=True)
+
     def close(self, reason: str = "", *, clear: bool | None = None) -> None:
         """Write the final figures; delete the filter when ``clear`` (by default, when
         ``SCHEDULER_PERSIST`` is off: the scheduler decides for a shared crawl)."""
@@ -467,7 +507,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             )
         if clear:
             try:
-                self.clear()
+                self._clear_finished()
             except redis.RedisError as e:
                 logger.error("Could not delete the Bloom filter %s (SCHEDULER_PERSIST is off): "
                              "%s", self.bloom.key, e)

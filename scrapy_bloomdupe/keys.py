@@ -85,6 +85,12 @@ def live_worker(key: str, worker: str) -> str:
     return f"{key}:live:{worker}"
 
 
+def finished(key: str) -> str:
+    """Left by the last worker of a finished crawl that deleted its state
+    (``SCHEDULER_PERSIST`` off): which filter that was."""
+    return f"{key}:finished"
+
+
 def _shard(key: str, index: int) -> str:
     return f"{{{key}:{index}}}"
 
@@ -144,7 +150,7 @@ def shards_pattern(key: str) -> str:
 
 
 #: The keys of a filter outside its shards (``K:<name>``), as regular expressions.
-UNSHARDED = ("meta", "growlock", "stats", "workers", "live", "live:.+")
+UNSHARDED = ("meta", "growlock", "stats", "workers", "finished", "live", "live:.+")
 
 
 def belongs(key: str, name: str) -> bool:
@@ -191,6 +197,7 @@ def failed(key: str) -> str:
 _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
           "growlock": "held while a generation is added",
           "stats": "crawl-wide counters", "workers": "one line a worker (crawl stats)",
+          "finished": "the mark of a finished crawl whose state its last worker deleted",
           "live": "running workers, by their last write (`bloomdupe top`)"}
 _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),

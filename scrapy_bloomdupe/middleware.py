@@ -79,23 +79,26 @@ class BloomDupeBatchMiddleware:
         if df is None or not requests:
             return outputs
         scheduler = scheduler_module.for_crawler(self.crawler)
-        if scheduler is not None and scheduler.leased and scheduler.df is df:
-            # Checked and queued in one round trip: the new ones are marked so the
-            # scheduler does not queue them again.
-            seen = scheduler.check_and_queue(requests)
-            for request, was_seen in zip(requests, seen, strict=True):
-                if not was_seen:
-                    request.meta[scheduler_module.QUEUED_META] = True
+        outcomes: list[bool | None]
+        if scheduler is not None and scheduler.df is df:
+            # Checked (and, on the leased queue, queued) in one round trip; a request
+            # that cannot be stored is reported there and costs only itself.
+            outcomes = scheduler.check_and_queue(requests)
+            if scheduler.leased:  # queued: marked so the scheduler does not queue them again
+                for request, outcome in zip(requests, outcomes, strict=True):
+                    if outcome is False:
+                        request.meta[scheduler_module.QUEUED_META] = True
         else:
-            seen = df.requests_seen(requests)
-        dropped = {id(r) for r, s in zip(requests, seen, strict=True) if s}
+            outcomes = list(df.requests_seen(requests))
+        dropped = {id(r): o for r, o in zip(requests, outcomes, strict=True) if o is not False}
         if not dropped:
             return outputs
         spider = self.crawler.spider
         kept = []
         for o in outputs:
             if id(o) in dropped:
-                df.log(o, spider)
+                if dropped[id(o)]:  # a duplicate (None: not storable, reported already)
+                    df.log(o, spider)
                 self.crawler.signals.send_catch_log(signals.request_dropped, request=o,
                                                     spider=spider)
             else:

@@ -42,6 +42,8 @@ import secrets
 import time
 import weakref
 from collections.abc import Callable
+from contextlib import suppress
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import RedisError
@@ -59,7 +61,7 @@ from .bloom import meta
 from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
 from .exceptions import BloomDupeError
-from .frontier import failed
+from .frontier import failed, storable
 from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
@@ -86,6 +88,10 @@ QUEUED_META = "_bloomdupe_queued"
 IDLE_POLL = 0.5
 #: Most seconds between two heartbeats (and looks for dead workers' leases).
 MAX_HEARTBEAT = 5.0
+#: Most pops in one ``next_request`` (when all a pop took had come back too often).
+MAX_POPS = 3
+#: Most requests named in the WARNING that puts leases back.
+NAMED = 10
 
 
 def for_crawler(crawler: Crawler) -> Scheduler | None:
@@ -114,9 +120,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._wakeup: Any = None
         self._idle_since: float | None = None
         self._waiting_for: str | None = None
-        #: True once this worker has seen the crawl done (queue empty, no lease held).
+        #: True while this worker sees the crawl done: the queue empty, no lease held,
+        #: for the grace period of its current idle spell (any work seen ends it).
         self.crawl_done = False
         self._failed_logged = False
+        self._done_logged = False
         #: When this worker last heartbeat (monotonic), and when it may reap again.
         self._last_beat: float | None = None
         self._reap_after = 0.0
@@ -249,6 +257,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._beat()
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
+    def _done_now(self) -> bool:
+        """Whether the crawl is done at this moment (for ``SCHEDULER_PERSIST`` off): this
+        worker's current idle spell saw it done for the grace period, and the shared
+        queue is still empty with no lease held (this worker's acks sent first)."""
+        if not self.crawl_done:
+            return False
+        if not self.leased:
+            return not self._guarded(lambda: len(self.queue), 1)
+        self._settle()
+        self._guarded(lambda: self.queue.heartbeat() or True, False)
+        queued, leased = self._guarded(self.queue.status, (1, 1))
+        return not queued and not leased and not self._failed()
+
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
         if self.leased:
@@ -274,8 +295,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._wakeup = None
         self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
-        clear = not self.persist and self.crawl_done
-        if not self.persist and not clear:
+        clear = not self.persist and not self._failed() and self._done_now()
+        if not self.persist and not clear and not self._failed():
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
@@ -292,8 +313,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             # Stopped on an error: touch nothing more in Redis. The leases held come back
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
             detach = getattr(self.queue, "detach", None)
+            if self.df.failure == dupefilter_module.FINISHED and self.leased:
+                # The crawl is over and gone: only this worker's name, which its
+                # heartbeat or a pop may have written again, is taken out.
+                detach = self.queue.forget
             if detach is not None:
-                detach()
+                with suppress(RedisError):
+                    detach()
         elif clear:
             self._guarded(self.queue.clear, None)
         else:
@@ -311,39 +337,75 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     # -- queueing -------------------------------------------------------------------
 
     def enqueue_request(self, request: Request) -> bool:
-        if request.meta.pop(QUEUED_META, False):  # checked and queued by the middleware
-            self.stats.inc_value("scheduler/enqueued/redis")
+        if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
-        if not request.dont_filter and self.leased and isinstance(
-                self.df, RedisBloomDupeFilter):
-            (seen,) = self.check_and_queue([request])
-            if seen:
+        if not request.dont_filter and self.leased and isinstance(self.df, RedisBloomDupeFilter):
+            (outcome,) = self.check_and_queue([request])
+            if outcome is None:
+                return False  # cannot be stored, reported; the engine sends request_dropped
+            if outcome:
                 self.df.log(request, self.spider)
-            return not seen
+                return False
+            return True  # queued by the filter's own script
+        if self.storable([request]) == [None]:
+            return False
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
         if self._guarded(lambda: self.queue.push(request) or True, False):
             self.stats.inc_value("scheduler/enqueued/redis")
+            self._busy()
             return True
         logger.error("Could not queue %s: Redis is unavailable", request)
         return False
 
-    def check_and_queue(self, requests: list[Request]) -> list[bool]:
-        """Check ``requests`` against the filter and queue the new ones, in one round
-        trip (the leased queue with the Bloom dupefilter only). Returns, in order,
-        whether each was seen before."""
-        seen: list[bool] | None = self.df.check_and_queue(requests, self.queue)
+    def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
+        """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the
+        new ones in the same round trip (one script), otherwise mark them for
+        :meth:`enqueue_request`. Returns, in order, whether each was seen before, or
+        None for one that cannot be stored in the queue (reported, counted as
+        ``bloomdupe/unserializable``, never added to the filter)."""
+        entries = self.storable(requests)
+        good = [i for i, entry in enumerate(entries) if entry is not None]
+        outcomes: list[bool | None] = [None] * len(requests)
+        if not good:
+            return outcomes
+        batch = [requests[i] for i in good]
+        seen: list[bool] | None
+        if self.leased:
+            seen = self.df.check_and_queue(batch, self.queue, [entries[i] for i in good])
+        else:
+            seen = self.df.requests_seen(batch)
         if seen is None:
             # Not queued (the dupefilter has said why). The page that made them stays
             # leased (no ack from now on), so it is fetched again by the next workers.
             if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
                 self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
                     "Redis stayed unavailable and the shared queue is in Redis: "
-                    f"{len(requests)} new request(s) could not be queued"))
-            return [True] * len(requests)
-        self.stats.inc_value("scheduler/enqueued/redis", seen.count(False))
-        return seen
+                    f"{len(batch)} new request(s) could not be queued"))
+            seen = [True] * len(batch)
+        for i, was_seen in zip(good, seen, strict=True):
+            outcomes[i] = was_seen
+        if self.leased and seen.count(False):
+            self.stats.inc_value("scheduler/enqueued/redis", seen.count(False))
+            self._busy()
+        return outcomes
+
+    def storable(self, requests: list[Request]) -> list[Any]:
+        """Each request as the queue stores it, or None for one that cannot be serialized
+        (see :mod:`.frontier.storable`): that one gets one ERROR and is counted as
+        ``bloomdupe/unserializable``; it costs no other request."""
+        encode = self.queue.entry if self.leased else self.queue._encode_request
+        entries, failures = storable.entries(encode, requests)
+        for i, error in failures:
+            request = requests[i]
+            self.stats.inc_value("bloomdupe/unserializable")
+            logger.error("Cannot store %s in the shared queue: %s. Dropped this request "
+                         "only (counted as bloomdupe/unserializable); %s", request,
+                         storable.what_fails(request, self.spider, self.queue.serializer,
+                                             error),
+                         storable.ADVICE, extra={"spider": self.spider})
+        return entries
 
     def next_request(self) -> Request | None:
         if not self.leased:
@@ -354,11 +416,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             request: Request | None = self._guarded(lambda: self.queue.pop(0), None)
         else:
             self._settle()
-            if not self._buffer:
+            for _ in range(MAX_POPS):
+                if self._buffer:
+                    break
                 count = self._prefetch_count()
-                self._buffer = self._guarded(lambda: self.queue.pop_leases(count), [])
+                leases: list[Lease] = self._guarded(partial(self.queue.pop_leases, count), [])
                 # A full answer: the queue is deep, the next pop may take a few more.
-                self._deep = len(self._buffer) >= count
+                self._deep = len(leases) >= count
+                self._buffer = [lease for lease in leases if not self._came_back_too_often(lease)]
+                if not leases:
+                    break
             request = None
             if self._buffer:
                 lease = self._buffer.pop(0)
@@ -366,7 +433,35 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 request = lease.request
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
+            self._busy()
         return request
+
+    def _came_back_too_often(self, lease: Lease) -> bool:
+        """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker
+        that took it stopped heartbeating: it blocks the reactor, or crashes the
+        process) is recorded as failed and leaves the queue, so that the crawl ends."""
+        limit = self.frontier.max_requeues
+        if lease.requeues < limit:
+            return False
+        logger.warning("%s came back to the queue %d times (BLOOMDUPE_MAX_REQUEUES = %d): "
+                       "each worker that took it stopped heartbeating for "
+                       "BLOOMDUPE_LEASE_TIMEOUT (%ss) while it held it. A callback that "
+                       "blocks the reactor (time.sleep, a synchronous HTTP call) or that "
+                       "kills the process does this. Recorded as failed instead of handed "
+                       "out again (`bloomdupe failed --requeue` fetches it again)",
+                       lease.request, lease.requeues, limit, self.frontier.lease_timeout,
+                       extra={"spider": self.spider})
+        self.record_failed(lease.request, f"its lease expired {lease.requeues} times "
+                                          "(BLOOMDUPE_MAX_REQUEUES): every worker that took it "
+                                          "stopped heartbeating")
+        self.queue.ack([lease])
+        return True
+
+    def _busy(self) -> None:
+        """This worker saw work: its idle spell, if any, is over (see _spider_idle)."""
+        self._idle_since = None
+        self.crawl_done = False
+        self._done_logged = False
 
     def _prefetch_count(self) -> int:
         """How many requests to lease in one round trip: this worker's free download
@@ -423,11 +518,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         after a master change), put back this worker's own leases that it does not hold."""
         if self._failed():
             return
+        if self._silence() > self.frontier.lease_timeout and not self._verify():
+            return  # back from a long silence to a crawl that is gone: nothing written
         self._settle()
         self._beat()
         self._reap()
         self._reclaim()
         self._verify()
+
+    def _silence(self) -> float:
+        """Seconds since this worker's last heartbeat went through."""
+        return 0.0 if self._last_beat is None else time.monotonic() - self._last_beat
 
     def _reclaim(self) -> None:
         """This worker's own leases in Redis that it does not hold go back in the queue
@@ -450,11 +551,21 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         reactor) longer than half the lease timeout, the others were likely silent as
         long: put no lease back until they have had a lease timeout to heartbeat again,
         so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
+        silence = self._silence()
         if self._guarded(lambda: self.queue.heartbeat() or True, False):
             now = time.monotonic()
             timeout = self.frontier.lease_timeout
-            if self._last_beat is not None and now - self._last_beat > timeout / 2:
+            if silence > timeout / 2:
                 self._reap_after = now + timeout
+            if silence > timeout:
+                logger.warning(
+                    "This worker was silent for %.1fs, longer than BLOOMDUPE_LEASE_TIMEOUT "
+                    "(%ss): its reactor was blocked (a callback or pipeline that blocks, such "
+                    "as time.sleep or a synchronous HTTP call), the process was paused "
+                    "(SIGSTOP, swapping) or Redis could not be reached. The other workers "
+                    "may have put its requests back in the queue: they may be fetched twice. "
+                    "Raise BLOOMDUPE_LEASE_TIMEOUT above the longest such pause",
+                    silence, timeout, extra={"spider": self.spider})
             self._last_beat = now
 
     def _verify(self) -> bool:
@@ -471,13 +582,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _reap(self) -> int:
         if time.monotonic() < self._reap_after:
             return 0
-        back: int = self._guarded(self.queue.reap, 0)
+        back: list[tuple[int, Request]] = self._guarded(self.queue.reap, [])
         if back:
-            self.stats.inc_value("bloomdupe/requeued", back)
+            self.stats.inc_value("bloomdupe/requeued", len(back))
+            named = "; ".join(f"{request.url} ({times}x)" for times, request in back[:NAMED])
+            more = f"; and {len(back) - NAMED} more" if len(back) > NAMED else ""
             logger.warning("Put %d request(s) back in the shared queue: leased by a worker "
-                           "that stopped heartbeating for %ss (BLOOMDUPE_LEASE_TIMEOUT)",
-                           back, self.frontier.lease_timeout, extra={"spider": self.spider})
-        return back
+                           "that stopped heartbeating for %ss (BLOOMDUPE_LEASE_TIMEOUT): "
+                           "%s%s (how often each has come back; one that comes back "
+                           "BLOOMDUPE_MAX_REQUEUES = %d times is recorded as failed)",
+                           len(back), self.frontier.lease_timeout, named, more,
+                           self.frontier.max_requeues, extra={"spider": self.spider})
+        return len(back)
 
     # -- the end of the crawl -----------------------------------------------------------
 
@@ -490,7 +606,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         else:
             queued, leased = self._guarded(lambda: len(self.queue), 1), 0
         if queued or leased:
-            self._idle_since = None
+            self._busy()
             waiting = ("the shared queue has requests" if queued else
                        f"{leased} request(s) are leased by other workers, whose pages may "
                        "queue more")
@@ -508,9 +624,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if not self._verify():
             return  # an empty queue of a filter that is gone is no finished crawl
         self.crawl_done = True
-        logger.info("The crawl is done: the shared queue is empty and no worker holds a "
-                    "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE); "
-                    "closing", now - self._idle_since, extra={"spider": spider})
+        if not self._done_logged:  # once an idle spell: a spider kept open comes back here
+            self._done_logged = True
+            logger.info("The crawl is done: the shared queue is empty and no worker holds a "
+                        "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE)",
+                        now - self._idle_since, extra={"spider": spider})
 
     @property
     def done_grace(self) -> float:

@@ -52,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_OUTAGE_TIMEOUT": 300.0,
     "BLOOMDUPE_ON_OUTAGE": "close",
     "BLOOMDUPE_LEASE_TIMEOUT": 30.0,
+    "BLOOMDUPE_MAX_REQUEUES": 3,
     "BLOOMDUPE_DONE_GRACE": 3.0,
     "BLOOMDUPE_FAILED_LIMIT": 100_000,
     "BLOOMDUPE_BATCH": True,
@@ -265,6 +266,9 @@ class FrontierConfig:
     done_grace: float
     #: Failed requests kept (the oldest go first).
     failed_limit: int
+    #: Times a request's lease may expire (its holder stopped heartbeating) before the
+    #: request is recorded as failed instead of being handed out again.
+    max_requeues: int = 3
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierConfig:
@@ -275,6 +279,8 @@ class FrontierConfig:
                         low=0, high=3600),
             parse_int("BLOOMDUPE_FAILED_LIMIT", _get(settings, "BLOOMDUPE_FAILED_LIMIT"),
                       minimum=0),
+            parse_int("BLOOMDUPE_MAX_REQUEUES", _get(settings, "BLOOMDUPE_MAX_REQUEUES"),
+                      minimum=1),
         )
 
 

@@ -231,3 +231,19 @@ def take_fetches(site: Any) -> list[int]:
         fetches = list(site.fetches)
         site.fetches = [0] * len(fetches)
     return fetches
+
+
+def start_runspider(spider: Path, logs: Path, count: int, settings: dict[str, str],
+                    *, first: int = 0) -> list[Any]:
+    """``count`` ``scrapy runspider SPIDER`` processes (cwd: the spider's folder), each
+    logging to ``logs/worker-<i>.log``; ``settings`` for ``-s``. Stop them with
+    :func:`wait_workers` (by their Popen, never by name)."""
+    processes = []
+    for i in range(first, first + count):
+        command = [sys.executable, "-m", "scrapy", "runspider", str(spider),
+                   "-s", f"LOG_FILE={logs / f'worker-{i}.log'}"]
+        for name, value in {"TELNETCONSOLE_ENABLED": "False", **settings}.items():
+            command += ["-s", f"{name}={value}"]
+        processes.append(subprocess.Popen(command, cwd=spider.parent, env=dict(os.environ),
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    return processes

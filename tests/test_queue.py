@@ -99,14 +99,39 @@ def test_a_dead_workers_leases_go_back_and_a_live_ones_stay(client: redis.Redis)
     taken = dead.pop_leases(2)
     assert len(taken) == 2
     mine = live.pop_leases(1)
-    assert live.reap() == 0  # everyone heartbeat just now
+    assert live.reap() == []  # everyone heartbeat just now
     for _ in range(3):
         time.sleep(0.15)
         live.heartbeat()  # the live worker keeps beating; the dead one does not
-    assert live.reap() == 2
+    back = live.reap()
+    assert sorted((n, r.url) for n, r in back) == sorted((1, url) for url in urls(taken))
     assert live.status() == (2, 1)
-    assert sorted(urls(live.pop_leases(5))) == sorted(urls(taken))
+    again = live.pop_leases(5)
+    assert sorted(urls(again)) == sorted(urls(taken))
+    assert [lease.requeues for lease in again] == [1, 1]  # counted once each
     assert mine[0].request.url not in urls(taken)
+
+
+def test_a_request_counts_each_time_its_lease_expires(client: redis.Redis) -> None:
+    """The count rides in the queued member (REQUEUED's prefix): it survives being
+    leased again, and only an expired lease adds to it (a closing worker giving back
+    what it took and a reclaim after a failover do not)."""
+    q = queue(client, lease_timeout=0.1)
+    q.push(Request("http://a.example/1", meta={"k": "v"}, priority=5))
+    for expected in (1, 2, 3):
+        assert len(q.pop_leases(1)) == 1
+        time.sleep(0.15)  # q stops heartbeating: its lease expires
+        reaper = queue(client, lease_timeout=0.1)
+        assert [(n, r.url) for n, r in reaper.reap()] == [(expected, "http://a.example/1")]
+    (lease,) = q.pop_leases(1)
+    assert lease.requeues == 3
+    assert lease.request.meta == {"k": "v"} and lease.request.priority == 5
+    q.close()  # given back by its holder: not counted
+    (lease,) = q.pop_leases(1)
+    assert lease.requeues == 3
+    assert q.reclaim([]) == 1  # not held: back, not counted
+    (lease,) = q.pop_leases(1)
+    assert lease.requeues == 3
 
 
 def test_close_gives_back_what_was_taken_and_not_acked(client: redis.Redis) -> None:

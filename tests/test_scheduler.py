@@ -13,6 +13,7 @@ from scrapy import Request
 from scrapy.exceptions import DontCloseSpider
 
 from scrapy_bloomdupe import keys
+from scrapy_bloomdupe.bloom.filter import FINISHED_TTL
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing_cluster import LocalCluster
@@ -66,7 +67,9 @@ def test_scheduler_without_persist_clears_queue_and_filter_once_the_crawl_is_don
         pass
     scheduler._spider_idle(crawler.spider)  # queue empty, no lease: the crawl is done
     scheduler.close("finished")
-    assert client.keys("*") == []
+    # All gone but the mark that tells a worker paused past the end what happened.
+    assert client.keys("*") == [b"demo:bloomdupe:finished"]
+    assert 0 < client.ttl("demo:bloomdupe:finished") <= FINISHED_TTL
 
 
 def test_scheduler_without_persist_keeps_everything_when_it_leaves_early(
@@ -143,7 +146,8 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     scheduler._spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
     scheduler.close("finished")  # SCHEDULER_PERSIST off: queue and filter deleted
     masters = node_clients(local_cluster)
-    assert {name: c.dbsize() for name, c in masters.items()} == dict.fromkeys(masters, 0)
+    left = [name for c in masters.values() for name in c.keys("*")]
+    assert left == [b"demo:bloomdupe:finished"]  # and the mark of the finished crawl
     for c in masters.values():
         c.close()
 
@@ -170,4 +174,5 @@ def test_scrapy_redis_queue_classes_still_work(redis_url: str, client: redis.Red
     scheduler._spider_idle(crawler.spider)  # queue empty: the crawl is done
     assert scheduler.crawl_done
     scheduler.close("finished")
-    assert client.keys("*") == []  # SCHEDULER_PERSIST off, and done
+    # SCHEDULER_PERSIST off, and done: all gone but the mark of the finished crawl.
+    assert client.keys("*") == [b"demo:bloomdupe:finished"]

@@ -66,6 +66,8 @@ T = TypeVar("T")
 
 #: How long a worker may take to add a generation before others may try.
 GROW_LOCK_TTL_MS = 60_000
+#: How long the mark of a finished crawl whose state was deleted stays (seconds).
+FINISHED_TTL = 7 * 86_400
 #: Most items in one script call: about a millisecond of Redis time (Lua
 #: scripts block every other client of the server while they run).
 MAX_ITEMS_PER_SCRIPT = 256
@@ -659,9 +661,16 @@ class BloomFilter:
         return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
                           generations, self.engine_name)
 
-    def clear(self) -> None:
+    def clear(self, *, finished: bool = False) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
-        and the crawl-wide stats (``crawlstats``)."""
+        and the crawl-wide stats (``crawlstats``).
+
+        With ``finished`` (the last worker of a finished crawl, ``SCHEDULER_PERSIST``
+        off) a mark naming this filter is left first, for :data:`FINISHED_TTL`: a
+        worker of the crawl that comes back later (paused past its end) then finds
+        its state deleted on purpose (:meth:`cleared_when_finished`), not lost."""
+        if finished:
+            self.client.set(keys.finished(self.key), self._identity(), ex=FINISHED_TTL)
         names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
                  keys.workers(self.key), *self._lock_keys,
                  *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),
@@ -672,6 +681,14 @@ class BloomFilter:
         for name in dict.fromkeys(names):
             self.client.delete(name)
         self.cache.clear()
+
+    def cleared_when_finished(self) -> bool:
+        """Whether the last worker of this filter's finished crawl deleted it (see
+        :meth:`clear`)."""
+        return self.client.get(keys.finished(self.key)) == self._identity().encode()
+
+    def _identity(self) -> str:
+        return f"{self.created}:{self.seed}"
 
     def close(self) -> None:
         """Give the held connection back to the client's pool."""

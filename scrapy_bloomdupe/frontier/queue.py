@@ -75,13 +75,30 @@ end
 
 # A lease back in the queue (KEYS[1]) from the lease hash (KEYS[2]): queued
 # first, so a script stopped in between repeats a request rather than losing it.
+# ``counted``: its lease expired (not given back by a closing worker, nor
+# reclaimed after a failover), so the request carries one more requeue in
+# REQUEUED's prefix. Returns the member queued.
 _REQUEUE = """\
-local function requeue(field, entry)
+local function requeue(field, entry, counted)
   local bar = string.find(entry, '|', 1, true)
-  redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+  local member = string.sub(entry, bar + 1)
+  if counted then
+    local n = 0
+    if string.sub(member, 1, 3) == '\\0rq' then
+      local stop = string.find(member, '\\0', 4, true)
+      n = tonumber(string.sub(member, 4, stop - 1))
+      member = string.sub(member, stop + 1)
+    end
+    member = '\\0rq' .. (n + 1) .. '\\0' .. member
+  end
+  redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), member)
   redis.call('HDEL', KEYS[2], field)
+  return member
 end
 """
+#: How a queued request whose lease expired ``n`` times starts: NUL, ``rq``, ``n``, NUL,
+#: then its serialized bytes (no serializer's output starts with a NUL and "rq").
+REQUEUED = b"\x00rq"
 
 # The server's clock in ms, so that workers' clocks never have to agree.
 _NOW = """\
@@ -101,6 +118,8 @@ class Lease:
     #: a lease taken before a failover is not acked after it (its work may be lost
     #: with the old master); :meth:`PriorityQueue.reclaim` puts it back instead.
     epoch: int = 0
+    #: How often this request's lease expired before (its holder stopped heartbeating).
+    requeues: int = 0
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
@@ -168,21 +187,24 @@ return redis.call('ZADD', KEYS[1], now, ARGV[1])
     # now whatever its heartbeat ('' for none: a worker closing gives back what
     # it took and did not start).
     # Puts every lease of a dead owner (no heartbeat for ARGV[1] ms) back in the
-    # queue with its score, and forgets the owner. Returns how many went back.
+    # queue with its score, one more requeue counted, and forgets the owner; the
+    # leases of ARGV[2] go back uncounted. Returns the members queued for dead
+    # owners (REQUEUED's prefix, then the request).
     REAP_SCRIPT = _NOW + _REQUEUE + """\
 local dead = {}
 for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[1]))) do
   dead[owner] = true
 end
 if ARGV[2] ~= '' then dead[ARGV[2]] = true end
-if next(dead) == nil then return 0 end
-local back = 0
+if next(dead) == nil then return {} end
+local back = {}
 local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field = all[j]
-  if dead[string.sub(field, 1, string.find(field, ':', 1, true) - 1)] then
-    requeue(field, all[j + 1])
-    back = back + 1
+  local owner = string.sub(field, 1, string.find(field, ':', 1, true) - 1)
+  if dead[owner] then
+    local member = requeue(field, all[j + 1], owner ~= ARGV[2])
+    if owner ~= ARGV[2] then back[#back + 1] = member end
   end
 end
 for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
@@ -214,7 +236,7 @@ local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field = all[j]
   if string.sub(field, 1, #prefix) == prefix and not held[field] then
-    requeue(field, all[j + 1])
+    requeue(field, all[j + 1], false)
     back = back + 1
   end
 end
@@ -311,9 +333,12 @@ return back
             self._pop_shard = None
             if entries:
                 epoch = master_epoch(self.server)
-                return [Lease(shard, f"{self.owner}:{number}.{j}",
-                              self._decode_request(entry.split(b"|", 1)[1]), epoch)
-                        for j, entry in enumerate(entries)]
+                leases = []
+                for j, entry in enumerate(entries):
+                    requeues, payload = split_requeues(entry.split(b"|", 1)[1])
+                    leases.append(Lease(shard, f"{self.owner}:{number}.{j}",
+                                        self._decode_request(payload), epoch, requeues))
+                return leases
         return []
 
     # -- leases ----------------------------------------------------------------------
@@ -336,9 +361,11 @@ return back
         self._execute(commands, names)
         self._acks.clear()
 
-    def reap(self, *, release_own: bool = False) -> int:
+    def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """Put the leases of dead workers back in the queue (with ``release_own``, this
-        worker's own too: what it took and is giving back). Returns how many."""
+        worker's own too: what it took and is giving back, not counted as a requeue).
+        Returns the dead workers' requests put back, each with how often its lease
+        has expired now."""
         own = self.owner if release_own else ""
         commands, names = self._ack_commands()
         for shard in range(self.shards):
@@ -348,7 +375,12 @@ return back
             names.append("reap")
         replies = self._execute(commands, names)
         self._acks.clear()
-        return sum(int(r) for r in replies[len(replies) - self.shards:])
+        back = []
+        for members in replies[len(replies) - self.shards:]:
+            for member in members:
+                requeues, payload = split_requeues(member)
+                back.append((requeues, self._decode_request(payload)))
+        return back
 
     def leave(self) -> bool:
         """Leave the crawl (stop counting as one of its live workers); True when no other
@@ -445,6 +477,12 @@ return back
 
         The scheduler acks every request whose work is done before this."""
         self.reap(release_own=True)
+        self.forget()
+
+    def forget(self) -> None:
+        """Take this worker's name out of the owner sets and delete its push records;
+        nothing else (alone: a worker leaving a crawl whose state is gone, where its
+        heartbeat or a pop may have made an owner set again)."""
         for shard in range(self.shards):
             self.server.zrem(self._owners[shard], self.owner)
             self.server.delete(self._push_records[shard])
@@ -459,6 +497,14 @@ return back
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records."""
         clear(self.server, self.tag, self.shards)
+
+
+def split_requeues(member: bytes) -> tuple[int, bytes]:
+    """A queued request's requeue count (see :data:`REQUEUED`) and its serialized bytes."""
+    if not member.startswith(REQUEUED):
+        return 0, member
+    stop = member.index(b"\x00", len(REQUEUED))
+    return int(member[len(REQUEUED):stop]), member[stop + 1:]
 
 
 def join(client: Redis | RedisCluster, tag: str, member: str) -> None:

@@ -5,9 +5,6 @@ page fetched once, and both close on their own (``MAX_IDLE_TIME_BEFORE_CLOSE``).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import demo_site
+from helpers import demo_site, start_runspider, wait_workers
 
 PAGES = 300
 
@@ -50,29 +47,13 @@ def test_redis_spider_workers_share_a_crawl_fed_from_a_redis_list(
         "ADDONS": json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100}),
         "REDIS_URL": durable_redis, "SCHEDULER_PERSIST": "True",
         "MAX_IDLE_TIME_BEFORE_CLOSE": "3", "BLOOMDUPE_DONE_GRACE": "1",
-        "TELNETCONSOLE_ENABLED": "False", "LOG_LEVEL": "INFO",
+        "LOG_LEVEL": "INFO",
     }
-    processes = []
-    for i in range(2):
-        command = [sys.executable, "-m", "scrapy", "runspider", str(spider),
-                   "-s", f"LOG_FILE={tmp_path / f'worker-{i}.log'}"]
-        for name, value in settings.items():
-            command += ["-s", f"{name}={value}"]
-        processes.append(subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    try:
-        for process in processes:
-            process.wait(120)
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+    processes = start_runspider(spider, tmp_path, 2, settings)
+    codes = wait_workers(processes, 120)
     logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
-    for process, log in zip(processes, logs, strict=True):
-        assert process.returncode == 0, log[-3000:]
+    for code, log in zip(codes, logs, strict=True):
+        assert code == 0, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
         assert "Spider closed (finished)" in log
     with urllib.request.urlopen(site.url + "__stats", timeout=10) as reply:
