@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import crawlstats, keys, sizing
 from .bloom import meta
@@ -112,7 +112,10 @@ class CrawlReader:
         pipe.xlen(keys.failed(key))
         pipe.zrange(keys.owners(key, 0), 0, -1, withscores=True)
         raw_totals, raw_meta, failed_kept, owners = pipe.execute()
-        seconds, micros = client.time()
+        now: Any = client.time()
+        if isinstance(now, dict):  # a cluster client may ask every node: any will do
+            now = next(iter(now.values()))
+        seconds, micros = now
         since_ms = (seconds * 1000 + micros / 1000) - self.lease_timeout * 1000
         totals = dict.fromkeys((*crawlstats.COUNTERS, *crawlstats.LIVE_COUNTERS), 0)
         totals.update({_text(k): int(v) for k, v in raw_totals.items()})

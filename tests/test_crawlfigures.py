@@ -9,6 +9,7 @@ import time
 import pytest
 import redis
 from helpers import first_plan, fps
+from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import crawlstats, keys
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -132,3 +133,18 @@ def test_bloomdupe_keys_lists_the_live_keys_and_clear_deletes_them(
                                                            "while it runs"
     assert main(["clear", "--yes", "--redis-url", redis_url, "--key", KEY]) == 0
     assert client.keys("*") == []
+
+
+def test_the_reader_works_on_a_redis_cluster(rc: RedisCluster) -> None:
+    bloom = BloomFilter.open(rc, KEY, first_plan(10_000, 0.001, shards=4), growth=True)
+    try:
+        bloom.add_many(fps(100))
+    finally:
+        bloom.close()
+    crawlstats.write_live(rc, KEY, "h:1", {"pages": 5, "started": 1.0}, {"pages": 5}, 30)
+    rc.zadd(keys.owners(KEY, 0), {"alive": time.time() * 1000})  # one machine, one clock
+    figures = CrawlReader(rc, KEY).read()
+    assert figures.filter is not None and figures.filter.fill_ratio > 0
+    assert figures.totals["pages"] == 5
+    assert [w.id for w in figures.workers] == ["h:1"]
+    assert figures.workers_alive == 1
