@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import crawler_for, first_plan, fps
+from helpers import EXAMPLE_PROJECT, crawler_for, first_plan, fps
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.settings import Settings
 
@@ -262,3 +262,27 @@ def test_workers_on_one_host_take_the_next_free_port_of_the_range(
                  "bloomdupe_worker_requests_failed", "bloomdupe_worker_items"):
         assert families[name]["type"] == "counter", name
     assert one.server is None  # stopped at close
+
+
+def test_scrapy_bloomdupe_top_and_metrics_in_a_project(redis_url: str,
+                                                       client: redis.Redis) -> None:
+    BloomFilter.open(client, "site:bloomdupe", first_plan(1000, 0.01), growth=True).close()
+    crawlstats.write_live(client, "site:bloomdupe", "h:7", {"pages": 3, "pid": 7,
+                                                           "pages_per_second": 1.5}, {}, 30)
+
+    def scrapy(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        return subprocess.run([sys.executable, "-m", "scrapy", "bloomdupe", *args, "-s",
+                               f"REDIS_URL={redis_url}"], cwd=EXAMPLE_PROJECT,
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    done = scrapy("top", "site", "--once")
+    assert done.returncode == 0, done.stderr
+    assert "crawl 'site:bloomdupe'" in done.stdout and "Running workers (1)" in done.stdout
+    assert " h:7 " in done.stdout and " 1.5 " in done.stdout, done.stdout
+    done = scrapy("metrics", "site")
+    assert done.returncode == 2
+    assert "metrics needs --port PORT" in done.stderr
+    done = scrapy("info", "site", "--once")
+    assert done.returncode == 2
+    assert "--once applies to top only" in done.stderr
