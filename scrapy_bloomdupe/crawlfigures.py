@@ -154,21 +154,21 @@ class CrawlReader:
         self._filter_read = self.clock()
 
 
-def _worker(wid: str, line: dict[str, str], now: float) -> WorkerFigures:
+def _worker(wid: str, line: dict[str, Any], now: float) -> WorkerFigures:
     def number(name: str) -> float:
         try:
-            return float(line.get(name, 0))
-        except ValueError:
+            return float(line.get(name) or 0)
+        except (TypeError, ValueError):
             return 0.0
 
-    responses = {name.split(":", 1)[1]: int(number(name)) for name in line
-                 if name.startswith("status:")}
+    responses = line.get("responses")
     return WorkerFigures(
-        wid, line.get("host", "?"), line.get("pid", "?"), line.get("spider", ""),
+        wid, str(line.get("host", "?")), str(line.get("pid", "?")), str(line.get("spider", "")),
         number("started"), max(0.0, now - number("time")), int(number("pages")),
         number("pages_per_second"), int(number("items")), int(number("in_flight")),
         int(number("requeued")), int(number("failed")), int(number("checked")),
-        int(number("duplicates")), responses)
+        int(number("duplicates")),
+        {str(k): int(v) for k, v in responses.items()} if isinstance(responses, dict) else {})
 
 
 def _text(value: bytes | str) -> str:

@@ -8,7 +8,7 @@ at close, and puts the crawl-wide totals it reads back into the worker's Scrapy
 stats as ``bloomdupe/crawl/<name>``.
 
 While it runs, a worker also writes its own figures (pages, pages a second,
-requests in flight, ...) to the hash ``K:live:<worker>``, which expires a few
+requests in flight, ...) as JSON to ``K:live:<worker>``, which expires a few
 write intervals after its last write, and lists itself in the sorted set
 ``K:live``; with them it adds its pages, leases put back and failed requests
 to ``K:stats`` (:func:`write_live`; the ``WorkerMetrics`` extension does it).
@@ -83,24 +83,35 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
 
 
 def write_live(client: Redis | RedisCluster, key: str, worker: str,
-               figures: dict[str, float | str], deltas: dict[str, int], ttl: float) -> None:
-    """One pipelined write: ``worker``'s figures (expiring after ``ttl`` seconds), its
-    entry in the index of running workers, and the growth of its
-    :data:`LIVE_COUNTERS` (``deltas``) added to the crawl-wide ones."""
+               figures: dict[str, Any], deltas: dict[str, int], ttl: float, *,
+               prune: bool = False) -> tuple[list[str], Exception | None]:
+    """One pipelined write: ``worker``'s figures (JSON, expiring after ``ttl`` seconds),
+    its entry in the index of running workers, and the growth of its
+    :data:`LIVE_COUNTERS` (``deltas``) added to the crawl-wide ones. With ``prune``,
+    entries of workers silent for :data:`PRUNE_AFTER_TTLS` TTLs leave the index too
+    (one more round trip when there are some).
+
+    Only commands a crawl's least-privilege ACL user has (docs/security.md). Returns
+    the counters added, and the first error (the rest of the write is done): a
+    counter is added once, whatever else failed."""
     now = time.time()
-    ttl_ms = max(1, round(ttl * 1000))
-    line, index = keys.live_worker(key, worker), keys.live(key)
+    index = keys.live(key)
+    names = [name for name, delta in deltas.items() if delta]
     pipe = client.pipeline(transaction=False)
-    for name, delta in deltas.items():
-        if delta:
-            pipe.hincrby(keys.stats(key), name, delta)
-    mapping: dict[Any, Any] = {**figures, "time": now}
-    pipe.hset(line, mapping=mapping)
-    pipe.pexpire(line, ttl_ms)
+    for name in names:
+        pipe.hincrby(keys.stats(key), name, deltas[name])
+    pipe.set(keys.live_worker(key, worker), json.dumps({**figures, "time": now}),
+             px=max(1, round(ttl * 1000)))
     pipe.zadd(index, {worker: now})
-    pipe.zremrangebyscore(index, "-inf", now - PRUNE_AFTER_TTLS * ttl)
-    pipe.pexpire(index, PRUNE_AFTER_TTLS * ttl_ms)
-    pipe.execute()
+    if prune:
+        pipe.zrangebyscore(index, "-inf", now - PRUNE_AFTER_TTLS * ttl)
+    replies = pipe.execute(raise_on_error=False)
+    errors = [r for r in replies if isinstance(r, Exception)]
+    if prune and not errors and replies[-1]:
+        client.zrem(index, *replies[-1])
+    added = [n for n, reply in zip(names, replies, strict=False)
+             if not isinstance(reply, Exception)]
+    return added, errors[0] if errors else None
 
 
 def forget_live(client: Redis | RedisCluster, key: str, worker: str) -> None:
@@ -117,18 +128,18 @@ def live_workers(client: Redis | RedisCluster, key: str) -> list[str]:
     return [_text(w) for w in found]
 
 
-def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, str]]:
-    """Each running worker's figures (as written: text), by worker; workers whose
-    line has expired are left out. Two round trips."""
+def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, Any]]:
+    """Each running worker's figures, by worker; workers whose line has expired are
+    left out. Two round trips."""
     workers = live_workers(client, key)
     if not workers:
         return {}
     pipe = client.pipeline(transaction=False)
     for worker in workers:
-        pipe.hgetall(keys.live_worker(key, worker))
-    lines: list[dict[Any, Any]] = pipe.execute()
-    return {worker: {_text(k): _text(v) for k, v in line.items()}
-            for worker, line in zip(workers, lines, strict=True) if line}
+        pipe.get(keys.live_worker(key, worker))
+    lines: list[Any] = pipe.execute()
+    return {worker: json.loads(line) for worker, line in zip(workers, lines, strict=True)
+            if line is not None}
 
 
 def clear(client: Redis | RedisCluster, key: str) -> None:

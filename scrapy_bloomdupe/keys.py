@@ -8,7 +8,7 @@ generation ``g``:
 ``K:growlock``                  string: held while a generation is added
 ``K:stats``, ``K:workers``      hashes: crawl-wide counters, one line per worker
 ``K:live``                      sorted set: running workers, by their last write
-``K:live:<worker>``             hash: a running worker's figures (expires)
+``K:live:<worker>``             string: a running worker's figures, JSON (expires)
 ``{K:i}:bits``, ``{K:i}:bits:g`` strings: shard ``i``'s bits, generation 0 and ``g``
                                 (the Lua engine)
 ``{K:i}:bf``, ``{K:i}:bf:g``    RedisBloom filters: the same, for the native engine

@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 #: than :data:`MIN_TTL` seconds).
 TTL_INTERVALS = 3
 MIN_TTL = 15.0
+#: Stale entries of the index of running workers are dropped every this many writes.
+PRUNE_EVERY = 12
 #: Scrapy's stats of a response's HTTP status.
 STATUS_STAT = "downloader/response_status_count/"
 
@@ -96,6 +98,8 @@ class WorkerMetrics:
         self._added = dict.fromkeys(crawlstats.LIVE_COUNTERS, 0)
         self._last_pages = 0
         self._last_time = time.monotonic()
+        self._writes = 0
+        self._warned = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -181,20 +185,27 @@ class WorkerMetrics:
         figures = self.figures()
         now = time.monotonic()
         rate = (figures["pages"] - self._last_pages) / max(now - self._last_time, 1e-9)
-        line: dict[str, float | str] = {
-            "host": socket.gethostname(), "pid": os.getpid(), "spider": self._spider_name(),
-            "pages_per_second": round(rate, 3),
-            **{name: value for name, value in figures.items() if name != "responses"},
-            **{f"status:{code}": n for code, n in figures["responses"].items()},
-        }
+        line = {"host": socket.gethostname(), "pid": os.getpid(), "spider": self._spider_name(),
+                "pages_per_second": round(rate, 3), **figures}
         deltas = {name: figures[name] - self._added[name] for name in crawlstats.LIVE_COUNTERS}
+        self._writes += 1
         try:
-            crawlstats.write_live(self.client, self.key, self.worker, line, deltas, self.ttl)
+            added, error = crawlstats.write_live(self.client, self.key, self.worker, line,
+                                                 deltas, self.ttl,
+                                                 prune=self._writes % PRUNE_EVERY == 1)
         except redis.RedisError as e:
-            logger.debug("Could not write this worker's live figures to Redis: %s", e)
-            return
-        self._added = {name: figures[name] for name in crawlstats.LIVE_COUNTERS}
-        self._last_pages, self._last_time = figures["pages"], now
+            added, error = [], e
+        for name in added:
+            self._added[name] = figures[name]
+        if error is None:
+            self._last_pages, self._last_time = figures["pages"], now
+        elif isinstance(error, redis.exceptions.NoPermissionError) and not self._warned:
+            self._warned = True
+            logger.warning("Could not write this worker's live figures to Redis (for "
+                           "`bloomdupe top` and `bloomdupe metrics`): %s. The ACL of "
+                           "docs/security.md grants what they need.", error)
+        else:
+            logger.debug("Could not write this worker's live figures to Redis: %s", error)
 
     def _spider_name(self) -> str:
         spider = self.crawler.spider

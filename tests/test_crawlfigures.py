@@ -22,11 +22,11 @@ KEY = "c"
 
 def live(client: redis.Redis, worker: str, pages: int, ttl: float = 30.0, **more: float
          ) -> None:
-    figures: dict[str, float | str] = {"host": "h", "pid": worker.split(":")[1], "spider": "s",
-                                       "started": time.time(), "pages": pages,
-                                       "pages_per_second": pages / 10, "status:200": pages,
-                                       **more}
-    crawlstats.write_live(client, KEY, worker, figures, {"pages": pages}, ttl)
+    figures = {"host": "h", "pid": int(worker.split(":")[1]), "spider": "s",
+               "started": time.time(), "pages": pages, "pages_per_second": pages / 10,
+               "responses": {"200": pages}, **more}
+    assert crawlstats.write_live(client, KEY, worker, figures, {"pages": pages}, ttl) == (
+        ["pages"], None)
 
 
 def test_a_live_line_expires_adds_its_counters_and_is_forgotten(client: redis.Redis) -> None:
@@ -39,9 +39,12 @@ def test_a_live_line_expires_adds_its_counters_and_is_forgotten(client: redis.Re
     # Killed without a word: its line is gone, its entry stays until pruned.
     assert set(crawlstats.read_live(client, KEY)) == {"h:2"}
     assert crawlstats.live_workers(client, KEY) == ["h:1", "h:2"]
+    client.zadd(keys.live(KEY), {"h:1": time.time() - 301})  # 10 TTLs of 30 s ago
+    crawlstats.write_live(client, KEY, "h:2", {"pages": 5}, {}, 30, prune=True)
+    assert crawlstats.live_workers(client, KEY) == ["h:2"]
     crawlstats.forget_live(client, KEY, "h:2")
     assert crawlstats.read_live(client, KEY) == {}
-    assert crawlstats.live_workers(client, KEY) == ["h:1"]
+    assert not client.exists(keys.live(KEY))
 
 
 def test_what_is_names_the_live_keys() -> None:

@@ -5,6 +5,7 @@ with prometheus-client's own parser."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import EXAMPLE_PROJECT, crawler_for, first_plan, fps
+from helpers import EXAMPLE_PROJECT, ROOT, crawler_for, first_plan, fps
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.settings import Settings
 
@@ -197,10 +198,10 @@ def test_a_worker_writes_its_line_and_adds_what_grew(redis_url: str, client: red
     stats.set_value("response_received_count", 10)
     ext.write()
     key = "demo:bloomdupe"
-    line = client.hgetall(keys.live_worker(key, ext.worker))
-    assert line[b"pages"] == b"10" and line[b"status:404"] == b"1"
-    assert line[b"requeued"] == b"2" and line[b"spider"] == b"demo"
-    assert float(line[b"pages_per_second"]) > 0
+    line = json.loads(client.get(keys.live_worker(key, ext.worker)) or "{}")
+    assert line["pages"] == 10 and line["responses"] == {"200": 6, "404": 1}
+    assert line["requeued"] == 2 and line["spider"] == "demo"
+    assert line["pages_per_second"] > 0
     assert 0 < client.pttl(keys.live_worker(key, ext.worker)) <= 15_000  # MIN_TTL
     assert client.hget(keys.stats(key), "pages") == b"10"
     assert client.hget(keys.stats(key), "requeued") == b"2"
@@ -286,3 +287,29 @@ def test_scrapy_bloomdupe_top_and_metrics_in_a_project(redis_url: str,
     done = scrapy("info", "site", "--once")
     assert done.returncode == 2
     assert "--once applies to top only" in done.stderr
+
+
+def test_a_worker_writes_its_figures_with_the_least_privilege_acl(
+        redis_url: str, client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The ACL user of docs/security.md (the Lua engine's line, for the demo spider's key)
+    is enough: nothing denied, no warning."""
+    doc = (ROOT / "docs" / "security.md").read_text()
+    line = next(t for t in doc.splitlines() if t.startswith("ACL SETUSER crawler "))
+    rules = line.split()[3:]
+    rules = [r.replace("myspider", "demo").replace(">the-password", ">pw") for r in rules]
+    client.execute_command("ACL", "SETUSER", "metrics-test", *rules)
+    client.execute_command("ACL", "LOG", "RESET")
+    try:
+        ext = opened(redis_url.replace("redis://", "redis://metrics-test:pw@"))
+        ext.crawler.stats.set_value("response_received_count", 2)
+        with caplog.at_level("DEBUG", logger="scrapy_bloomdupe.workermetrics"):
+            ext.write()
+            ext._writes = 0  # the next write prunes the index
+            ext.write()
+            client.hset(keys.meta("demo:bloomdupe"), "capacity", 1)
+            ext.spider_closed(ext.crawler.spider, "finished")
+        assert client.execute_command("ACL", "LOG") == []
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        assert client.hget(keys.stats("demo:bloomdupe"), "pages") == b"2"
+    finally:
+        client.execute_command("ACL", "DELUSER", "metrics-test")
