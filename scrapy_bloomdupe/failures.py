@@ -12,9 +12,10 @@ response that reaches it is final. It records (see
 * a response that Scrapy's HttpErrorMiddleware will drop (a status the spider
   does not handle), when that middleware is enabled; its own rules decide.
 
-Recording happens before the request's lease is acked (the scheduler acks
-once the engine lets go of the request), so a worker killed in between loses
-nothing: the request is fetched again. Counted as ``bloomdupe/failed``.
+Recording happens before the request's lease is acked (here, for a download
+that failed; for a response, once its output is queued), so a worker killed in
+between loses nothing: the request is fetched again. Counted as
+``bloomdupe/failed``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ class FailedRequestMiddleware:
                           spider: Spider | None = None) -> Any:
         if not isinstance(exception, IgnoreRequest):
             self._record(request, f"{type(exception).__name__}: {exception}".rstrip(": "))
+        # Failed for good and recorded, or dropped on purpose: done (an errback's output
+        # does not pass the spider middlewares, so their ack would never come).
+        scheduler = scheduler_module.for_crawler(self.crawler)
+        if scheduler is not None:
+            scheduler.done(request)
         return None
 
     def _record(self, request: Request, reason: str) -> None:

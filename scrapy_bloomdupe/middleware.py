@@ -1,21 +1,25 @@
-"""Batched dedup: check all requests of one callback in one Redis round trip.
+"""Batched dedup: check (and queue) all requests of one callback in one Redis round trip,
+and tell the scheduler when a page's output is queued.
 
 ``SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}``
-(the add-on does it). Scrapy asks the dupefilter one request at a time, on its
-reactor thread, each a full Redis round trip. This middleware collects the
-requests a callback produced (in chunks of ``BLOOMDUPE_BATCH_SIZE``), checks
-them all with one pipelined call, drops the duplicates and marks the new ones
-with their fingerprint; the dupefilter then lets a marked request through
-without a second check. Under this package's scheduler with its leased queue,
-the same call also queues the new ones (one script checks and queues, so no
-crash leaves a request in the filter and in no queue), and the scheduler only
-counts them. The mark holds a fingerprint and is used once, so a
-request changed later (a redirect) or scheduled again is checked as usual.
+(the add-on does it; the scheduler's leased queue needs it). Scrapy asks the
+dupefilter one request at a time, each a full Redis round trip. This middleware
+collects the requests a callback produced (in chunks of ``BLOOMDUPE_BATCH_SIZE``;
+one at a time with ``BLOOMDUPE_BATCH = False``), checks them all with one
+pipelined call and drops the duplicates. Under this package's scheduler with its
+leased queue, the same call also queues the new ones (one script checks and
+queues, so no crash leaves a request in the filter and in no queue), and
+``dont_filter`` ones are queued past the filter; the scheduler only counts them.
+Once the whole output is queued (or the callback raised, after what it yielded
+before is queued), the page's own lease is acked (:meth:`Scheduler.done`): no
+crash can fall between a page's ack and the queueing of its links. Under another
+scheduler the new requests are marked with their fingerprint, and the
+dupefilter lets a marked request through once without a second check.
 
 It sits at order 10, closest to the engine, so it sees a request only after
 every other spider middleware (offsite, depth, URL length) has had the chance
 to drop it: a request dropped after being added would never be crawled.
-Output order is kept; ``dont_filter`` requests are not checked.
+Output order is kept.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
 
 from . import dupefilter as dupefilter_module
 from . import scheduler as scheduler_module
@@ -33,7 +37,6 @@ from .settings import batch_size
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
@@ -43,48 +46,82 @@ class BloomDupeBatchMiddleware:
     def __init__(self, crawler: Crawler, batch_size: int) -> None:
         self.crawler = crawler
         self.batch_size = batch_size
+        crawler.signals.connect(self._spider_error, signal=signals.spider_error)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        size = batch_size(crawler.settings)
-        if size is None:
-            raise NotConfigured  # no message: Scrapy would log a message as a warning
-        return cls(crawler, size)
+        # BLOOMDUPE_BATCH off: each request checked on its own, as scrapy-redis does; the
+        # middleware still queues them and tells the scheduler when a page is done.
+        return cls(crawler, batch_size(crawler.settings) or 1)
 
     def process_spider_output(self, response: Response | None,
                               result: Iterable[Any]) -> Iterator[Any]:
         chunk: list[Any] = []
-        for o in result:
-            chunk.append(o)
-            if len(chunk) >= self.batch_size:
-                yield from self._filter(chunk)
-                chunk = []
+        try:
+            for o in result:
+                chunk.append(o)
+                if len(chunk) >= self.batch_size:
+                    yield from self._filter(chunk)
+                    chunk = []
+        except Exception:
+            yield from self._filter(chunk)  # what the callback yielded before it raised
+            raise
         yield from self._filter(chunk)
+        self._done(response)
 
     async def process_spider_output_async(self, response: Response | None,
                                           result: AsyncIterator[Any]) -> AsyncIterator[Any]:
         chunk: list[Any] = []
-        async for o in result:
-            chunk.append(o)
-            if len(chunk) >= self.batch_size:
-                for kept in self._filter(chunk):
-                    yield kept
-                chunk = []
+        try:
+            async for o in result:
+                chunk.append(o)
+                if len(chunk) >= self.batch_size:
+                    for kept in self._filter(chunk):
+                        yield kept
+                    chunk = []
+        except Exception:
+            for kept in self._filter(chunk):  # what the callback yielded before it raised
+                yield kept
+            raise
         for kept in self._filter(chunk):
             yield kept
+        self._done(response)
+
+    def _done(self, response: Response | None) -> None:
+        """Every request of the page's output is queued: its own lease can go."""
+        scheduler = scheduler_module.for_crawler(self.crawler)
+        if scheduler is not None and response is not None and response.request is not None:
+            scheduler.done(response.request)
+
+    def _spider_error(self, failure: Any, response: Any, spider: Any = None) -> None:
+        # A callback that raised: what it yielded before is queued (above); it is done.
+        if isinstance(response, Response):
+            self._done(response)
 
     def _filter(self, outputs: list[Any]) -> list[Any]:
         df = dupefilter_module.for_crawler(self.crawler)
-        requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
+        scheduler = scheduler_module.for_crawler(self.crawler)
+        ours = scheduler is not None and scheduler.df is df and df is not None
+        leased = ours and scheduler is not None and scheduler.leased
+        requests = [o for o in outputs if isinstance(o, Request)
+                    and (leased or not o.dont_filter)]
         if df is None or not requests:
             return outputs
-        scheduler = scheduler_module.for_crawler(self.crawler)
         outcomes: list[bool | None]
-        if scheduler is not None and scheduler.df is df:
+        if ours and scheduler is not None:
             # Checked (and, on the leased queue, queued) in one round trip; a request
             # that cannot be stored is reported there and costs only itself.
-            outcomes = scheduler.check_and_queue(requests)
-            if scheduler.leased:  # queued: marked so the scheduler does not queue them again
+            outcomes = [None] * len(requests)
+            checked = [i for i, r in enumerate(requests) if not r.dont_filter]
+            unfiltered = [i for i, r in enumerate(requests) if r.dont_filter]
+            for i, seen in zip(checked, scheduler.check_and_queue(
+                    [requests[i] for i in checked]), strict=True):
+                outcomes[i] = seen
+            if unfiltered:  # dont_filter (leased queue only): queued past the filter
+                pushed = scheduler.push([requests[i] for i in unfiltered])
+                for i, ok in zip(unfiltered, pushed, strict=True):
+                    outcomes[i] = None if not ok else False
+            if leased:  # queued: marked so the scheduler does not queue them again
                 for request, outcome in zip(requests, outcomes, strict=True):
                     if outcome is False:
                         request.meta[scheduler_module.QUEUED_META] = True
@@ -97,7 +134,7 @@ class BloomDupeBatchMiddleware:
         kept = []
         for o in outputs:
             if id(o) in dropped:
-                if dropped[id(o)]:  # a duplicate (None: not storable, reported already)
+                if dropped[id(o)]:  # a duplicate (None: not queued, said why already)
                     df.log(o, spider)
                 self.crawler.signals.send_catch_log(signals.request_dropped, request=o,
                                                     spider=spider)

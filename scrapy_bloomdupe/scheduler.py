@@ -48,19 +48,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import RedisError
 from scrapy import signals
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.settings import Settings
 from scrapy.utils.asyncio import call_later, create_looping_call
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
+from twisted.python.failure import Failure
 
 from . import connection
 from . import dupefilter as dupefilter_module
 from .bloom import meta
 from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
-from .exceptions import BloomDupeError
+from .exceptions import BloomDupeError, ConfigError
 from .frontier import failed, storable
 from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
@@ -69,8 +72,10 @@ from .transport.diagnose import check, check_eviction
 from .transport.outage import RedisUnavailable
 
 if TYPE_CHECKING:
+    from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.http import Request
+    from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
     from scrapy.utils.asyncio import AsyncioLoopingCall
     from twisted.internet.task import LoopingCall
@@ -82,16 +87,34 @@ T = TypeVar("T")
 
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
+MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
 #: ``request.meta`` key of a request the batch middleware has already queued.
 QUEUED_META = "_bloomdupe_queued"
-#: How often an idle worker looks at the shared queue again (seconds).
+#: ``request.meta`` key of a request this scheduler handed to Scrapy: its lease. A copy of
+#: it (a redirect, a retry, an errback's) carries it too, and continues its work.
+LEASE_META = "_bloomdupe_lease"
+#: ``request.meta`` key of a leased request handed to ``engine.crawl`` to wake an idle
+#: engine (see _wake): already in this scheduler's buffer.
+WAKE_META = "_bloomdupe_wake"
+#: How often an idle worker looks at the shared queue again (seconds), at first; it backs
+#: off, doubling, to MAX_IDLE_POLL while it finds nothing to do.
 IDLE_POLL = 0.5
+MAX_IDLE_POLL = 2.0
 #: Most seconds between two heartbeats (and looks for dead workers' leases).
 MAX_HEARTBEAT = 5.0
 #: Most pops in one ``next_request`` (when all a pop took had come back too often).
 MAX_POPS = 3
 #: Most requests named in the WARNING that puts leases back.
 NAMED = 10
+
+
+def _enabled(settings: BaseSettings, name: str, path: str) -> bool:
+    """Whether the component at ``path`` (or a subclass of it) is enabled in ``name``."""
+    for component in build_component_list(settings.getwithbase(name)):
+        cls = load_object(component) if isinstance(component, str) else component
+        if any(f"{c.__module__}.{c.__qualname__}" == path for c in getattr(cls, "__mro__", ())):
+            return True
+    return False
 
 
 def for_crawler(crawler: Crawler) -> Scheduler | None:
@@ -118,6 +141,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._handed: dict[str, Lease] = {}
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
+        self._idle_poll = IDLE_POLL
+        #: Until when an empty queue is not asked again but by the idle poll (see _fill).
+        self._empty_until = 0.0
         self._idle_since: float | None = None
         self._waiting_for: str | None = None
         #: True while this worker sees the crawl done: the queue empty, no lease held,
@@ -159,6 +185,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if serializer:
             kwargs["serializer"] = serializer
         kwargs["frontier"] = FrontierConfig.from_settings(settings)
+        queue_cls = load_object(kwargs["queue_cls"])
+        if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue) and \
+                not _enabled(settings, "SPIDER_MIDDLEWARES", MIDDLEWARE):
+            raise ConfigError("SPIDER_MIDDLEWARES", settings.getdict("SPIDER_MIDDLEWARES"), (
+                f"the leased queue needs {MIDDLEWARE!r} (order 10): it queues each page's "
+                "output and then lets the page's lease go. Add it, or activate the package "
+                "with ADDONS = {'scrapy_bloomdupe.addon.BloomDupeAddon': 100}, which does"))
         server = connection.get_client(crawler)
         check(server)  # fail here, before the engine opens anything
         instance = cls(server=server, **kwargs)
@@ -337,8 +370,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     # -- queueing -------------------------------------------------------------------
 
     def enqueue_request(self, request: Request) -> bool:
+        if request.meta.pop(WAKE_META, False):  # see _wake: it is in the buffer already
+            return True
         if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
+        parent = request.meta.pop(LEASE_META, None)
+        queued = self._enqueue(request)
+        if parent is not None:
+            # A copy of a request handed out here, scheduled from outside the spider's
+            # output (a redirect, a retry, an errback's): its work goes on in the copy.
+            self._ack(parent)
+        return queued
+
+    def _enqueue(self, request: Request) -> bool:
         if not request.dont_filter and self.leased and isinstance(self.df, RedisBloomDupeFilter):
             (outcome,) = self.check_and_queue([request])
             if outcome is None:
@@ -391,10 +435,24 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._busy()
         return outcomes
 
+    def push(self, requests: list[Request]) -> list[bool]:
+        """Queue ``requests`` past the filter (``dont_filter``), in one round trip on the
+        leased queue; whether each was queued (not when it cannot be stored)."""
+        entries = self.storable(requests)
+        good = [r for r, entry in zip(requests, entries, strict=True) if entry is not None]
+        pushed = bool(good) and self._guarded(lambda: self.queue.push_many(good) is None, False)
+        if not pushed:
+            return [False] * len(requests)
+        self.stats.inc_value("scheduler/enqueued/redis", len(good))
+        self._busy()
+        return [entry is not None for entry in entries]
+
     def storable(self, requests: list[Request]) -> list[Any]:
         """Each request as the queue stores it, or None for one that cannot be serialized
         (see :mod:`.frontier.storable`): that one gets one ERROR and is counted as
         ``bloomdupe/unserializable``; it costs no other request."""
+        for request in requests:  # a child made with replace() from its parent: not a lease
+            request.meta.pop(LEASE_META, None)
         encode = self.queue.entry if self.leased else self.queue._encode_request
         entries, failures = storable.entries(encode, requests)
         for i, error in failures:
@@ -416,25 +474,52 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             request: Request | None = self._guarded(lambda: self.queue.pop(0), None)
         else:
             self._settle()
-            for _ in range(MAX_POPS):
-                if self._buffer:
-                    break
-                count = self._prefetch_count()
-                leases: list[Lease] = self._guarded(partial(self.queue.pop_leases, count), [])
-                # A full answer: the queue is deep, the next pop may take a few more.
-                self._deep = len(leases) >= count
-                self._buffer = [lease for lease in leases if not self._came_back_too_often(lease)]
-                if not leases:
-                    break
+            self._fill()
             request = None
             if self._buffer:
                 lease = self._buffer.pop(0)
                 self._handed[lease.field] = lease
                 request = lease.request
+                request.meta[LEASE_META] = lease.field
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
             self._busy()
+        elif self.leased and not self._handed:
+            self._wake_later()  # nothing in hand: the engine would ask again only in 5 s
         return request
+
+    def _fill(self, *, poll: bool = False) -> None:
+        """Lease requests into the buffer when it is empty (see _prefetch_count). After
+        a pop that found the queue empty, the engine's asks (one per finished download)
+        go to Redis again only once the idle poll is due, or this worker queued
+        something; the idle poll (``poll``) always looks."""
+        if not poll and time.monotonic() < self._empty_until:
+            return
+        for _ in range(MAX_POPS):
+            if self._buffer:
+                return
+            count = self._prefetch_count()
+            leases: list[Lease] = self._guarded(partial(self.queue.pop_leases, count), [])
+            # A full answer: the queue is deep, the next pop may take a few more.
+            self._deep = len(leases) >= count
+            self._buffer = [lease for lease in leases if not self._came_back_too_often(lease)]
+            if not leases:
+                self._empty_until = time.monotonic() + self._idle_poll
+                return
+
+    def done(self, request: Request) -> None:
+        """Scrapy is done with ``request`` (its callback's output is queued, it failed for
+        good and was recorded, or it was dropped): its lease is acked, with the next
+        round trip. Called by this package's middlewares; a request this scheduler did
+        not hand out is ignored."""
+        field = request.meta.get(LEASE_META)
+        if field is not None:
+            self._ack(field)
+
+    def _ack(self, field: str) -> None:
+        lease = self._handed.pop(field, None)
+        if lease is not None and not self._failed():  # after an error what is held comes back
+            self.queue.ack([lease])
 
     def _came_back_too_often(self, lease: Lease) -> bool:
         """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker
@@ -458,7 +543,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return True
 
     def _busy(self) -> None:
-        """This worker saw work: its idle spell, if any, is over (see _spider_idle)."""
+        """This worker has work, or queued some: look at the queue again at once."""
+        self._not_done()
+        self._idle_poll = IDLE_POLL
+        self._empty_until = 0.0
+
+    def _not_done(self) -> None:
+        """The crawl has work (here or at other workers): an idle spell, if any, is over."""
         self._idle_since = None
         self.crawl_done = False
         self._done_logged = False
@@ -470,10 +561,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         more, so that a busy worker pops once every few pages instead of once a page.
         Near the end of the crawl (a short answer) it takes no more than it can start,
         so no request waits here while another worker could fetch it."""
-        slot = self._engine_slot()
-        busy = len(slot.inprogress) if slot is not None else 0
         extra = max(1, self._concurrency // 4) if self._deep else 0
-        return max(1, self._concurrency - busy) + extra
+        return max(1, self._concurrency - len(self._handed)) + extra
 
     def has_pending_requests(self) -> bool:
         if self.leased and self._buffer:
@@ -485,7 +574,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
         if not self.leased:
             return
-        meta = {k: v for k, v in request.meta.items() if k not in ("retry_times", QUEUED_META)}
+        meta = {k: v for k, v in request.meta.items()
+                if k not in ("retry_times", QUEUED_META, LEASE_META)}
         score, payload = self.queue.entry(request.replace(meta=meta))
         self._guarded(lambda: failed.record(
             self.server, self.queue.tag, url=request.url, method=request.method,
@@ -500,16 +590,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     # -- leases ---------------------------------------------------------------------
 
-    def _settle(self) -> None:
-        """Ack the leases whose work is done: requests the engine has let go of."""
+    def _settle(self, *, idle: bool = False) -> None:
+        """Ack every lease handed out when nothing can be working on it any more: Scrapy
+        is ``idle`` (spider_idle: nothing downloading or scraping; a lease that no
+        middleware acked, which should not happen, is acked then), or there is no engine
+        (a tool, a test: whoever took a request is done with it)."""
         if not self._handed or self._failed():
             return  # after an error, nothing is acked: what is in hand comes back
-        slot = self._engine_slot()
-        # Without an engine (a tool, a test) whoever took a request is done with it.
-        in_progress = slot.inprogress if slot is not None else ()
-        done = [lease for lease in self._handed.values() if lease.request not in in_progress]
-        for lease in done:
-            del self._handed[lease.field]
+        if not idle and self._engine() is not None:
+            return
+        done = list(self._handed.values())
+        self._handed.clear()
         self.queue.ack(done)
 
     def _tick(self) -> None:
@@ -599,14 +690,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _spider_idle(self, spider: Spider) -> None:
         """This worker has nothing to do: stay while the crawl may still make work."""
-        self._settle()
+        self._settle(idle=True)
         if self.leased:
             self._reap()
             queued, leased = self._guarded(self.queue.status, (1, 0))
         else:
             queued, leased = self._guarded(lambda: len(self.queue), 1), 0
         if queued or leased:
-            self._busy()
+            self._not_done()
             waiting = ("the shared queue has requests" if queued else
                        f"{leased} request(s) are leased by other workers, whose pages may "
                        "queue more")
@@ -638,27 +729,47 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return max(self.frontier.done_grace, float(self.idle_before_close or 0))
 
     def _wake_later(self) -> None:
-        if self._wakeup is None and self._engine_slot() is not None:
-            self._wakeup = call_later(IDLE_POLL, self._wake)
+        if self._wakeup is None and self._engine() is not None:
+            self._wakeup = call_later(self._idle_poll, self._wake)
+            self._idle_poll = min(self._idle_poll * 2, MAX_IDLE_POLL)
 
     def _wake(self) -> None:
-        # An idle engine asks its scheduler again only on its 5 s heartbeat. Ask
-        # now, so this worker takes work another worker queued (and spider_idle
-        # comes back, if there is none). Scrapy has no public call for this.
+        """An idle engine asks its scheduler again only on its 5 s heartbeat. Look now:
+        requests another worker queued are leased and one is handed to
+        ``engine.crawl`` (Scrapy's public way to wake the engine, which then asks
+        :meth:`next_request`); with none, Scrapy's idle round is run, as the engine
+        runs it, so that this worker stays or closes without waiting 5 s."""
         self._wakeup = None
-        nextcall = getattr(self._engine_slot(), "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
+        engine = self._engine()
+        if engine is None or engine.spider is None or self._failed():
+            return
+        if self.leased:
+            self._fill(poll=True)
+            if self._buffer:
+                self._idle_poll = IDLE_POLL
+                request = self._buffer[0].request
+                request.meta[WAKE_META] = True
+                engine.crawl(request)
+                return
+        if not engine.spider_is_idle():
+            if not self._handed:  # the queue had requests, others took them: look again
+                self._wake_later()
+            return
+        results = self.crawler.signals.send_catch_log(signals.spider_idle, spider=engine.spider,
+                                                      dont_log=DontCloseSpider)
+        raised = [r.value for _, r in results if isinstance(r, Failure)
+                  and isinstance(r.value, (DontCloseSpider, CloseSpider))]
+        if any(isinstance(e, DontCloseSpider) for e in raised) or not engine.spider_is_idle():
+            return
+        reason = next((e.reason for e in raised if isinstance(e, CloseSpider)), "finished")
+        deferred_from_coro(engine.close_spider_async(reason=reason))
 
-    def _engine_slot(self) -> Any:
-        """The engine's slot (its ``inprogress`` requests, its ``nextcall``), or None
-        before the crawl runs. Scrapy keeps both private; the package's tests check
-        that they are still there (tests/test_scheduler.py)."""
+    def _engine(self) -> ExecutionEngine | None:
+        """The crawler's engine once it runs, else None (a tool, a test)."""
         try:
-            engine = self.crawler.engine
+            return self.crawler.engine
         except RuntimeError:  # "Crawler.engine is not set yet"
             return None
-        return getattr(engine, "_slot", None)
 
     def _guarded(self, call: Callable[[], T], fallback: T) -> T:
         """Queue calls wait out Redis outages like the dupefilter's checks. Once this

@@ -48,7 +48,8 @@ class DemoSpider(Spider):
 def crawler_for(redis_url: str, **settings: Any) -> Any:
     """A crawler of :class:`DemoSpider` on ``redis_url``, its spider made (as Scrapy makes it
     before the components); ``settings`` are added to (or override) the two base ones."""
-    base = {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000}
+    base = {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 10_000,
+            "SPIDER_MIDDLEWARES": {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}}
     crawler = get_crawler(DemoSpider, {**base, **settings})
     crawler.spider = crawler._create_spider()
     return crawler

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from helpers import DemoSpider, crawler_for
 from scrapy import Request, Spider, signals
-from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
@@ -86,10 +85,11 @@ def test_async_callbacks(parts: Any) -> None:
     assert [r.url for r in kept] == ["http://a.example/a", "http://a.example/b"]
 
 
-def test_can_be_turned_off(redis_url: str) -> None:
+def test_batching_turned_off_checks_one_request_at_a_time(redis_url: str) -> None:
+    """BLOOMDUPE_BATCH = False keeps the middleware (it queues the output and acks the
+    page under the leased queue), with chunks of one request, as scrapy-redis checks."""
     crawler = get_crawler(DemoSpider, {"BLOOMDUPE_BATCH": False})
-    with pytest.raises(NotConfigured):
-        build_from_crawler(BloomDupeBatchMiddleware, crawler)
+    assert build_from_crawler(BloomDupeBatchMiddleware, crawler).batch_size == 1
 
 
 def test_without_the_bloom_dupefilter_it_passes_everything(redis_url: str) -> None:

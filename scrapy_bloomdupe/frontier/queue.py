@@ -314,32 +314,45 @@ return back
         return leases[0].request if leases else None
 
     def pop_leases(self, count: int) -> list[Lease]:
-        """Lease up to ``count`` requests from the next non-empty shard, sending the
-        pending acks in the same round trip."""
-        for _ in range(self.shards):
-            if self._pop_shard is None:  # else a retry: the same shard, the same number
-                self._pop_shard = self._next_shard
-                self._next_shard = (self._next_shard + 1) % self.shards
-            shard = self._pop_shard
-            commands, names = self._ack_commands()
-            commands.append(("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard],
-                             self._leases[shard], self._owners[shard], self.owner,
-                             self._pop_number, count))
-            names.append("pop")
-            entries = self._execute(commands, names)[-1]
-            self._acks.clear()  # sent (and they are idempotent)
-            number = self._pop_number
-            self._pop_number += 1  # only once the reply is in: a retry replays
-            self._pop_shard = None
-            if entries:
-                epoch = master_epoch(self.server)
-                leases = []
-                for j, entry in enumerate(entries):
-                    requeues, payload = split_requeues(entry.split(b"|", 1)[1])
-                    leases.append(Lease(shard, f"{self.owner}:{number}.{j}",
-                                        self._decode_request(payload), epoch, requeues))
+        """Lease up to ``count`` requests from the next shard in turn, sending the pending
+        acks in the same round trip. When that shard is empty (a shallow queue), one
+        round trip of ``ZCARD`` s finds the shards that have requests, and only those
+        are tried: an idle worker costs Redis one command a shard, not a script call
+        and a round trip a shard."""
+        first = self._next_shard if self._pop_shard is None else self._pop_shard
+        self._next_shard = (first + 1) % self.shards
+        leases = self._pop_from(first, count)
+        if leases or self.shards == 1:
+            return leases
+        pipe = self.server.pipeline(transaction=False)
+        for name in self._queues:
+            pipe.zcard(name)
+        waiting = [i for i, n in enumerate(pipe.execute()) if n and i != first]
+        for shard in waiting:
+            leases = self._pop_from(shard, count)
+            if leases:
                 return leases
         return []
+
+    def _pop_from(self, shard: int, count: int) -> list[Lease]:
+        self._pop_shard = shard  # a retry after a lost reply: the same shard, the same number
+        commands, names = self._ack_commands()
+        commands.append(("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard],
+                         self._leases[shard], self._owners[shard], self.owner,
+                         self._pop_number, count))
+        names.append("pop")
+        entries = self._execute(commands, names)[-1]
+        self._acks.clear()  # sent (and they are idempotent)
+        number = self._pop_number
+        self._pop_number += 1  # only once the reply is in: a retry replays
+        self._pop_shard = None
+        epoch = master_epoch(self.server)
+        leases = []
+        for j, entry in enumerate(entries):
+            requeues, payload = split_requeues(entry.split(b"|", 1)[1])
+            leases.append(Lease(shard, f"{self.owner}:{number}.{j}",
+                                self._decode_request(payload), epoch, requeues))
+        return leases
 
     # -- leases ----------------------------------------------------------------------
 
