@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,6 +82,7 @@ def test_an_unreachable_redis_is_up_0_not_an_error() -> None:
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
     families = parse(prometheus.exposition(prometheus.registry(
         lambda: collect([CrawlReader(client, "a")]))))
+    client.close()
     assert values(families, "bloomdupe_up") == {"a": 0.0}
     assert families["bloomdupe_requests_checked"]["samples"] == []
 
@@ -177,13 +179,27 @@ def test_metrics_config_defaults_and_errors() -> None:
 # -- each worker's ----------------------------------------------------------------------
 
 
+_opened: list[WorkerMetrics] = []
+
+
 def opened(redis_url: str, **settings: Any) -> WorkerMetrics:
-    """The extension of a crawler on ``redis_url``, as after spider_opened (no reactor)."""
+    """The extension of a crawler on ``redis_url``, as after spider_opened (no reactor);
+    its client is closed after the test."""
     crawler = crawler_for(redis_url, **settings)
     ext = WorkerMetrics.from_crawler(crawler)
     ext.key = ext.key_template.key_for(crawler.spider.name)
     ext.client = connection.get_client(crawler)
+    _opened.append(ext)
     return ext
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _opened:
+        client = _opened.pop().client
+        if client is not None:
+            client.close()
 
 
 def test_a_worker_writes_its_line_and_adds_what_grew(redis_url: str, client: redis.Redis
