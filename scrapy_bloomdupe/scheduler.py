@@ -755,16 +755,22 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if reclaim:
             self._next_reclaim = now + timeout
             self._stale_seen = self.queue.stale
-        held = [*self._buffer, *self._handed.values()]
         call = self.df.outage.call
+
+        last = self._last_beat
 
         def job() -> tuple[float, list[tuple[int, Request]], int]:
             if silence > timeout:
                 self.df.bloom.verify()  # back from a long silence: the crawl may be gone
             call(self.queue.heartbeat)
             beat = time.monotonic()
-            back = call(self.queue.reap) if reap else []
-            reclaimed = call(lambda: self.queue.reclaim(held)) if reclaim else 0
+            # A heartbeat that went through only now (an outage, a full Redis): the other
+            # workers were likely as silent; no reaping (see _beaten).
+            stalled = last is not None and beat - last > timeout / 2
+            back = call(self.queue.reap) if reap and not stalled else []
+            # What this worker holds, the queue knows: what its pops took, less its acks
+            # (a pop answered on this thread whose leases the reactor has yet to see).
+            reclaimed = call(self.queue.reclaim) if reclaim else 0
             call(self.df.bloom.verify)
             call(lambda: check_eviction(self.server, warn=False))
             self.df.flush_crawl_stats_due()
@@ -772,7 +778,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
         def ticked(answer: tuple[float, list[tuple[int, Request]], int]) -> None:
             beat, back, reclaimed = answer
-            self._beaten(silence, beat)
+            self._beaten(0.0 if last is None else beat - last, beat)
             self._reaped(back)
             self._reclaimed(reclaimed)
 

@@ -275,6 +275,9 @@ return back
         #: Acks are added from Scrapy's reactor while the calls run on the scheduler's
         #: Redis thread (frontier/iothread.py).
         self._acks_lock = threading.Lock()
+        #: Leases this worker's pops took (their replies came) and not acked since: the
+        #: field and its shard (see reclaim).
+        self._taken: dict[str, int] = {}
         #: Acks not sent because the master changed since their lease was taken.
         self.stale = 0
 
@@ -358,6 +361,8 @@ return back
             requeues, payload = split_requeues(entry.split(b"|", 1)[1])
             leases.append(Lease(shard, f"{self.owner}:{number}.{j}",
                                 self._decode_request(payload), epoch, requeues))
+        with self._acks_lock:
+            self._taken.update((lease.field, shard) for lease in leases)
         return leases
 
     # -- leases ----------------------------------------------------------------------
@@ -371,6 +376,7 @@ return back
         with self._acks_lock:
             for lease in leases:
                 self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
+                self._taken.pop(lease.field, None)
 
     def send_acks(self) -> None:
         """Send the pending acks now, in one round trip (none: nothing sent)."""
@@ -416,15 +422,18 @@ return back
                                   self.owner, self.lease_timeout_ms)], ["leave"])
         return bool(last)
 
-    def reclaim(self, held: Iterable[Lease]) -> int:
-        """Put back in the queue this worker's leases in Redis that it does not hold
-        (``held``: taken and not yet done; the pending acks are sent first). After a
-        failover the new master can hold leases whose acks, or whose pop's reply,
-        went to the old one: unclaimed, they would keep the crawl open for ever.
-        Returns how many went back."""
+    def reclaim(self, held: Iterable[Lease] = ()) -> int:
+        """Put back in the queue this worker's leases in Redis that it does not hold:
+        neither taken by a pop whose reply came and not acked since, nor in ``held``
+        (the pending acks are sent first). After a failover the new master can hold
+        leases whose acks, or whose pop's reply, went to the old one: unclaimed, they
+        would keep the crawl open for ever. Returns how many went back."""
         fields: dict[int, list[str]] = {}
-        for lease in held:
-            fields.setdefault(lease.shard, []).append(lease.field)
+        with self._acks_lock:
+            taken = dict(self._taken)
+        taken.update((lease.field, lease.shard) for lease in held)
+        for field, shard in taken.items():
+            fields.setdefault(shard, []).append(field)
         commands, names = self._ack_commands()
         for shard in range(self.shards):
             commands.append(("EVALSHA", self._scripts["reclaim"].sha, 2, self._queues[shard],
