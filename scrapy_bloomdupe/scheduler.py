@@ -692,8 +692,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return max(1, self._concurrency - len(self._handed)) + extra
 
     def has_pending_requests(self) -> bool:
-        if self.leased and self._buffer:
+        if self.leased and (self._buffer or self._filling):
             return True
+        if self.leased and not self._io.inline:
+            # Asked by the engine whenever it looks idle: no round trip here. With nothing
+            # in hand it fires spider_idle, whose handler asks Redis whether work is left.
+            return False
         # Unknown while Redis is away: say yes, so the spider is not closed as idle.
         return bool(self._guarded(lambda: len(self.queue) > 0, True))
 
