@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import logging
 import weakref
+from functools import partial
 from typing import TYPE_CHECKING
+
+from scrapy import signals
 
 from .exceptions import BloomDupeError
 from .settings import RedisSettings
@@ -39,12 +42,21 @@ _clients: weakref.WeakKeyDictionary[Crawler, Redis | RedisCluster] = weakref.Wea
 
 
 def get_client(crawler: Crawler) -> Redis | RedisCluster:
-    """The crawler's shared client, made on first use."""
+    """The crawler's shared client, made on first use, closed when its engine stops."""
     client = _clients.get(crawler)
     if client is None:
         client = from_settings(crawler.settings)
         _clients[crawler] = client
+        crawler.signals.connect(partial(close_client, crawler), signal=signals.engine_stopped,
+                                weak=False)
     return client
+
+
+def close_client(crawler: Crawler) -> None:
+    """Close the crawler's shared client (its pooled connections), if it has one."""
+    client = _clients.pop(crawler, None)
+    if client is not None:
+        client.close()
 
 
 def from_settings(settings: BaseSettings) -> Redis | RedisCluster:
