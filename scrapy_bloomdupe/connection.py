@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import weakref
-from functools import partial
 from typing import TYPE_CHECKING
 
 from scrapy import signals
@@ -47,8 +46,10 @@ def get_client(crawler: Crawler) -> Redis | RedisCluster:
     if client is None:
         client = from_settings(crawler.settings)
         _clients[crawler] = client
-        crawler.signals.connect(partial(close_client, crawler), signal=signals.engine_stopped,
-                                weak=False)
+        def close(**_: object) -> None:
+            close_client(crawler)
+
+        crawler.signals.connect(close, signal=signals.engine_stopped, weak=False)
     return client
 
 
