@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 class BloomDupeAddon:
     """Sets the scheduler, the dupefilter, the batch middleware, the failed-request
-    middleware and the stats extension.
+    middleware, the stats extension and the live figures' (``WorkerMetrics``).
 
     Values are set at "addon" priority, so a project's own ``settings.py``
     still wins. With ``BLOOMDUPE_SCHEDULER = False`` Scrapy's own scheduler is
@@ -27,5 +27,6 @@ class BloomDupeAddon:
         if use_scheduler(settings):
             settings.set("SCHEDULER", "scrapy_bloomdupe.scheduler.Scheduler", "addon")
         settings["EXTENSIONS"]["scrapy_bloomdupe.extension.BloomDupeStats"] = 500
+        settings["EXTENSIONS"]["scrapy_bloomdupe.workermetrics.WorkerMetrics"] = 510
         settings["SPIDER_MIDDLEWARES"]["scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"] = 10
         settings["DOWNLOADER_MIDDLEWARES"]["scrapy_bloomdupe.failures.FailedRequestMiddleware"] = 50

@@ -24,6 +24,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
+from scrapy import signals
+
 from .exceptions import BloomDupeError
 from .settings import RedisSettings
 from .transport import client as client_module
@@ -39,12 +41,23 @@ _clients: weakref.WeakKeyDictionary[Crawler, Redis | RedisCluster] = weakref.Wea
 
 
 def get_client(crawler: Crawler) -> Redis | RedisCluster:
-    """The crawler's shared client, made on first use."""
+    """The crawler's shared client, made on first use, closed when its engine stops."""
     client = _clients.get(crawler)
     if client is None:
         client = from_settings(crawler.settings)
         _clients[crawler] = client
+        def close(**_: object) -> None:
+            close_client(crawler)
+
+        crawler.signals.connect(close, signal=signals.engine_stopped, weak=False)
     return client
+
+
+def close_client(crawler: Crawler) -> None:
+    """Close the crawler's shared client (its pooled connections), if it has one."""
+    client = _clients.pop(crawler, None)
+    if client is not None:
+        client.close()
 
 
 def from_settings(settings: BaseSettings) -> Redis | RedisCluster:

@@ -6,6 +6,13 @@ hash ``K:workers`` (host, pid, when it started and was last seen, its own
 totals). The dupefilter flushes every ``BLOOMDUPE_STATS_INTERVAL`` seconds and
 at close, and puts the crawl-wide totals it reads back into the worker's Scrapy
 stats as ``bloomdupe/crawl/<name>``.
+
+While it runs, a worker also writes its own figures (pages, pages a second,
+requests in flight, ...) as JSON to ``K:live:<worker>``, which expires a few
+write intervals after its last write, and lists itself in the sorted set
+``K:live``; with them it adds its pages, leases put back and failed requests
+to ``K:stats`` (:func:`write_live`; the ``WorkerMetrics`` extension does it).
+``bloomdupe top`` and ``bloomdupe metrics`` read them (:func:`read_live`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,17 @@ if TYPE_CHECKING:
 #: The counters added up across workers.
 COUNTERS = ("checked", "new", "duplicates", "local_hits", "lock_acquired", "lock_waits",
             "lock_timeouts", "lock_lost", "redis_errors")
+#: The crawl-wide counters :func:`write_live` adds to (beside :data:`COUNTERS`): pages
+#: fetched (responses received), leases put back in the queue, requests failed for good.
+LIVE_COUNTERS = ("pages", "requeued", "failed")
+#: A worker's entry in ``K:live`` is dropped this many times its line's TTL after its
+#: last write (a worker killed without a word); its line itself expired long before.
+PRUNE_AFTER_TTLS = 10
+
+
+def this_worker() -> str:
+    """This worker, as the crawl stats name it: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class CrawlStats:
@@ -34,7 +52,7 @@ class CrawlStats:
                  ) -> None:
         self.client = client
         self.key = key
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = worker_id or this_worker()
         self.started = time.time()
         self._flushed: dict[str, int] = dict.fromkeys(COUNTERS, 0)
 
@@ -62,6 +80,66 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
     workers = {_text(worker): json.loads(line)
                for worker, line in client.hgetall(keys.workers(key)).items()}
     return {"totals": totals, "workers": workers}
+
+
+def write_live(client: Redis | RedisCluster, key: str, worker: str,
+               figures: dict[str, Any], deltas: dict[str, int], ttl: float, *,
+               prune: bool = False) -> tuple[list[str], Exception | None]:
+    """One pipelined write: ``worker``'s figures (JSON, expiring after ``ttl`` seconds),
+    its entry in the index of running workers, and the growth of its
+    :data:`LIVE_COUNTERS` (``deltas``) added to the crawl-wide ones. With ``prune``,
+    entries of workers silent for :data:`PRUNE_AFTER_TTLS` TTLs leave the index too
+    (one more round trip when there are some).
+
+    Only commands a crawl's least-privilege ACL user has (docs/security.md). Returns
+    the counters added, and the first error (the rest of the write is done): a
+    counter is added once, whatever else failed."""
+    now = time.time()
+    index = keys.live(key)
+    names = [name for name, delta in deltas.items() if delta]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hincrby(keys.stats(key), name, deltas[name])
+    pipe.set(keys.live_worker(key, worker), json.dumps({**figures, "time": now}),
+             px=max(1, round(ttl * 1000)))
+    pipe.zadd(index, {worker: now})
+    if prune:
+        pipe.zrangebyscore(index, "-inf", now - PRUNE_AFTER_TTLS * ttl)
+    replies = pipe.execute(raise_on_error=False)
+    errors = [r for r in replies if isinstance(r, Exception)]
+    if prune and not errors and replies[-1]:
+        client.zrem(index, *replies[-1])
+    added = [n for n, reply in zip(names, replies, strict=False)
+             if not isinstance(reply, Exception)]
+    return added, errors[0] if errors else None
+
+
+def forget_live(client: Redis | RedisCluster, key: str, worker: str) -> None:
+    """``worker`` stops: its line and its entry go."""
+    pipe = client.pipeline(transaction=False)
+    pipe.delete(keys.live_worker(key, worker))
+    pipe.zrem(keys.live(key), worker)
+    pipe.execute()
+
+
+def live_workers(client: Redis | RedisCluster, key: str) -> list[str]:
+    """The workers in the index of running workers (some may have stopped since)."""
+    found: list[Any] = client.zrange(keys.live(key), 0, -1)
+    return [_text(w) for w in found]
+
+
+def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, Any]]:
+    """Each running worker's figures, by worker; workers whose line has expired are
+    left out. Two round trips."""
+    workers = live_workers(client, key)
+    if not workers:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for worker in workers:
+        pipe.get(keys.live_worker(key, worker))
+    lines: list[Any] = pipe.execute()
+    return {worker: json.loads(line) for worker, line in zip(workers, lines, strict=True)
+            if line is not None}
 
 
 def clear(client: Redis | RedisCluster, key: str) -> None:

@@ -270,6 +270,16 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             self.fail(e)
             return None
 
+    def check_failed(self, error: Exception, unchecked: int) -> None:
+        """A check of ``unchecked`` requests, run elsewhere (the scheduler's Redis thread),
+        failed with ``error``: counted and acted on as :meth:`_call` does."""
+        self.unchecked += unchecked
+        if isinstance(error, RedisUnavailable):
+            self.give_up(error)
+        else:
+            self.redis_errors += 1
+            self.fail(error)
+
     def give_up(self, error: RedisUnavailable) -> None:
         """Redis stayed away past ``BLOOMDUPE_OUTAGE_TIMEOUT``: act on ``BLOOMDUPE_ON_OUTAGE``."""
         self.redis_errors += 1
@@ -401,6 +411,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "lock_acquired": c.lock.acquired, "lock_waits": c.lock.waits,
                 "lock_timeouts": c.lock.timeouts, "lock_lost": c.lock.lost,
                 "redis_errors": self.redis_errors}
+
+    def flush_crawl_stats_due(self) -> None:
+        """Add this worker's counters to the crawl-wide ones when ``BLOOMDUPE_STATS_INTERVAL``
+        has passed since the last time."""
+        self._maybe_flush()
 
     def _maybe_flush(self) -> None:
         if time.monotonic() >= self._next_flush:

@@ -7,6 +7,8 @@ generation ``g``:
 ``K:meta``                      hash: the parameters every worker must share
 ``K:growlock``                  string: held while a generation is added
 ``K:stats``, ``K:workers``      hashes: crawl-wide counters, one line per worker
+``K:live``                      sorted set: running workers, by their last write
+``K:live:<worker>``             string: a running worker's figures, JSON (expires)
 ``{K:i}:bits``, ``{K:i}:bits:g`` strings: shard ``i``'s bits, generation 0 and ``g``
                                 (the Lua engine)
 ``{K:i}:bf``, ``{K:i}:bf:g``    RedisBloom filters: the same, for the native engine
@@ -69,6 +71,18 @@ def stats(key: str) -> str:
 
 def workers(key: str) -> str:
     return f"{key}:workers"
+
+
+def live(key: str) -> str:
+    """The running workers (by the time of their last write): the index of their
+    :func:`live_worker` hashes, so that tools find them without a ``SCAN``."""
+    return f"{key}:live"
+
+
+def live_worker(key: str, worker: str) -> str:
+    """A running worker's own figures (``bloomdupe top``, ``bloomdupe metrics``); it
+    expires a few write intervals after the worker stops writing."""
+    return f"{key}:live:{worker}"
 
 
 def finished(key: str) -> str:
@@ -135,8 +149,8 @@ def shards_pattern(key: str) -> str:
     return f"{{{escape_pattern(key)}:[0-9]*}}:*"
 
 
-#: The keys of a filter outside its shards (``K:<name>``).
-UNSHARDED = ("meta", "growlock", "stats", "workers", "finished")
+#: The keys of a filter outside its shards (``K:<name>``), as regular expressions.
+UNSHARDED = ("meta", "growlock", "stats", "workers", "finished", "live", "live:.+")
 
 
 def belongs(key: str, name: str) -> bool:
@@ -183,7 +197,8 @@ def failed(key: str) -> str:
 _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
           "growlock": "held while a generation is added",
           "stats": "crawl-wide counters", "workers": "one line a worker (crawl stats)",
-          "finished": "the mark of a finished crawl whose state its last worker deleted"}
+          "finished": "the mark of a finished crawl whose state its last worker deleted",
+          "live": "running workers, by their last write (`bloomdupe top`)"}
 _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),
     (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
@@ -207,6 +222,8 @@ def what_is(key: str, name: str) -> tuple[int, str] | None:
     prefix = f"{key}:"
     if name.startswith(prefix) and name[len(prefix):] in _PLAIN:
         return -1, _PLAIN[name[len(prefix):]]
+    if name.startswith(f"{prefix}live:"):
+        return -1, f"worker {name[len(prefix) + 5:]}'s own figures, while it runs"
     match = re.fullmatch(re.escape(f"{{{key}:") + r"(\d+)\}:(.+)", name, re.DOTALL)
     if match is None:
         return None

@@ -25,11 +25,12 @@ Output order is kept.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.http import Response
+from scrapy.utils.defer import maybe_deferred_to_future
 
 from . import dupefilter as dupefilter_module
 from . import scheduler as scheduler_module
@@ -38,6 +39,8 @@ from .settings import batch_size
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+    from .dupefilter import RedisBloomDupeFilter
 
 logger = logging.getLogger(__name__)
 
@@ -71,21 +74,35 @@ class BloomDupeBatchMiddleware:
 
     async def process_spider_output_async(self, response: Response | None,
                                           result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        # What Scrapy calls during a crawl: each chunk's Redis round trip runs on the
+        # scheduler's Redis thread, and the reactor goes on meanwhile.
         chunk: list[Any] = []
         try:
             async for o in result:
                 chunk.append(o)
                 if len(chunk) >= self.batch_size:
-                    for kept in self._filter(chunk):
+                    for kept in await self._filter_async(chunk):
                         yield kept
                     chunk = []
         except Exception:
-            for kept in self._filter(chunk):  # what the callback yielded before it raised
+            # What the callback yielded before it raised.
+            for kept in await self._filter_async(chunk):
                 yield kept
             raise
-        for kept in self._filter(chunk):
+        for kept in await self._filter_async(chunk):
             yield kept
         self._done(response)
+
+    async def _filter_async(self, outputs: list[Any]) -> list[Any]:
+        scheduler = scheduler_module.for_crawler(self.crawler)
+        df = dupefilter_module.for_crawler(self.crawler)
+        if scheduler is None or df is None or scheduler.df is not df or not scheduler.leased:
+            return self._filter(outputs)
+        requests = [o for o in outputs if isinstance(o, Request)]
+        if not requests:
+            return outputs
+        outcomes = await maybe_deferred_to_future(scheduler.queue_output(requests))
+        return self._drop(outputs, requests, outcomes, df, leased=True)
 
     def _done(self, response: Response | None) -> None:
         """Every request of the page's output is queued: its own lease can go."""
@@ -109,24 +126,24 @@ class BloomDupeBatchMiddleware:
             return outputs
         outcomes: list[bool | None]
         if ours and scheduler is not None:
-            # Checked (and, on the leased queue, queued) in one round trip; a request
-            # that cannot be stored is reported there and costs only itself.
-            outcomes = [None] * len(requests)
-            checked = [i for i, r in enumerate(requests) if not r.dont_filter]
-            unfiltered = [i for i, r in enumerate(requests) if r.dont_filter]
-            for i, seen in zip(checked, scheduler.check_and_queue(
-                    [requests[i] for i in checked]), strict=True):
-                outcomes[i] = seen
-            if unfiltered:  # dont_filter (leased queue only): queued past the filter
-                pushed = scheduler.push([requests[i] for i in unfiltered])
-                for i, ok in zip(unfiltered, pushed, strict=True):
-                    outcomes[i] = None if not ok else False
-            if leased:  # queued: marked so the scheduler does not queue them again
-                for request, outcome in zip(requests, outcomes, strict=True):
-                    if outcome is False:
-                        request.meta[scheduler_module.QUEUED_META] = True
+            # Checked (and, on the leased queue, queued, dont_filter ones past the filter)
+            # in one round trip; a request that cannot be stored is reported there and
+            # costs only itself.
+            outcomes = scheduler.check_and_queue(requests)
         else:
             outcomes = list(df.requests_seen(requests))
+        return self._drop(outputs, requests, outcomes, df, leased=leased)
+
+    def _drop(self, outputs: list[Any], requests: list[Request],
+              outcomes: Sequence[bool | None], df: RedisBloomDupeFilter, *,
+              leased: bool) -> list[Any]:
+        """``outputs`` less the requests not to pass on: duplicates (logged, as Scrapy's
+        dupefilter does) and those not queued (None: said why already); under the leased
+        queue, the queued ones are marked so the scheduler does not queue them again."""
+        if leased:
+            for request, outcome in zip(requests, outcomes, strict=True):
+                if outcome is False:
+                    request.meta[scheduler_module.QUEUED_META] = True
         dropped = {id(r): o for r, o in zip(requests, outcomes, strict=True) if o is not False}
         if not dropped:
             return outputs

@@ -39,6 +39,7 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -56,6 +57,8 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from . import connection
@@ -66,6 +69,7 @@ from .dupefilter import RedisBloomDupeFilter
 from .exceptions import BloomDupeError
 from .frontier import failed, storable
 from .frontier import queue as frontier_queue
+from .frontier.iothread import IOThread
 from .frontier.queue import Lease, PriorityQueue
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check, check_eviction
@@ -144,6 +148,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
         self._ack_call: Any = None
+        #: The Redis work of the filter and the queue: on a thread of its own during the
+        #: crawl (so that Scrapy's reactor never waits for Redis), one call at a time.
+        self._io = IOThread()
+        self._lock = threading.RLock()
+        self._filling = False
+        self._ticking = False
+        #: A pop whose every request had come back too often: pop again.
+        self._refill = False
+        #: Whether the engine asked for a request and got none since the last pop.
+        self._starved = False
         self._idle_poll = IDLE_POLL
         #: Until when an empty queue is not asked again but by the idle poll (see _fill).
         self._empty_until = 0.0
@@ -319,13 +333,28 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return True
 
     def _start_heartbeat(self) -> None:
-        # Once the engine runs (the looping call needs its reactor or loop).
+        # Once the engine runs (the looping call needs its reactor or loop). Imported
+        # here, not at the top: importing the reactor installs one, and Scrapy installs
+        # its own (TWISTED_REACTOR) first.
+        from twisted.internet import reactor
+
+        if isinstance(self.df, RedisBloomDupeFilter):
+            self._io.start(reactor)
         self._heartbeat = create_looping_call(self._tick)
         self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
-            return
+            return None
+        if self._io.inline:
+            self._close(reason)
+            return None
+        # Once the Redis thread has answered every call asked of it (Scrapy waits).
+        drained: Deferred[Any] = self._io.drained()
+        return drained.addCallback(lambda _: self._close(reason))
+
+    def _close(self, reason: str) -> None:
+        self._io.stop()
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         for call in (self._wakeup, self._ack_call):
@@ -389,7 +418,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return queued
 
     def _enqueue(self, request: Request) -> bool:
-        if not request.dont_filter and self.leased and isinstance(self.df, RedisBloomDupeFilter):
+        if self.leased and isinstance(self.df, RedisBloomDupeFilter):
             (outcome,) = self.check_and_queue([request])
             if outcome is None:
                 return False  # cannot be stored, reported; the engine sends request_dropped
@@ -411,47 +440,83 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
         """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the
-        new ones in the same round trip (one script), otherwise mark them for
-        :meth:`enqueue_request`. Returns, in order, whether each was seen before, or
-        None for one that cannot be stored in the queue (reported, counted as
-        ``bloomdupe/unserializable``, never added to the filter)."""
-        entries = self.storable(requests)
-        good = [i for i, entry in enumerate(entries) if entry is not None]
-        outcomes: list[bool | None] = [None] * len(requests)
-        if not good:
+        new ones in the same round trip (one script), and ``dont_filter`` ones past the
+        filter; otherwise mark them for :meth:`enqueue_request`. Returns, in order,
+        whether each was seen before (False: queued), or None for one not queued: it
+        cannot be stored in the queue (reported, counted as
+        ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
+        crawl stops). Runs here and now, on the caller's thread."""
+        if not self.leased:
+            entries = self.storable(requests)
+            good = [i for i, entry in enumerate(entries) if entry is not None]
+            outcomes: list[bool | None] = [None] * len(requests)
+            seen = self.df.requests_seen([requests[i] for i in good]) if good else []
+            for i, was_seen in zip(good, seen, strict=True):
+                outcomes[i] = was_seen
             return outcomes
-        batch = [requests[i] for i in good]
-        seen: list[bool] | None
-        if self.leased:
-            seen = self.df.check_and_queue(batch, self.queue, [entries[i] for i in good])
-        else:
-            seen = self.df.requests_seen(batch)
-        if seen is None:
-            # Not queued (the dupefilter has said why). The page that made them stays
-            # leased (no ack from now on), so it is fetched again by the next workers.
+        answer: list[list[bool | None]] = []
+        self.queue_output(requests, now=True).addCallback(answer.append)
+        return answer[0]
+
+    def queue_output(self, requests: list[Request], *, now: bool = False
+                     ) -> Deferred[list[bool | None]]:
+        """:meth:`check_and_queue` on the leased queue, on the scheduler's Redis thread
+        during a crawl (``now``: on the caller's thread, at once): its answer fires
+        back on Scrapy's reactor, which never waits for Redis meanwhile."""
+        entries = self.storable(requests)
+        checked = [i for i, r in enumerate(requests)
+                   if entries[i] is not None and not r.dont_filter]
+        unfiltered = [i for i, r in enumerate(requests)
+                      if entries[i] is not None and r.dont_filter]
+        outcomes: list[bool | None] = [None] * len(requests)
+        if not (checked or unfiltered) or self._failed():
+            return defer.succeed(outcomes)
+        fingerprint = self.df.fingerprinter.fingerprint
+        fps = [fingerprint(requests[i]) for i in checked]
+        checked_entries = [entries[i] for i in checked]
+        pushed = [requests[i] for i in unfiltered]
+
+        def job() -> list[bool]:
+            new = (self.df.bloom.add_many(fps, self.queue, checked_entries.__getitem__)
+                   if fps else [])
+            if pushed:
+                self.df.outage.call(lambda: self.queue.push_many(pushed))
+            self.df.flush_crawl_stats_due()
+            return new
+
+        def answered(new: list[bool]) -> list[bool | None]:
+            for i, is_new in zip(checked, new, strict=True):
+                outcomes[i] = not is_new
+            for i in unfiltered:
+                outcomes[i] = False
+            queued = new.count(True) + len(unfiltered)
+            if queued:
+                self.stats.inc_value("scheduler/enqueued/redis", queued)
+                self._busy()
+            return outcomes
+
+        def failed(failure: Failure) -> list[bool | None]:
+            error = failure.value
+            if not isinstance(error, (RedisError, BloomDupeError)):
+                failure.raiseException()
+            # Not queued. The page that made them stays leased (no ack from now on), so
+            # it is fetched again by the next workers.
+            self.df.check_failed(error, len(fps))
             if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
                 self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
                     "Redis stayed unavailable and the shared queue is in Redis: "
-                    f"{len(batch)} new request(s) could not be queued"))
-            seen = [True] * len(batch)
-        for i, was_seen in zip(good, seen, strict=True):
-            outcomes[i] = was_seen
-        if self.leased and seen.count(False):
-            self.stats.inc_value("scheduler/enqueued/redis", seen.count(False))
-            self._busy()
-        return outcomes
+                    f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
+            return outcomes
 
-    def push(self, requests: list[Request]) -> list[bool]:
-        """Queue ``requests`` past the filter (``dont_filter``), in one round trip on the
-        leased queue; whether each was queued (not when it cannot be stored)."""
-        entries = self.storable(requests)
-        good = [r for r, entry in zip(requests, entries, strict=True) if entry is not None]
-        pushed = bool(good) and self._guarded(lambda: self.queue.push_many(good) is None, False)
-        if not pushed:
-            return [False] * len(requests)
-        self.stats.inc_value("scheduler/enqueued/redis", len(good))
-        self._busy()
-        return [entry is not None for entry in entries]
+        return self._run(job, now=now).addCallbacks(answered, failed)
+
+    def _run(self, call: Callable[[], T], *, now: bool = False) -> Deferred[T]:
+        """``call`` (Redis work of the filter and the queue) under the frontier's lock: on
+        the Redis thread during a crawl, else (``now``) here and at once."""
+        def locked() -> T:
+            with self._lock:
+                return call()
+        return defer.maybeDeferred(locked) if now else self._io.run(locked)
 
     def storable(self, requests: list[Request]) -> list[Any]:
         """Each request as the queue stores it, or None for one that cannot be serialized
@@ -480,13 +545,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             request: Request | None = self._guarded(lambda: self.queue.pop(0), None)
         else:
             self._settle()
-            self._fill()
+            if not self._buffer:
+                self._fill()  # during a crawl, in the background
             request = None
             if self._buffer:
                 lease = self._buffer.pop(0)
                 self._handed[lease.field] = lease
                 request = lease.request
                 request.meta[LEASE_META] = lease.field
+                if not self._buffer:
+                    self._fill()  # the next ones, while this one downloads
+            else:
+                self._starved = True
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
             self._busy()
@@ -494,24 +564,63 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._wake_later()  # nothing in hand: the engine would ask again only in 5 s
         return request
 
-    def _fill(self, *, poll: bool = False) -> None:
-        """Lease requests into the buffer when it is empty (see _prefetch_count). After
-        a pop that found the queue empty, the engine's asks (one per finished download)
-        go to Redis again only once the idle poll is due, or this worker queued
-        something; the idle poll (``poll``) always looks."""
-        if not poll and time.monotonic() < self._empty_until:
+    def _fill(self, *, poll: bool = False, then: Callable[[], None] | None = None) -> None:
+        """Lease requests into the buffer (see _prefetch_count): during a crawl on the
+        Redis thread, the engine woken when they come and it had asked for one in vain
+        (``engine.crawl``). After a pop that found the queue empty, the engine's asks
+        (one per finished download) go to Redis again only once the idle poll is due,
+        or this worker queued something; the idle poll (``poll``) always looks.
+        ``then`` runs once the answer is in (at once when there is nothing to do)."""
+        if self._filling or self._buffer or self._failed() or (
+                not poll and time.monotonic() < self._empty_until):
+            if then is not None and not self._filling:
+                then()
             return
-        for _ in range(MAX_POPS):
-            if self._buffer:
-                return
-            count = self._prefetch_count()
-            leases: list[Lease] = self._guarded(partial(self.queue.pop_leases, count), [])
-            # A full answer: the queue is deep, the next pop may take a few more.
-            self._deep = len(leases) >= count
-            self._buffer = [lease for lease in leases if not self._came_back_too_often(lease)]
-            if not leases:
-                self._empty_until = time.monotonic() + self._idle_poll
-                return
+        count = self._prefetch_count()
+        self._filling = True
+        d = self._run(lambda: self.df.outage.call(partial(self.queue.pop_leases, count)),
+                      now=self._io.inline)
+        d.addCallbacks(partial(self._filled, count), self._redis_failed)
+        d.addBoth(self._fill_over, then)
+
+    def _filled(self, count: int, leases: list[Lease]) -> None:
+        # A full answer: the queue is deep, the next pop may take a few more.
+        self._deep = len(leases) >= count
+        self._buffer.extend(lease for lease in leases if not self._came_back_too_often(lease))
+        if not leases:
+            self._empty_until = time.monotonic() + self._idle_poll
+        elif self._buffer and self._starved:
+            self._starved = False
+            self._wake_engine()
+
+    def _fill_over(self, result: Any, then: Callable[[], None] | None) -> None:
+        self._filling = False
+        if isinstance(result, Failure):
+            logger.error("Leasing requests failed: %s", result.getErrorMessage())
+        if not self._buffer and not self._failed() and self._deep_refill():
+            self._fill()  # all it took came back too often: take more
+        if then is not None:
+            then()
+
+    def _deep_refill(self) -> bool:
+        refill, self._refill = self._refill, False
+        return refill
+
+    def _wake_engine(self) -> None:
+        """Hand the engine a buffered request (``engine.crawl``, Scrapy's public way to
+        make it ask :meth:`next_request` now), when it runs."""
+        engine = self._engine()
+        if engine is None or engine.spider is None or not self._buffer:
+            return
+        request = self._buffer[0].request
+        request.meta[WAKE_META] = True
+        engine.crawl(request)
+
+    def _redis_failed(self, failure: Failure) -> None:
+        """The Redis thread's call failed: stop the crawl (as :meth:`_guarded` does)."""
+        if not isinstance(failure.value, (RedisError, BloomDupeError)):
+            failure.raiseException()
+        self.df.fail(failure.value)
 
     def done(self, request: Request) -> None:
         """Scrapy is done with ``request`` (its callback's output is queued, it failed for
@@ -535,7 +644,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _send_acks(self) -> None:
         self._ack_call = None
         if not self._failed():
-            self._guarded(lambda: self.queue.send_acks() is None, False)
+            self._run(lambda: self.df.outage.call(self.queue.send_acks),
+                      now=self._io.inline).addErrback(self._redis_failed)
 
     def _came_back_too_often(self, lease: Lease) -> bool:
         """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker
@@ -556,6 +666,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                                           "(BLOOMDUPE_MAX_REQUEUES): every worker that took it "
                                           "stopped heartbeating")
         self.queue.ack([lease])
+        self._refill = True
         return True
 
     def _busy(self) -> None:
@@ -581,8 +692,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return max(1, self._concurrency - len(self._handed)) + extra
 
     def has_pending_requests(self) -> bool:
-        if self.leased and self._buffer:
+        if self.leased and (self._buffer or self._filling):
             return True
+        if self.leased and not self._io.inline:
+            # Asked by the engine whenever it looks idle: no round trip here. With nothing
+            # in hand it fires spider_idle, whose handler asks Redis whether work is left.
+            return False
         # Unknown while Redis is away: say yes, so the spider is not closed as idle.
         return bool(self._guarded(lambda: len(self.queue) > 0, True))
 
@@ -623,7 +738,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Heartbeat (with the pending acks), put dead workers' leases back, and check
         that the filter is still the one this worker opened; once a lease timeout (and
         after a master change), put back this worker's own leases that it does not hold."""
-        if self._failed():
+        if self._failed() or self._ticking:
+            return
+        if not self._io.inline:
+            self._tick_async()
             return
         if self._silence() > self.frontier.lease_timeout and not self._verify():
             return  # back from a long silence to a crawl that is gone: nothing written
@@ -632,6 +750,48 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._reap()
         self._reclaim()
         self._verify()
+
+    def _tick_async(self) -> None:
+        """:meth:`_tick` on the Redis thread: the same calls, the same order."""
+        silence, now, timeout = self._silence(), time.monotonic(), self.frontier.lease_timeout
+        reap = now >= self._reap_after and silence <= timeout / 2
+        reclaim = now >= self._next_reclaim or self.queue.stale != self._stale_seen
+        if reclaim:
+            self._next_reclaim = now + timeout
+            self._stale_seen = self.queue.stale
+        call = self.df.outage.call
+
+        last = self._last_beat
+
+        def job() -> tuple[float, list[tuple[int, Request]], int]:
+            if silence > timeout:
+                self.df.bloom.verify()  # back from a long silence: the crawl may be gone
+            call(self.queue.heartbeat)
+            beat = time.monotonic()
+            # A heartbeat that went through only now (an outage, a full Redis): the other
+            # workers were likely as silent; no reaping (see _beaten).
+            stalled = last is not None and beat - last > timeout / 2
+            back = call(self.queue.reap) if reap and not stalled else []
+            # What this worker holds, the queue knows: what its pops took, less its acks
+            # (a pop answered on this thread whose leases the reactor has yet to see).
+            reclaimed = call(self.queue.reclaim) if reclaim else 0
+            call(self.df.bloom.verify)
+            call(lambda: check_eviction(self.server, warn=False))
+            self.df.flush_crawl_stats_due()
+            return beat, back, reclaimed
+
+        def ticked(answer: tuple[float, list[tuple[int, Request]], int]) -> None:
+            beat, back, reclaimed = answer
+            self._beaten(0.0 if last is None else beat - last, beat)
+            self._reaped(back)
+            self._reclaimed(reclaimed)
+
+        def over(result: Any) -> Any:
+            self._ticking = False
+            return result
+
+        self._ticking = True
+        self._run(job).addCallbacks(ticked, self._redis_failed).addBoth(over)
 
     def _silence(self) -> float:
         """Seconds since this worker's last heartbeat went through."""
@@ -645,13 +805,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._next_reclaim = now + self.frontier.lease_timeout
             self._stale_seen = self.queue.stale
             held = [*self._buffer, *self._handed.values()]
-            back: int = self._guarded(lambda: self.queue.reclaim(held), 0)
-            if back:
-                self.stats.inc_value("bloomdupe/requeued", back)
-                logger.warning("Put %d request(s) back in the shared queue: leased to this "
-                               "worker in Redis but not held by it (their acks or their pop "
-                               "went to a Redis master that a failover replaced); they are "
-                               "fetched again", back, extra={"spider": self.spider})
+            self._reclaimed(self._guarded(lambda: self.queue.reclaim(held), 0))
+
+    def _reclaimed(self, back: int) -> None:
+        if back:
+            self.stats.inc_value("bloomdupe/requeued", back)
+            logger.warning("Put %d request(s) back in the shared queue: leased to this "
+                           "worker in Redis but not held by it (their acks or their pop "
+                           "went to a Redis master that a failover replaced); they are "
+                           "fetched again", back, extra={"spider": self.spider})
 
     def _beat(self) -> None:
         """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
@@ -660,20 +822,23 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
         silence = self._silence()
         if self._guarded(lambda: self.queue.heartbeat() or True, False):
-            now = time.monotonic()
-            timeout = self.frontier.lease_timeout
-            if silence > timeout / 2:
-                self._reap_after = now + timeout
-            if silence > timeout:
-                logger.warning(
-                    "This worker was silent for %.1fs, longer than BLOOMDUPE_LEASE_TIMEOUT "
-                    "(%ss): its reactor was blocked (a callback or pipeline that blocks, such "
-                    "as time.sleep or a synchronous HTTP call), the process was paused "
-                    "(SIGSTOP, swapping) or Redis could not be reached. The other workers "
-                    "may have put its requests back in the queue: they may be fetched twice. "
-                    "Raise BLOOMDUPE_LEASE_TIMEOUT above the longest such pause",
-                    silence, timeout, extra={"spider": self.spider})
-            self._last_beat = now
+            self._beaten(silence, time.monotonic())
+
+    def _beaten(self, silence: float, now: float) -> None:
+        """A heartbeat went through at ``now``, ``silence`` seconds after the last one."""
+        timeout = self.frontier.lease_timeout
+        if silence > timeout / 2:
+            self._reap_after = now + timeout
+        if silence > timeout:
+            logger.warning(
+                "This worker was silent for %.1fs, longer than BLOOMDUPE_LEASE_TIMEOUT "
+                "(%ss): its reactor was blocked (a callback or pipeline that blocks, such "
+                "as time.sleep or a synchronous HTTP call), the process was paused "
+                "(SIGSTOP, swapping) or Redis could not be reached. The other workers "
+                "may have put its requests back in the queue: they may be fetched twice. "
+                "Raise BLOOMDUPE_LEASE_TIMEOUT above the longest such pause",
+                silence, timeout, extra={"spider": self.spider})
+        self._last_beat = now
 
     def _verify(self) -> bool:
         """Whether the filter is still there, unchanged (else the crawl is stopped)."""
@@ -690,6 +855,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if time.monotonic() < self._reap_after:
             return 0
         back: list[tuple[int, Request]] = self._guarded(self.queue.reap, [])
+        self._reaped(back)
+        return len(back)
+
+    def _reaped(self, back: list[tuple[int, Request]]) -> None:
         if back:
             self.stats.inc_value("bloomdupe/requeued", len(back))
             named = "; ".join(f"{request.url} ({times}x)" for times, request in back[:NAMED])
@@ -700,7 +869,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                            "BLOOMDUPE_MAX_REQUEUES = %d times is recorded as failed)",
                            len(back), self.frontier.lease_timeout, named, more,
                            self.frontier.max_requeues, extra={"spider": self.spider})
-        return len(back)
 
     # -- the end of the crawl -----------------------------------------------------------
 
@@ -756,17 +924,22 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         :meth:`next_request`); with none, Scrapy's idle round is run, as the engine
         runs it, so that this worker stays or closes without waiting 5 s."""
         self._wakeup = None
+        if self.leased and not self._buffer:
+            self._starved = True  # what the pop brings wakes the engine (see _filled)
+            self._fill(poll=True, then=self._after_poll)
+        else:
+            self._after_poll()
+
+    def _after_poll(self) -> None:
         engine = self._engine()
         if engine is None or engine.spider is None or self._failed():
             return
-        if self.leased:
-            self._fill(poll=True)
-            if self._buffer:
-                self._idle_poll = IDLE_POLL
-                request = self._buffer[0].request
-                request.meta[WAKE_META] = True
-                engine.crawl(request)
-                return
+        if self._buffer:
+            self._idle_poll = IDLE_POLL
+            if self._starved:
+                self._starved = False
+                self._wake_engine()
+            return
         if not engine.spider_is_idle():
             if not self._handed:  # the queue had requests, others took them: look again
                 self._wake_later()
@@ -796,7 +969,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if self.df.failure is not None:
             return fallback
         try:
-            return self.df.outage.call(call)
+            with self._lock:
+                return self.df.outage.call(call)
         except (RedisUnavailable, RedisError, BloomDupeError) as e:
             self.df.fail(e)  # stops the crawl (or, for an outage, as BLOOMDUPE_ON_OUTAGE says)
             return fallback

@@ -58,6 +58,9 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_BATCH": True,
     "BLOOMDUPE_BATCH_SIZE": 1000,
     "BLOOMDUPE_SCHEDULER": True,
+    "BLOOMDUPE_METRICS_PORT": None,
+    "BLOOMDUPE_METRICS_HOST": "0.0.0.0",
+    "BLOOMDUPE_LIVE_INTERVAL": 5.0,
 }
 
 OUTAGE_ACTIONS = ("close", "allow")
@@ -284,6 +287,56 @@ class FrontierConfig:
 def use_scheduler(settings: BaseSettings) -> bool:
     """``BLOOMDUPE_SCHEDULER``: whether the add-on sets this package's scheduler."""
     return parse_bool("BLOOMDUPE_SCHEDULER", _get(settings, "BLOOMDUPE_SCHEDULER"))
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """A worker's own figures: written to Redis for ``bloomdupe top`` and ``bloomdupe
+    metrics`` every ``live_interval`` seconds, and served to Prometheus on a port of
+    ``ports`` (``BLOOMDUPE_METRICS_PORT``) when it is set."""
+
+    #: First and last port to try (``(0, 0)``: any free port); None: no server.
+    ports: tuple[int, int] | None
+    host: str
+    live_interval: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> MetricsConfig:
+        host = _get(settings, "BLOOMDUPE_METRICS_HOST")
+        if not isinstance(host, str) or not host.strip():
+            raise ConfigError("BLOOMDUPE_METRICS_HOST", host, "must be an address to listen on, "
+                              "such as '0.0.0.0' or '127.0.0.1'")
+        return cls(parse_metrics_port(settings.get("BLOOMDUPE_METRICS_PORT")), host.strip(),
+                   parse_float("BLOOMDUPE_LIVE_INTERVAL",
+                               _get(settings, "BLOOMDUPE_LIVE_INTERVAL"), low=0.1, high=3600))
+
+
+def parse_metrics_port(value: Any) -> tuple[int, int] | None:
+    """``BLOOMDUPE_METRICS_PORT``: None (off), a port, a range ``"A-B"`` (the first free
+    one is taken: several workers on one host), or 0 (any free port)."""
+    if is_unset(value):
+        return None
+    bad = ConfigError("BLOOMDUPE_METRICS_PORT", value, "is not a port, a range 'A-B' or 0")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, int):
+        first = last = value
+    elif isinstance(value, str):
+        parts = [part.strip() for part in value.split("-")]
+        if len(parts) > 2 or not all(part.isdigit() for part in parts):
+            raise bad
+        first, last = int(parts[0]), int(parts[-1])
+    elif isinstance(value, (list, tuple)) and len(value) == 2 \
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        first, last = value
+    else:
+        raise bad
+    if (first, last) == (0, 0):
+        return 0, 0
+    if not 0 < first <= last < 65536:
+        raise ConfigError("BLOOMDUPE_METRICS_PORT", value,
+                          "must be 0, a port in 1-65535 or a range 'A-B' with A <= B")
+    return first, last
 
 
 # -- Redis ------------------------------------------------------------------------------

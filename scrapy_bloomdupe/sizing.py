@@ -223,6 +223,12 @@ def first_generation_error_rate(error_rate: float, growth: bool) -> float:
     return error_rate * (1 - TIGHTENING) if growth else error_rate
 
 
+def configured_error_rate(first_error_rate: float, growth: bool) -> float:
+    """``BLOOMDUPE_ERROR_RATE`` as configured, from generation 0's stored rate (the
+    inverse of :func:`first_generation_error_rate`)."""
+    return first_error_rate / (1 - TIGHTENING) if growth else first_error_rate
+
+
 def generation(first: Sizing, index: int) -> Sizing:
     """Sizing of generation ``index`` (0 is ``first``): same shard count, larger shards."""
     if index == 0:

@@ -212,6 +212,13 @@ class LocalCluster:
                 if (replication.get("role") == "slave"
                         and replication.get("master_link_status") != "up"):
                     return f"{n.address} replica link {replication.get('master_link_status')}"
+                if replication.get("role") == "master" and len(live) == len(self.nodes):
+                    # Every replica online (its full sync done), so that the first WAIT
+                    # is answered by it rather than timing out (a fresh cluster's).
+                    online = [v for k, v in replication.items() if k.startswith("slave")
+                              and isinstance(v, dict) and v.get("state") == "online"]
+                    if len(online) < self.replicas:
+                        return f"{n.address} has {len(online)} replica(s) online"
             finally:
                 c.close()
         if len(views) != 1:

@@ -22,11 +22,12 @@ LAYERS: dict[str, int] = {
     "exceptions": 1, "keys": 1, "sizing": 1, "hashing": 1, "localcache": 1, "settings": 1,
     # 2: redis-py only
     "transport": 2,
-    # 3: the filter and the queue, Scrapy-free
-    "bloom": 3, "frontier": 3,
-    # 4: thin Scrapy components
+    # 3: the filter and the queue, Scrapy-free; the crawl's figures read from both
+    "bloom": 3, "frontier": 3, "crawlstats": 3, "crawlfigures": 3,
+    # 4: thin Scrapy components (and the optional prometheus-client they serve with)
     "dupefilter": 4, "scheduler": 4, "middleware": 4, "extension": 4, "addon": 4,
-    "connection": 4, "crawlstats": 4, "fingerprint": 4, "cluster": 4, "failures": 4,
+    "connection": 4, "fingerprint": 4, "cluster": 4, "failures": 4, "workermetrics": 4,
+    "prometheus": 4,
     # 5: tools
     "cli": 5, "commands": 5, "migrate": 5, "testing": 5, "testing_cluster": 5,
     "testing_sentinel": 5,

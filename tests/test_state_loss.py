@@ -113,7 +113,7 @@ def test_a_refused_command_stops_the_crawl_and_acks_nothing(
     finally:
         client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all"],
                            keys=["*"])
-    assert seen == [True]  # not queued, and not passed on
+    assert seen == [None]  # not queued (and so not passed on)
     assert scheduler.df.failure == REFUSED_REASON
     # ... nor added to the filter (the script wrote nothing): when its page is fetched
     # again, the link is new again.

@@ -18,6 +18,9 @@ SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10
 # (The add-on sets all four in one line: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)
 EXTENSIONS = {
     "scrapy_bloomdupe.extension.BloomDupeStats": 500,
+    # Each worker's own figures in Redis, for `bloomdupe top` and `bloomdupe metrics`;
+    # with BLOOMDUPE_METRICS_PORT it serves them to Prometheus too.
+    "scrapy_bloomdupe.workermetrics.WorkerMetrics": 510,
     # Write the final stats as JSON to DEMO_STATS_FILE, for run_demo.py.
     "demo.extensions.StatsToJson": 900,
 }

@@ -446,7 +446,8 @@ class BloomFilter:
         if self._new_since_grow_check >= self._grow_check_every or before > 0 >= self._room:
             self._new_since_grow_check = 0
             try:
-                self._maybe_grow()
+                # Waits an outage out as the check-and-add does (one ERROR, then resumes).
+                self._guarded(self._maybe_grow)
             except RedisError as e:  # the answers stand; the next check tries again
                 logger.warning("Could not check whether Bloom filter %s must grow: %s",
                                self.key, e)

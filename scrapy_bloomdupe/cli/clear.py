@@ -17,7 +17,7 @@ from typing import TextIO
 import redis
 from redis.cluster import RedisCluster
 
-from .. import keys
+from .. import crawlstats, keys
 from ..exceptions import BloomDupeError
 from .context import EXIT_FAILED, EXIT_OK, Context, FilterAbsent, open_existing
 from .output import count, human_bytes
@@ -28,7 +28,9 @@ CHUNK = 500
 
 def crawl_keys(client: redis.Redis | RedisCluster, key: str) -> list[str]:
     """Every Redis key of the crawl at ``key``, by name (one ``SCAN`` of the keyspace)."""
-    names = [keys.meta(key), keys.growlock(key), keys.stats(key), keys.workers(key)]
+    names = [keys.meta(key), keys.growlock(key), keys.stats(key), keys.workers(key),
+             keys.live(key),
+             *(keys.live_worker(key, w) for w in crawlstats.live_workers(client, key))]
     found = [n for n in names if client.exists(n)]
     for name in client.scan_iter(match=keys.shards_pattern(key), count=1000):
         text = name.decode() if isinstance(name, bytes) else str(name)

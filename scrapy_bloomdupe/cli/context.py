@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 PROG = "bloomdupe"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_KEY_TEMPLATE = str(DEFAULTS["BLOOMDUPE_KEY"])
-COMMANDS = ("info", "stats", "check", "clear", "failed", "import", "keys")
+COMMANDS = ("info", "stats", "check", "clear", "failed", "import", "keys", "metrics", "top")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -73,6 +73,11 @@ class Context:
     err: TextIO
     prog: str = PROG  # for messages: "bloomdupe" or "scrapy bloomdupe"
     spider: str | None = None  # the spider's name, when given
+    #: Every crawl's key (``bloomdupe metrics`` serves several); ``(key,)`` by default.
+    crawls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.crawls = self.crawls or (self.key,)
 
     def print(self, text: str = "") -> None:
         print(text, file=self.out)
@@ -84,27 +89,43 @@ class Context:
         emit_json(self.out, data)
 
 
-def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Context:
-    if args.key and args.spider:
+def _listed(value: str | list[str] | None) -> list[str]:
+    """``--key``/``--spider``: one value, or a list where the command takes several."""
+    if not value:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _crawl_keys(args: argparse.Namespace) -> list[str]:
+    """The keys ``--key``, or ``--spider`` with ``--key-template``, name (validated)."""
+    given, spiders = _listed(args.key), _listed(args.spider)
+    if given and spiders:
         raise UsageProblem("give --key KEY or --spider NAME, not both")
-    if args.key_template and not args.spider:
+    if args.key_template and not spiders:
         raise UsageProblem("--key-template applies to --spider NAME only")
-    if args.key:
-        key = args.key
-    elif args.spider:
-        template = args.key_template or DEFAULT_KEY_TEMPLATE
+    if not given and not spiders:
+        raise UsageProblem("which filter? give --key KEY, or --spider NAME (key "
+                           f"{DEFAULT_KEY_TEMPLATE!r})")
+    template = args.key_template or DEFAULT_KEY_TEMPLATE
+    found = list(given)
+    for spider in spiders:
         try:
-            key = str(template % {"spider": args.spider})
+            found.append(str(template % {"spider": spider}))
         except (KeyError, ValueError, TypeError) as e:
             raise UsageProblem(f"--key-template {template!r} is not a valid %-template "
                                f"(only %(spider)s is known): {e}") from None
-    else:
-        raise UsageProblem("which filter? give --key KEY, or --spider NAME (key "
-                           f"{DEFAULT_KEY_TEMPLATE!r})")
-    try:
-        keys.validate_key(key)
-    except ConfigError as e:
-        raise UsageProblem(f"bad key {key!r}: {e.reason}") from None
+    for key in found:
+        try:
+            keys.validate_key(key)
+        except ConfigError as e:
+            raise UsageProblem(f"bad key {key!r}: {e.reason}") from None
+    return list(dict.fromkeys(found))
+
+
+def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Context:
+    crawls = _crawl_keys(args)
+    key = crawls[0]
+    spiders = _listed(args.spider)
     url = args.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
     values: dict[str, Any] = {"REDIS_URL": url}
     if args.cluster:
@@ -119,7 +140,7 @@ def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Co
     client = connection.from_settings(settings)
     where = describe(client) if is_sentinel_client(client) else redacted(url)
     return Context(client, key, where, settings, False, None, args.json, out, err,
-                   spider=args.spider)
+                   spider=spiders[0] if spiders else None, crawls=tuple(crawls))
 
 
 def project_context(settings: Settings, spider: str | None, key: str | None,

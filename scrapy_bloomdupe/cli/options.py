@@ -7,11 +7,15 @@ import argparse
 from typing import Any
 
 from .. import __version__, migrate
+from ..crawlfigures import FILTER_EVERY
+from ..frontier.queue import LEASE_TIMEOUT
 from ..settings import DEFAULTS
 from .context import DEFAULT_KEY_TEMPLATE, DEFAULT_REDIS_URL, PROG
+from .metrics import DEFAULT_HOST
 
 
-def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+def _add_common(parser: argparse.ArgumentParser, *, suppress: bool, several: bool = False
+                ) -> None:
     """``--redis-url``, ``--key``/``--spider``, ``--key-template``, ``--cluster``,
     ``--sentinels``/``--sentinel-master``, ``--json``.
 
@@ -32,11 +36,14 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument("--sentinel-master", metavar="NAME", default=default,
                        help="Redis Sentinel: the master's name (default: "
                             "$BLOOMDUPE_SENTINEL_MASTER)")
-    group.add_argument("--key", metavar="KEY", default=default,
-                       help="the filter's key (BLOOMDUPE_KEY, resolved)")
-    group.add_argument("--spider", metavar="NAME", default=default,
+    # ``several``: a command that serves several crawls takes them repeated.
+    repeated: dict[str, Any] = {"action": "append"} if several else {}
+    again = " (may be repeated)" if several else ""
+    group.add_argument("--key", metavar="KEY", default=default, **repeated,
+                       help=f"the filter's key (BLOOMDUPE_KEY, resolved){again}")
+    group.add_argument("--spider", metavar="NAME", default=default, **repeated,
                        help="the spider whose filter to use: the key is --key-template "
-                            "with %%(spider)s = NAME")
+                            f"with %%(spider)s = NAME{again}")
     group.add_argument("--key-template", metavar="TEMPLATE", default=default,
                        help=f"BLOOMDUPE_KEY template for --spider (default "
                             f"{DEFAULT_KEY_TEMPLATE.replace('%', '%%')!r})")
@@ -98,6 +105,34 @@ def add_import_options(parser: argparse.ArgumentParser, *, standalone: bool) -> 
                                 "BLOOMDUPE_FINGERPRINT, BLOOMDUPE_LOCK, ...); may be repeated")
 
 
+def _add_watch_options(group: argparse._ArgumentGroup) -> None:
+    """What ``metrics`` and ``top`` share: how to read the crawl."""
+    group.add_argument("--lease-timeout", type=float, default=LEASE_TIMEOUT, metavar="SECONDS",
+                       help="the crawl's BLOOMDUPE_LEASE_TIMEOUT: a worker that has not "
+                            f"heartbeat for this long is not alive (default {LEASE_TIMEOUT:g})")
+    group.add_argument("--filter-every", type=float, default=FILTER_EVERY, metavar="SECONDS",
+                       help="read the filter's fill (a scan of every shard in Redis) at most "
+                            f"this often (default {FILTER_EVERY:g})")
+
+
+def add_metrics_options(parser: argparse.ArgumentParser, *, standalone: bool) -> None:
+    group = parser.add_argument_group("metrics options")
+    group.add_argument("--port", type=int, required=standalone, default=None, metavar="PORT",
+                       help="serve /metrics on this port (0: any free one, printed)")
+    group.add_argument("--host", default=DEFAULT_HOST, metavar="HOST",
+                       help=f"address to listen on (default {DEFAULT_HOST})")
+    _add_watch_options(group)
+
+
+def add_top_options(parser: argparse.ArgumentParser, *, standalone: bool) -> None:
+    group = parser.add_argument_group("top options")
+    group.add_argument("--once", action="store_true", help="print one frame and exit")
+    group.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                       help="seconds between two frames (default 1)")
+    if standalone:
+        _add_watch_options(group)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -112,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(parser, suppress=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, text: str) -> argparse.ArgumentParser:
+    def command(name: str, text: str, several: bool = False) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text, description=text)
-        _add_common(sub, suppress=True)
+        _add_common(sub, suppress=True, several=several)
         return sub
 
     command("info", "the filter's parameters, fill per generation and shard, estimated items, "
@@ -135,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_options(imp, standalone=True)
     command("keys", "every Redis key of the crawl (filter shards, metadata, op logs, queue "
                     "shards, leases, failed requests, stats) with what it holds; reads only")
+    served = command("metrics", "serve the crawl's figures to Prometheus at /metrics, read from "
+                                "Redis at each scrape; --spider (or --key) may be repeated to "
+                                "serve several crawls; runs until stopped", several=True)
+    add_metrics_options(served, standalone=True)
+    watched = command("top", "a live view of the crawl, refreshed every second: workers and "
+                             "their pages/s, queue, leases put back, fill, estimated "
+                             "false-positive rate, failed requests")
+    add_top_options(watched, standalone=True)
     return parser
 
 
@@ -166,6 +209,12 @@ PROJECT_OPTIONS: dict[str, tuple[str, Any, tuple[str, ...]]] = {
     "from_jobdir": ("--from-jobdir", None, ("import",)),
     "batch_size": ("--batch-size", migrate.DEFAULT_BATCH_SIZE, ("import",)),
     "progress": ("--no-progress", True, ("import",)),
+    "port": ("--port", None, ("metrics",)),
+    "host": ("--host", DEFAULT_HOST, ("metrics",)),
+    "once": ("--once", False, ("top",)),
+    "interval": ("--interval", 1.0, ("top",)),
+    "lease_timeout": ("--lease-timeout", LEASE_TIMEOUT, ("metrics", "top")),
+    "filter_every": ("--filter-every", FILTER_EVERY, ("metrics", "top")),
 }
 
 
@@ -180,3 +229,5 @@ def add_project_options(parser: argparse.ArgumentParser) -> None:
     add_clear_options(parser)
     add_failed_options(parser)
     add_import_options(parser, standalone=False)
+    add_metrics_options(parser, standalone=False)
+    add_top_options(parser, standalone=False)

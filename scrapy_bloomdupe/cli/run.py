@@ -15,7 +15,7 @@ from scrapy.settings import Settings
 
 from ..exceptions import BloomDupeError
 from ..transport import diagnose
-from . import check, clear, failed, import_, info, keys, stats
+from . import check, clear, failed, import_, info, keys, metrics, stats, top
 from .context import (
     COMMANDS,
     EXIT_FAILED,
@@ -37,6 +37,8 @@ HANDLERS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "failed": failed.run,
     "import": import_.run,
     "keys": keys.run,
+    "metrics": metrics.run,
+    "top": top.run,
 }
 
 
@@ -121,6 +123,8 @@ def run_project_command(settings: Settings, args: list[str], opts: argparse.Name
         opts.urls = rest
     elif rest:
         raise UsageProblem(f"unexpected argument(s) for {command}: {' '.join(rest)}")
+    if command == "metrics" and opts.port is None:
+        raise UsageProblem("metrics needs --port PORT (0: any free port)")
     if command == "import":
         opts.capacity = opts.error_rate = None
         opts.settings = []

@@ -30,7 +30,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "info|stats|check|clear|failed|import SPIDER [URL ...] [options]"
+        return "info|stats|check|clear|failed|import|keys|metrics|top SPIDER [URL ...] [options]"
 
     def short_desc(self) -> str:
         return "Inspect, check, clear or import into a spider's scrapy-bloomdupe filter"
@@ -43,8 +43,10 @@ class Command(ScrapyCommand):
             "--yes). failed: requests that failed for good; --requeue fetches them again. "
             "import --from-set KEY | --from-jobdir DIR: add a scrapy-redis SET's or "
             "a JOBDIR's fingerprints (a new filter is made from the project's BLOOMDUPE_* "
-            "settings). The key is BLOOMDUPE_KEY with the spider's name; Redis and the "
-            "fingerprinter are the project's. info, stats and check never write. --json for "
+            "settings). metrics --port PORT: serve the crawl's figures to Prometheus. top: a "
+            "live view of the crawl (--once: one frame). The key is BLOOMDUPE_KEY with the "
+            "spider's name; Redis and the fingerprinter are the project's. info, stats and "
+            "check never write. --json for "
             "scripts. Exit status 0 done, 1 failed (also: the filter's metadata damaged or "
             "a shard missing), 2 bad usage."
         )

@@ -32,6 +32,7 @@ push number recorded with it; acks and heartbeats are idempotent.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -269,6 +270,14 @@ return back
         self._pop_shard: int | None = None
         #: Acks not yet sent, per shard: (field, epoch), sent with the next round trip.
         self._acks: dict[int, list[tuple[str, int]]] = {}
+        #: How many acks of each shard the last round trip carried (see _acks_sent).
+        self._acks_carried: dict[int, int] = {}
+        #: Acks are added from Scrapy's reactor while the calls run on the scheduler's
+        #: Redis thread (frontier/iothread.py).
+        self._acks_lock = threading.Lock()
+        #: Leases this worker's pops took (their replies came) and not acked since: the
+        #: field and its shard (see reclaim).
+        self._taken: dict[str, int] = {}
         #: Acks not sent because the master changed since their lease was taken.
         self.stale = 0
 
@@ -342,7 +351,7 @@ return back
                          self._pop_number, count))
         names.append("pop")
         entries = self._execute(commands, names)[-1]
-        self._acks.clear()  # sent (and they are idempotent)
+        self._acks_sent()  # (and they are idempotent)
         number = self._pop_number
         self._pop_number += 1  # only once the reply is in: a retry replays
         self._pop_shard = None
@@ -352,6 +361,8 @@ return back
             requeues, payload = split_requeues(entry.split(b"|", 1)[1])
             leases.append(Lease(shard, f"{self.owner}:{number}.{j}",
                                 self._decode_request(payload), epoch, requeues))
+        with self._acks_lock:
+            self._taken.update((lease.field, shard) for lease in leases)
         return leases
 
     # -- leases ----------------------------------------------------------------------
@@ -362,15 +373,17 @@ return back
         Not a lease taken before the master changed (a Sentinel failover): what its
         work wrote may have gone to the old master, and be lost. It stays leased,
         and :meth:`reclaim` puts it back in the queue (:attr:`stale` counts them)."""
-        for lease in leases:
-            self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
+        with self._acks_lock:
+            for lease in leases:
+                self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
+                self._taken.pop(lease.field, None)
 
     def send_acks(self) -> None:
         """Send the pending acks now, in one round trip (none: nothing sent)."""
         commands, names = self._ack_commands()
         if commands:
             self._execute(commands, names)
-        self._acks.clear()
+        self._acks_sent()
 
     def heartbeat(self) -> None:
         """Mark this worker alive in every shard, and send the pending acks."""
@@ -379,7 +392,7 @@ return back
             commands.append(("EVALSHA", self._scripts["heartbeat"].sha, 1, owners, self.owner))
             names.append("heartbeat")
         self._execute(commands, names)
-        self._acks.clear()
+        self._acks_sent()
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """Put the leases of dead workers back in the queue (with ``release_own``, this
@@ -394,7 +407,7 @@ return back
                              self.lease_timeout_ms, own))
             names.append("reap")
         replies = self._execute(commands, names)
-        self._acks.clear()
+        self._acks_sent()
         back = []
         for members in replies[len(replies) - self.shards:]:
             for member in members:
@@ -409,22 +422,25 @@ return back
                                   self.owner, self.lease_timeout_ms)], ["leave"])
         return bool(last)
 
-    def reclaim(self, held: Iterable[Lease]) -> int:
-        """Put back in the queue this worker's leases in Redis that it does not hold
-        (``held``: taken and not yet done; the pending acks are sent first). After a
-        failover the new master can hold leases whose acks, or whose pop's reply,
-        went to the old one: unclaimed, they would keep the crawl open for ever.
-        Returns how many went back."""
+    def reclaim(self, held: Iterable[Lease] = ()) -> int:
+        """Put back in the queue this worker's leases in Redis that it does not hold:
+        neither taken by a pop whose reply came and not acked since, nor in ``held``
+        (the pending acks are sent first). After a failover the new master can hold
+        leases whose acks, or whose pop's reply, went to the old one: unclaimed, they
+        would keep the crawl open for ever. Returns how many went back."""
         fields: dict[int, list[str]] = {}
-        for lease in held:
-            fields.setdefault(lease.shard, []).append(lease.field)
+        with self._acks_lock:
+            taken = dict(self._taken)
+        taken.update((lease.field, lease.shard) for lease in held)
+        for field, shard in taken.items():
+            fields.setdefault(shard, []).append(field)
         commands, names = self._ack_commands()
         for shard in range(self.shards):
             commands.append(("EVALSHA", self._scripts["reclaim"].sha, 2, self._queues[shard],
                              self._leases[shard], self.owner, *fields.get(shard, ())))
             names.append("reclaim")
         replies = self._execute(commands, names)
-        self._acks.clear()
+        self._acks_sent()
         return sum(int(r) for r in replies[len(replies) - self.shards:])
 
     def status(self) -> tuple[int, int]:
@@ -437,12 +453,23 @@ return back
     def _ack_commands(self) -> tuple[list[tuple[Any, ...]], list[str]]:
         epoch = master_epoch(self.server)
         commands: list[tuple[Any, ...]] = []
-        for shard, acks in self._acks.items():
+        with self._acks_lock:
+            pending = {shard: list(acks) for shard, acks in self._acks.items()}
+        self._acks_carried = {shard: len(acks) for shard, acks in pending.items()}
+        for shard, acks in pending.items():
             fields = [field for field, taken in acks if taken == epoch]
             self.stale += len(acks) - len(fields)
             if fields:
                 commands.append(("HDEL", self._leases[shard], *fields))
         return commands, [""] * len(commands)
+
+    def _acks_sent(self) -> None:
+        """Forget the acks the last round trip carried (not those added since)."""
+        with self._acks_lock:
+            for shard, count in self._acks_carried.items():
+                del self._acks.get(shard, [])[:count]
+            self._acks = {shard: acks for shard, acks in self._acks.items() if acks}
+        self._acks_carried = {}
 
     def _execute(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
         """One round trip; scripts flushed from Redis (a restart) are loaded again

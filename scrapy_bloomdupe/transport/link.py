@@ -21,6 +21,7 @@ owner) ends each node's commands with ``WAIT``; see :mod:`.wait`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ class Link:
     def __init__(self, client: Redis | RedisCluster, *, wait_replicas: int = 0,
                  wait_timeout_ms: int | None = None) -> None:
         self.client = client
+        self._lock = threading.RLock()
         self._pool = getattr(client, "connection_pool", None)
         self._conn: AbstractConnection | None = None
         self._moved = False
@@ -60,6 +62,12 @@ class Link:
         return self._cluster.counters if self._cluster is not None else None
 
     def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        # One round trip at a time on the held connection, whichever thread asks (the
+        # scheduler's Redis thread during a crawl, Scrapy's at its start and end).
+        with self._lock:
+            return self._execute(commands)
+
+    def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if self._cluster is not None:
             return self._cluster.execute(commands)
         if self._pool is None:
@@ -88,6 +96,10 @@ class Link:
         client's pool may still hold connections to another server, and a script
         loaded there would leave this one answering ``NOSCRIPT`` for ever); on every
         master of a cluster."""
+        with self._lock:
+            self._load_scripts(scripts)
+
+    def _load_scripts(self, scripts: Sequence[str | bytes | memoryview]) -> None:
         if self._cluster is not None or self._pool is None:
             for script in scripts:
                 self.client.script_load(script)
@@ -121,6 +133,7 @@ class Link:
         return replies
 
     def close(self) -> None:
-        if self._conn is not None and self._pool is not None:
-            self._pool.release(self._conn)
-            self._conn = None
+        with self._lock:
+            if self._conn is not None and self._pool is not None:
+                self._pool.release(self._conn)
+                self._conn = None
