@@ -104,6 +104,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.redis_errors = 0
         self.unchecked = 0
         self._closing = False
+        #: Set by :meth:`close`: the filter is closed (and maybe deleted), write no more.
+        self.closed = False
         #: The close reason when this worker stopped the crawl on an error (or
         #: :data:`FINISHED`, see :meth:`end_finished`), else None: nothing more is sent
         #: to Redis then.
@@ -499,6 +501,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
     def close(self, reason: str = "", *, clear: bool | None = None) -> None:
         """Write the final figures; delete the filter when ``clear`` (by default, when
         ``SCHEDULER_PERSIST`` is off: the scheduler decides for a shared crawl)."""
+        self.closed = True
         if clear is None:
             clear = not self.persist and self.failure is None
         try:

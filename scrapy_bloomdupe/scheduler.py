@@ -793,6 +793,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._ticking = True
         self._run(job).addCallbacks(ticked, self._redis_failed).addBoth(over)
 
+    def silence(self) -> float:
+        """Seconds since this worker's last heartbeat went through (0 before the first)."""
+        return self._silence()
+
     def _silence(self) -> float:
         """Seconds since this worker's last heartbeat went through."""
         return 0.0 if self._last_beat is None else time.monotonic() - self._last_beat

@@ -309,7 +309,8 @@ def test_a_worker_paused_past_the_end_of_a_cleared_crawl_exits_0(
     assert [p for p, n in enumerate(fetches) if n == 0] == []
     # The paused worker wrote nothing back: only the mark of the finished crawl is left.
     client = redis.Redis.from_url(redis_url)
-    assert client.keys("*") == [keys.finished(KEY).encode()], client.keys("*")
+    assert client.keys("*") == [keys.finished(KEY).encode()], (
+        client.keys("*"), client.hgetall(keys.stats(KEY)))
     client.close()
 
 
