@@ -248,3 +248,19 @@ def start_runspider(spider: Path, logs: Path, count: int, settings: dict[str, st
         processes.append(subprocess.Popen(command, cwd=spider.parent, env=dict(os.environ),
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     return processes
+
+
+#: A scrapy-redis ``RedisSpider`` (start URLs from the list ``feed:start_urls``) that
+#: follows every link: a spider file for ``scrapy runspider``.
+FEED_SPIDER = '''
+from scrapy_redis.spiders import RedisSpider
+
+
+class FeedSpider(RedisSpider):
+    name = "feed"
+    redis_key = "feed:start_urls"
+
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+'''

@@ -11,22 +11,11 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import start_runspider, wait_workers
+from helpers import FEED_SPIDER, start_runspider, wait_workers
 
 PAGES = 300
 
-SPIDER = '''
-from scrapy_redis.spiders import RedisSpider
-
-
-class FeedSpider(RedisSpider):
-    name = "feed"
-    redis_key = "feed:start_urls"
-
-    def parse(self, response):
-        yield {"url": response.url}
-        yield from response.follow_all(css="a")
-'''
+SPIDER = FEED_SPIDER
 
 
 @pytest.mark.slow

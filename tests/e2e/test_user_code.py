@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
 import redis
 from helpers import demo_site, start_runspider, take_fetches, wait_workers
@@ -93,18 +94,7 @@ class UserSpider(scrapy.Spider):
         yield from response.follow_all(css="a")
 '''
 
-FEED_SPIDER = HIDE_SLOT + '''
-from scrapy_redis.spiders import RedisSpider
-
-
-class FeedSpider(RedisSpider):
-    name = "feed"
-    redis_key = "feed:start_urls"
-
-    def parse(self, response):
-        yield {"url": response.url}
-        yield from response.follow_all(css="a")
-'''
+FEED_SPIDER = HIDE_SLOT + helpers.FEED_SPIDER
 
 
 def settings(redis_url: str, site: Any, **extra: Any) -> dict[str, str]:
