@@ -108,15 +108,16 @@ class TimedRedisBloomDupeFilter(RedisBloomDupeFilter):
             self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
                             len(requests))
 
-    def check_and_queue(self, requests: Sequence[Any], queue: Any,
-                        entries: Sequence[Any]) -> list[bool] | None:
-        # Checks and queues (the scheduler's leased queue): the queue's share is timed too.
+    def check_and_queue(self, fingerprints: Sequence[bytes], queue: Any,
+                        entries: Sequence[Any]) -> list[bool]:
+        # Checks and queues (the scheduler's leased queue, on its Redis thread): the
+        # queue's share is timed too.
         cpu, wall = time.process_time(), time.perf_counter()
         try:
-            return super().check_and_queue(requests, queue, entries)
+            return super().check_and_queue(fingerprints, queue, entries)
         finally:
             self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
-                            len(requests))
+                            len(fingerprints))
 
 
 class TimedScrapyRedisDupeFilter(RFPDupeFilter):  # type: ignore[misc]

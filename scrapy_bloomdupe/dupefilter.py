@@ -228,19 +228,19 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self._maybe_flush()
         return [not n for n in new]
 
-    def check_and_queue(self, requests: Sequence[Request], queue: PriorityQueue,
-                        entries: Sequence[Sequence[Any]]) -> list[bool] | None:
-        """Check ``requests`` and queue the new ones into ``queue`` in the same script
+    def check_and_queue(self, fingerprints: Sequence[bytes], queue: PriorityQueue,
+                        entries: Sequence[Sequence[Any]]) -> list[bool]:
+        """Check ``fingerprints`` and queue the new ones into ``queue`` in the same script
         (see :meth:`BloomFilter.add_many`), as ``entries`` (each one's score and
         serialized bytes, :meth:`PriorityQueue.entry`): no crash can leave a request
-        in the filter and in no queue. Returns, in order, whether each was seen
-        before; None when Redis stayed away (nothing was queued)."""
-        fps = [self.fingerprinter.fingerprint(r) for r in requests]
-        new = self._call(lambda: self.bloom.add_many(fps, queue, entries.__getitem__))
-        if new is None:
-            return None
+        in the filter and in no queue. Returns, in order, whether each was new.
+
+        Runs where the scheduler runs its Redis work (its Redis thread during a
+        crawl), so errors are raised, not acted on: the caller passes them to
+        :meth:`check_failed` on the reactor."""
+        new = self.bloom.add_many(fingerprints, queue, entries.__getitem__)
         self._maybe_flush()
-        return [not n for n in new]
+        return new
 
     def _guarded(self, check: Callable[[], list[bool]], requests: Sequence[Request]
                  ) -> list[bool]:
@@ -273,8 +273,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             return None
 
     def check_failed(self, error: Exception, unchecked: int) -> None:
-        """A check of ``unchecked`` requests, run elsewhere (the scheduler's Redis thread),
-        failed with ``error``: counted and acted on as :meth:`_call` does."""
+        """:meth:`check_and_queue` of ``unchecked`` requests failed with ``error``: counted
+        and acted on as :meth:`_call` does."""
         self.unchecked += unchecked
         if isinstance(error, RedisUnavailable):
             self.give_up(error)

@@ -18,14 +18,16 @@ it also makes the crawl lose nothing when a worker dies:
   them to Scrapy one by one.
 * A request it hands to Scrapy stays leased in Redis until Scrapy is done with
   it: its callback's output is queued (or it failed for good and the failure
-  middleware recorded it). Done is when the engine lets go of the request
-  (its ``_slot.inprogress``, which Scrapy keeps until the callback's output is
-  scheduled); the ack rides on the next round trip. A heartbeat every few
+  middleware recorded it, or it was dropped). Scrapy's public hooks say when
+  (:meth:`Scheduler.done`, called by this package's middlewares, and
+  ``spider_idle``); the ack rides on the next round trip, within
+  :data:`ACK_DELAY`. During a crawl this Redis work runs on a thread of its own
+  (:mod:`.frontier.iothread`), never on Scrapy's reactor. A heartbeat every few
   seconds keeps this worker's leases; the leases of a worker that stops
   heartbeating for ``BLOOMDUPE_LEASE_TIMEOUT`` seconds are put back in the
   queue by the live ones.
 * A new request is checked against the filter and queued by one script
-  (:meth:`RedisBloomDupeFilter.check_and_queue`), so no crash leaves a request
+  (:meth:`queue_output`), so no crash leaves a request
   in the filter and in no queue.
 * A worker stays open while the shared queue has requests or any worker holds a
   lease (its page may still yield more), and closes ("finished") once the
@@ -106,8 +108,6 @@ IDLE_POLL = 0.5
 MAX_IDLE_POLL = 2.0
 #: Most seconds between two heartbeats (and looks for dead workers' leases).
 MAX_HEARTBEAT = 5.0
-#: Most pops in one ``next_request`` (when all a pop took had come back too often).
-MAX_POPS = 3
 #: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
 ACK_DELAY = 0.05
 #: Most requests named in the WARNING that puts leases back.
@@ -454,9 +454,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             for i, was_seen in zip(good, seen, strict=True):
                 outcomes[i] = was_seen
             return outcomes
-        answer: list[list[bool | None]] = []
-        self.queue_output(requests, now=True).addCallback(answer.append)
-        return answer[0]
+        answer: list[Any] = []
+        self.queue_output(requests, now=True).addBoth(answer.append)  # fired at once
+        if isinstance(answer[0], Failure):
+            answer[0].raiseException()  # not Redis's (that is acted on): a bug, raised
+        done: list[bool | None] = answer[0]
+        return done
 
     def queue_output(self, requests: list[Request], *, now: bool = False
                      ) -> Deferred[list[bool | None]]:
@@ -477,11 +480,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         pushed = [requests[i] for i in unfiltered]
 
         def job() -> list[bool]:
-            new = (self.df.bloom.add_many(fps, self.queue, checked_entries.__getitem__)
-                   if fps else [])
+            new = self.df.check_and_queue(fps, self.queue, checked_entries) if fps else []
             if pushed:
                 self.df.outage.call(lambda: self.queue.push_many(pushed))
-            self.df.flush_crawl_stats_due()
             return new
 
         def answered(new: list[bool]) -> list[bool | None]:
@@ -552,6 +553,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 lease = self._buffer.pop(0)
                 self._handed[lease.field] = lease
                 request = lease.request
+                request.meta.pop(WAKE_META, None)  # left when a signal dropped the wake
                 request.meta[LEASE_META] = lease.field
                 if not self._buffer:
                     self._fill()  # the next ones, while this one downloads
@@ -578,8 +580,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return
         count = self._prefetch_count()
         self._filling = True
-        d = self._run(lambda: self.df.outage.call(partial(self.queue.pop_leases, count)),
-                      now=self._io.inline)
+        d = self._run(lambda: self.df.outage.call(partial(self.queue.pop_leases, count)))
         d.addCallbacks(partial(self._filled, count), self._redis_failed)
         d.addBoth(self._fill_over, then)
 
@@ -597,14 +598,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._filling = False
         if isinstance(result, Failure):
             logger.error("Leasing requests failed: %s", result.getErrorMessage())
-        if not self._buffer and not self._failed() and self._deep_refill():
+        refill, self._refill = self._refill, False
+        if refill and not self._buffer and not self._failed():
             self._fill()  # all it took came back too often: take more
         if then is not None:
             then()
-
-    def _deep_refill(self) -> bool:
-        refill, self._refill = self._refill, False
-        return refill
 
     def _wake_engine(self) -> None:
         """Hand the engine a buffered request (``engine.crawl``, Scrapy's public way to
@@ -644,8 +642,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _send_acks(self) -> None:
         self._ack_call = None
         if not self._failed():
-            self._run(lambda: self.df.outage.call(self.queue.send_acks),
-                      now=self._io.inline).addErrback(self._redis_failed)
+            sent = self._run(lambda: self.df.outage.call(self.queue.send_acks))
+            sent.addErrback(self._redis_failed)
 
     def _came_back_too_often(self, lease: Lease) -> bool:
         """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker

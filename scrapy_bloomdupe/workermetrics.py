@@ -49,9 +49,6 @@ logger = logging.getLogger(__name__)
 #: than :data:`MIN_TTL` seconds).
 TTL_INTERVALS = 3
 MIN_TTL = 15.0
-#: A write this many intervals after the last one follows a silence and is skipped (what
-#: it would add waits for the next one).
-SILENCE_INTERVALS = 1.5
 #: Stale entries of the index of running workers are dropped every this many writes.
 PRUNE_EVERY = 12
 #: Scrapy's stats of a response's HTTP status.
@@ -101,9 +98,6 @@ class WorkerMetrics:
         self._added = dict.fromkeys(crawlstats.LIVE_COUNTERS, 0)
         self._last_pages = 0
         self._last_time = time.monotonic()
-        #: When this write last ran (a long gap: this worker was silent, see write).
-        self._last_beat = time.monotonic()
-        self._quiet_until = 0.0
         self._writes = 0
         self._warned = False
 
@@ -126,7 +120,7 @@ class WorkerMetrics:
         self.key = self.key_template.key_for(spider.name)
         self.client = connection.get_client(self.crawler)
         self.started = time.time()
-        self._last_time = self._last_beat = time.monotonic()
+        self._last_time = time.monotonic()
         self.task = create_looping_call(self.write)
         self.task.start(self.config.live_interval, now=True)
         if self.config.ports is not None:
@@ -199,15 +193,6 @@ class WorkerMetrics:
             # Back from a silence (a paused process, a blocked reactor): the crawl may be
             # over and its keys deleted. The scheduler's heartbeat, which comes first,
             # finds out; until it has gone through, nothing is written.
-            return
-        interval = self.config.live_interval
-        if now - self._last_beat > SILENCE_INTERVALS * interval:
-            # Back from a silence (a paused process, a blocked reactor): the crawl may be
-            # over and its keys deleted; the scheduler's next heartbeats find out first
-            # (the looping call may run the missed writes back to back: all wait).
-            self._quiet_until = now + 2 * interval
-        self._last_beat = now
-        if now < self._quiet_until:
             return
         figures = self.figures()
         rate = (figures["pages"] - self._last_pages) / max(now - self._last_time, 1e-9)

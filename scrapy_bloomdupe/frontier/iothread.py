@@ -35,11 +35,6 @@ class IOThread:
         self._pending: set[defer.Deferred[Any]] = set()
 
     @property
-    def busy(self) -> int:
-        """How many calls were asked and are not yet answered back on the reactor."""
-        return len(self._pending)
-
-    @property
     def inline(self) -> bool:
         """Whether calls run at once in the caller's thread (no thread started)."""
         return self._pool is None
