@@ -2,10 +2,12 @@
 
 An engine holds a filter's bits and runs its check-and-add script: :mod:`.lua`
 (``BITFIELD`` on plain strings) and :mod:`.native` (RedisBloom's ``BF.*``).
-Both build the script from the same parts (the op log's replay and record,
-:mod:`.oplog`; the lock's fence, :mod:`.lock`; an optional sink) around their
-own body, whose reply is one character an item (``'1'`` new, ``'0'`` seen,
-``'F'`` refused by a full shard) or ``LOCK_BUSY`` / ``STALE_GENERATION``.
+Both scripts (``check_add_bits.lua``, ``check_add_bf.lua``) share their KEYS,
+their first ARGV and their steps (the op log's replay and record, :mod:`.oplog`;
+the lock's fence, :mod:`.lock`; the generation check; an optional sink) around
+their own body; the reply is one character an item (``'1'`` new, ``'0'`` seen,
+``'F'`` refused by a full shard) or ``LOCK_BUSY`` / ``STALE_GENERATION`` /
+``SHARD_MISSING``.
 """
 
 from __future__ import annotations
@@ -14,31 +16,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from .. import keys
-from ..transport.diagnose import acl_guard
-from . import lock, oplog
+from . import oplog
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
-    from redis.commands.core import Script
 
     from .. import sizing
     from .info import ShardInfo
 
 
 class Sink(Protocol):
-    """Where a check-and-add also puts the items it found new, in the same script.
-
-    ``SINK_LUA`` runs after the engine's body, with the Lua locals ``out``
-    (``'1'`` for each new item, in order), ``sink_at`` (the index in ``ARGV`` of
-    the first item's sink arguments, :data:`SINK_ARGS` of them an item) and
-    ``sink_key``; ``sink_key(shard)`` names that key for a shard (it must carry
-    the shard's hash tag). The frontier's queue is one.
-    """
-
-    SINK_LUA: str
-    #: The one command ``SINK_LUA`` writes with (on ``sink_key``), lower case.
-    SINK_COMMAND: str
+    """Where a check-and-add also puts the items it found new, in the same script: a
+    sorted set per shard (the frontier's queue is one), named by ``sink_key(shard)``
+    (it must carry the shard's hash tag). Each item's sink arguments are its score
+    and its member; the script adds them (``ZADD``) for the items it found new."""
 
     def sink_key(self, shard: int) -> str: ...
 
@@ -95,35 +87,14 @@ class Engine(Protocol):
         """Per generation, each shard's figures."""
 
 
-#: The start of both engines' ``BODY``: ``G`` (ARGV[5]) generations' keys are
-#: KEYS[4..3+G]. Returns -3 (SHARD_MISSING) when one of them is gone (flushed,
-#: evicted, deleted: never re-created empty) and -2 (STALE_GENERATION) when the
-#: shard already has more than G generations, both having written nothing; else
-#: records G in the shard's generation marker (KEYS[2]) when it is new there.
-GENERATIONS = """\
-local G = tonumber(ARGV[5])
-if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -3
-end
-local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
-if stored > G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -2
-elseif stored < G then
-  redis.call('SET', KEYS[2], G)
-end
-"""
-
-
 class ScriptedEngine:
-    """What both engines share: the check-and-add script (``CHECK_ADD_SCRIPT``: the op
-    log's replay, the lock's fence, the engine's ``BODY``, the op log's record), its
-    variants with a sink, and the ``EVALSHA`` that calls it. An engine gives
-    ``BODY``, ``CHECK_ADD_SCRIPT``, :meth:`_script_keys` and, in ``_gen_args``, the
-    arguments about its generations that every call carries."""
+    """What both engines share: the ``EVALSHA`` of their check-and-add script
+    (``CHECK_ADD_SCRIPT``, a ``.lua`` file beside the engine that reads it: the op
+    log's replay and record, the lock's fence, the generation check, the engine's
+    body and the optional sink, with the same KEYS and first ARGV). An engine gives
+    ``CHECK_ADD_SCRIPT``, :meth:`_script_keys` and, in ``_gen_args``, the arguments
+    about its generations that every call carries."""
 
-    BODY: ClassVar[str]
     CHECK_ADD_SCRIPT: ClassVar[str]
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
@@ -133,7 +104,6 @@ class ScriptedEngine:
         self.shards = shards
         self.script = client.register_script(self.CHECK_ADD_SCRIPT)
         self.sha = self.script.sha
-        self._sink_scripts: dict[str, Script] = {}
         self._fixed_keys = [
             (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
             for i in range(shards)
@@ -145,27 +115,14 @@ class ScriptedEngine:
         """KEYS of a call on ``shard``: the fixed three, then its keys per generation."""
         raise NotImplementedError
 
-    def _sink_script(self, sink: Sink) -> Script:
-        script = self._sink_scripts.get(sink.SINK_LUA)
-        if script is None:
-            # An ACL that lost the sink's command mid-crawl is refused before the first
-            # write, never between the engine's write and the push.
-            guard = acl_guard(sink.SINK_COMMAND, "KEYS[#KEYS]", "0", "0")
-            text = (oplog.REPLAY + lock.FENCE + guard + self.BODY + sink.SINK_LUA
-                    + oplog.RECORD)
-            script = self._sink_scripts[sink.SINK_LUA] = self.client.register_script(text)
-        return script
-
     def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
                           args: Sequence[Any], items: int, sink: Sink | None = None,
                           sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
         """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
         script_keys = self._script_keys(shard)
-        sha = self.sha
         if sink is not None:
             script_keys.append(sink.sink_key(shard))
-            sha = self._sink_script(sink).sha
-        return ("EVALSHA", sha, len(script_keys), *script_keys, token, call, ack,
+        return ("EVALSHA", self.sha, len(script_keys), *script_keys, token, call, ack,
                 oplog.OP_LOG_TTL_MS, *self._gen_args, items, *args, *sink_args)
 
     def check_add(self, shard: int, token: bytes, call: int, ack: int,
@@ -180,5 +137,5 @@ class ScriptedEngine:
             self.client.script_load(script)
 
     def scripts(self) -> list[str | bytes | memoryview]:
-        """The check-and-add script and its sinks' (as :meth:`load_script` loads them)."""
-        return [self.CHECK_ADD_SCRIPT, *(s.script for s in self._sink_scripts.values())]
+        """The check-and-add script (as :meth:`load_script` loads it)."""
+        return [self.CHECK_ADD_SCRIPT]

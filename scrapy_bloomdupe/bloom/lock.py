@@ -16,17 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import luascript
+
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
-
-#: The fence every check-and-add script runs after the op log's replay (see
-#: :mod:`.oplog`): in lock mode a call whose token is no longer in the lock
-#: (``KEYS[3]``) returns -1 having written nothing. A worker paused past the
-#: lock's TTL is rejected instead of trusted.
-FENCE = """\
-if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
-"""
 
 #: First pause when a lock is busy, and the most any one pause lasts (seconds).
 FIRST_PAUSE = 0.0005
@@ -45,14 +39,7 @@ class LockCounters:
 class ShardLocks:
     """Tokens, release and waiting for the shard locks of one filter."""
 
-    # KEYS[1] lock key; ARGV[1] token.
-    # Returns 1 when the lock held the token and was deleted, 0 otherwise.
-    RELEASE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+    RELEASE_SCRIPT = luascript.read(__package__, "release_lock.lua")
 
     def __init__(
         self,

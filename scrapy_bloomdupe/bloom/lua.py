@@ -8,15 +8,12 @@ are never sent and Redis allocates it once, and a filter
 that would not fit in the server's ``maxmemory`` is refused before anything
 is written (:func:`check_room`). All k bits of an item are in one shard, so one script call checks
 every generation and sets the item's bits in the newest, reporting whether it
-was new, atomically. The script is the op log's replay (:mod:`.oplog`), the
-lock's fence (:mod:`.lock`), then this engine's body, then the op log's record.
+was new, atomically: the script ``check_add_bits.lua``, beside this module.
 
 The client computes the offsets (:mod:`scrapy_bloomdupe.hashing`), and one
 ``BITFIELD`` sets an item's k bits; every argument is a string (Redis converts
-a Lua number to text first). Redis-side cost, measured
-(``benchmarks/script_cost.py``, k = 10, load average about 1): 8.3 us an item
-in calls of 50 and 19 us for a call of one. Where the rest goes:
-docs/benchmarks.md.
+a Lua number to text first). Where Redis's time goes in a call
+(``benchmarks/redis_cpu.py``): docs/benchmarks.md, "Where the time goes".
 """
 
 from __future__ import annotations
@@ -27,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from .. import hashing, keys, sizing
+from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
 from ..transport.diagnose import describe
-from . import lock, oplog
-from .engine import GENERATIONS, ScriptedEngine
+from .engine import ScriptedEngine
 from .info import ShardInfo
 
 if TYPE_CHECKING:
@@ -49,18 +45,7 @@ SHARD_MISSING = -3
 
 
 
-#: KEYS[1] a shard's bits, ARGV[1] its size in bytes. Creates the shard, all
-#: zeros, only if the key is absent (never overwrites bits), allocating it in
-#: Redis in one go (exactly its size) without its bytes crossing the network;
-#: returns its length. A 0 written at the last bit does what ``SETRANGE key
-#: size-1 "\0"`` does, with ``BITFIELD``, which the least-privilege ACL of
-#: docs/security.md already grants (Redis checks a script's commands too).
-CREATE_SHARD_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('BITFIELD', KEYS[1], 'SET', 'u1', tonumber(ARGV[1]) * 8 - 1, 0)
-end
-return redis.call('STRLEN', KEYS[1])
-"""
+CREATE_SHARD_SCRIPT = luascript.read(__package__, "create_shard.lua")
 #: Commands in one pipeline when looking at or creating many shards.
 PIPELINE_CHUNK = 256
 #: Share of a server's ``maxmemory`` a new generation must leave free: for the
@@ -71,66 +56,7 @@ MEMORY_HEADROOM = 0.1
 class LuaEngine(ScriptedEngine):
     """The bits of one filter, every generation, and the script that checks and sets them."""
 
-    # The engine's part of the check-and-add script (see oplog.py for the
-    # shared KEYS[1], KEYS[3] and ARGV[1..4]).
-    # KEYS[2] the shard's generation marker, KEYS[4..3+G] the shard's bits,
-    # oldest generation first.
-    # ARGV[5] G, the generation count, ARGV[6..5+G] k of each generation,
-    # ARGV[6+G] n, the item count, then per item its k bit offsets in each
-    # generation, oldest first; then, with a sink, its arguments (from
-    # ``sink_at``; the sink's key is KEYS[4+G]).
-    # Returns -3 (SHARD_MISSING) when a generation's bits are gone (BITFIELD
-    # would re-create them empty, turning every item new again), and -2
-    # (STALE_GENERATION) when the shard already has more than G generations,
-    # both having written nothing; otherwise sets ``out`` and ``reply``, one
-    # character an item: '1' new (now added to the newest generation), '0'
-    # seen before.
-    BODY = GENERATIONS + """\
-local ks, width, args = {}, 0, {}
-for g = 1, G do
-  ks[g] = tonumber(ARGV[5 + g])
-  width = width + ks[g]
-end
-local n = tonumber(ARGV[6 + G])
-local first = 7 + G
-local sink_at, sink_key = first + n * width, KEYS[4 + G]
-local out = {}
-for j = first, sink_at - 1, width do
-  local at, found = j, false
-  for g = 1, G - 1 do
-    for i = 0, ks[g] - 1 do
-      args[3 * i + 1], args[3 * i + 2], args[3 * i + 3] = 'GET', 'u1', ARGV[at + i]
-    end
-    at = at + ks[g]
-    found = true
-    for _, bit in ipairs(redis.call('BITFIELD_RO', KEYS[3 + g], unpack(args, 1, 3 * ks[g]))) do
-      if bit == 0 then
-        found = false
-        break
-      end
-    end
-    if found then break end
-  end
-  local new = '0'
-  if not found then
-    at = j + width - ks[G]
-    for i = 0, ks[G] - 1 do
-      args[4 * i + 1], args[4 * i + 2], args[4 * i + 3], args[4 * i + 4] =
-        'SET', 'u1', ARGV[at + i], '1'
-    end
-    for _, bit in ipairs(redis.call('BITFIELD', KEYS[3 + G], unpack(args, 1, 4 * ks[G]))) do
-      if bit == 0 then
-        new = '1'
-        break
-      end
-    end
-  end
-  out[#out + 1] = new
-end
-local reply = table.concat(out)
-"""
-
-    CHECK_ADD_SCRIPT = oplog.REPLAY + lock.FENCE + BODY + oplog.RECORD
+    CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_bits.lua")
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str) -> None:

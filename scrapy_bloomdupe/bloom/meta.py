@@ -14,7 +14,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import keys, sizing
+from .. import keys, luascript, sizing
 from ..exceptions import FilterMismatchError
 
 if TYPE_CHECKING:
@@ -40,14 +40,7 @@ DEFAULT_ENGINE = "lua"
 _IDENTIFYING_FIELDS = ("bits_per_shard", "seed")
 _FLOAT_FIELDS = ("error_rate", "created")
 
-# KEYS[1] meta hash. ARGV: field, value, ... to store when the hash is absent.
-# Returns the stored hash as a flat field/value list (ours or the one found).
-CREATE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV))
-end
-return redis.call('HGETALL', KEYS[1])
-"""
+CREATE_SCRIPT = luascript.read(__package__, "create_meta.lua")
 
 
 def is_filter_meta(client: Redis | RedisCluster, name: bytes | str) -> bool:

@@ -48,11 +48,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .. import hashing, keys, sizing
+from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.diagnose import describe
-from . import lock, oplog
-from .engine import GENERATIONS, ScriptedEngine
+from .engine import ScriptedEngine
 from .info import ShardInfo
 from .lua import _pipelined, check_room
 
@@ -163,53 +162,7 @@ class NativeEngine(ScriptedEngine):
 
     name = NAME
 
-    # The engine's part of the check-and-add script (see oplog.py for the
-    # shared KEYS[1], KEYS[3] and ARGV[1..4]).
-    # KEYS[2] the shard's generation marker, KEYS[4..3+G] the shard's BF keys,
-    # oldest generation first.
-    # ARGV[5] G, the generation count, ARGV[6] n, the item count, ARGV[7..6+n]
-    # the items (keyed hashes); then, with a sink, its arguments (from
-    # ``sink_at``; the sink's key is KEYS[4+G]).
-    # Returns -3 (SHARD_MISSING) when a generation's key is gone (flushed,
-    # evicted, deleted: never re-created empty), and -2 (STALE_GENERATION) when
-    # the shard already has more than G generations, both having written
-    # nothing; otherwise sets ``out`` and ``reply``, one character an item: '1'
-    # new (now added to the newest generation), '0' seen before, 'F' not
-    # added: the newest generation's shard is full (it and the items after it
-    # in the call were not looked at).
-    BODY = GENERATIONS + """\
-local n = tonumber(ARGV[6])
-local sink_at, sink_key = 7 + n, KEYS[4 + G]
-local out, todo, at = {}, {}, {}
-local found = {}
-for g = 1, G - 1 do
-  local seen = redis.call('BF.MEXISTS', KEYS[3 + g], unpack(ARGV, 7, 6 + n))
-  for j = 1, n do
-    if seen[j] == 1 then found[j] = true end
-  end
-end
-for j = 1, n do
-  out[j] = '0'
-  if not found[j] then
-    todo[#todo + 1] = ARGV[6 + j]
-    at[#at + 1] = j
-  end
-end
-if #todo > 0 then
-  local added = redis.call('BF.INSERT', KEYS[3 + G], 'NOCREATE', 'ITEMS', unpack(todo))
-  for i = 1, #todo do
-    local flag = added[i]
-    if flag == 1 then
-      out[at[i]] = '1'
-    elseif flag ~= 0 then
-      out[at[i]] = 'F'
-    end
-  end
-end
-local reply = table.concat(out)
-"""
-
-    CHECK_ADD_SCRIPT = oplog.REPLAY + lock.FENCE + BODY + oplog.RECORD
+    CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_bf.lua")
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str) -> None:

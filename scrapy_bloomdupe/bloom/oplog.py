@@ -10,8 +10,9 @@ anything else is checked. Each call also says which calls have been answered
 a log holds one round trip's replies at most (one short string, rewritten with
 one ``SET ... PX``) and expires when a client goes away.
 
-Every engine's check-and-add script is :data:`REPLAY`, then the engine's own
-body, then :data:`RECORD`. The protocol they share:
+Both engines' check-and-add scripts (``check_add_bits.lua``,
+``check_add_bf.lua``) start by looking the call up in the op log and end by
+recording their reply. The protocol they share:
 
 * ``KEYS[1]`` this client's op log for the shard, ``KEYS[3]`` the shard's lock;
 * ``ARGV[1]`` the lock token (``''`` in atomic mode), ``ARGV[2]`` this call's
@@ -28,33 +29,6 @@ from __future__ import annotations
 
 #: How long an op log outlives its last write; a retry must come before this.
 OP_LOG_TTL_MS = 3_600_000
-
-#: A call already recorded returns its recorded reply (and frees the lock the
-#: retry took); otherwise ``log`` is what the record is appended to.
-REPLAY = """
-local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
-local log = redis.call('GET', KEYS[1])
-local head = ack .. '|'
-if log and string.sub(log, 1, #head) == head then
-  local tag = '|' .. call .. ':'
-  local at = string.find(log, tag, #head, true)
-  if at then
-    if token ~= '' and redis.call('GET', KEYS[3]) == token then redis.call('DEL', KEYS[3]) end
-    local from = at + #tag
-    return string.sub(log, from, string.find(log, '|', from, true) - 1)
-  end
-else
-  log = head
-end
-"""
-
-#: Records ``reply`` under this call's id, releases the lock, returns ``reply``.
-RECORD = """\
-redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
-if token ~= '' then redis.call('DEL', KEYS[3]) end
-return reply
-"""
-
 
 def parse_op_log(raw: bytes) -> tuple[int, dict[int, bytes]]:
     """An op log's ack and its recorded replies by call id (for tools and tests)."""

@@ -16,32 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import keys
+from .. import keys, luascript
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
-# KEYS[1] the failed stream, KEYS[2] shard 0's queue. ARGV: stream ids.
-# Moves each record's request back into the queue (with its score) and deletes
-# the record, atomically. Returns how many it moved.
-REQUEUE_SCRIPT = """\
-local moved = 0
-for _, id in ipairs(ARGV) do
-  local found = redis.call('XRANGE', KEYS[1], id, id)[1]
-  if found then
-    local fields, score, request = found[2], nil, nil
-    for j = 1, #fields, 2 do
-      if fields[j] == 'score' then score = fields[j + 1] end
-      if fields[j] == 'request' then request = fields[j + 1] end
-    end
-    redis.call('ZADD', KEYS[2], score, request)
-    redis.call('XDEL', KEYS[1], id)
-    moved = moved + 1
-  end
-end
-return moved
-"""
+REQUEUE_SCRIPT = luascript.read(__package__, "requeue_failed.lua")
 
 
 @dataclass(frozen=True)

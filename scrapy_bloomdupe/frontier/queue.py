@@ -14,10 +14,10 @@ loses nothing: what it held is fetched again by the others.
 Shards: the queue has one sorted set per filter shard, with the filter shard's
 hash tag (see :mod:`scrapy_bloomdupe.keys`), so on Redis Cluster every master
 carries part of the pushes and pops, and a new request is pushed by the very
-script that checks it against the filter (:data:`SINK`, run by the filter's
-engine): a request is never in the filter without being in the queue or a
-lease. Within a shard, requests come out by priority (highest first, then by
-their serialized bytes); across shards, a worker takes from the shards in
+script that checks it against the filter (the sink of
+``bloom/check_add_*.lua``): a request is never in the filter without being in
+the queue or a lease. Within a shard, requests come out by priority (highest
+first, then by their serialized bytes); across shards, a worker takes from the shards in
 turn, so priorities hold approximately.
 
 The shape (a sorted set and a lease hash, moved by Lua scripts) was measured
@@ -41,8 +41,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
-from .. import keys
-from ..transport.diagnose import acl_guard
+from .. import keys, luascript
 from ..transport.link import Link
 from ..transport.sentinel import master_epoch
 
@@ -61,52 +60,9 @@ MAX_SCRIPT_RELOADS = 5
 #: Default time without a heartbeat after which a worker's leases go back.
 LEASE_TIMEOUT = 30.0
 
-#: The filter engine's check-and-add script runs this after its check (see
-#: ``bloom/lua.py``): each item reported new (``out[j] == '1'``) is queued,
-#: with its score and serialized request taken from ``ARGV[sink_at ..]``, two
-#: values an item, into ``sink_key`` (the shard's queue).
-SINK = """\
-for j = 1, #out do
-  if out[j] == '1' then
-    local at = sink_at + 2 * (j - 1)
-    redis.call('ZADD', sink_key, ARGV[at], ARGV[at + 1])
-  end
-end
-"""
-
-# A lease back in the queue (KEYS[1]) from the lease hash (KEYS[2]): queued
-# first, so a script stopped in between repeats a request rather than losing it.
-# ``counted``: its lease expired (not given back by a closing worker, nor
-# reclaimed after a failover), so the request carries one more requeue in
-# REQUEUED's prefix. Returns the member queued.
-_REQUEUE = """\
-local function requeue(field, entry, counted)
-  local bar = string.find(entry, '|', 1, true)
-  local member = string.sub(entry, bar + 1)
-  if counted then
-    local n = 0
-    if string.sub(member, 1, 3) == '\\0rq' then
-      local stop = string.find(member, '\\0', 4, true)
-      n = tonumber(string.sub(member, 4, stop - 1))
-      member = string.sub(member, stop + 1)
-    end
-    member = '\\0rq' .. (n + 1) .. '\\0' .. member
-  end
-  redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), member)
-  redis.call('HDEL', KEYS[2], field)
-  return member
-end
-"""
 #: How a queued request whose lease expired ``n`` times starts: NUL, ``rq``, ``n``, NUL,
 #: then its serialized bytes (no serializer's output starts with a NUL and "rq").
 REQUEUED = b"\x00rq"
-
-# The server's clock in ms, so that workers' clocks never have to agree.
-_NOW = """\
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-"""
-
 
 @dataclass(frozen=True)
 class Lease:
@@ -133,116 +89,13 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given.
     """
 
-    # KEYS[1] the shard's queue, KEYS[2] this client's push record.
-    # ARGV[1] this push's number, ARGV[2] the record's TTL in ms, then per
-    # request its score and its serialized bytes.
-    # Returns how many it queued, or -1 when this push already ran (a retry).
-    PUSH_SCRIPT = """\
-if redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
-for j = 3, #ARGV, 2 do
-  redis.call('ZADD', KEYS[1], ARGV[j], ARGV[j + 1])
-end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return (#ARGV - 2) / 2
-"""
-
-    # KEYS[1] the shard's queue, KEYS[2] its leases, KEYS[3] its owners.
-    # ARGV[1] this worker (owner id), ARGV[2] its pop number, ARGV[3] how many.
-    # Leases up to ARGV[3] requests, highest priority first, under the fields
-    # "<owner>:<pop number>.<j>", and marks the owner alive. Returns the leased
-    # entries, "<score>|<request>"; a pop already run (a retry) returns the
-    # same ones again.
-    POP_SCRIPT = _NOW + acl_guard("hset", "KEYS[2]", "f", "v") + """\
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-local prefix = ARGV[1] .. ':' .. ARGV[2] .. '.'
-local count = tonumber(ARGV[3])
-local out = {}
-local again = redis.call('HGET', KEYS[2], prefix .. '0')
-if again then
-  out[1] = again
-  for j = 1, count - 1 do
-    local entry = redis.call('HGET', KEYS[2], prefix .. j)
-    if not entry then break end
-    out[#out + 1] = entry
-  end
-  return out
-end
-local items = redis.call('ZRANGE', KEYS[1], 0, count - 1, 'WITHSCORES')
-if #items == 0 then return out end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #items / 2 - 1)
-for j = 1, #items, 2 do
-  local entry = items[j + 1] .. '|' .. items[j]
-  redis.call('HSET', KEYS[2], prefix .. ((j - 1) / 2), entry)
-  out[#out + 1] = entry
-end
-return out
-"""
-
-    # KEYS[1] a shard's owners. ARGV[1] this worker. Marks it alive now.
-    HEARTBEAT_SCRIPT = _NOW + """\
-return redis.call('ZADD', KEYS[1], now, ARGV[1])
-"""
-
-    # KEYS[1] the shard's queue, KEYS[2] its leases, KEYS[3] its owners.
-    # ARGV[1] the lease timeout in ms, ARGV[2] an owner whose leases go back
-    # now whatever its heartbeat ('' for none: a worker closing gives back what
-    # it took and did not start).
-    # Puts every lease of a dead owner (no heartbeat for ARGV[1] ms) back in the
-    # queue with its score, one more requeue counted, and forgets the owner; the
-    # leases of ARGV[2] go back uncounted. Returns the members queued for dead
-    # owners (REQUEUED's prefix, then the request).
-    REAP_SCRIPT = _NOW + _REQUEUE + """\
-local dead = {}
-for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[1]))) do
-  dead[owner] = true
-end
-if ARGV[2] ~= '' then dead[ARGV[2]] = true end
-if next(dead) == nil then return {} end
-local back = {}
-local all = redis.call('HGETALL', KEYS[2])
-for j = 1, #all, 2 do
-  local field = all[j]
-  local owner = string.sub(field, 1, string.find(field, ':', 1, true) - 1)
-  if dead[owner] then
-    local member = requeue(field, all[j + 1], owner ~= ARGV[2])
-    if owner ~= ARGV[2] then back[#back + 1] = member end
-  end
-end
-for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
-return back
-"""
-
-    # KEYS[1] shard 0's owners. ARGV[1] this worker, ARGV[2] the lease timeout in ms.
-    # This worker leaves the crawl: returns 1 when no other live worker (one that
-    # heartbeat within the lease timeout) is left in it, else 0.
-    LEAVE_SCRIPT = _NOW + """\
-redis.call('ZREM', KEYS[1], ARGV[1])
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[2]), '+inf')
-if #live == 0 then return 1 end
-return 0
-"""
-
-    # KEYS[1] the shard's queue, KEYS[2] its leases. ARGV[1] this worker (owner),
-    # ARGV[2..] the fields of the leases it holds (taken and not yet done).
-    # Puts back in the queue every lease of this owner that it does not hold: one
-    # whose pop reply never arrived, or whose ack was lost with a master that a
-    # failover replaced (its work, written there too, is lost: it is done again).
-    # Returns how many went back.
-    RECLAIM_SCRIPT = _REQUEUE + """\
-local held = {}
-for i = 2, #ARGV do held[ARGV[i]] = true end
-local prefix = ARGV[1] .. ':'
-local back = 0
-local all = redis.call('HGETALL', KEYS[2])
-for j = 1, #all, 2 do
-  local field = all[j]
-  if string.sub(field, 1, #prefix) == prefix and not held[field] then
-    requeue(field, all[j + 1], false)
-    back = back + 1
-  end
-end
-return back
-"""
+    #: The queue's scripts, each a file in this package headed by its KEYS and ARGV.
+    PUSH_SCRIPT = luascript.read(__package__, "push.lua")
+    POP_SCRIPT = luascript.read(__package__, "pop.lua")
+    HEARTBEAT_SCRIPT = luascript.read(__package__, "heartbeat.lua")
+    REAP_SCRIPT = luascript.read(__package__, "reap.lua")
+    LEAVE_SCRIPT = luascript.read(__package__, "leave.lua")
+    RECLAIM_SCRIPT = luascript.read(__package__, "reclaim.lua")
 
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, tag: str | None = None, shards: int = 1,
@@ -282,9 +135,6 @@ return back
         self.stale = 0
 
     # -- the filter's side: the sink of its check-and-add ---------------------------
-
-    SINK_LUA = SINK
-    SINK_COMMAND = "zadd"
 
     def sink_key(self, shard: int) -> str:
         """The queue of ``shard``, where the filter's script pushes new requests."""

@@ -320,24 +320,6 @@ def refusal(where: str, error: BaseException) -> str:
     return f"Redis at {where} refused a command ({type(error).__name__}: {text})"
 
 
-def acl_guard(command: str, key: str, *args: str) -> str:
-    """Lua that returns a ``NOPERM`` error naming ``command``, having written nothing,
-    when the user may not run it on ``key`` (a Lua expression); put before a script's
-    first write.
-
-    Redis checks a script's commands one by one as they run, and a script that fails
-    halfway keeps what it wrote: without this, an ACL that lost a command mid-crawl
-    could leave an item in the filter and in no queue (the sink's ZADD), or a request
-    out of the queue and in no lease (the pop's HSET). ``redis.acl_check_cmd`` is
-    Redis 7's; on 6.2 nothing is checked here (the ACL is also checked at start).
-    """
-    quoted = ", ".join(f"'{a}'" for a in args)
-    return (f"if redis.acl_check_cmd and not redis.acl_check_cmd('{command.upper()}', "
-            f"{key}{', ' + quoted if quoted else ''}) then\n"
-            f"  return redis.error_reply(\"NOPERM this user has no permissions to run the "
-            f"'{command.lower()}' command\")\nend\n")
-
-
 def probe_commands(key: str, engine: str = "lua") -> list[tuple[Any, ...]]:
     """Every command a crawl sends (inside its scripts too), on keys of its own that it
     deletes at once: what :func:`probe` runs at start. ``engine`` is the filter's

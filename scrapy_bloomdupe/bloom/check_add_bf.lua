@@ -1,0 +1,106 @@
+-- Check-and-add, RedisBloom engine (bloom/native.py): is each item in the filter?
+-- Add the new ones. Each shard is one NONSCALING RedisBloom filter per generation.
+--
+-- KEYS[1]      this client's op log for the shard (bloom/oplog.py)
+-- KEYS[2]      the shard's generation marker: how many generations it has seen
+-- KEYS[3]      the shard's lock (lock mode)
+-- KEYS[4..3+G] the shard's BF keys, oldest generation first
+-- KEYS[4+G]    optional: a sorted set (the crawl's queue) that gets each new item
+-- ARGV[1]      the lock token, '' in atomic mode
+-- ARGV[2]      this call's id (the op id of its first item)
+-- ARGV[3]      the ack: calls below it have their answers, the op log may forget them
+-- ARGV[4]      the op log's TTL in ms
+-- ARGV[5]      G, the generation count
+-- ARGV[6]      n, the item count
+-- ARGV[7..6+n] the items (the filter's keyed hashes, never the fingerprints)
+-- then, with KEYS[4+G], per item its score and member (two values an item).
+--
+-- Returns a string of one character an item: '1' new (now in the newest
+-- generation, and queued), '0' seen before, 'F' not added: the newest
+-- generation's shard is full (the caller grows the filter and asks again);
+-- or, having written nothing:
+--   -1 (LOCK_BUSY)        lock mode, and the lock does not hold this token
+--   -2 (STALE_GENERATION) the shard already has more than G generations
+--   -3 (SHARD_MISSING)    a generation's key is gone (never re-created empty)
+--   a NOPERM error        the ACL does not allow ZADD on KEYS[4+G]
+-- A call whose id the op log holds (a retry after a lost reply) returns the
+-- answer recorded the first time and changes nothing else.
+
+local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
+
+-- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
+local log = redis.call('GET', KEYS[1])
+local head = ack .. '|'
+if log and string.sub(log, 1, #head) == head then
+  local tag = '|' .. call .. ':'
+  local at = string.find(log, tag, #head, true)
+  if at then
+    if token ~= '' and redis.call('GET', KEYS[3]) == token then redis.call('DEL', KEYS[3]) end
+    local from = at + #tag
+    return string.sub(log, from, string.find(log, '|', from, true) - 1)
+  end
+else
+  log = head
+end
+
+-- The fence: a holder paused past the lock's TTL is refused, not trusted.
+if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
+
+local G = tonumber(ARGV[5])
+local sink = KEYS[4 + G]
+if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+end
+if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -3
+end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
+if stored > G then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -2
+elseif stored < G then
+  redis.call('SET', KEYS[2], G)
+end
+
+local n = tonumber(ARGV[6])
+local sink_at = 7 + n
+local out, todo, at, found = {}, {}, {}, {}
+for g = 1, G - 1 do
+  local seen = redis.call('BF.MEXISTS', KEYS[3 + g], unpack(ARGV, 7, 6 + n))
+  for j = 1, n do
+    if seen[j] == 1 then found[j] = true end
+  end
+end
+for j = 1, n do
+  out[j] = '0'
+  if not found[j] then
+    todo[#todo + 1] = ARGV[6 + j]
+    at[#at + 1] = j
+  end
+end
+if #todo > 0 then
+  local added = redis.call('BF.INSERT', KEYS[3 + G], 'NOCREATE', 'ITEMS', unpack(todo))
+  for i = 1, #todo do
+    local flag = added[i]
+    if flag == 1 then
+      out[at[i]] = '1'
+    elseif flag ~= 0 then
+      out[at[i]] = 'F'
+    end
+  end
+end
+local reply = table.concat(out)
+
+if sink then
+  for j = 1, n do
+    if out[j] == '1' then
+      local at = sink_at + 2 * (j - 1)
+      redis.call('ZADD', sink, ARGV[at], ARGV[at + 1])
+    end
+  end
+end
+
+redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
+if token ~= '' then redis.call('DEL', KEYS[3]) end
+return reply

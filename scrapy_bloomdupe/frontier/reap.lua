@@ -1,0 +1,56 @@
+-- Give back the leases of dead workers (frontier/queue.py): any live worker runs it.
+--
+-- KEYS[1]  the shard's queue (a sorted set)
+-- KEYS[2]  the shard's leases (a hash: "<owner>:<pop>.<j>" -> "<score>|<request>")
+-- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
+-- ARGV[1]  the lease timeout in ms
+-- ARGV[2]  an owner whose leases go back now whatever its heartbeat ('' for
+--          none): a worker that closes gives back what it took and did not start
+--
+-- Every lease of an owner with no heartbeat for ARGV[1] ms goes back to the
+-- queue with its score and one more requeue counted, and the owner is
+-- forgotten; the leases of ARGV[2] go back uncounted. Returns the members
+-- queued for dead owners.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+-- A lease back in the queue from the lease hash: queued first, so a script stopped
+-- in between repeats a request rather than losing it. With "counted" (its lease
+-- expired) the member carries one more requeue: NUL "rq" <n> NUL, then the
+-- request. Returns the member queued.
+local function requeue(field, entry, counted)
+  local bar = string.find(entry, "|", 1, true)
+  local member = string.sub(entry, bar + 1)
+  if counted then
+    local n = 0
+    if string.sub(member, 1, 3) == "\0rq" then
+      local stop = string.find(member, "\0", 4, true)
+      n = tonumber(string.sub(member, 4, stop - 1))
+      member = string.sub(member, stop + 1)
+    end
+    member = "\0rq" .. (n + 1) .. "\0" .. member
+  end
+  redis.call("ZADD", KEYS[1], string.sub(entry, 1, bar - 1), member)
+  redis.call("HDEL", KEYS[2], field)
+  return member
+end
+
+local dead = {}
+for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[1]))) do
+  dead[owner] = true
+end
+if ARGV[2] ~= '' then dead[ARGV[2]] = true end
+if next(dead) == nil then return {} end
+local back = {}
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local field = all[j]
+  local owner = string.sub(field, 1, string.find(field, ':', 1, true) - 1)
+  if dead[owner] then
+    local member = requeue(field, all[j + 1], owner ~= ARGV[2])
+    if owner ~= ARGV[2] then back[#back + 1] = member end
+  end
+end
+for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
+return back

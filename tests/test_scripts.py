@@ -1,0 +1,332 @@
+"""Each Lua script called directly against a real redis-server, with the KEYS and ARGV its
+file's header lists: a change to a script's layout fails here, next to its cause.
+
+The check-and-add script runs on both engines (``engine`` fixture): replay after a
+lost reply, fencing, a missing shard, a stale generation, a refused write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import NoPermissionError, ResponseError
+
+from scrapy_bloomdupe import luascript
+from scrapy_bloomdupe.testing import RedisServer
+
+BLOOM = "scrapy_bloomdupe.bloom"
+FRONTIER = "scrapy_bloomdupe.frontier"
+OP_LOG, MARKER, LOCK, QUEUE = "{t}:op", "{t}:gen", "{t}:lock", "{t}:queue"
+BITS = ["{t}:bits:0", "{t}:bits:1"]
+K = 4  # bits an item (Lua engine)
+
+
+def script(client: redis.Redis, package: str, name: str) -> Any:
+    return client.register_script(luascript.read(package, name))
+
+
+class CheckAdd:
+    """One engine's check-and-add script on shard ``{t}``, with G generations made."""
+
+    def __init__(self, client: redis.Redis, engine: str, generations: int = 1) -> None:
+        self.client, self.engine, self.g = client, engine, generations
+        name = "check_add_bits.lua" if engine == "lua" else "check_add_bf.lua"
+        self.script = script(client, BLOOM, name)
+        for key in BITS[:generations]:
+            self.make(key)
+
+    def make(self, key: str) -> None:
+        if self.client.exists(key):
+            return
+        if self.engine == "lua":
+            script(self.client, BLOOM, "create_shard.lua")(keys=[key], args=[64])
+        else:
+            self.client.execute_command("BF.RESERVE", key, 0.01, 100, "NONSCALING")
+
+    def item_args(self, item: int) -> list[Any]:
+        if self.engine == "lua":  # k distinct offsets per generation, from the item
+            return [(item * 7 + i * 97) % 512 for _ in range(self.g) for i in range(K)]
+        return [f"item-{item}"]
+
+    def __call__(self, items: list[int], *, call: int = 1, ack: int = 1, token: str = "",
+                 sink: bool = False, g: int | None = None) -> Any:
+        g = self.g if g is None else g
+        gen_args: list[Any] = [g, *([K] * g)] if self.engine == "lua" else [g]
+        item_args = [a for item in items for a in self.item_args(item)]
+        script_keys = [OP_LOG, MARKER, LOCK, *BITS[:g]] + ([QUEUE] if sink else [])
+        sink_args = [a for item in items for a in (item, f"request-{item}")] if sink else []
+        return self.script(keys=script_keys, args=[token, call, ack, 60_000, *gen_args,
+                                                     len(items), *item_args, *sink_args])
+
+    def state(self) -> tuple[Any, ...]:
+        """Everything the script may write."""
+        c = self.client
+        return (c.get(OP_LOG), c.get(MARKER), c.get(LOCK), *(c.dump(k) for k in BITS),
+                c.zrange(QUEUE, 0, -1, withscores=True))
+
+
+@pytest.fixture
+def check_add(engine_client: redis.Redis, engine: str) -> CheckAdd:
+    return CheckAdd(engine_client, engine)
+
+
+def test_check_add_answers_new_then_seen_and_queues_only_the_new(check_add: CheckAdd) -> None:
+    assert check_add([1, 2], sink=True) == b"11"
+    assert check_add([2, 3], call=3, ack=3, sink=True) == b"01"
+    assert check_add.client.zrange(QUEUE, 0, -1) == [b"request-1", b"request-2", b"request-3"]
+
+
+def test_an_item_twice_in_one_call_is_new_once(check_add: CheckAdd) -> None:
+    assert check_add([5, 5], sink=True) == b"10"
+    assert check_add.client.zcard(QUEUE) == 1
+
+
+def test_a_retried_call_gets_its_first_answer_and_writes_nothing(check_add: CheckAdd) -> None:
+    """The reply was lost: the same call id and ack again is answered from the op log."""
+    assert check_add([1, 2], call=10, ack=10, sink=True) == b"11"
+    before = check_add.state()
+    assert check_add([1, 2], call=10, ack=10, sink=True) == b"11"
+    assert check_add.state() == before
+    # A second call in the same round trip is recorded beside the first...
+    assert check_add([3], call=12, ack=10, sink=True) == b"1"
+    assert check_add([1, 2], call=10, ack=10, sink=True) == b"11"
+    # ...and a new ack forgets both: the items are seen now.
+    assert check_add([1, 2], call=13, ack=13) == b"00"
+
+
+def test_a_retry_frees_the_lock_it_took_again(check_add: CheckAdd) -> None:
+    check_add.client.set(LOCK, "tok")
+    assert check_add([1], call=20, ack=20, token="tok") == b"1"
+    assert check_add.client.get(LOCK) is None
+    check_add.client.set(LOCK, "tok")
+    assert check_add([1], call=20, ack=20, token="tok") == b"1"
+    assert check_add.client.get(LOCK) is None
+
+
+def test_a_token_the_lock_no_longer_holds_is_refused_having_written_nothing(
+        check_add: CheckAdd) -> None:
+    before = check_add.state()
+    assert check_add([1], token="mine", sink=True) == -1  # no lock at all (it expired)
+    check_add.client.set(LOCK, "theirs")
+    assert check_add([1], token="mine", sink=True) == -1
+    assert check_add.state()[3:] == before[3:]
+    assert check_add.client.get(OP_LOG) is None
+    assert check_add.client.get(LOCK) == b"theirs"
+
+
+def test_a_missing_shard_is_reported_never_recreated(check_add: CheckAdd) -> None:
+    check_add.client.delete(BITS[0])
+    check_add.client.set(LOCK, "tok")
+    assert check_add([1], token="tok", sink=True) == -3
+    assert not check_add.client.exists(BITS[0], OP_LOG, QUEUE)
+    assert check_add.client.get(LOCK) is None  # released
+
+
+def test_a_worker_behind_on_generations_is_refused(engine_client: redis.Redis,
+                                                   engine: str) -> None:
+    check_add = CheckAdd(engine_client, engine, generations=2)
+    assert check_add([1], g=2) == b"1"
+    assert engine_client.get(MARKER) == b"2"
+    assert check_add([2], call=2, ack=2, g=1) == -2  # knows one generation only
+    assert check_add([2], call=3, ack=3, g=2) == b"1"
+
+
+def test_an_item_in_an_older_generation_is_seen_and_not_added_again(
+        engine_client: redis.Redis, engine: str) -> None:
+    one = CheckAdd(engine_client, engine, generations=1)
+    assert one([1]) == b"1"
+    two = CheckAdd(engine_client, engine, generations=2)
+    newest = engine_client.dump(BITS[1])
+    assert two([1], call=2, ack=2) == b"0"
+    assert engine_client.dump(BITS[1]) == newest
+
+
+def test_a_sink_the_acl_refuses_fails_before_any_write(check_add: CheckAdd) -> None:
+    c = check_add.client
+    c.acl_setuser("nozadd", enabled=True, passwords=["+pw"], keys=["*"],
+                  commands=["+@all", "-zadd"])
+    try:
+        limited = as_user(c, "nozadd")
+        before = check_add.state()
+        with pytest.raises(NoPermissionError, match="zadd"):
+            CheckAdd.__call__(_as(check_add, limited), [1], sink=True)
+        assert check_add.state() == before
+        limited.close()
+    finally:
+        c.acl_deluser("nozadd")
+
+
+def as_user(client: redis.Redis, user: str) -> redis.Redis:
+    kwargs = client.connection_pool.connection_kwargs
+    return redis.Redis(host=kwargs["host"], port=kwargs["port"], username=user, password="pw")
+
+
+def _as(check_add: CheckAdd, client: redis.Redis) -> CheckAdd:
+    other = object.__new__(CheckAdd)
+    other.__dict__.update(check_add.__dict__, client=client,
+                          script=client.register_script(check_add.script.script))
+    return other
+
+
+def test_redisbloom_reports_a_full_shard_item_by_item(
+        redisbloom_server: RedisServer | str) -> None:
+    if isinstance(redisbloom_server, str):
+        pytest.skip(redisbloom_server)
+    bf_only = redis.Redis.from_url(redisbloom_server.url)
+    bf_only.flushall()
+    check_add = CheckAdd(bf_only, "redisbloom")
+    bf_only.delete(BITS[0])
+    bf_only.execute_command("BF.RESERVE", BITS[0], 0.01, 2, "NONSCALING")
+    assert check_add(list(range(4))) == b"11FF"
+    bf_only.close()
+
+
+# -- the filter's other scripts ----------------------------------------------------------
+
+
+def test_create_shard_makes_it_once_at_full_size(client: redis.Redis) -> None:
+    create = script(client, BLOOM, "create_shard.lua")
+    assert create(keys=["s"], args=[100]) == 100
+    client.setbit("s", 3, 1)
+    assert create(keys=["s"], args=[100]) == 100
+    assert client.getbit("s", 3) == 1
+
+
+def test_create_meta_never_overwrites(client: redis.Redis) -> None:
+    create = script(client, BLOOM, "create_meta.lua")
+    assert create(keys=["m"], args=["seed", 1]) == [b"seed", b"1"]
+    assert create(keys=["m"], args=["seed", 2]) == [b"seed", b"1"]
+
+
+def test_release_lock_deletes_only_its_own_token(client: redis.Redis) -> None:
+    release = script(client, BLOOM, "release_lock.lua")
+    client.set("l", "theirs")
+    assert release(keys=["l"], args=["mine"]) == 0
+    assert client.get("l") == b"theirs"
+    assert release(keys=["l"], args=["theirs"]) == 1
+    assert not client.exists("l")
+
+
+# -- the queue's scripts ------------------------------------------------------------------
+
+LEASES, OWNERS, RECORD = "{q}:leases", "{q}:owners", "{q}:push:me"
+Q = "{q}:queue"
+
+
+def test_push_runs_once_per_number(client: redis.Redis) -> None:
+    push = script(client, FRONTIER, "push.lua")
+    assert push(keys=[Q, RECORD], args=[1, 60_000, 0, "a", -1, "b"]) == 2
+    assert push(keys=[Q, RECORD], args=[1, 60_000, 0, "a", -1, "b"]) == -1
+    assert client.zrange(Q, 0, -1) == [b"b", b"a"]
+    assert push(keys=[Q, RECORD], args=[2, 60_000, 0, "c"]) == 1
+
+
+@pytest.fixture
+def queued(client: redis.Redis) -> Iterator[redis.Redis]:
+    client.zadd(Q, {"low": 5, "high": -5, "mid": 0})
+    yield client
+
+
+def test_pop_leases_by_priority_and_a_retry_gets_the_same(queued: redis.Redis) -> None:
+    pop = script(queued, FRONTIER, "pop.lua")
+    first = pop(keys=[Q, LEASES, OWNERS], args=["me", 1, 2])
+    assert first == [b"-5|high", b"0|mid"]
+    assert pop(keys=[Q, LEASES, OWNERS], args=["me", 1, 2]) == first
+    assert queued.zrange(Q, 0, -1) == [b"low"]
+    assert queued.hgetall(LEASES) == {b"me:1.0": b"-5|high", b"me:1.1": b"0|mid"}
+    assert queued.zscore(OWNERS, "me")
+
+
+def test_pop_the_acl_refuses_moves_nothing(queued: redis.Redis) -> None:
+    queued.acl_setuser("nohset", enabled=True, passwords=["+pw"], keys=["*"],
+                       commands=["+@all", "-hset"])
+    try:
+        limited = as_user(queued, "nohset")
+        with pytest.raises(NoPermissionError, match="hset"):
+            script(limited, FRONTIER, "pop.lua")(keys=[Q, LEASES, OWNERS], args=["me", 1, 2])
+        assert queued.zcard(Q) == 3
+        assert not queued.exists(LEASES, OWNERS)
+        limited.close()
+    finally:
+        queued.acl_deluser("nohset")
+
+
+def test_reap_gives_back_a_dead_owners_leases_counted(queued: redis.Redis) -> None:
+    pop = script(queued, FRONTIER, "pop.lua")
+    reap = script(queued, FRONTIER, "reap.lua")
+    pop(keys=[Q, LEASES, OWNERS], args=["dead", 1, 1])
+    pop(keys=[Q, LEASES, OWNERS], args=["live", 1, 1])
+    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == []  # both alive
+    queued.zadd(OWNERS, {"dead": 0})  # its last heartbeat long ago
+    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == [b"\x00rq1\x00high"]
+    assert queued.zscore(Q, b"\x00rq1\x00high") == -5
+    assert list(queued.hgetall(LEASES)) == [b"live:1.0"]
+    assert queued.zscore(OWNERS, "dead") is None
+    # Taken and expired again: counted twice.
+    pop(keys=[Q, LEASES, OWNERS], args=["dead", 2, 1])
+    queued.zadd(OWNERS, {"dead": 0})
+    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == [b"\x00rq2\x00high"]
+
+
+def test_reap_gives_back_a_closing_owners_leases_uncounted(queued: redis.Redis) -> None:
+    script(queued, FRONTIER, "pop.lua")(keys=[Q, LEASES, OWNERS], args=["me", 1, 3])
+    assert script(queued, FRONTIER, "reap.lua")(keys=[Q, LEASES, OWNERS],
+                                                 args=[60_000, "me"]) == []
+    assert sorted(queued.zrange(Q, 0, -1)) == [b"high", b"low", b"mid"]
+    assert not queued.exists(LEASES)
+
+
+def test_reclaim_puts_back_what_the_worker_does_not_hold(queued: redis.Redis) -> None:
+    script(queued, FRONTIER, "pop.lua")(keys=[Q, LEASES, OWNERS], args=["me", 1, 3])
+    reclaim = script(queued, FRONTIER, "reclaim.lua")
+    assert reclaim(keys=[Q, LEASES], args=["me", "me:1.0"]) == 2
+    assert queued.zrange(Q, 0, -1) == [b"mid", b"low"]
+    assert list(queued.hgetall(LEASES)) == [b"me:1.0"]
+
+
+def test_heartbeat_and_leave(client: redis.Redis) -> None:
+    beat = script(client, FRONTIER, "heartbeat.lua")
+    leave = script(client, FRONTIER, "leave.lua")
+    assert beat(keys=[OWNERS], args=["a"]) == 1
+    assert beat(keys=[OWNERS], args=["b"]) == 1
+    assert beat(keys=[OWNERS], args=["a"]) == 0
+    assert leave(keys=[OWNERS], args=["a", 60_000]) == 0  # b is live
+    client.zadd(OWNERS, {"b": 0})  # b stopped long ago
+    assert leave(keys=[OWNERS], args=["c", 60_000]) == 1
+
+
+def test_requeue_failed_moves_records_back_once(client: redis.Redis) -> None:
+    stream = "{q}:failed"
+    one = client.xadd(stream, {"score": -3, "request": "r1", "url": "u", "method": "GET",
+                               "reason": "x"})
+    requeue = script(client, FRONTIER, "requeue_failed.lua")
+    assert requeue(keys=[stream, Q], args=[one, "0-1"]) == 1
+    assert requeue(keys=[stream, Q], args=[one]) == 0
+    assert client.zrange(Q, 0, -1, withscores=True) == [(b"r1", -3.0)]
+    assert client.xlen(stream) == 0
+
+
+def test_every_script_file_is_headed_by_its_keys_and_return() -> None:
+    for package in (BLOOM, FRONTIER):
+        for path in resources.files(package).iterdir():
+            if path.name.endswith(".lua"):
+                text = path.read_text()
+                assert text.startswith("-- "), path.name
+                head = text.split("\n\n")[0]
+                assert "KEYS[1]" in head and "Returns" in head, path.name
+
+
+def test_an_unknown_script_name_is_an_error() -> None:
+    with pytest.raises(FileNotFoundError):
+        luascript.read(BLOOM, "nope.lua")
+
+
+def test_a_command_refused_inside_a_script_raises_and_the_push_is_not_recorded(
+        client: redis.Redis) -> None:
+    with pytest.raises(ResponseError, match="float"):
+        script(client, FRONTIER, "push.lua")(keys=[Q, RECORD], args=[1, 60_000, "x", "a"])
+    assert not client.exists(Q, RECORD)
