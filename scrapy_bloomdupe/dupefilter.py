@@ -140,6 +140,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 local_cache=config.local_cache,
                 wait_replicas=wait_replicas(crawler.settings),
                 engine=config.engine,
+                window=config.window,
             )
         except BloomDupeError:
             raise

@@ -12,6 +12,13 @@ generation ``g``:
 ``{K:i}:bits``, ``{K:i}:bits:g`` strings: shard ``i``'s bits, generation 0 and ``g``
                                 (the Lua engine)
 ``{K:i}:bf``, ``{K:i}:bf:g``    RedisBloom filters: the same, for the native engine
+``{K:i}:bits:s<n>``             with a window (``BLOOMDUPE_WINDOW``): shard ``i`` of
+                                time slice ``n`` (expires on schedule)
+``{K:i}:bf:s<n>``               the same, for the native engine
+``{K:i}:slices``                sorted set: with a window, the live slices made so far
+``{K:i}:forgot``                set: items ``bloomdupe forget`` re-admits, once each
+``K:forgets``                   string: how many forgets were done (workers drop their
+                                local caches when it changes)
 ``{K:i}:lock``                  string: shard ``i``'s lock (lock mode)
 ``{K:i}:gen``                   string: generations shard ``i`` has seen in use
 ``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
@@ -116,6 +123,33 @@ def later_bloom_pattern(key: str, index: int) -> str:
     return f"{_shard(key, index)}:bf:*"
 
 
+def slice_bits(key: str, index: int, slice_id: int) -> str:
+    """Shard ``index``'s bits in time slice ``slice_id`` (a window, the Lua engine)."""
+    return f"{_shard(key, index)}:bits:s{slice_id}"
+
+
+def slice_bloom(key: str, index: int, slice_id: int) -> str:
+    """Shard ``index``'s RedisBloom filter in time slice ``slice_id`` (a window)."""
+    return f"{_shard(key, index)}:bf:s{slice_id}"
+
+
+def slice_record(key: str, index: int) -> str:
+    """With a window: the slices of shard ``index`` made and not yet due to expire
+    (a sorted set, slice ids as scores): one of them missing is lost state."""
+    return f"{_shard(key, index)}:slices"
+
+
+def forgotten(key: str, index: int) -> str:
+    """Items of shard ``index`` that ``bloomdupe forget`` re-admits (answered new once)."""
+    return f"{_shard(key, index)}:forgot"
+
+
+def forgets(key: str) -> str:
+    """A counter ``bloomdupe forget`` raises: workers drop their local caches when it
+    changes."""
+    return f"{key}:forgets"
+
+
 def lock(key: str, index: int) -> str:
     return f"{_shard(key, index)}:lock"
 
@@ -150,7 +184,8 @@ def shards_pattern(key: str) -> str:
 
 
 #: The keys of a filter outside its shards (``K:<name>``), as regular expressions.
-UNSHARDED = ("meta", "growlock", "stats", "workers", "finished", "live", "live:.+")
+UNSHARDED = ("meta", "growlock", "stats", "workers", "finished", "live", "live:.+",
+             "forgets")
 
 
 def belongs(key: str, name: str) -> bool:
@@ -198,12 +233,18 @@ _PLAIN = {META_SUFFIX[1:]: "the filter's parameters (hash)",
           "growlock": "held while a generation is added",
           "stats": "crawl-wide counters", "workers": "one line a worker (crawl stats)",
           "finished": "the mark of a finished crawl whose state its last worker deleted",
-          "live": "running workers, by their last write (`bloomdupe top`)"}
+          "live": "running workers, by their last write (`bloomdupe top`)",
+          "forgets": "how many `bloomdupe forget` runs (workers drop their local caches)"}
 _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),
     (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
+    (re.compile(r"bits:s(\d+)"), "filter shard {i}, time slice {g} (expires on schedule)"),
     (re.compile(r"bf"), "filter shard {i}, generation 0 (RedisBloom)"),
     (re.compile(r"bf:(\d+)"), "filter shard {i}, generation {g} (RedisBloom)"),
+    (re.compile(r"bf:s(\d+)"),
+     "filter shard {i}, time slice {g} (RedisBloom, expires on schedule)"),
+    (re.compile(r"slices"), "the time slices of shard {i} made and not yet due to expire"),
+    (re.compile(r"forgot"), "items of shard {i} `bloomdupe forget` re-admits, once each"),
     (re.compile(r"lock"), "shard {i}'s lock (lock mode)"),
     (re.compile(r"gen"), "generations shard {i} has seen in use"),
     (re.compile(r"ops:.+"), "a worker's op log on shard {i} (replies of its last round trip)"),

@@ -20,7 +20,7 @@ by the caches of the others until they restart: that was never safe anyway.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class LocalCache:
@@ -59,3 +59,46 @@ class LocalCache:
     def clear(self) -> None:
         self._young = set()
         self._old = set()
+
+
+class TimedCache:
+    """A :class:`LocalCache` for a filter with a recrawl window: each item carries until
+    when (``clock()``'s time) it may be answered "seen"; past that, the window may have
+    let it go, and Redis is asked again. Same bounds and halves as :class:`LocalCache`."""
+
+    def __init__(self, size: int, clock: Callable[[], float]) -> None:
+        if size < 0:
+            raise ValueError("a cache size is 0 or more")
+        self.size = size
+        self._half = max(1, size // 2)
+        self._clock = clock
+        self._young: dict[bytes, float] = {}
+        self._old: dict[bytes, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old.keys() - self._young.keys())
+
+    def __contains__(self, item: bytes) -> bool:
+        deadline = self._young.get(item)
+        if deadline is None:
+            deadline = self._old.get(item)
+            if deadline is None:
+                return False
+            self.put(item, deadline)
+        if deadline > self._clock():
+            return True
+        self._young.pop(item, None)
+        self._old.pop(item, None)
+        return False
+
+    def put(self, item: bytes, deadline: float) -> None:
+        if not self.size:
+            return
+        young = self._young
+        young[item] = deadline
+        if len(young) >= self._half:
+            self._old, self._young = young, {}
+
+    def clear(self) -> None:
+        self._young = {}
+        self._old = {}

@@ -297,7 +297,8 @@ def open_target(client: Redis | RedisCluster, key: str, config: BloomDupeConfig,
         raise mode_mismatch(source, config.fingerprint, key=key, exists=False,
                             setting_hint=setting_hint)
     bloom = BloomFilter.open(client, key, config.plan, growth=config.growth,
-                             fingerprint=config.fingerprint, engine=config.engine, **options)
+                             fingerprint=config.fingerprint, engine=config.engine,
+                             window=config.window, **options)
     return bloom, True
 
 

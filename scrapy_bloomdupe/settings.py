@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_MAX_SHARDS": sizing.DEFAULT_MAX_SHARDS,
     "BLOOMDUPE_KEY": "%(spider)s:bloomdupe",
     "BLOOMDUPE_GROWTH": True,
+    "BLOOMDUPE_WINDOW": None,
     "BLOOMDUPE_ENGINE": "auto",
     "BLOOMDUPE_LOCK": True,
     "BLOOMDUPE_LOCK_TTL": 1.0,
@@ -173,6 +174,9 @@ class BloomDupeConfig:
     max_shards: int = sizing.DEFAULT_MAX_SHARDS
     #: Which engine holds a new filter's bits (``BLOOMDUPE_ENGINE``, one of :data:`ENGINES`).
     engine: str = "auto"
+    #: The recrawl window (``BLOOMDUPE_WINDOW``); None: remember for good. With a window,
+    #: ``plan`` is one time slice's sizing and growth does not apply.
+    window: sizing.Window | None = None
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> BloomDupeConfig:
@@ -215,15 +219,23 @@ class BloomDupeConfig:
         if on_outage not in OUTAGE_ACTIONS:
             raise ConfigError("BLOOMDUPE_ON_OUTAGE", on_outage,
                               f"must be one of {', '.join(OUTAGE_ACTIONS)}")
+        window = parse_window(_get(settings, "BLOOMDUPE_WINDOW"))
         try:
-            plan = sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, growth),
-                               shards, max_shard_bytes, max_bytes, max_shards)
+            if window is not None:
+                growth = False  # a slice is sized for its share of the window, and expires
+                plan = sizing.window_plan(capacity, error_rate, window, shards,
+                                          max_shard_bytes, max_bytes, max_shards)
+            else:
+                plan = sizing.plan(capacity,
+                                   sizing.first_generation_error_rate(error_rate, growth),
+                                   shards, max_shard_bytes, max_bytes, max_shards)
         except ConfigError as e:  # name the value the user wrote, not the derived one
-            value = error_rate if e.setting == "BLOOMDUPE_ERROR_RATE" else e.value
+            value = (error_rate if e.setting == "BLOOMDUPE_ERROR_RATE"
+                     else capacity if e.setting == "BLOOMDUPE_CAPACITY" else e.value)
             raise ConfigError(e.setting, value, e.reason) from None
         return cls(capacity, error_rate, shards, max_shard_bytes, key, growth, lock, lock_ttl,
                    lock_wait, local_cache, log_interval, stats_interval, fingerprint_mode,
-                   outage_timeout, on_outage, plan, max_bytes, max_shards, engine)
+                   outage_timeout, on_outage, plan, max_bytes, max_shards, engine, window)
 
     def key_for(self, spider_name: str) -> str:
         return str(self.key % {"spider": spider_name})
@@ -234,6 +246,18 @@ def replaced_dupefilter_key(settings: BaseSettings) -> str | None:
     does not use it (``BLOOMDUPE_KEY`` names its keys), and says so at start."""
     value = settings.get("SCHEDULER_DUPEFILTER_KEY")
     return None if is_unset(value) else str(value)
+
+
+#: Shortest ``BLOOMDUPE_WINDOW`` (seconds): a slice of it is a few Redis round trips long.
+MIN_WINDOW = 1.0
+
+
+def parse_window(value: Any) -> sizing.Window | None:
+    """``BLOOMDUPE_WINDOW`` (seconds, None: no window) as a :class:`sizing.Window`."""
+    if is_unset(value):
+        return None
+    seconds = parse_float("BLOOMDUPE_WINDOW", value, low=MIN_WINDOW)
+    return sizing.Window(round(seconds * 1000))
 
 
 def parse_fingerprint(mode: object) -> str:

@@ -250,6 +250,56 @@ def generation(first: Sizing, index: int) -> Sizing:
                   optimal_hashes(bits, capacity), first.max_bytes)
 
 
+#: A window (``BLOOMDUPE_WINDOW``) is cut into this many time slices: an item is
+#: forgotten between one window and one window plus one slice after it was added.
+WINDOW_SLICES = 8
+
+
+@dataclass(frozen=True)
+class Window:
+    """A recrawl window: its length, the slices it is cut into, and one slice's length
+    (all in milliseconds of Redis's clock). The live slices are the current one and the
+    ``slices`` before it: ``slices + 1`` filters at most, each expiring on schedule."""
+
+    window_ms: int
+    slices: int = WINDOW_SLICES
+
+    @property
+    def slice_ms(self) -> int:
+        """One slice's length: the window divided by the slices, rounded up (an item is
+        never forgotten before the window is over)."""
+        return -(-self.window_ms // self.slices)
+
+    @property
+    def live(self) -> int:
+        """Slices checked by a call: the current one and the ``slices`` before it."""
+        return self.slices + 1
+
+    def slice_of(self, now_ms: float) -> int:
+        return int(now_ms // self.slice_ms)
+
+    def expires_at(self, slice_id: int) -> int:
+        """When slice ``slice_id`` stops being live (ms of Redis's clock): it expires then."""
+        return (slice_id + self.slices + 1) * self.slice_ms
+
+
+def window_plan(capacity: int, error_rate: float, window: Window, shards: int | None = None,
+                max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                max_bytes: int | None = DEFAULT_MAX_BYTES,
+                max_shards: int | None = DEFAULT_MAX_SHARDS) -> Sizing:
+    """One time slice's sizing for ``capacity`` items a window at ``error_rate`` over the
+    whole window: ``capacity / slices`` items at ``error_rate / live`` (a new item is
+    looked up in every live slice, so their false positives add up to ``error_rate``).
+    At 8 slices and p = 0.001 that is 18.9 bits an item a slice and, with 9 slices
+    live, 21.3 bits per fingerprint added within a window. ``max_bytes`` bounds every
+    live slice together."""
+    per_slice = max_bytes // window.live if max_bytes is not None else None
+    if per_slice is not None and per_slice < 1:
+        per_slice = 1
+    return plan(-(-capacity // window.slices), error_rate / window.live, shards,
+                max_shard_bytes, per_slice, max_shards)
+
+
 def total_bytes(first: Sizing, generations: int) -> int:
     """Bytes of the shards of the first ``generations`` generations together."""
     return sum(generation(first, g).total_bytes for g in range(generations))

@@ -38,7 +38,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from .. import hashing, keys, sizing
 from ..exceptions import ConfigError, FilterFullError, FilterLostError, FilterMismatchError
-from ..localcache import LocalCache
+from ..localcache import LocalCache, TimedCache
 from ..transport.link import Link
 from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
@@ -55,6 +55,7 @@ from .lua import (
     check_room,
 )
 from .native import NativeEngine
+from .window import WindowLuaEngine, WindowNativeEngine
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -81,6 +82,9 @@ _FULL = 70  # ord("F")
 FULL_WAIT = 10.0
 #: ``BLOOMDUPE_ENGINE`` name of each engine.
 ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
+#: The same, with a recrawl window (``BLOOMDUPE_WINDOW``, :mod:`.window`).
+WINDOW_ENGINES: dict[str, type[WindowLuaEngine | WindowNativeEngine]] = {
+    "lua": WindowLuaEngine, native.NAME: WindowNativeEngine}
 
 
 @dataclass
@@ -114,6 +118,8 @@ class FilterCounters:
     local_hits: int = 0
     script_reloads: int = 0
     stale_generation: int = 0
+    #: Calls refused because a new time slice had started (a window), redone in it.
+    stale_slice: int = 0
     #: Calls in which a full shard refused items (native engine), redone after growth.
     full: int = 0
     generations_added: int = 0
@@ -145,6 +151,7 @@ class BloomFilter:
         local_cache: int = 0,
         wait_replicas: int = 0,
         engine: str = "lua",
+        window: sizing.Window | None = None,
     ) -> None:
         self.client = client
         #: Waits out Redis outages around each round trip (retrying the very same
@@ -158,8 +165,9 @@ class BloomFilter:
         self.fingerprint = fingerprint
         self.use_lock = use_lock
         self.counters = FilterCounters()
-        #: Items Redis has answered for (they are in the filter for good); see localcache.
-        self.cache = LocalCache(local_cache)
+        #: The recrawl window (``BLOOMDUPE_WINDOW``, as stored); None: remember for good.
+        self.window = window
+        self.window_engine: WindowLuaEngine | WindowNativeEngine | None = None
         #: The client's master epoch the cache is valid for (a Sentinel failover can
         #: lose what the old master had not passed on: the cache would answer for it).
         self._epoch = master_epoch(client)
@@ -168,7 +176,18 @@ class BloomFilter:
         self._next_op = 1
         #: The engine's name (``BLOOMDUPE_ENGINE``, as stored with the filter).
         self.engine_name = engine
-        self.engine: Engine = ENGINES[engine](client, key, plan.shards, self.client_id)
+        self.engine: Engine
+        #: Items Redis has answered for (in the filter for good, or with a window until
+        #: when they are sure to be in a live slice); see localcache.
+        self.cache: LocalCache | TimedCache
+        if window is None:
+            self.engine = ENGINES[engine](client, key, plan.shards, self.client_id)
+            self.cache = LocalCache(local_cache)
+        else:
+            self.window_engine = WINDOW_ENGINES[engine](client, key, plan.shards,
+                                                        self.client_id, window)
+            self.engine = self.window_engine
+            self.cache = TimedCache(local_cache, self.window_engine.clock.now)
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
@@ -221,6 +240,7 @@ class BloomFilter:
         wait_replicas: int = 0,
         read_only: bool = False,
         engine: str = "auto",
+        window: sizing.Window | None = None,
     ) -> BloomFilter:
         """Create the filter at ``key``, or join the one there.
 
@@ -238,6 +258,11 @@ class BloomFilter:
         ``BF.*`` commands), or ``"auto"``: ``"redisbloom"`` when the server has
         them, else ``"lua"``. A stored filter keeps the engine it was made
         with; an explicit other one is a mismatch.
+
+        ``window`` (``BLOOMDUPE_WINDOW``) makes a filter that forgets (:mod:`.window`);
+        ``plan`` is then one time slice's (:func:`sizing.window_plan`) and ``growth``
+        does not apply. A stored filter with another window (or none) is a mismatch;
+        with ``plan`` None the stored window is used.
         """
         if read_only and plan is not None:
             raise ValueError("read_only opens an existing filter: give plan=None")
@@ -254,9 +279,10 @@ class BloomFilter:
             has_bf = proposed == native.NAME or None
             # Before anything is written; a shard of either engine there is joined.
             check_room(client, key, 0, plan, native.first_shards_present(client, key, plan))
-            stored = meta.create_or_join(client, key, plan, growth=growth,
+            stored = meta.create_or_join(client, key, plan,
+                                         growth=growth and window is None,
                                          fingerprint=fingerprint, engine=proposed,
-                                         requested=engine)
+                                         requested=engine, window=window)
         stored_engine = meta.engine_of(stored)
         if stored_engine not in ENGINES:
             raise FilterMismatchError(key, {"engine": (stored_engine, "lua or redisbloom")})
@@ -270,8 +296,11 @@ class BloomFilter:
             fingerprint=stored.get("fingerprint", "scrapy"),
             use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait, local_cache=local_cache,
             wait_replicas=wait_replicas, engine=stored_engine,
+            window=meta.stored_window(stored),
         )
         if read_only:
+            if bloom.window_engine is not None:
+                bloom.window_engine.clock.start(client)
             return bloom
         # Once the first worker has made every shard ("ready"), a missing one is lost.
         ready = bool(stored.get("ready"))
@@ -301,6 +330,8 @@ class BloomFilter:
         return FilterLostError(lost_message(self.key, what))
 
     def _missing(self, shard: int) -> str:
+        if self.window_engine is not None:
+            return self.window_engine.missing(shard)
         names = [self.shard_key(shard, g) for g in range(len(self.generations))]
         return " or ".join(names) + " is gone"
 
@@ -358,6 +389,7 @@ class BloomFilter:
             remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
             self.counters.local_hits += count - len(remaining)
         seed = self.seed
+        shards = self.sizing.shards
         halves = {i: hashing.halves(fingerprints[i], seed) for i in remaining}
         asked = remaining
         op = ack = self._next_op
@@ -378,7 +410,14 @@ class BloomFilter:
             self._check_add(halves, part, op, ack, results, lock_state, sink, entry)
             if self.growth:
                 self._added(sum(results[i] for i in part))
-        cache.update(fingerprints[i] for i in asked)
+        if isinstance(cache, TimedCache):
+            window = self.window_engine
+            assert window is not None
+            for i in asked:
+                cache.put(fingerprints[i],
+                          window.deadline(hashing.shard_of(halves[i][0], shards), results[i]))
+        else:
+            cache.update(fingerprints[i] for i in asked)
         new = sum(results)
         self.counters.checked += len(results)
         self.counters.new += new
@@ -396,6 +435,7 @@ class BloomFilter:
             pending = self._group(halves, remaining, op, entry)
             refused: list[int] = []
             full: list[int] = []
+            stale: list[int] = []
             while pending:
                 replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
                 busy = []
@@ -406,6 +446,9 @@ class BloomFilter:
                         refused.extend(unit.indexes)
                     elif reply == SHARD_MISSING:
                         raise self._lost(self._missing(unit.shard))
+                    elif isinstance(reply, list):  # STALE_SLICE: Redis's slice and time
+                        self._adopt_slice(unit.shard, reply)
+                        stale.extend(unit.indexes)
                     else:
                         for index, flag in zip(unit.indexes, reply, strict=True):
                             if flag == _FULL:
@@ -425,6 +468,11 @@ class BloomFilter:
                 # Another worker added a generation: redo those items with it.
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
+            if stale:
+                # A new time slice has started: redo those items in it (same op ids: the
+                # script wrote nothing, not even the op log).
+                self.counters.stale_slice += 1
+                refused.extend(stale)
             if full:
                 # The newest generation's shard is full: redo them in a new one, as
                 # new calls (the refusals are in the op log, under the old calls' ids).
@@ -538,6 +586,9 @@ class BloomFilter:
         reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args, 1)
         if reply == SHARD_MISSING:
             raise self._lost(self._missing(unit.shard))
+        if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
+            self._adopt_slice(unit.shard, reply)
+            return None
         if reply in (LOCK_BUSY, STALE_GENERATION):
             self.counters.lock.lost += reply == LOCK_BUSY
             return None
@@ -546,6 +597,11 @@ class BloomFilter:
         self.counters.new += new
         self.counters.duplicates += not new
         return new
+
+    def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
+        """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
+        assert self.window_engine is not None
+        self.window_engine.clock.adopt(shard, int(reply[0]), float(reply[1]))
 
     def lock_key_for(self, fingerprint: bytes) -> str:
         h1, _ = hashing.halves(fingerprint, self.seed)
@@ -657,8 +713,13 @@ class BloomFilter:
     def info(self) -> FilterInfo:
         """Parameters, and per generation and shard the set bits and memory."""
         self._reload()
-        generations = [GenerationInfo(g, plan, shards) for g, (plan, shards)
-                       in enumerate(zip(self.generations, self.engine.shard_infos(), strict=True))]
+        if self.window_engine is not None:  # the time slices in Redis, oldest first
+            generations = [GenerationInfo(shards[0].generation, self.sizing, shards)
+                           for shards in self.engine.shard_infos()]
+        else:
+            generations = [GenerationInfo(g, plan, shards) for g, (plan, shards) in
+                           enumerate(zip(self.generations, self.engine.shard_infos(),
+                                         strict=True))]
         return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
                           generations, self.engine_name)
 
@@ -673,7 +734,7 @@ class BloomFilter:
         if finished:
             self.client.set(keys.finished(self.key), self._identity(), ex=FINISHED_TTL)
         names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
-                 keys.workers(self.key), *self._lock_keys,
+                 keys.workers(self.key), keys.forgets(self.key), *self._lock_keys,
                  *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),
                  *self.engine.shard_names()]
         for i in range(self.sizing.shards):
@@ -735,7 +796,7 @@ def _refuse_orphans(client: Redis | RedisCluster, key: str, shards: int) -> None
     a worker that made the metadata in the meantime is joined, not refused."""
     names = [n for i in range(shards)
              for n in (keys.bits(key, i), keys.bloom(key, i), keys.queue(key, i),
-                       keys.leases(key, i))]
+                       keys.leases(key, i), keys.slice_record(key, i))]
     there = _pipelined(client, [("EXISTS", n) for n in names])
     found = [n for n, is_there in zip(names, there, strict=True) if is_there]
     if found and not meta.read(client, key):

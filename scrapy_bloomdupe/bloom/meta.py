@@ -61,11 +61,13 @@ def engine_of(stored: dict[str, Any]) -> str:
 
 def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, *,
                    growth: bool, fingerprint: str, engine: str = DEFAULT_ENGINE,
-                   requested: str = "auto") -> dict[str, Any]:
+                   requested: str = "auto", window: sizing.Window | None = None
+                   ) -> dict[str, Any]:
     """Store a new filter's fields (with a fresh random seed, and ``engine``) unless one
     is there; return the stored fields. Raises :class:`FilterMismatchError` when they
     differ from ours, or when the stored engine is not the ``requested`` one (``"auto"``
-    joins either)."""
+    joins either). With a ``window`` (``BLOOMDUPE_WINDOW``) ``plan`` is one slice's, and
+    the window and its slices are stored too (a filter without them has no window)."""
     ours: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "capacity": plan.capacity,
@@ -76,6 +78,8 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
         "growth": int(growth),
         "fingerprint": fingerprint,
     }
+    if window is not None:
+        ours.update(window_ms=window.window_ms, slices=window.slices)
     proposal = {**ours, "error_rate": repr(plan.error_rate), "generations": 1,
                 "seed": secrets.randbits(32), "created": repr(time.time()), "engine": engine}
     flat: list[Any] = [x for kv in proposal.items() for x in kv]
@@ -85,8 +89,10 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
         SHARED_FIELDS[name]: (_configured(name, stored.get(name), stored),
                               _configured(name, value, ours))
         for name, value in ours.items()
-        if stored.get(name) != value
+        if name in SHARED_FIELDS and stored.get(name) != value
     }
+    if stored_window(stored) != window:
+        differences["BLOOMDUPE_WINDOW"] = (_seconds(stored_window(stored)), _seconds(window))
     stored_engine = stored.setdefault("engine", DEFAULT_ENGINE)
     if requested != "auto" and stored_engine != requested:
         differences["BLOOMDUPE_ENGINE"] = (stored_engine, requested)
@@ -114,8 +120,27 @@ def stored_plan(stored: dict[str, Any], max_bytes: int | None = None) -> sizing.
     )
 
 
+def stored_window(stored: dict[str, Any]) -> sizing.Window | None:
+    """A stored filter's recrawl window (None: it remembers for good)."""
+    if not stored.get("window_ms"):
+        return None
+    return sizing.Window(int(stored["window_ms"]), int(stored.get("slices",
+                                                                  sizing.WINDOW_SLICES)))
+
+
+def _seconds(window: sizing.Window | None) -> float | None:
+    return None if window is None else window.window_ms / 1000
+
+
 def _configured(name: str, value: Any, fields: dict[str, Any]) -> Any:
-    """A stored field as the user configured it: growth keeps part of the error rate back."""
+    """A stored field as the user configured it: growth keeps part of the error rate back,
+    and with a window the capacity and rate are one slice's."""
+    window = stored_window(fields)
+    if window is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if name == "capacity":
+            return value * window.slices
+        if name == "error_rate":
+            return float(f"{value * window.live:.12g}")
     if name == "error_rate" and fields.get("growth") and isinstance(value, float):
         return float(f"{value / (1 - sizing.TIGHTENING):.12g}")
     return value

@@ -1,0 +1,150 @@
+-- Check-and-add with a recrawl window, Lua engine (bloom/window.py): is each item in
+-- a live time slice? Add the new ones to the current slice.
+-- Time is cut into slices of L ms of Redis's clock (TIME); slice c holds the items
+-- added during it and expires (PEXPIREAT, set when it is made) at (c + S + 1) * L,
+-- once no call looks at it any more: a call looks at slices c - S .. c.
+--
+-- KEYS[1]        this client's op log for the shard (bloom/oplog.py)
+-- KEYS[2]        the shard's slice record: slices made and not yet due (sorted set)
+-- KEYS[3]        the shard's lock (lock mode)
+-- KEYS[4]        the shard's forgotten items (`bloomdupe forget`): each answered new once
+-- KEYS[5..5+S]   the shard's bits in slices c - S .. c (the current slice last)
+-- KEYS[6+S]      optional: a sorted set (the crawl's queue) that gets each new item
+-- ARGV[1]        the lock token, '' in atomic mode
+-- ARGV[2]        this call's id (the op id of its first item)
+-- ARGV[3]        the ack: calls below it have their answers, the op log may forget them
+-- ARGV[4]        the op log's TTL in ms
+-- ARGV[5]        L, a slice's length in ms
+-- ARGV[6]        S, the slices a window is cut into
+-- ARGV[7]        c, the current slice as the client believes it
+-- ARGV[8]        a slice shard's length in bytes (to make the current slice)
+-- ARGV[9]        k, the bits per item
+-- ARGV[10]       n, the item count
+-- then per item its member (its keyed 16-byte hash) and its k bit offsets;
+-- then, with KEYS[6+S], per item its score and member (two values an item).
+--
+-- Returns a string of one character an item: '1' new (now set in the current
+-- slice, and queued), '0' seen in a live slice; or, having written nothing:
+--   -1 (LOCK_BUSY)      lock mode, and the lock does not hold this token
+--   -3 (SHARD_MISSING)  a slice the record holds is gone before its time
+--   {slice, now}        (STALE_SLICE) Redis's current slice is not c: its id and
+--                       Redis's time in ms; the client asks again with those keys
+--   a NOPERM error      the ACL does not allow ZADD on KEYS[6+S]
+-- A call whose id the op log holds (a retry after a lost reply) returns the
+-- answer recorded the first time and changes nothing else.
+
+local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
+
+-- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
+local log = redis.call('GET', KEYS[1])
+local head = ack .. '|'
+if log and string.sub(log, 1, #head) == head then
+  local tag = '|' .. call .. ':'
+  local at = string.find(log, tag, #head, true)
+  if at then
+    if token ~= '' and redis.call('GET', KEYS[3]) == token then redis.call('DEL', KEYS[3]) end
+    local from = at + #tag
+    return string.sub(log, from, string.find(log, '|', from, true) - 1)
+  end
+else
+  log = head
+end
+
+-- The fence: a holder paused past the lock's TTL is refused, not trusted.
+if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
+
+local L, S, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local current = math.floor(now / L)
+if current ~= c then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return {current, now}
+end
+
+local sink = KEYS[6 + S]
+if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+end
+-- Which slices are there; one the record holds but Redis lacks is lost state.
+local live = {}
+for g = 0, S do
+  local name = KEYS[5 + g]
+  if redis.call('EXISTS', name) == 1 then
+    live[#live + 1] = name
+  elseif redis.call('ZSCORE', KEYS[2], c - S + g) then
+    if token ~= '' then redis.call('DEL', KEYS[3]) end
+    return -3
+  end
+end
+local newest = KEYS[5 + S]
+if live[#live] ~= newest then
+  -- The current slice is made here, at full size, and expires once no call looks at it.
+  redis.call('SETRANGE', newest, tonumber(ARGV[8]) - 1, '\0')
+  redis.call('PEXPIREAT', newest, (c + S + 1) * L)
+  redis.call('ZADD', KEYS[2], c, c)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (c - S))
+else
+  live[#live] = nil
+end
+local forgot = redis.call('SCARD', KEYS[4]) > 0
+
+local k = tonumber(ARGV[9])
+local n = tonumber(ARGV[10])
+local width = k + 1
+local first = 11
+local sink_at = first + n * width
+-- BITFIELD's arguments, kept between items: only the offsets change.
+local get, set = {}, {}
+for i = 0, k - 1 do
+  get[3 * i + 1], get[3 * i + 2] = 'GET', 'u1'
+  set[4 * i + 1], set[4 * i + 2], set[4 * i + 4] = 'SET', 'u1', '1'
+end
+local out = {}
+for j = first, sink_at - 1, width do
+  for i = 0, k - 1 do
+    get[3 * i + 3] = ARGV[j + 1 + i]
+    set[4 * i + 3] = ARGV[j + 1 + i]
+  end
+  -- A forgotten item is new once; else seen when every bit is set in an older live
+  -- slice; else set in the current one, new when one of its bits was 0.
+  local found = false
+  if not (forgot and redis.call('SREM', KEYS[4], ARGV[j]) == 1) then
+    for _, name in ipairs(live) do
+      found = true
+      for _, bit in ipairs(redis.call('BITFIELD_RO', name, unpack(get, 1, 3 * k))) do
+        if bit == 0 then
+          found = false
+          break
+        end
+      end
+      if found then break end
+    end
+    if not found then
+      found = true
+      for _, bit in ipairs(redis.call('BITFIELD', newest, unpack(set, 1, 4 * k))) do
+        if bit == 0 then
+          found = false
+          break
+        end
+      end
+    end
+  else
+    redis.call('BITFIELD', newest, unpack(set, 1, 4 * k))
+  end
+  out[#out + 1] = found and '0' or '1'
+end
+local reply = table.concat(out)
+
+if sink then
+  for j = 1, n do
+    if out[j] == '1' then
+      local at = sink_at + 2 * (j - 1)
+      redis.call('ZADD', sink, ARGV[at], ARGV[at + 1])
+    end
+  end
+end
+
+redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
+if token ~= '' then redis.call('DEL', KEYS[3]) end
+return reply

@@ -1,0 +1,171 @@
+"""A recrawl window (``BLOOMDUPE_WINDOW``) against a real Redis, both engines: a URL is
+a duplicate within the window, new again after the window and one slice, never a
+false negative inside it; slices expire on schedule and one gone early is lost state."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from helpers import fps
+from scrapy.settings import Settings
+
+from scrapy_bloomdupe import keys, sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.meta import stored_window
+from scrapy_bloomdupe.exceptions import ConfigError, FilterLostError, FilterMismatchError
+from scrapy_bloomdupe.settings import BloomDupeConfig
+
+WINDOW = sizing.Window(2000)
+
+
+@pytest.fixture
+def client(engine_client: redis.Redis) -> redis.Redis:
+    return engine_client
+
+
+def redis_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds * 1000 + micros // 1000)
+
+
+def open_windowed(client: redis.Redis, window: sizing.Window = WINDOW, **options: object
+                  ) -> BloomFilter:
+    plan = sizing.window_plan(10_000, 0.001, window, shards=3)
+    return BloomFilter.open(client, "t", plan, window=window, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("local_cache", [0, 1000], ids=["no-cache", "cache"])
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_duplicate_within_the_window_and_new_after_it(client: redis.Redis, use_lock: bool,
+                                                      local_cache: int) -> None:
+    bf = open_windowed(client, use_lock=use_lock, local_cache=local_cache)
+    items = fps(300)
+    before = redis_ms(client)
+    assert bf.add_many(items) == [True] * 300
+    added = redis_ms(client)
+    limit = before + WINDOW.window_ms + 2 * WINDOW.slice_ms + 5000  # a loaded machine
+    while True:
+        start = redis_ms(client)
+        answers = bf.add_many(items)
+        end = redis_ms(client)
+        if end - before < WINDOW.window_ms:
+            # Inside the window: never a false negative (Redis's clock decides).
+            assert not any(answers), f"new again {end - before} ms after being added"
+        if start - added >= WINDOW.window_ms + WINDOW.slice_ms:
+            # Past the window and one slice: forgotten, whatever the cache holds.
+            assert all(answers)
+        if any(answers):
+            assert all(answers)  # they were added in one slice, and leave together
+            assert start - before >= WINDOW.window_ms - WINDOW.slice_ms
+            break
+        assert end < limit
+        time.sleep(0.05)
+    # Added again: duplicates again.
+    assert not any(bf.add_many(items))
+    assert bf.counters.stale_slice > 0 or local_cache
+
+
+def test_slices_expire_on_schedule_and_are_not_lost_state(client: redis.Redis) -> None:
+    bf = open_windowed(client, local_cache=0)
+    bf.add_many(fps(50))
+    first = bf.window_engine.clock.current[0]  # type: ignore[union-attr]
+    name = keys.slice_bits(bf.key, 0, first) if bf.engine_name == "lua" else \
+        keys.slice_bloom(bf.key, 0, first)
+    due = sizing.Window(WINDOW.window_ms).expires_at(first)
+    assert abs(client.pexpiretime(name) - due) <= 1
+    while redis_ms(client) < due + 100:
+        bf.add_many(fps(5, prefix=f"later{redis_ms(client)}-"))
+        time.sleep(0.1)
+    assert not client.exists(name)
+    assert bf.add_many(fps(50)) == [True] * 50  # no FilterLostError: it expired on time
+    assert len(bf.info().generations) <= WINDOW.live
+
+
+def test_a_slice_gone_before_its_time_is_lost_state(client: redis.Redis) -> None:
+    bf = open_windowed(client, local_cache=0)
+    items = fps(100)
+    bf.add_many(items)
+    current = bf.window_engine.clock.current  # type: ignore[union-attr]
+    for i in range(3):
+        client.delete(bf.engine.shard_key(i))
+    with pytest.raises(FilterLostError, match="gone before its time"):
+        bf.add_many(items)
+    assert current  # the slices the script compared were these
+
+
+def test_a_retried_call_is_answered_from_the_op_log_after_the_slice_changed(
+        client: redis.Redis) -> None:
+    bf = open_windowed(client, local_cache=0)
+    engine = bf.window_engine
+    assert engine is not None
+    unit, = bf._group({0: (123, 456)}, [0], 7)
+    first = engine.check_add(unit.shard, b"", 7, 7, unit.args, 1)
+    if isinstance(first, list):  # a slice had just started
+        engine.clock.adopt(unit.shard, first[0], first[1])
+        first = engine.check_add(unit.shard, b"", 7, 7, unit.args, 1)
+    assert first == b"1"
+    assert engine.check_add(unit.shard, b"", 7, 7, unit.args, 1) == b"1"
+    time.sleep(WINDOW.slice_ms / 1000 + 0.1)
+    assert engine.check_add(unit.shard, b"", 7, 7, unit.args, 1) == b"1"  # replayed
+    stale = engine.check_add(unit.shard, b"", 8, 8, unit.args, 1)
+    assert isinstance(stale, list) and stale[0] > engine.clock.current[unit.shard]
+
+
+def test_a_window_is_stored_and_another_one_is_a_mismatch(client: redis.Redis) -> None:
+    bf = open_windowed(client)
+    assert stored_window({k.decode(): int(float(v)) for k, v in
+                          client.hgetall("t:meta").items()
+                          if k in (b"window_ms", b"slices")}) == WINDOW
+    with pytest.raises(FilterMismatchError, match="BLOOMDUPE_WINDOW"):
+        open_windowed(client, sizing.Window(4000))
+    with pytest.raises(FilterMismatchError, match="BLOOMDUPE_WINDOW"):
+        BloomFilter.open(client, "t", bf.sizing)
+    joined = BloomFilter.open(client, "t", None)  # tools join with the stored window
+    assert joined.window == WINDOW
+    BloomFilter.open(client, "plain", sizing.plan(10_000, 0.001, shards=3))
+    with pytest.raises(FilterMismatchError, match="BLOOMDUPE_WINDOW"):
+        BloomFilter.open(client, "plain", bf.sizing, window=WINDOW)
+
+
+def test_clear_deletes_every_slice(client: redis.Redis) -> None:
+    bf = open_windowed(client)
+    bf.add_many(fps(100))
+    assert client.keys("{t:*")
+    bf.clear()
+    assert not [k for k in client.keys("*") if b"t" in k and b"ops" not in k]
+
+
+def test_window_sizing_stays_within_24_bits_per_live_fingerprint() -> None:
+    window = sizing.Window(7 * 86_400_000)
+    plan = sizing.window_plan(10_000_000, 0.001, window)
+    live_bits = plan.total_bits * window.live
+    assert live_bits / 10_000_000 <= 24
+    # The false positives of every live slice add up to the configured rate.
+    per_slice = sizing.false_positive_rate(plan.modulus, plan.hashes,
+                                           plan.capacity / plan.shards)
+    assert per_slice * window.live <= 0.001 * 1.01
+
+
+def test_the_window_setting_is_parsed_once() -> None:
+    plain = BloomDupeConfig.from_settings(Settings({}))
+    assert plain.window is None and plain.growth
+    config = BloomDupeConfig.from_settings(Settings({"BLOOMDUPE_WINDOW": "3600",
+                                                     "BLOOMDUPE_CAPACITY": 80_000}))
+    assert config.window == sizing.Window(3_600_000) and not config.growth
+    assert config.plan.capacity == 10_000 and config.plan.error_rate == pytest.approx(0.001 / 9)
+    assert BloomDupeConfig.from_settings(Settings({"BLOOMDUPE_WINDOW": "None"})).window is None
+    with pytest.raises(ConfigError, match="BLOOMDUPE_WINDOW"):
+        BloomDupeConfig.from_settings(Settings({"BLOOMDUPE_WINDOW": 0.5}))
+    with pytest.raises(ConfigError, match="BLOOMDUPE_WINDOW"):
+        BloomDupeConfig.from_settings(Settings({"BLOOMDUPE_WINDOW": "a week"}))
+
+
+def test_slice_keys_carry_their_shards_hash_tag() -> None:
+    assert keys.slice_bits("k", 3, 99) == "{k:3}:bits:s99"
+    assert keys.slice_bloom("k", 3, 99) == "{k:3}:bf:s99"
+    assert keys.slice_record("k", 3) == "{k:3}:slices"
+    assert keys.what_is("k", "{k:3}:bits:s99") == (3, "filter shard 3, time slice 99 "
+                                                       "(expires on schedule)")
+    assert keys.belongs("k", "{k:3}:bf:s99") and keys.belongs("k", "k:forgets")
