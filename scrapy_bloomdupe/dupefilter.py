@@ -475,6 +475,10 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "bloomdupe/memory_bytes": info.memory_bytes,
                 "bloomdupe/generations": len(info.generations),
             })
+            if self.bloom.window is not None:
+                window = self.bloom.window_figures(info)
+                values["bloomdupe/window/slices"] = window["slices"]
+                values["bloomdupe/window/oldest_slice_age"] = window["oldest_slice_age"]
             if (not self.bloom.growth and info.estimated_items > info.capacity
                     and not self._warned_full):
                 self._warned_full = True

@@ -71,3 +71,9 @@ def offsets(pos: Position, hashes: int, modulus: int) -> list[int]:
     """The ``hashes`` bit offsets of an item inside its shard."""
     a, b, c = pos.a, pos.b, pos.c
     return [(a + i * b + c * ((i * i * i - i) // 6)) % modulus for i in range(hashes)]
+
+
+def keyed_item(h1: int, h2: int) -> bytes:
+    """An item as the filter names it where a name is needed (RedisBloom's ``BF.*``, the
+    forgotten set of ``bloomdupe forget``): its seeded 128-bit hash, 16 bytes."""
+    return (h1 | h2 << 64).to_bytes(16, "little")

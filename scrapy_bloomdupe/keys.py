@@ -15,7 +15,7 @@ generation ``g``:
 ``{K:i}:bits:s<n>``             with a window (``BLOOMDUPE_WINDOW``): shard ``i`` of
                                 time slice ``n`` (expires on schedule)
 ``{K:i}:bf:s<n>``               the same, for the native engine
-``{K:i}:slices``                sorted set: with a window, the live slices made so far
+``{K:i}:slices``                sorted set: with a window, the last slices made
 ``{K:i}:forgot``                set: items ``bloomdupe forget`` re-admits, once each
 ``K:forgets``                   string: how many forgets were done (workers drop their
                                 local caches when it changes)
@@ -134,8 +134,8 @@ def slice_bloom(key: str, index: int, slice_id: int) -> str:
 
 
 def slice_record(key: str, index: int) -> str:
-    """With a window: the slices of shard ``index`` made and not yet due to expire
-    (a sorted set, slice ids as scores): one of them missing is lost state."""
+    """With a window: the ids of the last slices of shard ``index`` made (a sorted set,
+    ids as scores): one of them missing while it should be live is lost state."""
     return f"{_shard(key, index)}:slices"
 
 
@@ -243,7 +243,7 @@ _SHARDED = [
     (re.compile(r"bf:(\d+)"), "filter shard {i}, generation {g} (RedisBloom)"),
     (re.compile(r"bf:s(\d+)"),
      "filter shard {i}, time slice {g} (RedisBloom, expires on schedule)"),
-    (re.compile(r"slices"), "the time slices of shard {i} made and not yet due to expire"),
+    (re.compile(r"slices"), "the last time slices of shard {i} made (ids)"),
     (re.compile(r"forgot"), "items of shard {i} `bloomdupe forget` re-admits, once each"),
     (re.compile(r"lock"), "shard {i}'s lock (lock mode)"),
     (re.compile(r"gen"), "generations shard {i} has seen in use"),

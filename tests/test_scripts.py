@@ -21,6 +21,7 @@ from scrapy_bloomdupe.testing import RedisServer
 BLOOM = "scrapy_bloomdupe.bloom"
 FRONTIER = "scrapy_bloomdupe.frontier"
 OP_LOG, MARKER, LOCK, QUEUE = "{t}:op", "{t}:gen", "{t}:lock", "{t}:queue"
+FORGOT = "{t}:forgot"
 BITS = ["{t}:bits:0", "{t}:bits:1"]
 K = 4  # bits an item (Lua engine)
 
@@ -48,8 +49,9 @@ class CheckAdd:
             self.client.execute_command("BF.RESERVE", key, 0.01, 100, "NONSCALING")
 
     def item_args(self, item: int) -> list[Any]:
-        if self.engine == "lua":  # k distinct offsets per generation, from the item
-            return [(item * 7 + i * 97) % 512 for _ in range(self.g) for i in range(K)]
+        if self.engine == "lua":  # its name, then k distinct offsets per generation
+            return [f"item-{item}",
+                    *((item * 7 + i * 97) % 512 for _ in range(self.g) for i in range(K))]
         return [f"item-{item}"]
 
     def __call__(self, items: list[int], *, call: int = 1, ack: int = 1, token: str = "",
@@ -57,7 +59,7 @@ class CheckAdd:
         g = self.g if g is None else g
         gen_args: list[Any] = [g, *([K] * g)] if self.engine == "lua" else [g]
         item_args = [a for item in items for a in self.item_args(item)]
-        script_keys = [OP_LOG, MARKER, LOCK, *BITS[:g]] + ([QUEUE] if sink else [])
+        script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g]] + ([QUEUE] if sink else [])
         sink_args = [a for item in items for a in (item, f"request-{item}")] if sink else []
         return self.script(keys=script_keys, args=[token, call, ack, 60_000, *gen_args,
                                                      len(items), *item_args, *sink_args])
@@ -145,6 +147,19 @@ def test_an_item_in_an_older_generation_is_seen_and_not_added_again(
     assert engine_client.dump(BITS[1]) == newest
 
 
+def test_a_forgotten_item_is_new_once_then_seen_again(check_add: CheckAdd) -> None:
+    """`bloomdupe forget` puts the item's name in the shard's forgotten set: the next
+    check answers new (and queues it) however many of its bits are set, once."""
+    c = check_add.client
+    assert check_add([1], sink=True) == b"1"
+    c.sadd(FORGOT, "item-1", "item-9")
+    assert check_add([1, 2, 1], call=2, ack=2, sink=True) == b"110"
+    assert c.smembers(FORGOT) == {b"item-9"}
+    assert c.zrange(QUEUE, 0, -1) == [b"request-1", b"request-2"]  # 1 queued again
+    assert check_add([1, 2, 1], call=2, ack=2, sink=True) == b"110"  # a retry: the log
+    assert check_add([1], call=5, ack=5) == b"0"
+
+
 def test_a_sink_the_acl_refuses_fails_before_any_write(check_add: CheckAdd) -> None:
     c = check_add.client
     c.acl_setuser("nozadd", enabled=True, passwords=["+pw"], keys=["*"],
@@ -158,6 +173,25 @@ def test_a_sink_the_acl_refuses_fails_before_any_write(check_add: CheckAdd) -> N
         limited.close()
     finally:
         c.acl_deluser("nozadd")
+
+
+def test_a_forget_the_acl_cannot_honour_fails_before_any_write(check_add: CheckAdd) -> None:
+    """Without +srem a worker refuses a call while the shard has forgotten items, having
+    written nothing; with none pending it needs no more than before."""
+    c = check_add.client
+    c.acl_setuser("nosrem", enabled=True, passwords=["+pw"], keys=["*"],
+                  commands=["+@all", "-srem"])
+    try:
+        limited = as_user(c, "nosrem")
+        assert CheckAdd.__call__(_as(check_add, limited), [1], sink=True) == b"1"
+        c.sadd(FORGOT, "item-1")
+        before = check_add.state()
+        with pytest.raises(NoPermissionError, match="srem"):
+            CheckAdd.__call__(_as(check_add, limited), [1, 2], call=2, ack=2, sink=True)
+        assert check_add.state() == before and c.scard(FORGOT) == 1
+        limited.close()
+    finally:
+        c.acl_deluser("nosrem")
 
 
 def as_user(client: redis.Redis, user: str) -> redis.Redis:

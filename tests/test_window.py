@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from helpers import fps
+from helpers import cluster_client, fps
 from scrapy.settings import Settings
 
 from scrapy_bloomdupe import keys, sizing
@@ -169,3 +169,20 @@ def test_slice_keys_carry_their_shards_hash_tag() -> None:
     assert keys.what_is("k", "{k:3}:bits:s99") == (3, "filter shard 3, time slice 99 "
                                                        "(expires on schedule)")
     assert keys.belongs("k", "{k:3}:bf:s99") and keys.belongs("k", "k:forgets")
+
+
+def test_a_window_on_redis_cluster(engine: str, engine_cluster_url: str) -> None:
+    rc = cluster_client(engine_cluster_url)
+    try:
+        plan = sizing.window_plan(10_000, 0.001, WINDOW, shards=6)
+        bf = BloomFilter.open(rc, "t", plan, window=WINDOW, local_cache=0)
+        items = fps(300)
+        assert bf.add_many(items) == [True] * 300
+        assert not any(bf.add_many(items))
+        deadline = time.monotonic() + 20
+        while not all(bf.add_many(items)):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        bf.clear()
+    finally:
+        rc.close()

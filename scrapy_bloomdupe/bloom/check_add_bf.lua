@@ -4,8 +4,9 @@
 -- KEYS[1]      this client's op log for the shard (bloom/oplog.py)
 -- KEYS[2]      the shard's generation marker: how many generations it has seen
 -- KEYS[3]      the shard's lock (lock mode)
--- KEYS[4..3+G] the shard's BF keys, oldest generation first
--- KEYS[4+G]    optional: a sorted set (the crawl's queue) that gets each new item
+-- KEYS[4]      the shard's forgotten items (`bloomdupe forget`): each answered new once
+-- KEYS[5..4+G] the shard's BF keys, oldest generation first
+-- KEYS[5+G]    optional: a sorted set (the crawl's queue) that gets each new item
 -- ARGV[1]      the lock token, '' in atomic mode
 -- ARGV[2]      this call's id (the op id of its first item)
 -- ARGV[3]      the ack: calls below it have their answers, the op log may forget them
@@ -13,16 +14,17 @@
 -- ARGV[5]      G, the generation count
 -- ARGV[6]      n, the item count
 -- ARGV[7..6+n] the items (the filter's keyed hashes, never the fingerprints)
--- then, with KEYS[4+G], per item its score and member (two values an item).
+-- then, with KEYS[5+G], per item its score and member (two values an item).
 --
 -- Returns a string of one character an item: '1' new (now in the newest
--- generation, and queued), '0' seen before, 'F' not added: the newest
+-- generation, and queued; a forgotten item is new once), '0' seen before, 'F' not added: the newest
 -- generation's shard is full (the caller grows the filter and asks again);
 -- or, having written nothing:
 --   -1 (LOCK_BUSY)        lock mode, and the lock does not hold this token
 --   -2 (STALE_GENERATION) the shard already has more than G generations
 --   -3 (SHARD_MISSING)    a generation's key is gone (never re-created empty)
---   a NOPERM error        the ACL does not allow ZADD on KEYS[4+G]
+--   a NOPERM error        the ACL does not allow ZADD on KEYS[5+G], or SREM on
+--                         KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
@@ -47,11 +49,11 @@ end
 if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
 
 local G = tonumber(ARGV[5])
-local sink = KEYS[4 + G]
+local sink = KEYS[5 + G]
 if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
 end
-if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
+if redis.call('EXISTS', unpack(KEYS, 5, 4 + G)) < G then
   if token ~= '' then redis.call('DEL', KEYS[3]) end
   return -3
 end
@@ -65,25 +67,37 @@ end
 
 local n = tonumber(ARGV[6])
 local sink_at = 7 + n
+-- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
+-- and SREM refused by the ACL is an error before any write.
+local forgot = redis.call('EXISTS', KEYS[4]) == 1
+if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
+end
 local out, todo, at, found = {}, {}, {}, {}
-for g = 1, G - 1 do
-  local seen = redis.call('BF.MEXISTS', KEYS[3 + g], unpack(ARGV, 7, 6 + n))
+if forgot then
+  -- A forgotten item is new once (added again), whatever the filter says.
   for j = 1, n do
-    if seen[j] == 1 then found[j] = true end
+    if redis.call('SREM', KEYS[4], ARGV[6 + j]) == 1 then found[j] = 'forgot' end
+  end
+end
+for g = 1, G - 1 do
+  local seen = redis.call('BF.MEXISTS', KEYS[4 + g], unpack(ARGV, 7, 6 + n))
+  for j = 1, n do
+    if seen[j] == 1 and not found[j] then found[j] = true end
   end
 end
 for j = 1, n do
   out[j] = '0'
-  if not found[j] then
+  if found[j] ~= true then
     todo[#todo + 1] = ARGV[6 + j]
     at[#at + 1] = j
   end
 end
 if #todo > 0 then
-  local added = redis.call('BF.INSERT', KEYS[3 + G], 'NOCREATE', 'ITEMS', unpack(todo))
+  local added = redis.call('BF.INSERT', KEYS[4 + G], 'NOCREATE', 'ITEMS', unpack(todo))
   for i = 1, #todo do
     local flag = added[i]
-    if flag == 1 then
+    if flag == 1 or (flag == 0 and found[at[i]] == 'forgot') then
       out[at[i]] = '1'
     elseif flag ~= 0 then
       out[at[i]] = 'F'

@@ -4,8 +4,9 @@
 -- KEYS[1]      this client's op log for the shard (bloom/oplog.py)
 -- KEYS[2]      the shard's generation marker: how many generations it has seen
 -- KEYS[3]      the shard's lock (lock mode)
--- KEYS[4..3+G] the shard's bits, oldest generation first
--- KEYS[4+G]    optional: a sorted set (the crawl's queue) that gets each new item
+-- KEYS[4]      the shard's forgotten items (`bloomdupe forget`): each answered new once
+-- KEYS[5..4+G] the shard's bits, oldest generation first
+-- KEYS[5+G]    optional: a sorted set (the crawl's queue) that gets each new item
 -- ARGV[1]      the lock token, '' in atomic mode
 -- ARGV[2]      this call's id (the op id of its first item)
 -- ARGV[3]      the ack: calls below it have their answers, the op log may forget them
@@ -13,16 +14,19 @@
 -- ARGV[5]      G, the generation count
 -- ARGV[6..5+G] k, the bits per item, of each generation
 -- ARGV[6+G]    n, the item count
--- then per item its k bit offsets in each generation, oldest first;
--- then, with KEYS[4+G], per item its score and member (two values an item).
+-- then per item its member (its keyed 16-byte hash, for KEYS[4]) and its k bit
+-- offsets in each generation, oldest first;
+-- then, with KEYS[5+G], per item its score and member (two values an item).
 --
 -- Returns a string of one character an item: '1' new (now set in the newest
--- generation, and queued), '0' seen before; or, having written nothing:
+-- generation, and queued; a forgotten item is new once, whatever its bits say),
+-- '0' seen before; or, having written nothing:
 --   -1 (LOCK_BUSY)        lock mode, and the lock does not hold this token
 --   -2 (STALE_GENERATION) the shard already has more than G generations
 --   -3 (SHARD_MISSING)    a generation's bits are gone (BITFIELD would re-create
 --                         them empty and every item would be new again)
---   a NOPERM error        the ACL does not allow ZADD on KEYS[4+G]
+--   a NOPERM error        the ACL does not allow ZADD on KEYS[5+G], or SREM on
+--                         KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
@@ -47,11 +51,11 @@ end
 if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
 
 local G = tonumber(ARGV[5])
-local sink = KEYS[4 + G]
+local sink = KEYS[5 + G]
 if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
 end
-if redis.call('EXISTS', unpack(KEYS, 4, 3 + G)) < G then
+if redis.call('EXISTS', unpack(KEYS, 5, 4 + G)) < G then
   if token ~= '' then redis.call('DEL', KEYS[3]) end
   return -3
 end
@@ -63,7 +67,13 @@ elseif stored < G then
   redis.call('SET', KEYS[2], G)
 end
 
-local ks, width = {}, 0
+-- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
+-- and SREM refused by the ACL is an error before any write.
+local forgot = redis.call('EXISTS', KEYS[4]) == 1
+if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
+end
+local ks, width = {}, 1
 for g = 1, G do
   ks[g] = tonumber(ARGV[5 + g])
   width = width + ks[g]
@@ -80,14 +90,15 @@ end
 local out = {}
 for j = first, sink_at - 1, width do
   -- Seen when every bit is set in some older generation; else set in the newest,
-  -- new when one of its bits was 0.
-  local at, found = j, false
-  for g = 1, G - 1 do
+  -- new when one of its bits was 0 (or when it was forgotten).
+  local again = forgot and redis.call('SREM', KEYS[4], ARGV[j]) == 1
+  local at, found = j + 1, false
+  for g = 1, (again and 0 or G - 1) do
     local k = ks[g]
     for i = 0, k - 1 do get[3 * i + 3] = ARGV[at + i] end
     at = at + k
     found = true
-    for _, bit in ipairs(redis.call('BITFIELD_RO', KEYS[3 + g], unpack(get, 1, 3 * k))) do
+    for _, bit in ipairs(redis.call('BITFIELD_RO', KEYS[4 + g], unpack(get, 1, 3 * k))) do
       if bit == 0 then
         found = false
         break
@@ -95,12 +106,12 @@ for j = first, sink_at - 1, width do
     end
     if found then break end
   end
-  local new = '0'
+  local new = again and '1' or '0'
   if not found then
     local k = ks[G]
     at = j + width - k
     for i = 0, k - 1 do set[4 * i + 3] = ARGV[at + i] end
-    for _, bit in ipairs(redis.call('BITFIELD', KEYS[3 + G], unpack(set, 1, 4 * k))) do
+    for _, bit in ipairs(redis.call('BITFIELD', KEYS[4 + G], unpack(set, 1, 4 * k))) do
       if bit == 0 then
         new = '1'
         break

@@ -6,7 +6,7 @@
 -- looks at slices c - S .. c.
 --
 -- KEYS[1]        this client's op log for the shard (bloom/oplog.py)
--- KEYS[2]        the shard's slice record: slices made and not yet due (sorted set)
+-- KEYS[2]        the shard's slice record: the ids of its last S + 1 slices made
 -- KEYS[3]        the shard's lock (lock mode)
 -- KEYS[4]        the shard's forgotten items (`bloomdupe forget`): each answered new once
 -- KEYS[5..5+S]   the shard's BF keys of slices c - S .. c (the current slice last)
@@ -31,7 +31,8 @@
 --   -3 (SHARD_MISSING)  a slice the record holds is gone before its time
 --   {slice, now}        (STALE_SLICE) Redis's current slice is not c: its id and
 --                       Redis's time in ms; the client asks again with those keys
---   a NOPERM error      the ACL does not allow ZADD on KEYS[6+S]
+--   a NOPERM error      the ACL does not allow ZADD on KEYS[6+S], PEXPIREAT on a
+--                       slice to make, or SREM on KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
@@ -74,22 +75,30 @@ for g = 0, S do
   local name = KEYS[5 + g]
   if redis.call('EXISTS', name) == 1 then
     live[#live + 1] = name
-  elseif redis.call('ZSCORE', KEYS[2], c - S + g) then
+  elseif #redis.call('ZRANGEBYSCORE', KEYS[2], c - S + g, c - S + g) > 0 then
     if token ~= '' then redis.call('DEL', KEYS[3]) end
     return -3
   end
 end
+-- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
+-- and SREM refused by the ACL is an error before any write.
+local forgot = redis.call('EXISTS', KEYS[4]) == 1
+if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
+end
 local newest = KEYS[5 + S]
 if live[#live] ~= newest then
+  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIREAT', newest, '0') then
+    return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
+  end
   -- The current slice is made here, and expires once no call looks at it.
   redis.call('BF.RESERVE', newest, ARGV[8], ARGV[9], 'NONSCALING')
   redis.call('PEXPIREAT', newest, (c + S + 1) * L)
   redis.call('ZADD', KEYS[2], c, c)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (c - S))
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(S + 2))
 else
   live[#live] = nil
 end
-local forgot = redis.call('SCARD', KEYS[4]) > 0
 
 local n = tonumber(ARGV[10])
 local sink_at = 11 + n

@@ -4,7 +4,8 @@ An engine holds a filter's bits and runs its check-and-add script: :mod:`.lua`
 (``BITFIELD`` on plain strings) and :mod:`.native` (RedisBloom's ``BF.*``).
 Both scripts (``check_add_bits.lua``, ``check_add_bf.lua``) share their KEYS,
 their first ARGV and their steps (the op log's replay and record, :mod:`.oplog`;
-the lock's fence, :mod:`.lock`; the generation check; an optional sink) around
+the lock's fence, :mod:`.lock`; the generation check; the forgotten items of
+``bloomdupe forget``, each answered new once; an optional sink) around
 their own body; the reply is one character an item (``'1'`` new, ``'0'`` seen,
 ``'F'`` refused by a full shard) or ``LOCK_BUSY`` / ``STALE_GENERATION`` /
 ``SHARD_MISSING``.
@@ -105,14 +106,15 @@ class ScriptedEngine:
         self.script = client.register_script(self.CHECK_ADD_SCRIPT)
         self.sha = self.script.sha
         self._fixed_keys = [
-            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i))
+            (keys.op_log(key, i, client_id), keys.generation_marker(key, i), keys.lock(key, i),
+             keys.forgotten(key, i))
             for i in range(shards)
         ]
         self.generations: list[sizing.Sizing] = []
         self._gen_args: list[Any] = []
 
     def _script_keys(self, shard: int) -> list[str]:
-        """KEYS of a call on ``shard``: the fixed three, then its keys per generation."""
+        """KEYS of a call on ``shard``: the fixed four, then its keys per generation."""
         raise NotImplementedError
 
     def check_add_command(self, shard: int, token: bytes, call: int, ack: int,

@@ -80,6 +80,9 @@ _NO_LIMIT = sys.maxsize
 _FULL = 70  # ord("F")
 #: How long a worker whose shard is full waits for another worker to add a generation.
 FULL_WAIT = 10.0
+#: How often (seconds) a worker with a local cache looks whether ``bloomdupe forget`` ran
+#: (``keys.forgets``), and drops its cache if so.
+FORGET_CHECK_EVERY = 1.0
 #: ``BLOOMDUPE_ENGINE`` name of each engine.
 ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
 #: The same, with a recrawl window (``BLOOMDUPE_WINDOW``, :mod:`.window`).
@@ -191,6 +194,9 @@ class BloomFilter:
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
+        #: ``keys.forgets`` as last read, and when to read it again (see FORGET_CHECK_EVERY).
+        self._forgets: bytes | None = None
+        self._next_forget_check = 0.0
         #: Why the filter last could not grow (warned once per reason).
         self._cannot_grow: tuple[str, int] | None = None
         self._set_generations(generations)
@@ -385,6 +391,8 @@ class BloomFilter:
                             "item(s) of the local cache", self.key, len(cache))
                 cache.clear()
         remaining: Sequence[int] = range(count)
+        if len(cache) and time.monotonic() >= self._next_forget_check:
+            self._check_forgets()
         if cache.size:
             remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
             self.counters.local_hits += count - len(remaining)
@@ -598,6 +606,45 @@ class BloomFilter:
         self.counters.duplicates += not new
         return new
 
+    def _check_forgets(self) -> None:
+        """Drop the local cache when ``bloomdupe forget`` ran since the last look: a
+        forgotten item must reach Redis (which answers it new, once)."""
+        self._next_forget_check = time.monotonic() + FORGET_CHECK_EVERY
+        try:
+            now: Any = self.client.get(keys.forgets(self.key))
+        except RedisError as e:  # no forget can be done while Redis is away: the cache holds
+            logger.debug("Could not look at %s: %s", keys.forgets(self.key), e)
+            return
+        if now != self._forgets:
+            if self._forgets is not None or now is not None:
+                self.cache.clear()
+            self._forgets = now
+
+    def forget_many(self, fingerprints: Sequence[bytes]) -> int:
+        """Re-admit these items: the next check of each, by any worker, answers new (once),
+        and adds it again. A Bloom filter cannot delete, so each item's keyed hash goes
+        into its shard's forgotten set, which the check-and-add script looks at first;
+        the forget counter tells workers to drop their local caches (they look every
+        :data:`FORGET_CHECK_EVERY` seconds). Returns how many were not already waiting
+        to be re-admitted."""
+        shards = self.sizing.shards
+        by_shard: dict[int, list[bytes]] = {}
+        for fp in dict.fromkeys(fingerprints):
+            h1, h2 = hashing.halves(fp, self.seed)
+            by_shard.setdefault(hashing.shard_of(h1, shards), []).append(
+                hashing.keyed_item(h1, h2))
+        added = _pipelined(self.client, [("SADD", keys.forgotten(self.key, shard), *members)
+                                         for shard, members in sorted(by_shard.items())])
+        self.client.incr(keys.forgets(self.key))
+        self.cache.clear()
+        return sum(int(n) for n in added)
+
+    def forgotten(self) -> int:
+        """Items waiting to be re-admitted (``bloomdupe forget``), every shard."""
+        return sum(int(n) for n in _pipelined(
+            self.client, [("SCARD", keys.forgotten(self.key, i))
+                          for i in range(self.sizing.shards)]))
+
     def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
         """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
         assert self.window_engine is not None
@@ -723,6 +770,18 @@ class BloomFilter:
         return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
                           generations, self.engine_name)
 
+    def window_figures(self, info: FilterInfo) -> dict[str, float]:
+        """With a window, from :meth:`info`: the time slices in Redis (``slices``) and how
+        long ago the oldest of them began (``oldest_slice_age``, seconds); {} without."""
+        if self.window is None:
+            return {}
+        made = [g for g in info.generations if g.memory_bytes]
+        oldest = min((g.index for g in made), default=None)
+        age = 0.0 if oldest is None else max(0.0, (
+            self.window_engine.clock.estimate() - oldest * self.window.slice_ms) / 1000
+            if self.window_engine is not None else 0.0)
+        return {"slices": len(made), "oldest_slice_age": round(age, 3)}
+
     def clear(self, *, finished: bool = False) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
         and the crawl-wide stats (``crawlstats``).
@@ -736,6 +795,7 @@ class BloomFilter:
         names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
                  keys.workers(self.key), keys.forgets(self.key), *self._lock_keys,
                  *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),
+                 *(keys.forgotten(self.key, i) for i in range(self.sizing.shards)),
                  *self.engine.shard_names()]
         for i in range(self.sizing.shards):
             names.extend(self.client.scan_iter(match=keys.op_log_pattern(self.key, i),

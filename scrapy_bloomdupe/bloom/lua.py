@@ -75,9 +75,10 @@ class LuaEngine(ScriptedEngine):
 
     # -- check-and-add ------------------------------------------------------
 
-    def item_args(self, shard: int, h1: int, h2: int) -> list[int]:
-        """An item's part of a call: its offsets in every generation, oldest first."""
-        args: list[int] = []
+    def item_args(self, shard: int, h1: int, h2: int) -> list[int | bytes]:
+        """An item's part of a call: its keyed hash (the forgotten set's member), then its
+        offsets in every generation, oldest first."""
+        args: list[int | bytes] = [hashing.keyed_item(h1, h2)]
         for plan in self.generations:
             m = plan.modulus
             args.extend(hashing.offsets(

@@ -87,9 +87,8 @@ def reserve_of(plan: sizing.Sizing) -> Reserve:
                    math.ceil(_LN2 * per_item))
 
 
-def item(h1: int, h2: int) -> bytes:
-    """What ``BF.*`` is given for an item: its seeded 128-bit hash, 16 bytes."""
-    return (h1 | h2 << 64).to_bytes(16, "little")
+#: What ``BF.*`` is given for an item: its seeded 128-bit hash, 16 bytes.
+item = hashing.keyed_item
 
 
 def available(client: Redis | RedisCluster, key: str, *, required: bool = False) -> bool:

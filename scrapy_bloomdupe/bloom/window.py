@@ -80,6 +80,10 @@ class SliceClock:
         mono = time.monotonic() * 1000
         return mono + self._offset + CLOCK_MARGIN_MS + CLOCK_DRIFT * (mono - self._synced)
 
+    def estimate(self) -> float:
+        """Redis's time now as best reckoned (ms), for figures."""
+        return time.monotonic() * 1000 + self._offset
+
     def adopt(self, shard: int, slice_id: int, redis_ms: float) -> None:
         self.current[shard] = slice_id
         self.sync(redis_ms)
@@ -186,6 +190,28 @@ class _Slices:
         there = _pipelined(self.client, [("EXISTS", name) for _, _, name in found])
         return [f for f, is_there in zip(found, there, strict=True) if is_there]
 
+    def lost_keys(self) -> list[str]:
+        """Slice keys the records hold that are gone before their time (lost state).
+        Reads only."""
+        seconds, micros = self.client.time()
+        current = self.window.slice_of(seconds * 1000 + micros // 1000)
+        recorded = _pipelined(self.client, [("ZRANGE", keys.slice_record(self.key, i), 0, -1)
+                                            for i in range(self.shards)])
+        names = [self.slice_key(i, int(s)) for i, ids in enumerate(recorded) for s in ids
+                 if int(s) >= current - self.window.slices]
+        there = _pipelined(self.client, [("EXISTS", n) for n in names])
+        return [n for n, is_there in zip(names, there, strict=True) if not is_there]
+
+    def _by_slice(self, found: Sequence[tuple[int, int, str]], figures: Sequence[Any],
+                  make: Any) -> list[list[ShardInfo]]:
+        """Per slice in Redis and the current one (oldest first), every shard's figures:
+        ``make(shard, slice, key, figure)``, with None as the figure of a shard the slice
+        does not have (no item of that shard arrived during it)."""
+        ids = sorted({s for s, _, _ in found} | {max(self.clock.current)})
+        got = {(s, i): f for (s, i, _), f in zip(found, figures, strict=True)}
+        return [[make(i, s, self.slice_key(i, s), got.get((s, i)))
+                 for i in range(self.shards)] for s in ids]
+
     def missing(self, shard: int) -> str:
         return " or ".join(self.live_keys(shard)) + " is gone before its time"
 
@@ -257,12 +283,10 @@ class WindowLuaEngine(_Slices, LuaEngine):
         for _, _, name in found:
             pipe.bitcount(name)
             pipe.memory_usage(name, samples=0)
-        raw = iter(pipe.execute())
-        by_slice: dict[int, list[ShardInfo]] = {}
-        for s, i, name in found:
-            by_slice.setdefault(s, []).append(
-                ShardInfo(i, s, name, int(next(raw) or 0), plan.modulus, int(next(raw) or 0)))
-        return list(by_slice.values())
+        raw = pipe.execute()
+        figures = list(zip(raw[::2], raw[1::2], strict=True))
+        return self._by_slice(found, figures, lambda i, s, name, f: ShardInfo(
+            i, s, name, int(f[0] or 0) if f else 0, plan.modulus, int(f[1] or 0) if f else 0))
 
 
 class WindowNativeEngine(_Slices, NativeEngine):
@@ -315,10 +339,9 @@ class WindowNativeEngine(_Slices, NativeEngine):
         counts = self._counts([name for _, _, name in found])
         memory = _pipelined(self.client, [("MEMORY", "USAGE", name, "SAMPLES", "0")
                                           for _, _, name in found])
-        by_slice: dict[int, list[ShardInfo]] = {}
-        for (s, i, name), n, mem in zip(found, counts, memory, strict=True):
-            by_slice.setdefault(s, []).append(ShardInfo(
-                i, s, name, round(bits * -math.expm1(-plan.hashes * n / bits)),
-                bits, int(mem or 0)))
-        return list(by_slice.values())
+        return self._by_slice(found, list(zip(counts, memory, strict=True)),
+                              lambda i, s, name, f: ShardInfo(
+                                  i, s, name,
+                                  round(bits * -math.expm1(-plan.hashes * f[0] / bits)) if f
+                                  else 0, bits, int(f[1] or 0) if f else 0))
 

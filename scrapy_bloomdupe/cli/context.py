@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 PROG = "bloomdupe"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_KEY_TEMPLATE = str(DEFAULTS["BLOOMDUPE_KEY"])
-COMMANDS = ("info", "stats", "check", "clear", "failed", "import", "keys", "metrics", "top")
+COMMANDS = ("info", "stats", "check", "forget", "clear", "failed", "import", "keys", "metrics",
+            "top")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -287,6 +288,8 @@ def missing_shards(ctx: Context, bloom: BloomFilter) -> list[str]:
     A worker that opens the filter creates them again, empty: every URL they
     held would be taken for new and fetched again.
     """
+    if bloom.window_engine is not None:  # slices expire on schedule; gone early is lost
+        return bloom.window_engine.lost_keys()
     names = [bloom.shard_key(i, g) for g in range(len(bloom.generations))
              for i in range(bloom.sizing.shards)]
     return [name for name in names if not ctx.client.exists(name)]

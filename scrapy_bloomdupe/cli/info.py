@@ -68,17 +68,26 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     growth = "on" if info.growth else "off"
     if info.growth:
         growth += f" (each new generation twice the last; newest holds {newest.capacity:,})"
+    window = bloom.window
     lines = [f"Bloom filter {info.key!r} in Redis at {ctx.where}"]
     lines += fields([
         ("created", when(info.created)),
         ("fingerprints", f"{bloom.fingerprint}: {MODE_DESCRIPTIONS.get(bloom.fingerprint, '?')}"),
         ("engine", ENGINE_DESCRIPTIONS.get(info.engine, info.engine)),
         ("capacity", f"{first.capacity:,} at error rate {rate(first.error_rate)} (first "
-                     f"generation); {info.capacity:,} in all"),
-        ("shards", f"{first.shards}, {human_bytes(first.bytes_per_shard)} each in generation 0"),
+                     f"generation); {info.capacity:,} in all" if window is None else
+                     f"{first.capacity:,} a time slice at error rate {rate(first.error_rate)}; "
+                     f"{first.capacity * window.slices:,} a window at "
+                     f"{rate(first.error_rate * window.live)}"),
+        ("shards", f"{first.shards}, {human_bytes(first.bytes_per_shard)} each in "
+                   + ("generation 0" if window is None else "every time slice")),
         ("hashes", str(first.hashes)),
-        ("growth", growth),
-        ("generations", str(len(info.generations))),
+        *([("growth", growth), ("generations", str(len(info.generations)))] if window is None
+          else [("window", f"{window.window_ms / 1000:g} s in {window.slices} slices of "
+                           f"{window.slice_ms / 1000:g} s (Redis's clock); forgotten between "
+                           f"the window and the window plus a slice after being added"),
+                ("time slices", f"{sum(1 for g in info.generations if g.memory_bytes)} in "
+                                f"Redis (at most {window.live}), each expiring on schedule")]),
         ("estimated items", f"{count(info.estimated_items)} "
                             f"({info.estimated_items / info.capacity:.1%} of capacity)"),
         ("fill", f"{percent(info.fill_ratio)} of {info.total_bits:,} bits"),
@@ -87,10 +96,10 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         ("queue", f"{sum(q for q, _ in queue):,} request(s) waiting, "
                   f"{sum(leased for _, leased in queue):,} leased by workers"),
     ])
-    lines += ["", "Generations"]
+    lines += ["", "Generations" if window is None else "Time slices (oldest first)"]
     lines += table(
-        ["gen", "capacity", "error rate", "bits/shard", "hashes", "fill", "est. items",
-         "est. FPR", "memory"],
+        ["gen" if window is None else "slice", "capacity", "error rate", "bits/shard",
+         "hashes", "fill", "est. items", "est. FPR", "memory"],
         [[str(g.index), f"{g.sizing.capacity:,}", rate(g.sizing.error_rate),
           f"{g.sizing.bits_per_shard:,}", str(g.sizing.hashes), percent(g.fill_ratio),
           count(g.estimated_items), rate(g.estimated_false_positive_rate),
@@ -101,7 +110,8 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         for name, indexes in nodes.items():
             for index in indexes:
                 node_of[index] = name
-    headers = ["shard", *(f"fill g{g.index}" for g in info.generations), "memory",
+    headers = ["shard", *(f"fill {'g' if window is None else 's'}{g.index}"
+                          for g in info.generations), "memory",
                "waiting", "leased"]
     rows = []
     for i in range(first.shards):

@@ -62,6 +62,12 @@ def add_check_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--body", default=None, help="body of the requests to check")
 
 
+def add_forget_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("forget options")
+    group.add_argument("--file", default=None, metavar="FILE",
+                       help="more URLs to forget, one a line ('-': standard input)")
+
+
 def add_clear_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("clear options")
     group.add_argument("-y", "--yes", action="store_true",
@@ -160,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "without adding it")
     check.add_argument("urls", nargs="+", metavar="URL")
     add_check_options(check)
+    forget = command("forget", "re-admit URLs: the next request for each counts as new, "
+                               "once, on every worker (with or without a window)")
+    forget.add_argument("urls", nargs="*", metavar="URL")
+    add_check_options(forget)
+    add_forget_options(forget)
     clear = command("clear", "delete the filter and its crawl stats (asks to type the key)")
     add_clear_options(clear)
     failed = command("failed", "requests that failed for good (after retries, or an HTTP "
@@ -200,8 +211,9 @@ def standalone_defaults(args: argparse.Namespace) -> argparse.Namespace:
 #: Options of ``scrapy bloomdupe`` and the commands they apply to.
 PROJECT_OPTIONS: dict[str, tuple[str, Any, tuple[str, ...]]] = {
     # dest: (option, default, commands)
-    "method": ("--method", "GET", ("check",)),
-    "body": ("--body", None, ("check",)),
+    "method": ("--method", "GET", ("check", "forget")),
+    "body": ("--body", None, ("check", "forget")),
+    "file": ("--file", None, ("forget",)),
     "yes": ("--yes", False, ("clear",)),
     "requeue": ("--requeue", False, ("failed",)),
     "limit": ("--limit", None, ("failed",)),
@@ -226,6 +238,7 @@ def add_project_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--json", action="store_true", default=False,
                        help="print JSON for scripts instead of tables")
     add_check_options(parser)
+    add_forget_options(parser)
     add_clear_options(parser)
     add_failed_options(parser)
     add_import_options(parser, standalone=False)

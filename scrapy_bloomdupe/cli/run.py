@@ -15,7 +15,7 @@ from scrapy.settings import Settings
 
 from ..exceptions import BloomDupeError
 from ..transport import diagnose
-from . import check, clear, failed, import_, info, keys, metrics, stats, top
+from . import check, clear, failed, forget, import_, info, keys, metrics, stats, top
 from .context import (
     COMMANDS,
     EXIT_FAILED,
@@ -33,6 +33,7 @@ HANDLERS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "info": info.run,
     "stats": stats.run,
     "check": check.run,
+    "forget": forget.run,
     "clear": clear.run,
     "failed": failed.run,
     "import": import_.run,
@@ -120,6 +121,11 @@ def run_project_command(settings: Settings, args: list[str], opts: argparse.Name
     if command == "check":
         if not rest:
             raise UsageProblem("check which URLs? scrapy bloomdupe check SPIDER URL [URL ...]")
+        opts.urls = rest
+    elif command == "forget":
+        if not rest and not opts.file:
+            raise UsageProblem("forget which URLs? scrapy bloomdupe forget SPIDER URL [URL ...] "
+                               "(or --file FILE)")
         opts.urls = rest
     elif rest:
         raise UsageProblem(f"unexpected argument(s) for {command}: {' '.join(rest)}")

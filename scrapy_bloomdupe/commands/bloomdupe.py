@@ -30,7 +30,8 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "info|stats|check|clear|failed|import|keys|metrics|top SPIDER [URL ...] [options]"
+        return ("info|stats|check|forget|clear|failed|import|keys|metrics|top SPIDER [URL ...] "
+                "[options]")
 
     def short_desc(self) -> str:
         return "Inspect, check, clear or import into a spider's scrapy-bloomdupe filter"
@@ -39,8 +40,10 @@ class Command(ScrapyCommand):
         return (
             "info: the filter's parameters, fill, estimated items and false-positive rate, "
             "memory. stats: crawl-wide and per-worker counters. check SPIDER URL...: seen or "
-            "new, adding nothing. clear: delete the filter (asks to type its key unless "
-            "--yes). failed: requests that failed for good; --requeue fetches them again. "
+            "new, adding nothing. forget SPIDER URL... [--file FILE]: re-admit URLs (the next "
+            "request for each counts as new once, on every worker). clear: delete the filter "
+            "(asks to type its key unless --yes). failed: requests that failed for good; "
+            "--requeue fetches them again. "
             "import --from-set KEY | --from-jobdir DIR: add a scrapy-redis SET's or "
             "a JOBDIR's fingerprints (a new filter is made from the project's BLOOMDUPE_* "
             "settings). metrics --port PORT: serve the crawl's figures to Prometheus. top: a "

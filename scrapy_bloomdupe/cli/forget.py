@@ -1,0 +1,56 @@
+"""``bloomdupe forget URL... [--file FILE]``: re-admit URLs. The next request for each
+counts as new exactly once, on every worker (local caches included), with or without a
+recrawl window; fingerprinted as ``check`` fingerprints them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .check import _request
+from .context import EXIT_OK, Context, UsageProblem, fingerprinter_for, open_existing
+
+
+def _urls(opts: argparse.Namespace) -> list[str]:
+    urls = list(opts.urls or [])
+    if opts.file:
+        text = sys.stdin.read() if opts.file == "-" else Path(opts.file).read_text("utf-8")
+        urls += [line.strip() for line in text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+    if not urls:
+        raise UsageProblem("forget which URLs? give URL... or --file FILE (one a line)")
+    return urls
+
+
+def run(ctx: Context, opts: argparse.Namespace) -> int:
+    urls = _urls(opts)
+    requests, bad = [], []
+    for url in urls:
+        try:
+            requests.append(_request(url, opts))
+        except (ValueError, TypeError) as e:
+            bad.append(f"{url!r}: {e}")
+    if bad:
+        raise UsageProblem("bad URL " + "; ".join(bad) + " (give absolute http(s) URLs)")
+    bloom = open_existing(ctx)
+    try:
+        fingerprinter = fingerprinter_for(ctx, bloom.fingerprint)
+        fps = [fingerprinter.fingerprint(r) for r in requests]
+        seen = bloom.contains_many(fps)
+        added = bloom.forget_many(fps)
+        waiting = bloom.forgotten()
+    finally:
+        bloom.close()
+    distinct = len(set(fps))
+    if ctx.json:
+        ctx.emit({"key": ctx.key, "redis": ctx.where, "fingerprint": bloom.fingerprint,
+                  "forgotten": distinct, "were_seen": sum(seen),
+                  "already_waiting": distinct - added, "waiting": waiting})
+        return EXIT_OK
+    ctx.print(f"Forgot {distinct} URL(s) of {ctx.key!r} ({bloom.fingerprint} fingerprints, "
+              f"{opts.method}): {sum(seen)} of them were in the filter"
+              + (f", {distinct - added} were already waiting" if distinct - added else "")
+              + ". The next request for each counts as new once, on every worker (their "
+              f"local caches drop within a second); {waiting} wait for it now.")
+    return EXIT_OK
