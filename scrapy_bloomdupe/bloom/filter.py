@@ -391,7 +391,7 @@ class BloomFilter:
                             "item(s) of the local cache", self.key, len(cache))
                 cache.clear()
         remaining: Sequence[int] = range(count)
-        if len(cache) and time.monotonic() >= self._next_forget_check:
+        if cache.size and time.monotonic() >= self._next_forget_check:
             self._check_forgets()
         if cache.size:
             remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
