@@ -52,14 +52,11 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(PROJECT),
                                                            os.environ.get("PYTHONPATH")]))}
         common = {
-            "REDIS_URL": redis_url,
-            "DEMO_SITE_URL": site_url,
+            "REDIS_URL": redis_url, "DEMO_SITE_URL": site_url, "LOG_LEVEL": "INFO",
             # How long an idle worker waits for more work: scrapy-redis's contender
             # (benchmarks/wait_for_queue.py), and this package's end-of-crawl grace.
             "SHARED_QUEUE_IDLE_TIMEOUT": str(idle_timeout),
-            "BLOOMDUPE_DONE_GRACE": str(idle_timeout),
-            "BENCH_TIMING_DIR": str(timing),
-            "LOG_LEVEL": "INFO",
+            "BLOOMDUPE_DONE_GRACE": str(idle_timeout), "BENCH_TIMING_DIR": str(timing),
             "BLOOMDUPE_CAPACITY": str(max(10_000, 2 * pages)),
         }
         started = time.monotonic()
@@ -95,25 +92,19 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
     crawl_seconds = (stats["last_fetch"] - stats["first_fetch"]) if stats["first_fetch"] else 0.0
     dedup_cpu = sum(t["dedup_cpu"] for t in timings)
     worker_cpu = sum(t["worker_cpu"] for t in timings)
+    fetched = sum(1 for n in fetches if n)
+    total = {k: sum(t.get(k, 0) for t in timings)
+             for k in ("dedup_wall", "worker_wall", "requests", "calls", "round_trips")}
     return {
-        "name": name,
-        "pages": len(fetches),
-        "workers": workers,
-        "fetches": sum(fetches),
+        "name": name, "pages": len(fetches), "workers": workers, "fetches": sum(fetches),
         "fetched_twice": sum(1 for n in fetches if n > 1),
         "never_fetched": sum(1 for n in fetches if n == 0),
-        "crawl_seconds": crawl_seconds,
-        "wall_seconds": wall,
-        "pages_per_second": sum(1 for n in fetches if n) / crawl_seconds if crawl_seconds else 0.0,
-        "dedup_cpu": dedup_cpu,
-        "dedup_wall": sum(t["dedup_wall"] for t in timings),
-        "worker_cpu": worker_cpu,
-        "worker_wall": sum(t["worker_wall"] for t in timings),
-        "dedup_requests": sum(t["requests"] for t in timings),
-        "dedup_calls": sum(t["calls"] for t in timings),
+        "crawl_seconds": crawl_seconds, "wall_seconds": wall,
+        "pages_per_second": fetched / crawl_seconds if crawl_seconds else 0.0,
+        "dedup_cpu": dedup_cpu, "dedup_wall": total["dedup_wall"], "worker_cpu": worker_cpu,
+        "worker_wall": total["worker_wall"], "dedup_requests": total["requests"],
+        "dedup_calls": total["calls"],
         "dedup_cpu_share": dedup_cpu / worker_cpu if worker_cpu else 0.0,
-        "round_trips": sum(t.get("round_trips", 0) for t in timings),
-        "round_trips_per_page": (sum(t.get("round_trips", 0) for t in timings)
-                                 / max(1, sum(1 for n in fetches if n))),
-        "logs": str(directory),
+        "round_trips": total["round_trips"],
+        "round_trips_per_page": total["round_trips"] / max(1, fetched), "logs": str(directory),
     }

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.connection import AbstractConnection
 from scrapy import signals
@@ -33,6 +33,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 
+T = TypeVar("T")
 #: Writes of commands to Redis by this process: its round trips.
 ROUND_TRIPS = [0]
 _send_packed_command = AbstractConnection.send_packed_command
@@ -59,26 +60,27 @@ class _Clock:
         self.path = Path(directory) / f"{os.getpid()}.json" if directory else None
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
-    def add(self, cpu: float, wall: float, requests: int) -> None:
-        self.dedup_cpu += cpu
-        self.dedup_wall += wall
-        self.calls += 1
-        self.requests += requests
+    def timed(self, requests: int, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, its CPU and wall time added to the totals."""
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.dedup_cpu += time.process_time() - cpu
+            self.dedup_wall += time.perf_counter() - wall
+            self.calls += 1
+            self.requests += requests
 
     def spider_closed(self, spider: Any, reason: str) -> None:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps({
-            "dedup_cpu": self.dedup_cpu,
-            "dedup_wall": self.dedup_wall,
-            "round_trips": ROUND_TRIPS[0],
-            "calls": self.calls,
-            "requests": self.requests,
+            "dedup_cpu": self.dedup_cpu, "dedup_wall": self.dedup_wall,
+            "round_trips": ROUND_TRIPS[0], "calls": self.calls, "requests": self.requests,
             "worker_cpu": time.process_time() - self.start_cpu,
             "worker_wall": time.perf_counter() - self.start_wall,
-            "process_cpu": time.process_time(),
-            "reason": reason,
+            "process_cpu": time.process_time(), "reason": reason,
         }))
 
 
@@ -94,30 +96,17 @@ class TimedRedisBloomDupeFilter(RedisBloomDupeFilter):
         return instance
 
     def request_seen(self, request: Any) -> bool:
-        cpu, wall = time.process_time(), time.perf_counter()
-        try:
-            return super().request_seen(request)
-        finally:
-            self._clock.add(time.process_time() - cpu, time.perf_counter() - wall, 1)
+        return self._clock.timed(1, super().request_seen, request)
 
     def requests_seen(self, requests: Sequence[Any]) -> list[bool]:
-        cpu, wall = time.process_time(), time.perf_counter()
-        try:
-            return super().requests_seen(requests)
-        finally:
-            self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
-                            len(requests))
+        return self._clock.timed(len(requests), super().requests_seen, requests)
 
     def check_and_queue(self, fingerprints: Sequence[bytes], queue: Any,
                         entries: Sequence[Any]) -> list[bool]:
         # Checks and queues (the scheduler's leased queue, on its Redis thread): the
         # queue's share is timed too.
-        cpu, wall = time.process_time(), time.perf_counter()
-        try:
-            return super().check_and_queue(fingerprints, queue, entries)
-        finally:
-            self._clock.add(time.process_time() - cpu, time.perf_counter() - wall,
-                            len(fingerprints))
+        return self._clock.timed(len(fingerprints), super().check_and_queue, fingerprints,
+                                 queue, entries)
 
 
 class TimedScrapyRedisDupeFilter(RFPDupeFilter):  # type: ignore[misc]
@@ -132,8 +121,4 @@ class TimedScrapyRedisDupeFilter(RFPDupeFilter):  # type: ignore[misc]
         return instance
 
     def request_seen(self, request: Any) -> bool:
-        cpu, wall = time.process_time(), time.perf_counter()
-        try:
-            return bool(super().request_seen(request))
-        finally:
-            self._clock.add(time.process_time() - cpu, time.perf_counter() - wall, 1)
+        return bool(self._clock.timed(1, super().request_seen, request))
