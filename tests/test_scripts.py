@@ -364,3 +364,89 @@ def test_a_command_refused_inside_a_script_raises_and_the_push_is_not_recorded(
     with pytest.raises(ResponseError, match="float"):
         script(client, FRONTIER, "push.lua")(keys=[Q, RECORD], args=[1, 60_000, "x", "a"])
     assert not client.exists(Q, RECORD)
+
+
+# -- check-and-add with a window (bloom/window.py) ------------------------------------
+
+SLICE_MS, SLICES = 60_000, 8
+RECORD, SLICE_KEYS = "{t}:slices", "{t}:slice:"
+
+
+class WindowCheckAdd:
+    """One engine's windowed check-and-add script on shard ``{t}``."""
+
+    def __init__(self, client: redis.Redis, engine: str) -> None:
+        self.client, self.engine = client, engine
+        name = "check_add_window_bits.lua" if engine == "lua" else "check_add_window_bf.lua"
+        self.script = script(client, BLOOM, name)
+
+    def now_slice(self) -> int:
+        seconds, micros = self.client.time()
+        return (seconds * 1000 + micros // 1000) // SLICE_MS
+
+    def __call__(self, items: list[int], c: int, *, call: int = 1, ack: int = 1) -> Any:
+        shape = [64, K] if self.engine == "lua" else [0.01, 100]
+        item_args = [a for item in items for a in (
+            [f"item-{item}", *((item * 7 + i * 97) % 512 for i in range(K))]
+            if self.engine == "lua" else [f"item-{item}"])]
+        slice_keys = [f"{SLICE_KEYS}{s}" for s in range(c - SLICES, c + 1)]
+        return self.script(keys=[OP_LOG, RECORD, LOCK, FORGOT, *slice_keys],
+                           args=["", call, ack, 60_000, SLICE_MS, SLICES, c, *shape,
+                                 len(items), *item_args])
+
+
+@pytest.fixture
+def window_check_add(engine_client: redis.Redis, engine: str) -> WindowCheckAdd:
+    return WindowCheckAdd(engine_client, engine)
+
+
+def test_a_window_call_makes_its_slice_and_sets_it_to_expire(
+        window_check_add: WindowCheckAdd) -> None:
+    w, c = window_check_add, window_check_add.now_slice()
+    reply = w([1, 2, 1], c)
+    if isinstance(reply, list):  # a slice had just started
+        c = reply[0]
+        reply = w([1, 2, 1], c, call=2, ack=2)
+    assert reply == b"110"
+    assert w.client.pexpiretime(f"{SLICE_KEYS}{c}") == (c + SLICES + 1) * SLICE_MS
+    assert w.client.zrange(RECORD, 0, -1) == [str(c).encode()]
+    assert w([1], c, call=5, ack=5) == b"0"
+
+
+def test_a_window_call_with_an_old_slice_is_told_redis_s_and_writes_nothing(
+        window_check_add: WindowCheckAdd) -> None:
+    w = window_check_add
+    c = w.now_slice()
+    reply = w([1], c - 3)
+    assert isinstance(reply, list) and reply[0] in (c, c + 1)
+    assert reply[1] // SLICE_MS == reply[0]
+    assert w.client.keys("*") == []
+
+
+def test_a_recorded_slice_gone_before_its_time_is_reported(
+        window_check_add: WindowCheckAdd) -> None:
+    w = window_check_add
+    c = w.now_slice()
+    w.client.zadd(RECORD, {str(c - 2): c - 2})  # made, due to expire well after now
+    reply = w([1], c)
+    assert reply == -3 or isinstance(reply, list)
+    assert not w.client.exists(OP_LOG, f"{SLICE_KEYS}{c}")
+
+
+def test_a_window_the_acl_cannot_expire_fails_before_any_write(
+        window_check_add: WindowCheckAdd) -> None:
+    c = window_check_add.client
+    c.acl_setuser("noexpire", enabled=True, passwords=["+pw"], keys=["*"],
+                  commands=["+@all", "-pexpireat"])
+    try:
+        limited = as_user(c, "noexpire")
+        other = WindowCheckAdd(limited, window_check_add.engine)
+        with pytest.raises(NoPermissionError, match="pexpireat"):
+            now = other.now_slice()
+            reply = other([1], now)
+            if isinstance(reply, list):
+                other([1], reply[0])
+        assert c.keys("*") == []
+        limited.close()
+    finally:
+        c.acl_deluser("noexpire")
