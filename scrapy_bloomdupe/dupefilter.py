@@ -125,7 +125,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         except redis.exceptions.NoPermissionError:  # HGETALL denied: the probe names it
             engine = "lua" if config.engine == "auto" else config.engine
         # An ACL that lacks a command: one error now, not on page one.
-        probe(client, key, engine)
+        probe(client, key, engine, window=config.window is not None)
         check_eviction(client)
         try:
             bloom = BloomFilter.open(

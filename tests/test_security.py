@@ -406,6 +406,43 @@ def test_least_privilege_acl_runs_a_crawl(auth_server: RedisServer, admin: redis
     assert_cleared(admin, persist=persist)
 
 
+def window_workload(url: str) -> None:
+    """What a worker with BLOOMDUPE_WINDOW does to Redis: check, add and queue, read the
+    slices' figures, run the crawl to its end and clear."""
+    crawler = sec_crawler(url, SCHEDULER_PERSIST=False, BLOOMDUPE_DONE_GRACE=0,
+                          BLOOMDUPE_WINDOW=3600, BLOOMDUPE_CAPACITY=8000)
+    sched = Scheduler.from_crawler(crawler)
+    sched.open(crawler.spider)
+    urls = [f"http://sec.example/{i}" for i in range(200)]
+    assert all(sched.enqueue_request(Request(u)) for u in urls[:100])
+    assert not sched.enqueue_request(Request(urls[0]))
+    assert not any(sched.df.requests_seen([Request(u) for u in urls[100:]]))
+    sched.df.update_stats(with_fill=True)
+    assert crawler.stats.get_value("bloomdupe/window/slices") == 1
+    while sched.next_request() is not None:
+        pass
+    sched._tick()
+    sched._spider_idle(crawler.spider)
+    sched.close("finished")
+
+
+def test_least_privilege_acl_runs_a_crawl_with_a_window(auth_server: RedisServer,
+                                                       admin: redis.Redis) -> None:
+    """With BLOOMDUPE_WINDOW the documented ACL plus +pexpireat runs a crawl; without
+    +pexpireat the start-up check names it, having written nothing."""
+    url = url_for(auth_server, f"{USER}:{PASSWORD}")
+    set_user(admin, acl_rules(commands=(*ACL_COMMANDS, "pexpireat")))
+    window_workload(url)
+    assert {d["object"] for d in denials(admin)} <= TOLERATED_DENIALS
+    assert_cleared(admin)
+    admin.flushall()
+    set_user(admin, acl_rules())
+    with pytest.raises(BloomDupeError) as info:
+        window_workload(url)
+    assert "+pexpireat" in str(info.value), str(info.value)
+    assert admin.dbsize() == 0
+
+
 @pytest.fixture(scope="module")
 def auth_redisbloom_server(redisbloom_server: RedisServer | str) -> Iterator[RedisServer]:
     """A password-protected Redis with RedisBloom loaded."""

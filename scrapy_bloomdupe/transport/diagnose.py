@@ -320,11 +320,13 @@ def refusal(where: str, error: BaseException) -> str:
     return f"Redis at {where} refused a command ({type(error).__name__}: {text})"
 
 
-def probe_commands(key: str, engine: str = "lua") -> list[tuple[Any, ...]]:
+def probe_commands(key: str, engine: str = "lua", *, window: bool = False
+                   ) -> list[tuple[Any, ...]]:
     """Every command a crawl sends (inside its scripts too), on keys of its own that it
     deletes at once: what :func:`probe` runs at start. ``engine`` is the filter's
     (``BLOOMDUPE_ENGINE``): the bit commands of ``"lua"``, or the ``BF.*`` commands of
-    ``"redisbloom"``."""
+    ``"redisbloom"``. With a recrawl ``window`` (``BLOOMDUPE_WINDOW``), the command that
+    sets a time slice to expire too."""
     s, h, z, x, b = (keys.probe(key, kind) for kind in ("s", "h", "z", "x", "b"))
     bits: list[tuple[Any, ...]] = [
         ("BITFIELD", s, "SET", "u1", 0, 0), ("BITFIELD_RO", s, "GET", "u1", 0),
@@ -341,15 +343,17 @@ def probe_commands(key: str, engine: str = "lua") -> list[tuple[Any, ...]]:
         ("ZADD", z, 0, "m"), ("ZCARD", z), ("ZRANGE", z, 0, 0),
         ("ZRANGEBYSCORE", z, "-inf", "+inf"), ("ZREMRANGEBYRANK", z, 1, 1), ("ZREM", z, "m"),
         ("XADD", x, "MAXLEN", 1, "*", "f", "v"),
+        *([("PEXPIREAT", s, 1 << 42)] if window else []),
         ("DEL", s, h, z, x),
     ]
 
 
-def probe(client: Redis | RedisCluster, key: str, engine: str = "lua") -> None:
+def probe(client: Redis | RedisCluster, key: str, engine: str = "lua", *,
+          window: bool = False) -> None:
     """Run :func:`probe_commands` (and ``TIME``, ``SCRIPT LOAD``, ``EVALSHA``) before the
     crawl writes anything: a user whose ACL lacks one of them gets one error naming
     every missing rule, instead of a crawl that fails on its first page."""
-    commands = probe_commands(key, engine)
+    commands = probe_commands(key, engine, window=window)
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)
