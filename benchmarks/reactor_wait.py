@@ -5,7 +5,8 @@ on the process's main thread only (Scrapy's reactor), every write of a command
 to a redis-py connection and every reply read, and every wait for the
 scheduler's frontier lock and for a :class:`~scrapy_bloomdupe.transport.link.Link`'s
 lock, and names the package function that made the call (the first frame in
-``scrapy_bloomdupe`` above the transport). :func:`figures` returns the totals,
+``scrapy_bloomdupe`` above the transport, after "crawl" while the scheduler's
+Redis thread runs, else "start/end"). :func:`figures` returns the totals,
 which the timed dupefilter writes with its own at spider close. A crawl whose
 Redis work is all off the reactor shows zeros here (but for the crawl's start
 and end).
@@ -27,6 +28,7 @@ from typing import Any
 
 from redis.connection import AbstractConnection
 
+from scrapy_bloomdupe.frontier.iothread import IOThread
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.transport.link import Link
 
@@ -40,8 +42,16 @@ _LOW = ("/transport/", "/bloom/", "/frontier/", "/redis/", "reactor_wait.py", "t
         "/crawlstats.py")
 
 
+#: Whether a scheduler's Redis thread runs (the crawl, between its start and its end).
+_CRAWLING = [False]
+
+
 def _site() -> str:
-    frame = sys._getframe(2)
+    return ("crawl " if _CRAWLING[0] else "start/end ") + _caller()
+
+
+def _caller() -> str:
+    frame = sys._getframe(3)
     while frame is not None:
         name = frame.f_code.co_filename
         if "scrapy_bloomdupe" in name and not any(low in name for low in _LOW):
@@ -165,6 +175,21 @@ def _timed_next(next_request: Any) -> Any:
     return timed
 
 
+_start, _stop = IOThread.start, IOThread.stop
+
+
+def _started(self: Any, reactor: Any) -> None:
+    _start(self, reactor)
+    _CRAWLING[0] = True
+
+
+def _stopped(self: Any) -> None:
+    _CRAWLING[0] = False
+    _stop(self)
+
+
+IOThread.start = _started  # type: ignore[method-assign]
+IOThread.stop = _stopped  # type: ignore[method-assign]
 Scheduler._run = _timed_run(Scheduler._run)  # type: ignore[method-assign]
 Scheduler.next_request = _timed_next(Scheduler.next_request)  # type: ignore[method-assign]
 _figures = figures
