@@ -33,6 +33,8 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 
+from . import reactor_wait
+
 #: Writes of commands to Redis by this process: its round trips.
 ROUND_TRIPS = [0]
 _send_packed_command = AbstractConnection.send_packed_command
@@ -79,6 +81,7 @@ class _Clock:
             "worker_wall": time.perf_counter() - self.start_wall,
             "process_cpu": time.process_time(),
             "reason": reason,
+            **reactor_wait.figures(),
         }))
 
 
