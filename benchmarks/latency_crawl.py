@@ -64,7 +64,7 @@ def command_stats(client: redis.Redis) -> tuple[int, float]:
             sum(float(v["usec"]) for v in stats.values()))
 
 
-def one_crawl(name: str, settings: dict[str, str], url: str, direct: redis.Redis,
+def one_crawl(name: str, settings: dict[str, str], url: str,
               args: argparse.Namespace, label: str) -> dict[str, Any]:
     result = e2e.crawl(f"{name} {label}", settings, redis_url=url, pages=args.pages,
                        workers=args.workers, out=args.out)
@@ -79,7 +79,6 @@ def one_crawl(name: str, settings: dict[str, str], url: str, direct: redis.Redis
 def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with RedisServer(persist=True, extra=["--appendfsync", "everysec"]) as server:
-        direct = redis.Redis.from_url(server.url)
         base_rtt = measure_rtt(server.url)
         for delay in args.delays:
             proxy = LatencyProxy(server.port, delay).start() if delay else None
@@ -88,14 +87,13 @@ def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rtt = measure_rtt(url)
                 label = f"+{delay:g} ms" if delay else "local"
                 for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
-                    result = one_crawl(name, settings, url, direct, args, label)
+                    result = one_crawl(name, settings, url, args, label)
                     result.update({"contender": name, "delay_ms": delay,
                                    "added_rtt_us": (rtt - base_rtt) * 1e6})
                     rows.append(result)
             finally:
                 if proxy is not None:
                     proxy.stop()
-        direct.close()
     return rows
 
 

@@ -5,7 +5,8 @@ Runs the example project's crawl (``e2e.py``: 4 ``scrapy crawl`` workers, the
 demo site) once per contender against one redis-server with RedisBloom loaded,
 in the same run: scrapy-redis (its scheduler, queue and SET dupefilter), and
 this package in lock mode (the default) on both engines and in atomic mode on
-both, and with 24 shards on the one node; then, unless ``--no-cluster``, lock
+both, and with 24 shards on the one node (what the cluster's shards cost apart
+from the cluster); then, unless ``--no-cluster``, lock
 mode on a local 3-master Redis Cluster with 24 shards. Before each crawl
 ``CONFIG RESETSTAT``; after it:
 
@@ -41,6 +42,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import redis
@@ -64,7 +66,6 @@ CONTENDERS: list[tuple[str, dict[str, str]]] = [
     ("redisbloom, lock", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "redisbloom"}),
     ("redisbloom, atomic", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "redisbloom",
                             "BLOOMDUPE_LOCK": "False"}),
-    # The cluster's 24 shards on one node: what the shards cost, apart from the cluster.
     ("lua, lock, 24 shards", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "lua", "BLOOMDUPE_SHARDS": "24"}),
 ]
 
@@ -114,13 +115,6 @@ def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Red
     return result
 
 
-class Queue:
-    """The sink the crawl's check-and-queue writes into (a sorted set per shard)."""
-
-    def sink_key(self, shard: int) -> str:
-        return f"{{profile:{shard}}}:queue"
-
-
 def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) -> str:
     """One Markdown row: where one check-and-queue call's Redis µs go."""
     client = redis.Redis.from_url(url)
@@ -128,11 +122,13 @@ def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) ->
     plan = sizing.plan(1_000_000, sizing.first_generation_error_rate(0.001, True))
     bloom = BloomFilter.open(client, "profile", plan, growth=True, engine=engine, use_lock=lock)
     request = b"r" * 400
+    # The sink of the crawl's check-and-queue: a sorted set per shard.
+    queue = SimpleNamespace(sink_key=lambda shard: f"{{profile:{shard}}}:queue")
     fps = [hashlib.sha1(b"%d" % i).digest() for i in range(calls * items)]
     client.config_resetstat()
     before = main_thread_cpu(client)
     for j in range(calls):
-        bloom.add_many(fps[j * items:(j + 1) * items], Queue(), lambda i: (0, request))
+        bloom.add_many(fps[j * items:(j + 1) * items], queue, lambda i: (0, request))
     cpu = (main_thread_cpu(client) - before) * 1e6 / calls
     stats = {k.removeprefix("cmdstat_"): float(v["usec"]) / calls
              for k, v in client.info("commandstats").items()}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,8 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 
-from . import reactor_wait
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from harness import reactor_wait
 
 #: Writes of commands to Redis by this process: its round trips.
 ROUND_TRIPS = [0]

@@ -1,6 +1,7 @@
 """Where a worker's reactor thread waits for Redis, for the end-to-end crawl benchmark.
 
-Imported by :mod:`benchmarks.timed` (so every benchmark worker has it): it times,
+A developer's instrument, imported by :mod:`benchmarks.timed` (so every benchmark
+worker has it): it times,
 on the process's main thread only (Scrapy's reactor), every write of a command
 to a redis-py connection and every reply read, and every wait for the
 scheduler's frontier lock and for a :class:`~scrapy_bloomdupe.transport.link.Link`'s
