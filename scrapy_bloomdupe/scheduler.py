@@ -140,6 +140,20 @@ class _Look:
     back: list[tuple[int, Request]]
 
 
+class _Stopped(BloomDupeError):
+    """A Redis job that came up after this worker stopped the crawl on an error: not run.
+    Once a crawl stopped, nothing more is sent to Redis (what the job would have
+    written stays leased and comes back to the next workers); without this, each job
+    already in line would wait out the same outage, one after the other, before the
+    worker could close."""
+
+
+def _never_after_stop(failure: Failure) -> Deferred[Any]:
+    """An errback: a job not run because the crawl stopped pauses its chain for good
+    (a Deferred that never fires); any other failure goes on down the chain."""
+    return Deferred() if isinstance(failure.value, _Stopped) else defer.fail(failure)
+
+
 def _stopped(failure: Failure) -> Failure | None:
     """The end of a Redis job's errbacks: a Redis error was acted on (the crawl stops)."""
     return None if isinstance(failure.value, (RedisError, BloomDupeError)) else failure
@@ -592,6 +606,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 failure.raiseException()
             # Not queued. The page that made them stays leased (no ack from now on), so
             # it is fetched again by the next workers.
+            if isinstance(error, _Stopped):
+                return outcomes
             self.df.check_failed(error, len(fps))
             if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
                 self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
@@ -611,7 +627,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._outbox.append(output)
             ask, self._drain_asked = not self._drain_asked, True
         if ask:
-            self._run(self._drain).addCallback(self._drained)
+            self._run(self._drain).addCallbacks(self._drained, self._undrained)
         return output.answer
 
     def _drain(self) -> tuple[list[_Output], list[bool] | Exception]:
@@ -640,11 +656,21 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             output.answer.callback(new[at:at + len(output.fingerprints)])
             at += len(output.fingerprints)
 
+    def _undrained(self, failure: Failure) -> None:
+        """The drain did not run (the crawl stopped): every output waiting gets the reason."""
+        with self._outbox_lock:
+            outputs, self._outbox = self._outbox, []
+            self._drain_asked = False
+        for output in outputs:
+            output.answer.errback(failure.value)
+
     def _run(self, call: Callable[[], T], *, now: bool = False) -> Deferred[T]:
         """``call`` (Redis work of the filter and the queue) under the frontier's lock: on
         the Redis thread during a crawl, else (``now``) here and at once."""
         def locked() -> T:
             with self._lock:
+                if not now and self._failed():
+                    raise _Stopped("the crawl stopped on an error")
                 return call()
         return defer.maybeDeferred(locked) if now else self._io.run(locked)
 
@@ -758,7 +784,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._filling = False
         if isinstance(result, Failure):
             self._look = None
-            logger.error("Leasing requests failed: %s", result.getErrorMessage())
+            if not isinstance(result.value, _Stopped):
+                logger.error("Leasing requests failed: %s", result.getErrorMessage())
         refill, self._refill = self._refill, False
         if refill and not self._buffer and not self._failed():
             self._fill()  # all it took came back too often: take more
@@ -779,7 +806,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """The Redis thread's call failed: stop the crawl (as :meth:`_guarded` does)."""
         if not isinstance(failure.value, (RedisError, BloomDupeError)):
             failure.raiseException()
-        self.df.fail(failure.value)
+        if not isinstance(failure.value, _Stopped):
+            self.df.fail(failure.value)
 
     def done(self, request: Request) -> None:
         """Scrapy is done with ``request`` (its callback's output is queued, it failed for
@@ -864,8 +892,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def in_redis_thread(self, call: Callable[[], T]) -> Deferred[T]:
         """``call`` on this scheduler's Redis thread during a crawl (here and at once
         otherwise), in turn with the frontier's work: the Redis work of other components
-        (live figures, the filter's fill) keeps off Scrapy's reactor too."""
-        return self._run(call)
+        (live figures, the filter's fill) keeps off Scrapy's reactor too. Once the crawl
+        stopped on an error the call is not run, and the Deferred never fires."""
+        d: Deferred[T] = self._run(call).addErrback(_never_after_stop)
+        return d
 
     def has_pending_requests(self) -> bool:
         if self.leased and (self._buffer or self._filling or self._enqueuing):
