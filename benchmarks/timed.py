@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +33,9 @@ from scrapy import signals
 from scrapy_redis.dupefilter import RFPDupeFilter
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from harness import reactor_wait
 
 T = TypeVar("T")
 #: Writes of commands to Redis by this process: its round trips.
@@ -81,6 +85,7 @@ class _Clock:
             "worker_cpu": time.process_time() - self.start_cpu,
             "worker_wall": time.perf_counter() - self.start_wall,
             "process_cpu": time.process_time(), "reason": reason,
+            **reactor_wait.figures(),
         }))
 
 

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
     from typing_extensions import Self
 
+    from .bloom.info import FilterInfo
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -439,8 +441,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             for name, value in totals.items():
                 self.stats.set_value(f"bloomdupe/crawl/{name}", value)
 
-    def update_stats(self, *, with_fill: bool = False) -> None:
-        """Copy the counters into Scrapy's stats; with ``with_fill``, read the fill from Redis."""
+    def update_stats(self, *, with_fill: bool = False, info: FilterInfo | None = None) -> None:
+        """Copy the counters into Scrapy's stats; with ``with_fill``, read the fill from Redis
+        (or take it from ``info``, read already)."""
         if self.stats is None:
             return
         counters = self.bloom.counters
@@ -466,8 +469,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "bloomdupe/lock/timeouts": lock.timeouts,
                 "bloomdupe/lock/lost": lock.lost,
             })
-        if with_fill:
-            info = self.bloom.info()
+        if with_fill or info is not None:
+            if info is None:
+                info = self.bloom.info()
             values.update({
                 "bloomdupe/fill_ratio": info.fill_ratio,
                 "bloomdupe/estimated_items": round(info.estimated_items),

@@ -20,13 +20,18 @@ from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
 from scrapy.utils.misc import load_object
 
 from . import dupefilter as dupefilter_module
+from . import scheduler as scheduler_module
 from .settings import BloomDupeConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.spiders import Spider
     from twisted.internet.task import LoopingCall
+    from twisted.python.failure import Failure
     from typing_extensions import Self
+
+    from .bloom.info import FilterInfo
+    from .dupefilter import RedisBloomDupeFilter
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +64,29 @@ class BloomDupeStats:
         df = dupefilter_module.for_crawler(self.crawler)
         if df is None:
             return
-        try:
-            df.update_stats(with_fill=True)
-        except redis.RedisError as e:  # Redis away: the dupefilter says so; skip this line
-            logger.debug("No Bloom filter figures this time: %s", e)
+        sched = scheduler_module.for_crawler(self.crawler)
+        if sched is None or sched.df is not df:
+            try:
+                df.update_stats(with_fill=True)
+            except redis.RedisError as e:  # Redis away: the dupefilter says so; skip this line
+                logger.debug("No Bloom filter figures this time: %s", e)
+                return
+            self._log(df)
             return
+        # The fill read on the scheduler's Redis thread: Scrapy's reactor never waits.
+        sched.in_redis_thread(df.bloom.info).addCallbacks(
+            lambda info: self._log(df, info), self._no_figures)
+
+    def _no_figures(self, failure: Failure) -> Failure | None:
+        if not isinstance(failure.value, redis.RedisError):
+            return failure
+        # Redis away: the dupefilter says so; skip this line.
+        logger.debug("No Bloom filter figures this time: %s", failure.getErrorMessage())
+        return None
+
+    def _log(self, df: RedisBloomDupeFilter, info: FilterInfo | None = None) -> None:
+        if info is not None:
+            df.update_stats(info=info)
         counters = df.bloom.counters
         now = time.monotonic()
         rate = (counters.checked - self._last_checked) / max(now - self._last_time, 1e-9) * 60

@@ -46,6 +46,7 @@ import time
 import weakref
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -114,6 +115,50 @@ ACK_DELAY = 0.05
 NAMED = 10
 
 
+@dataclass
+class _Output:
+    """One :meth:`Scheduler.queue_output` call waiting for the Redis thread (see _drain)."""
+
+    fingerprints: list[bytes]
+    entries: list[Any]
+    pushed: list[Request]
+    answer: Deferred[list[bool]] = field(default_factory=Deferred)
+
+
+@dataclass(frozen=True)
+class _Look:
+    """What an idle worker's look at the shared queue found (see _fill)."""
+
+    queued: int
+    leased: int
+    #: Whether the filter was found still there, unchanged (asked once the queue was
+    #: seen empty before).
+    verified: bool
+    #: The scheduler's work count when the look was asked (see _busy).
+    work: int
+    #: Dead workers' leases put back by the look.
+    back: list[tuple[int, Request]]
+
+
+class _Stopped(BloomDupeError):
+    """A Redis job that came up after this worker stopped the crawl on an error: not run.
+    Once a crawl stopped, nothing more is sent to Redis (what the job would have
+    written stays leased and comes back to the next workers); without this, each job
+    already in line would wait out the same outage, one after the other, before the
+    worker could close."""
+
+
+def _never_after_stop(failure: Failure) -> Deferred[Any]:
+    """An errback: a job not run because the crawl stopped pauses its chain for good
+    (a Deferred that never fires); any other failure goes on down the chain."""
+    return Deferred() if isinstance(failure.value, _Stopped) else defer.fail(failure)
+
+
+def _stopped(failure: Failure) -> Failure | None:
+    """The end of a Redis job's errbacks: a Redis error was acted on (the crawl stops)."""
+    return None if isinstance(failure.value, (RedisError, BloomDupeError)) else failure
+
+
 def _enabled(settings: BaseSettings, name: str, path: str) -> bool:
     """Whether the component at ``path`` (or a subclass of it) is enabled in ``name``."""
     for component in build_component_list(settings.getwithbase(name)):
@@ -152,6 +197,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: crawl (so that Scrapy's reactor never waits for Redis), one call at a time.
         self._io = IOThread()
         self._lock = threading.RLock()
+        #: queue_output calls waiting for the Redis thread: one job takes them all (_drain).
+        self._outbox: list[_Output] = []
+        self._outbox_lock = threading.Lock()
+        self._drain_asked = False
+        #: Requests given to enqueue_request whose check is on the Redis thread.
+        self._enqueuing = 0
+        #: Leases whose failure record is on its way to Redis: True once acked meanwhile.
+        self._recording: dict[str, bool] = {}
+        #: The idle look at the shared queue that _after_poll is acting on (see _fill).
+        self._look: _Look | None = None
+        #: Times this worker had work (see _busy): a look from before is stale.
+        self._work = 0
         self._filling = False
         self._ticking = False
         #: A pop whose every request had come back too often: pop again.
@@ -410,12 +467,46 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
         parent = request.meta.pop(LEASE_META, None)
+        if self.leased and isinstance(self.df, RedisBloomDupeFilter) and not self._io.inline:
+            return self._enqueue_async(request, parent)
         queued = self._enqueue(request)
         if parent is not None:
             # A copy of a request handed out here, scheduled from outside the spider's
             # output (a redirect, a retry, an errback's): its work goes on in the copy.
             self._ack(parent)
         return queued
+
+    def _enqueue_async(self, request: Request, parent: str | None) -> bool:
+        """:meth:`enqueue_request` during a crawl: the check-and-queue goes with the next
+        Redis round trip, and the engine hears at once that the request is scheduled.
+        One found seen before (or not queued: the crawl stops) is then dropped as
+        Scrapy drops it: counted in ``dupefilter/filtered`` and sent with
+        ``request_dropped``. A request that cannot be stored is refused here and now."""
+        prepared = self._prepare([request])
+        if prepared is None:
+            if parent is not None:
+                self._ack(parent)
+            return False  # cannot be stored (reported), or the crawl has stopped
+        self._enqueuing += 1
+
+        def answered(outcomes: list[bool | None]) -> None:
+            self._enqueuing -= 1
+            (outcome,) = outcomes
+            if outcome is not False:
+                if outcome:
+                    self.df.log(request, self.spider)
+                self.crawler.signals.send_catch_log(signals.request_dropped, request=request,
+                                                    spider=self.spider)
+            if parent is not None:
+                # Its work goes on in this copy, now queued (or done: a duplicate).
+                self._ack(parent)
+
+        def failed(failure: Failure) -> Failure:
+            self._enqueuing -= 1
+            return failure
+
+        self._queue_prepared([None], *prepared).addCallbacks(answered, failed)
+        return True
 
     def _enqueue(self, request: Request) -> bool:
         if self.leased and isinstance(self.df, RedisBloomDupeFilter):
@@ -466,19 +557,32 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """:meth:`check_and_queue` on the leased queue, on the scheduler's Redis thread
         during a crawl (``now``: on the caller's thread, at once): its answer fires
         back on Scrapy's reactor, which never waits for Redis meanwhile."""
+        outcomes: list[bool | None] = [None] * len(requests)
+        prepared = self._prepare(requests)
+        if prepared is None:
+            return defer.succeed(outcomes)
+        return self._queue_prepared(outcomes, *prepared, now=now)
+
+    def _prepare(self, requests: list[Request]
+                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
+        """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
+        and of those queued past the filter, the fingerprints and entries of the
+        checked ones, the requests pushed; None when there is nothing to send."""
         entries = self.storable(requests)
         checked = [i for i, r in enumerate(requests)
                    if entries[i] is not None and not r.dont_filter]
         unfiltered = [i for i, r in enumerate(requests)
                       if entries[i] is not None and r.dont_filter]
-        outcomes: list[bool | None] = [None] * len(requests)
         if not (checked or unfiltered) or self._failed():
-            return defer.succeed(outcomes)
+            return None
         fingerprint = self.df.fingerprinter.fingerprint
-        fps = [fingerprint(requests[i]) for i in checked]
-        checked_entries = [entries[i] for i in checked]
-        pushed = [requests[i] for i in unfiltered]
+        return (checked, unfiltered, [fingerprint(requests[i]) for i in checked],
+                [entries[i] for i in checked], [requests[i] for i in unfiltered])
 
+    def _queue_prepared(self, outcomes: list[bool | None], checked: list[int],
+                        unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
+                        pushed: list[Request], *, now: bool = False
+                        ) -> Deferred[list[bool | None]]:
         def job() -> list[bool]:
             new = self.df.check_and_queue(fps, self.queue, checked_entries) if fps else []
             if pushed:
@@ -502,6 +606,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 failure.raiseException()
             # Not queued. The page that made them stays leased (no ack from now on), so
             # it is fetched again by the next workers.
+            if isinstance(error, _Stopped):
+                return outcomes
             self.df.check_failed(error, len(fps))
             if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
                 self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
@@ -509,13 +615,62 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
 
-        return self._run(job, now=now).addCallbacks(answered, failed)
+        sent = self._run(job, now=now) if now or self._io.inline else self._send(
+            _Output(fps, checked_entries, pushed))
+        return sent.addCallbacks(answered, failed)
+
+    def _send(self, output: _Output) -> Deferred[list[bool]]:
+        """Queue ``output`` with the next Redis job that drains the outbox: while the
+        Redis thread is busy, the outputs of many callbacks gather there and go in one
+        round trip, instead of waiting in line for one round trip each."""
+        with self._outbox_lock:
+            self._outbox.append(output)
+            ask, self._drain_asked = not self._drain_asked, True
+        if ask:
+            self._run(self._drain).addCallbacks(self._drained, self._undrained)
+        return output.answer
+
+    def _drain(self) -> tuple[list[_Output], list[bool] | Exception]:
+        """On the Redis thread: check and queue every output in the outbox, together."""
+        with self._outbox_lock:
+            outputs, self._outbox = self._outbox, []
+            self._drain_asked = False
+        fps = [fp for output in outputs for fp in output.fingerprints]
+        entries = [entry for output in outputs for entry in output.entries]
+        pushed = [request for output in outputs for request in output.pushed]
+        try:
+            new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
+            if pushed:
+                self.df.outage.call(lambda: self.queue.push_many(pushed))
+        except Exception as e:  # each output's caller acts on it (see queue_output)
+            return outputs, e
+        return outputs, new
+
+    def _drained(self, answer: tuple[list[_Output], list[bool] | Exception]) -> None:
+        outputs, new = answer
+        at = 0
+        for output in outputs:
+            if isinstance(new, Exception):
+                output.answer.errback(new)
+                continue
+            output.answer.callback(new[at:at + len(output.fingerprints)])
+            at += len(output.fingerprints)
+
+    def _undrained(self, failure: Failure) -> None:
+        """The drain did not run (the crawl stopped): every output waiting gets the reason."""
+        with self._outbox_lock:
+            outputs, self._outbox = self._outbox, []
+            self._drain_asked = False
+        for output in outputs:
+            output.answer.errback(failure.value)
 
     def _run(self, call: Callable[[], T], *, now: bool = False) -> Deferred[T]:
         """``call`` (Redis work of the filter and the queue) under the frontier's lock: on
         the Redis thread during a crawl, else (``now``) here and at once."""
         def locked() -> T:
             with self._lock:
+                if not now and self._failed():
+                    raise _Stopped("the crawl stopped on an error")
                 return call()
         return defer.maybeDeferred(locked) if now else self._io.run(locked)
 
@@ -555,8 +710,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 request = lease.request
                 request.meta.pop(WAKE_META, None)  # left when a signal dropped the wake
                 request.meta[LEASE_META] = lease.field
-                if not self._buffer:
-                    self._fill()  # the next ones, while this one downloads
+                if len(self._buffer) <= self._low_water():
+                    self._fill()  # the next ones, while these download
             else:
                 self._starved = True
         if request is not None:
@@ -573,18 +728,49 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         (one per finished download) go to Redis again only once the idle poll is due,
         or this worker queued something; the idle poll (``poll``) always looks.
         ``then`` runs once the answer is in (at once when there is nothing to do)."""
-        if self._filling or self._buffer or self._failed() or (
+        if self._filling or len(self._buffer) > self._low_water() or self._failed() or (
                 not poll and time.monotonic() < self._empty_until):
             if then is not None and not self._filling:
                 then()
             return
         count = self._prefetch_count()
         self._filling = True
-        d = self._run(lambda: self.df.outage.call(partial(self.queue.pop_leases, count)))
+        pop = partial(self.df.outage.call, partial(self.queue.pop_leases, count))
+        look = self._look_job() if poll and not self._io.inline else None
+
+        def job() -> tuple[list[Lease], _Look | None]:
+            leases = pop()
+            return leases, (look() if look is not None and not leases else None)
+
+        d = self._run(job)
         d.addCallbacks(partial(self._filled, count), self._redis_failed)
         d.addBoth(self._fill_over, then)
 
-    def _filled(self, count: int, leases: list[Lease]) -> None:
+    def _look_job(self) -> Callable[[], _Look]:
+        """An idle worker's look at the shared queue, for the Redis thread (what
+        ``spider_idle`` asks of Redis when the worker runs without the thread): put dead
+        workers' leases back when due, count what is queued and leased, and, once the
+        queue was seen empty before, check that the filter is still there."""
+        reap = time.monotonic() >= self._reap_after
+        verify = self._idle_since is not None
+        work = self._work
+        call = self.df.outage.call
+
+        def look() -> _Look:
+            back: list[tuple[int, Request]] = call(self.queue.reap) if reap else []
+            queued, leased = call(self.queue.status)
+            verified = verify and not queued and not leased
+            if verified:
+                call(self.df.bloom.verify)
+                call(lambda: check_eviction(self.server, warn=False))
+            return _Look(queued, leased, verified, work, back)
+        return look
+
+    def _filled(self, count: int, answer: tuple[list[Lease], _Look | None]) -> None:
+        leases, look = answer
+        if look is not None:
+            self._reaped(look.back)
+            self._look = look
         # A full answer: the queue is deep, the next pop may take a few more.
         self._deep = len(leases) >= count
         self._buffer.extend(lease for lease in leases if not self._came_back_too_often(lease))
@@ -597,7 +783,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _fill_over(self, result: Any, then: Callable[[], None] | None) -> None:
         self._filling = False
         if isinstance(result, Failure):
-            logger.error("Leasing requests failed: %s", result.getErrorMessage())
+            self._look = None
+            if not isinstance(result.value, _Stopped):
+                logger.error("Leasing requests failed: %s", result.getErrorMessage())
         refill, self._refill = self._refill, False
         if refill and not self._buffer and not self._failed():
             self._fill()  # all it took came back too often: take more
@@ -618,7 +806,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """The Redis thread's call failed: stop the crawl (as :meth:`_guarded` does)."""
         if not isinstance(failure.value, (RedisError, BloomDupeError)):
             failure.raiseException()
-        self.df.fail(failure.value)
+        if not isinstance(failure.value, _Stopped):
+            self.df.fail(failure.value)
 
     def done(self, request: Request) -> None:
         """Scrapy is done with ``request`` (its callback's output is queued, it failed for
@@ -630,6 +819,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._ack(field)
 
     def _ack(self, field: str) -> None:
+        if field in self._recording:  # acked once its failure record is in Redis
+            self._recording[field] = True
+            return
         lease = self._handed.pop(field, None)
         if lease is None or self._failed():  # after an error what is held comes back
             return
@@ -660,16 +852,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                        "out again (`bloomdupe failed --requeue` fetches it again)",
                        lease.request, lease.requeues, limit, self.frontier.lease_timeout,
                        extra={"spider": self.spider})
-        self.record_failed(lease.request, f"its lease expired {lease.requeues} times "
-                                          "(BLOOMDUPE_MAX_REQUEUES): every worker that took it "
-                                          "stopped heartbeating")
-        self.queue.ack([lease])
+        recorded = self._record_failed(
+            lease.request, f"its lease expired {lease.requeues} times "
+            "(BLOOMDUPE_MAX_REQUEUES): every worker that took it stopped heartbeating")
+        recorded.addCallbacks(lambda _: self.queue.ack([lease]), _stopped)
         self._refill = True
         return True
 
     def _busy(self) -> None:
         """This worker has work, or queued some: look at the queue again at once."""
         self._not_done()
+        self._work += 1
         self._idle_poll = IDLE_POLL
         self._empty_until = 0.0
 
@@ -681,16 +874,31 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _prefetch_count(self) -> int:
         """How many requests to lease in one round trip: this worker's free download
-        slots (at least one), which the engine fills at once; and, while the queue is
-        deep (the last pop got all it asked for), a quarter of ``CONCURRENT_REQUESTS``
-        more, so that a busy worker pops once every few pages instead of once a page.
+        slots that its buffer does not cover (at least one), which the engine fills at
+        once; and, while the queue is deep (the last pop got all it asked for), a
+        quarter of ``CONCURRENT_REQUESTS`` more, so that a busy worker pops once every
+        few pages instead of once a page.
         Near the end of the crawl (a short answer) it takes no more than it can start,
         so no request waits here while another worker could fetch it."""
         extra = max(1, self._concurrency // 4) if self._deep else 0
-        return max(1, self._concurrency - len(self._handed)) + extra
+        return max(1, self._concurrency - len(self._handed) - len(self._buffer)) + extra
+
+    def _low_water(self) -> int:
+        """How few buffered requests make the next pop go out: while the queue is deep, a
+        quarter of ``CONCURRENT_REQUESTS``, so that the pop's round trip runs while
+        those start (no download slot waits for it); else none left."""
+        return self._concurrency // 4 if self._deep else 0
+
+    def in_redis_thread(self, call: Callable[[], T]) -> Deferred[T]:
+        """``call`` on this scheduler's Redis thread during a crawl (here and at once
+        otherwise), in turn with the frontier's work: the Redis work of other components
+        (live figures, the filter's fill) keeps off Scrapy's reactor too. Once the crawl
+        stopped on an error the call is not run, and the Deferred never fires."""
+        d: Deferred[T] = self._run(call).addErrback(_never_after_stop)
+        return d
 
     def has_pending_requests(self) -> bool:
-        if self.leased and (self._buffer or self._filling):
+        if self.leased and (self._buffer or self._filling or self._enqueuing):
             return True
         if self.leased and not self._io.inline:
             # Asked by the engine whenever it looks idle: no round trip here. With nothing
@@ -703,19 +911,49 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
         if not self.leased:
             return
+        self._record_failed(request, reason).addErrback(_stopped)
+
+    def _record_failed(self, request: Request, reason: str) -> Deferred[None]:
+        """:meth:`record_failed`; fires once the record is in Redis (during a crawl, from
+        the Redis thread: the request's lease is acked only then, see _ack)."""
         meta = {k: v for k, v in request.meta.items()
                 if k not in ("retry_times", QUEUED_META, LEASE_META)}
         score, payload = self.queue.entry(request.replace(meta=meta))
-        self._guarded(lambda: failed.record(
-            self.server, self.queue.tag, url=request.url, method=request.method,
-            reason=reason, score=score, request=payload, limit=self.frontier.failed_limit),
-            None)
+
+        def record() -> None:
+            failed.record(self.server, self.queue.tag, url=request.url, method=request.method,
+                          reason=reason, score=score, request=payload,
+                          limit=self.frontier.failed_limit)
+
+        if self._io.inline or not isinstance(self.df, RedisBloomDupeFilter):
+            self._guarded(record, None)
+            recorded: Deferred[None] = defer.succeed(None)
+        elif self._failed():
+            recorded = Deferred()  # never fires: after an error nothing is acked
+        else:
+            lease = request.meta.get(LEASE_META)
+            if lease is not None:
+                self._recording[lease] = False
+
+            def answered(_: None) -> None:
+                if lease is not None and self._recording.pop(lease, False):
+                    self._ack(lease)
+
+            def not_recorded(failure: Failure) -> Failure:
+                if lease is not None:
+                    self._recording.pop(lease, None)
+                self._redis_failed(failure)
+                return failure
+
+            recorded = self._run(lambda: self.df.outage.call(record))
+            recorded.addCallbacks(answered, not_recorded)
         self.stats.inc_value("bloomdupe/failed")
         level = logging.DEBUG if self._failed_logged else logging.WARNING
         self._failed_logged = True
         logger.log(level, "Failed for good, recorded in Redis: %s (%s); `bloomdupe failed` "
                    "lists such requests and --requeue fetches them again", request, reason,
                    extra={"spider": self.spider})
+        return recorded
 
     # -- leases ---------------------------------------------------------------------
 
@@ -876,6 +1114,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _spider_idle(self, spider: Spider) -> None:
         """This worker has nothing to do: stay while the crawl may still make work."""
+        if self.leased and not self._io.inline:
+            self._idle_async(spider)
+            return
         self._settle(idle=True)
         if self.leased:
             self._reap()
@@ -907,6 +1148,43 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                         "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE)",
                         now - self._idle_since, extra={"spider": spider})
 
+    def _idle_async(self, spider: Spider) -> None:
+        """:meth:`_spider_idle` during a crawl, with no Redis call here: it acts on the
+        look at the shared queue that the idle poll took on the Redis thread (see
+        _wake), and, with none at hand, asks for one and stays."""
+        if self._enqueuing or self._recording:
+            # A request's check or a failure's record is on its way: its lease is held.
+            self._wake_later()
+            raise DontCloseSpider
+        self._settle(idle=True)
+        look = self._look
+        if look is None or look.work != self._work:
+            self._wake_later(0.0)
+            raise DontCloseSpider
+        if look.queued or look.leased:
+            self._not_done()
+            waiting = ("the shared queue has requests" if look.queued else
+                       f"{look.leased} request(s) are leased by other workers, whose pages "
+                       "may queue more")
+            if waiting != self._waiting_for:
+                self._waiting_for = waiting
+                logger.info("Idle, staying: %s", waiting, extra={"spider": spider})
+            self._wake_later()
+            raise DontCloseSpider
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self.done_grace or not look.verified:
+            self._wake_later(min(self._idle_poll,
+                                 max(0.0, self._idle_since + self.done_grace - now)))
+            raise DontCloseSpider
+        self.crawl_done = True
+        if not self._done_logged:
+            self._done_logged = True
+            logger.info("The crawl is done: the shared queue is empty and no worker holds a "
+                        "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE)",
+                        now - self._idle_since, extra={"spider": spider})
+
     @property
     def done_grace(self) -> float:
         """Seconds the shared queue must stay empty, with no lease held, before this
@@ -914,10 +1192,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         ``SCHEDULER_IDLE_BEFORE_CLOSE`` when it is longer."""
         return max(self.frontier.done_grace, float(self.idle_before_close or 0))
 
-    def _wake_later(self) -> None:
+    def _wake_later(self, delay: float | None = None) -> None:
+        """Look at the shared queue again in ``delay`` seconds (by default the idle poll,
+        which then backs off)."""
         if self._wakeup is None and self._engine() is not None:
-            self._wakeup = call_later(self._idle_poll, self._wake)
-            self._idle_poll = min(self._idle_poll * 2, MAX_IDLE_POLL)
+            if delay is None:
+                delay = self._idle_poll
+                self._idle_poll = min(self._idle_poll * 2, MAX_IDLE_POLL)
+            self._wakeup = call_later(delay, self._wake)
 
     def _wake(self) -> None:
         """An idle engine asks its scheduler again only on its 5 s heartbeat. Look now:
@@ -926,6 +1208,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         :meth:`next_request`); with none, Scrapy's idle round is run, as the engine
         runs it, so that this worker stays or closes without waiting 5 s."""
         self._wakeup = None
+        if self._filling:  # a pop is on its way: look once it is in
+            self._wake_later()
+            return
         if self.leased and not self._buffer:
             self._starved = True  # what the pop brings wakes the engine (see _filled)
             self._fill(poll=True, then=self._after_poll)
@@ -933,6 +1218,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._after_poll()
 
     def _after_poll(self) -> None:
+        look, self._look = self._look, None
         engine = self._engine()
         if engine is None or engine.spider is None or self._failed():
             return
@@ -946,8 +1232,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if not self._handed:  # the queue had requests, others took them: look again
                 self._wake_later()
             return
-        results = self.crawler.signals.send_catch_log(signals.spider_idle, spider=engine.spider,
-                                                      dont_log=DontCloseSpider)
+        self._look = look  # what the idle handler acts on: this poll's look only
+        try:
+            results = self.crawler.signals.send_catch_log(
+                signals.spider_idle, spider=engine.spider, dont_log=DontCloseSpider)
+        finally:
+            self._look = None
         raised = [r.value for _, r in results if isinstance(r, Failure)
                   and isinstance(r.value, (DontCloseSpider, CloseSpider))]
         if any(isinstance(e, DontCloseSpider) for e in raised) or not engine.spider_is_idle():

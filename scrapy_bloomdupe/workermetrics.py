@@ -100,6 +100,8 @@ class WorkerMetrics:
         self._last_time = time.monotonic()
         self._writes = 0
         self._warned = False
+        #: Whether a write is on its way to Redis (on the scheduler's Redis thread).
+        self._writing = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -194,18 +196,34 @@ class WorkerMetrics:
             # over and its keys deleted. The scheduler's heartbeat, which comes first,
             # finds out; until it has gone through, nothing is written.
             return
+        if self._writing:
+            return
         figures = self.figures()
         rate = (figures["pages"] - self._last_pages) / max(now - self._last_time, 1e-9)
         line = {"host": socket.gethostname(), "pid": os.getpid(), "spider": self._spider_name(),
                 "pages_per_second": round(rate, 3), **figures}
         deltas = {name: figures[name] - self._added[name] for name in crawlstats.LIVE_COUNTERS}
         self._writes += 1
-        try:
-            added, error = crawlstats.write_live(self.client, self.key, self.worker, line,
-                                                 deltas, self.ttl,
-                                                 prune=self._writes % PRUNE_EVERY == 1)
-        except redis.RedisError as e:
-            added, error = [], e
+        client, prune = self.client, self._writes % PRUNE_EVERY == 1
+
+        def send() -> tuple[list[str], Exception | None]:
+            try:
+                return crawlstats.write_live(client, self.key, self.worker, line, deltas,
+                                             self.ttl, prune=prune)
+            except redis.RedisError as e:
+                return [], e
+
+        if sched is None:
+            self._written(send(), figures, now)
+            return
+        # During a crawl on the scheduler's Redis thread: Scrapy's reactor never waits.
+        self._writing = True
+        sched.in_redis_thread(send).addCallback(self._written, figures, now)
+
+    def _written(self, answer: tuple[list[str], Exception | None], figures: dict[str, Any],
+                 now: float) -> None:
+        self._writing = False
+        added, error = answer
         for name in added:
             self._added[name] = figures[name]
         if error is None:

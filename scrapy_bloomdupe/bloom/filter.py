@@ -10,25 +10,14 @@ counts, and adds a generation when the newest one is full. What is stored and
 how bits are set is the engine's: :mod:`.lua` (``BITFIELD`` on plain strings)
 or :mod:`.native` (RedisBloom's ``BF.*``), chosen by ``BLOOMDUPE_ENGINE`` for a
 new filter and stored in its metadata; the stored parameters are
-:mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`.
-
-Growth: when the newest generation reaches its capacity, a worker adds a larger
-one under ``keys.growlock`` (shards first, then the count in the metadata). A
-worker that still writes with the old count is refused by the shard's
-generation marker, reloads the metadata and retries, so no item is ever added
-to a generation that is no longer the newest. A batch larger than the room left
-in the newest generation is sent in parts, the fill looked at between them, so
-a generation is not overfilled whatever the batch size. The filter does not
-grow past its ``max_bytes`` (``BLOOMDUPE_MAX_BYTES``), nor past what the
-server's ``maxmemory`` can hold.
+:mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`. Growth is
+:mod:`.growth`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import secrets
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,13 +26,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import NoScriptError, RedisError
 
 from .. import hashing, keys, sizing
-from ..exceptions import ConfigError, FilterFullError, FilterLostError, FilterMismatchError
+from ..exceptions import FilterLostError, FilterMismatchError
 from ..localcache import LocalCache, TimedCache
 from ..transport.link import Link
 from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
 from . import meta, native
+from .creation import _new_engine, _refuse_orphans, lost_message
 from .engine import Engine, Sink
+from .growth import Growth
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
 from .lua import (
@@ -65,8 +56,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: How long a worker may take to add a generation before others may try.
-GROW_LOCK_TTL_MS = 60_000
 #: How long the mark of a finished crawl whose state was deleted stays (seconds).
 FINISHED_TTL = 7 * 86_400
 #: Most items in one script call: about a millisecond of Redis time (Lua
@@ -74,12 +63,8 @@ FINISHED_TTL = 7 * 86_400
 MAX_ITEMS_PER_SCRIPT = 256
 #: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
 MAX_SCRIPT_RELOADS = 5
-#: Room left in the newest generation when it cannot grow: batches go whole.
-_NO_LIMIT = sys.maxsize
 #: Per-item reply of an engine whose newest generation's shard refused the item (full).
 _FULL = 70  # ord("F")
-#: How long a worker whose shard is full waits for another worker to add a generation.
-FULL_WAIT = 10.0
 #: How often (seconds) a worker with a local cache looks whether ``bloomdupe forget`` ran
 #: (``keys.forgets``), and drops its cache if so.
 FORGET_CHECK_EVERY = 1.0
@@ -129,12 +114,14 @@ class FilterCounters:
     lock: LockCounters = field(default_factory=LockCounters)
 
 
-class BloomFilter:
+class BloomFilter(Growth):
     """A sharded, optionally growing Bloom filter in Redis, shared by every worker.
 
     Build it with :meth:`open`. Not thread-safe: use one instance per thread
     (Scrapy runs every component on one thread).
     """
+
+    counters: FilterCounters
 
     def __init__(
         self,
@@ -491,23 +478,6 @@ class BloomFilter:
                 refused.extend(full)
             remaining = refused
 
-    def _added(self, new: int) -> None:
-        """Count ``new`` items added; look at the fill (and grow) every
-        ``_grow_check_every`` of them, and when the room left runs out."""
-        if not new:
-            return
-        before = self._room
-        self._room -= new
-        self._new_since_grow_check += new
-        if self._new_since_grow_check >= self._grow_check_every or before > 0 >= self._room:
-            self._new_since_grow_check = 0
-            try:
-                # Waits an outage out as the check-and-add does (one ERROR, then resumes).
-                self._guarded(self._maybe_grow)
-            except RedisError as e:  # the answers stand; the next check tries again
-                logger.warning("Could not check whether Bloom filter %s must grow: %s",
-                               self.key, e)
-
     def _guarded(self, call: Callable[[], T]) -> T:
         """``call``, waiting out Redis outages when the filter has an outage guard."""
         return call() if self.outage is None else self.outage.call(call)
@@ -654,100 +624,6 @@ class BloomFilter:
         h1, _ = hashing.halves(fingerprint, self.seed)
         return self._lock_keys[hashing.shard_of(h1, self.sizing.shards)]
 
-    # -- growth -------------------------------------------------------------
-
-    def _grow_for_full(self, used: int) -> None:
-        """A shard of the newest of ``used`` generations refused items (it is full): add
-        a generation, unless another worker has (or wait for the one adding it). Raises
-        :class:`FilterFullError` when the filter may not grow."""
-        deadline = time.monotonic() + FULL_WAIT
-        while True:
-            self._guarded(self._reload)
-            if len(self.generations) > used:
-                return
-            if self.growth:
-                self._guarded(lambda: self._maybe_grow(full=used))
-                if len(self.generations) > used:
-                    return
-            if not self.growth or self._room == _NO_LIMIT or time.monotonic() > deadline:
-                raise FilterFullError(self.key, self.generations[-1].capacity, self.growth,
-                                      self._cannot_grow[0] if self._cannot_grow else None)
-            time.sleep(0.05)  # another worker holds the grow lock
-
-    def _maybe_grow(self, full: int | None = None) -> None:
-        """Add a generation when the newest one has reached its capacity (or, with
-        ``full``, the count of generations whose newest has a full shard, at once,
-        unless the filter has grown since).
-
-        Looks at the newest generation's fill (and so at the room left in it).
-        A generation that would take the filter past ``max_bytes``
-        (``BLOOMDUPE_MAX_BYTES``) or not fit in Redis's ``maxmemory`` is not
-        added: one warning, and the newest generation fills on.
-        """
-        self._reload()
-        newest = len(self.generations) - 1
-        if full is not None and newest + 1 != full:
-            return
-        capacity = self.generations[newest].capacity
-        items = self.engine.newest_items()
-        if items < capacity and full is None:
-            self._room = math.ceil(capacity - items)
-            return
-        self._room = 0
-        lock = keys.growlock(self.key)
-        token = self.locks.new_token()
-        if not self.client.set(lock, token, nx=True, px=GROW_LOCK_TTL_MS):
-            return  # another worker is adding it; the generation marker tells us when
-        try:
-            self._reload()
-            if len(self.generations) - 1 != newest:
-                return
-            try:
-                following = sizing.generation(self.sizing, newest + 1)
-                self._within_max_bytes(newest + 1)
-                # Shards first, then the count: no worker may use a generation
-                # before all of its shards exist.
-                self.engine.create_shards(newest + 1, following)
-            except ConfigError as e:
-                self._room = _NO_LIMIT  # no use sending batches in parts
-                why = (e.setting, newest + 1)
-                if why != self._cannot_grow:
-                    self._cannot_grow = why
-                    logger.warning("Bloom filter %s is full and cannot grow: %s", self.key, e)
-                return
-            self.client.hset(keys.meta(self.key), "generations", newest + 2)
-            self._set_generations(newest + 2)
-            self._room = following.capacity
-            self.counters.generations_added += 1
-            logger.warning(
-                "Bloom filter %s reached the capacity of generation %d (%d items); added "
-                "generation %d for %d more at error rate %.2g, %d bytes",
-                self.key, newest, self.generations[newest].capacity, newest + 1,
-                following.capacity, following.error_rate,
-                following.bytes_per_shard * following.shards,
-            )
-        finally:
-            self.locks.release(lock, token)
-
-    def _within_max_bytes(self, generation: int) -> None:
-        """Refuse (:class:`ConfigError`) a generation that takes the filter past its
-        ``max_bytes``."""
-        limit = self.sizing.max_bytes
-        if limit is None:
-            return
-        total = sizing.total_bytes(self.sizing, generation + 1)
-        if total > limit:
-            added = self.generations[0] if generation == 0 else sizing.generation(
-                self.sizing, generation)
-            raise ConfigError(
-                "BLOOMDUPE_MAX_BYTES", limit,
-                f"leaves no room for generation {generation} "
-                f"({sizing.human_bytes(added.total_bytes)}: the filter would take "
-                f"{sizing.human_bytes(total)}, over {sizing.human_bytes(limit)}); raise "
-                "BLOOMDUPE_MAX_BYTES if Redis has the memory, or start a new filter with a "
-                "larger BLOOMDUPE_CAPACITY",
-            )
-
     # -- reading ------------------------------------------------------------
 
     def contains(self, fingerprint: bytes) -> bool:
@@ -817,16 +693,6 @@ class BloomFilter:
         self._link.close()
 
 
-def _new_engine(client: Redis | RedisCluster, key: str, engine: str) -> str:
-    """The engine a new filter gets for ``BLOOMDUPE_ENGINE = engine`` on this server."""
-    if engine == "lua":
-        return engine
-    has_bf = native.available(client, key, required=engine == native.NAME)
-    if engine == native.NAME and not has_bf:
-        raise native.unavailable_error(client, "BLOOMDUPE_ENGINE is 'redisbloom'")
-    return native.NAME if has_bf else "lua"
-
-
 def _refusals_raised(replies: list[Any]) -> list[Any]:
     """``replies``, or the first one that is a passing refusal (a full Redis's OOM, a
     READONLY replica) raised, inside the outage guard: the guard then sends the same
@@ -835,32 +701,3 @@ def _refusals_raised(replies: list[Any]) -> list[Any]:
         if isinstance(reply, TRANSIENT):
             raise reply
     return replies
-
-
-def lost_message(key: str, what: str) -> str:
-    """What to tell a user whose filter's state is gone from Redis."""
-    return (
-        f"The Bloom filter {key!r} lost its state in Redis: {what}. Keys were deleted, "
-        "evicted (a maxmemory-policy that evicts), flushed (FLUSHDB, SCHEDULER_FLUSH_ON_START) "
-        "or lost in a Redis restart without persistence; the seen URLs and the queued "
-        "requests they stood for cannot be trusted, and going on would fetch pages twice or "
-        f"never. Restore Redis from a backup, or delete what is left (`bloomdupe clear --key "
-        f"{key}`) and start the crawl again from its start URLs"
-    )
-
-
-def _refuse_orphans(client: Redis | RedisCluster, key: str, shards: int) -> None:
-    """Refuse to create a filter's metadata over keys a filter left at ``key``: its
-    shards or its queue without their metadata (deleted or evicted). A new seed over old
-    bits would make every answer wrong. Looks at shards ``0..shards-1`` (one EXISTS each);
-    a worker that made the metadata in the meantime is joined, not refused."""
-    names = [n for i in range(shards)
-             for n in (keys.bits(key, i), keys.bloom(key, i), keys.queue(key, i),
-                       keys.leases(key, i), keys.slice_record(key, i))]
-    there = _pipelined(client, [("EXISTS", n) for n in names])
-    found = [n for n, is_there in zip(names, there, strict=True) if is_there]
-    if found and not meta.read(client, key):
-        listed = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        raise FilterLostError(lost_message(
-            key, f"{listed} are there but its metadata {keys.meta(key)} is not"))
-

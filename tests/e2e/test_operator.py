@@ -68,6 +68,11 @@ def test_a_redis_event_never_skips_a_page_silently(tmp_path: Path, name: str) ->
         assert all(code == 1 for code in first.exit_codes), info
         assert any(expect.error in line for line in first.errors), info
         assert not [line for line in first.errors if "Traceback" in line], info
+        # Once a worker stopped, nothing more goes to Redis: no Redis job already in line
+        # waits the outage out again (each one did, for BLOOMDUPE_OUTAGE_TIMEOUT, and a
+        # worker took a minute to close). At most the one under way when it stopped.
+        waits = [line for line in first.errors if "retrying for up to" in line]
+        assert len(waits) <= 2 * len(first.exit_codes), info
         if expect.at_start:
             assert row.fetched_first == 0, info  # refused before any page
         # After the operator's fix, the next workers finish the crawl.

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,105 @@ def test_a_request_that_cannot_be_serialized_costs_only_itself(
     # The stats add up: every request queued was counted once, and handed out once.
     assert sum(stat(t, "scheduler/enqueued/redis") for t in logs) == pages
     assert sum(stat(t, "scheduler/dequeued/redis") for t in logs) == pages
+
+
+# -- start requests and redirects: enqueue_request, answered before Redis is -----------------
+
+REDIRECT_SPIDER = HIDE_SLOT + '''
+import scrapy
+from scrapy import signals
+
+
+class RedirectSpider(scrapy.Spider):
+    name = "user"
+
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.dropped, signal=signals.request_dropped)
+        return spider
+
+    def dropped(self, request, spider):
+        self.crawler.stats.inc_value("test/request_dropped")
+
+    async def start(self):
+        # Every worker: each page through a redirect, and the home page twice.
+        base = self.settings.get("REDIRECT_URL")
+        yield scrapy.Request(self.settings.get("DEMO_SITE_URL"))
+        yield scrapy.Request(self.settings.get("DEMO_SITE_URL"))
+        for page in range(self.settings.getint("PAGES")):
+            yield scrapy.Request(f"{base}r/{page}")
+
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+'''
+
+
+@pytest.fixture
+def redirects() -> Iterator[Callable[[Any], str]]:
+    """A server whose ``/r/<n>`` answers 302 to page n of the demo site given to
+    ``set_site`` (which returns the server's URL)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    target: list[Any] = []
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = int(self.path.rsplit("/", 1)[-1])
+            self.send_response(302)
+            site = target[0]
+            page_path = sys.modules[type(site).__module__].page_path
+            self.send_header("Location", site.url.rstrip("/") + page_path(page))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+
+    def set_site(site: Any) -> str:
+        target[:] = [site]
+        return f"http://127.0.0.1:{server.server_port}/"
+
+    try:
+        yield set_site
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.slow
+def test_start_requests_and_redirects_are_queued_once_and_their_drops_add_up(
+        durable_redis: str, tmp_path: Path, redirects: Callable[[Any], str]) -> None:
+    # enqueue_request answers before Redis does: a start request or a redirect found seen
+    # before is dropped afterwards, with request_dropped and dupefilter/filtered.
+    pages = 150
+    with demo_site(pages) as site:
+        values = settings(durable_redis, site, REDIRECT_URL=redirects(site), PAGES=pages)
+        path = tmp_path / "redirect_spider.py"
+        path.write_text(REDIRECT_SPIDER)
+        codes = wait_workers(start_runspider(path, tmp_path, 2, values), 120)
+        fetches = take_fetches(site)
+    logs = [log(tmp_path, i) for i in range(2)]
+    for code, text in zip(codes, logs, strict=True):
+        assert code == 0, text[-3000:]
+        assert "Traceback" not in text and " ERROR: " not in text, text[-3000:]
+    assert [p for p, n in enumerate(fetches) if n != 1] == [], fetches
+    # Each page and each redirecting URL queued once, and handed out once.
+    assert sum(stat(t, "scheduler/enqueued/redis") for t in logs) == 2 * pages
+    assert sum(stat(t, "scheduler/dequeued/redis") for t in logs) == 2 * pages
+    for text in logs:
+        # Every request dropped as a duplicate was signalled: callbacks' links (by the
+        # batch middleware) and start requests and redirects (by the scheduler).
+        assert stat(text, "test/request_dropped") == stat(text, "dupefilter/filtered") > 0
+    # The second copy of each start request, at least, was found seen before.
+    assert sum(stat(t, "dupefilter/filtered") for t in logs) >= pages + 3
 
 
 # -- a callback that blocks past the lease timeout -------------------------------------------
