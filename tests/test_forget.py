@@ -16,7 +16,8 @@ from scrapy.utils.request import RequestFingerprinter
 from test_cli import SITE, clean, run_cli, run_scrapy
 
 from scrapy_bloomdupe import keys, sizing
-from scrapy_bloomdupe.bloom.filter import FORGET_CHECK_EVERY, BloomFilter
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.forgetting import FORGET_CHECK_EVERY
 
 WINDOW = sizing.Window(60_000)
 

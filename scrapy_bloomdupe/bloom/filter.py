@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
 from .. import hashing, keys, sizing
 from ..exceptions import FilterLostError, FilterMismatchError
@@ -34,6 +34,7 @@ from ..transport.sentinel import master_epoch
 from . import meta, native
 from .creation import _new_engine, _refuse_orphans, lost_message
 from .engine import Engine, Sink
+from .forgetting import Forgetting
 from .growth import Growth
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
@@ -42,7 +43,6 @@ from .lua import (
     SHARD_MISSING,
     STALE_GENERATION,
     LuaEngine,
-    _pipelined,
     check_room,
 )
 from .native import NativeEngine
@@ -65,9 +65,6 @@ MAX_ITEMS_PER_SCRIPT = 256
 MAX_SCRIPT_RELOADS = 5
 #: Per-item reply of an engine whose newest generation's shard refused the item (full).
 _FULL = 70  # ord("F")
-#: How often (seconds) a worker with a local cache looks whether ``bloomdupe forget`` ran
-#: (``keys.forgets``), and drops its cache if so.
-FORGET_CHECK_EVERY = 1.0
 #: ``BLOOMDUPE_ENGINE`` name of each engine.
 ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
 #: The same, with a recrawl window (``BLOOMDUPE_WINDOW``, :mod:`.window`).
@@ -114,7 +111,7 @@ class FilterCounters:
     lock: LockCounters = field(default_factory=LockCounters)
 
 
-class BloomFilter(Growth):
+class BloomFilter(Growth, Forgetting):
     """A sharded, optionally growing Bloom filter in Redis, shared by every worker.
 
     Build it with :meth:`open`. Not thread-safe: use one instance per thread
@@ -181,7 +178,7 @@ class BloomFilter(Growth):
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
-        #: ``keys.forgets`` as last read, and when to read it again (see FORGET_CHECK_EVERY).
+        #: ``keys.forgets`` as last read, and when to read it again (see .forgetting).
         self._forgets: bytes | None = None
         self._next_forget_check = 0.0
         #: Why the filter last could not grow (warned once per reason).
@@ -576,45 +573,6 @@ class BloomFilter(Growth):
         self.counters.duplicates += not new
         return new
 
-    def _check_forgets(self) -> None:
-        """Drop the local cache when ``bloomdupe forget`` ran since the last look: a
-        forgotten item must reach Redis (which answers it new, once)."""
-        self._next_forget_check = time.monotonic() + FORGET_CHECK_EVERY
-        try:
-            now: Any = self.client.get(keys.forgets(self.key))
-        except RedisError as e:  # no forget can be done while Redis is away: the cache holds
-            logger.debug("Could not look at %s: %s", keys.forgets(self.key), e)
-            return
-        if now != self._forgets:
-            if self._forgets is not None or now is not None:
-                self.cache.clear()
-            self._forgets = now
-
-    def forget_many(self, fingerprints: Sequence[bytes]) -> int:
-        """Re-admit these items: the next check of each, by any worker, answers new (once),
-        and adds it again. A Bloom filter cannot delete, so each item's keyed hash goes
-        into its shard's forgotten set, which the check-and-add script looks at first;
-        the forget counter tells workers to drop their local caches (they look every
-        :data:`FORGET_CHECK_EVERY` seconds). Returns how many were not already waiting
-        to be re-admitted."""
-        shards = self.sizing.shards
-        by_shard: dict[int, list[bytes]] = {}
-        for fp in dict.fromkeys(fingerprints):
-            h1, h2 = hashing.halves(fp, self.seed)
-            by_shard.setdefault(hashing.shard_of(h1, shards), []).append(
-                hashing.keyed_item(h1, h2))
-        added = _pipelined(self.client, [("SADD", keys.forgotten(self.key, shard), *members)
-                                         for shard, members in sorted(by_shard.items())])
-        self.client.incr(keys.forgets(self.key))
-        self.cache.clear()
-        return sum(int(n) for n in added)
-
-    def forgotten(self) -> int:
-        """Items waiting to be re-admitted (``bloomdupe forget``), every shard."""
-        return sum(int(n) for n in _pipelined(
-            self.client, [("SCARD", keys.forgotten(self.key, i))
-                          for i in range(self.sizing.shards)]))
-
     def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
         """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
         assert self.window_engine is not None
@@ -649,14 +607,7 @@ class BloomFilter(Growth):
     def window_figures(self, info: FilterInfo) -> dict[str, float]:
         """With a window, from :meth:`info`: the time slices in Redis (``slices``) and how
         long ago the oldest of them began (``oldest_slice_age``, seconds); {} without."""
-        if self.window is None:
-            return {}
-        made = [g for g in info.generations if g.memory_bytes]
-        oldest = min((g.index for g in made), default=None)
-        age = 0.0 if oldest is None else max(0.0, (
-            self.window_engine.clock.estimate() - oldest * self.window.slice_ms) / 1000
-            if self.window_engine is not None else 0.0)
-        return {"slices": len(made), "oldest_slice_age": round(age, 3)}
+        return {} if self.window_engine is None else self.window_engine.figures(info)
 
     def clear(self, *, finished: bool = False) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from .. import hashing, keys, luascript, sizing
 from . import oplog
 from .engine import Sink
-from .info import ShardInfo
+from .info import FilterInfo, ShardInfo
 from .lua import LuaEngine, _pipelined, check_room
 from .native import NativeEngine, _one, item, reserve_of
 
@@ -211,6 +211,15 @@ class _Slices:
         got = {(s, i): f for (s, i, _), f in zip(found, figures, strict=True)}
         return [[make(i, s, self.slice_key(i, s), got.get((s, i)))
                  for i in range(self.shards)] for s in ids]
+
+    def figures(self, info: FilterInfo) -> dict[str, float]:
+        """From a filter's :class:`FilterInfo`: the time slices in Redis (``slices``) and
+        how long ago the oldest of them began (``oldest_slice_age``, seconds)."""
+        made = [g for g in info.generations if g.memory_bytes]
+        oldest = min((g.index for g in made), default=None)
+        age = 0.0 if oldest is None else max(
+            0.0, (self.clock.estimate() - oldest * self.window.slice_ms) / 1000)
+        return {"slices": len(made), "oldest_slice_age": round(age, 3)}
 
     def missing(self, shard: int) -> str:
         return " or ".join(self.live_keys(shard)) + " is gone before its time"
