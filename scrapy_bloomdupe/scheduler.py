@@ -759,7 +759,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         call = self.df.outage.call
 
         def look() -> _Look:
+            # The pending acks go first (with the reap when it is due): the leases
+            # counted below must not include this worker's finished ones.
             back: list[tuple[int, Request]] = call(self.queue.reap) if reap else []
+            if not reap:
+                call(self.queue.send_acks)
             queued, leased = call(self.queue.status)
             verified = verify and not queued and not leased
             if verified:
