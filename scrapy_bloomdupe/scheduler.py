@@ -228,6 +228,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: When this worker last heartbeat (monotonic), and when it may reap again.
         self._last_beat: float | None = None
         self._reap_after = 0.0
+        #: When this worker next looks for dead workers' leases (see _reap_due).
+        self._next_reap = 0.0
         #: When to look for leases of this worker that it does not hold (see _tick).
         self._next_reclaim = time.monotonic()
         self._stale_seen = 0
@@ -751,13 +753,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         ``spider_idle`` asks of Redis when the worker runs without the thread): put dead
         workers' leases back when due, count what is queued and leased, and, once the
         queue was seen empty before, check that the filter is still there."""
-        reap = time.monotonic() >= self._reap_after
+        reap = self._reap_due()
         verify = self._idle_since is not None
         work = self._work
         call = self.df.outage.call
 
         def look() -> _Look:
+            # The pending acks go first (with the reap when it is due): the leases
+            # counted below must not include this worker's finished ones.
             back: list[tuple[int, Request]] = call(self.queue.reap) if reap else []
+            if not reap:
+                call(self.queue.send_acks)
             queued, leased = call(self.queue.status)
             verified = verify and not queued and not leased
             if verified:
@@ -990,7 +996,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _tick_async(self) -> None:
         """:meth:`_tick` on the Redis thread: the same calls, the same order."""
         silence, now, timeout = self._silence(), time.monotonic(), self.frontier.lease_timeout
-        reap = now >= self._reap_after and silence <= timeout / 2
+        reap = silence <= timeout / 2 and self._reap_due()
         reclaim = now >= self._next_reclaim or self.queue.stale != self._stale_seen
         if reclaim:
             self._next_reclaim = now + timeout
@@ -1091,8 +1097,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Whether this worker stopped the crawl on an error."""
         return isinstance(self.df, RedisBloomDupeFilter) and self.df.failure is not None
 
+    def _reap_due(self) -> bool:
+        """Whether to look for dead workers' leases now: at most every half lease timeout
+        (a look is a script on every shard: with 24 shards and idle polls every second it
+        was a third of an idle crawl's commands), and never in the lease timeout after
+        a stall (see _beaten). A dead worker's leases come back within one and a half
+        lease timeouts and a heartbeat."""
+        now = time.monotonic()
+        if now < max(self._reap_after, self._next_reap):
+            return False
+        self._next_reap = now + self.frontier.lease_timeout / 2
+        return True
+
     def _reap(self) -> int:
-        if time.monotonic() < self._reap_after:
+        if not self._reap_due():
             return 0
         back: list[tuple[int, Request]] = self._guarded(self.queue.reap, [])
         self._reaped(back)

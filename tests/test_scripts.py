@@ -450,3 +450,23 @@ def test_a_window_the_acl_cannot_expire_fails_before_any_write(
         limited.close()
     finally:
         c.acl_deluser("noexpire")
+
+
+def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() -> None:
+    """Each check-and-add script is whole in its file (readable on its own), so the
+    op log's replay, the fence and the record are written in each: they must not
+    drift apart (a retry would be answered differently by one engine)."""
+    texts = {path.name: path.read_text() for path in resources.files(BLOOM).iterdir()
+             if path.name.startswith("check_add") and path.name.endswith(".lua")}
+    assert len(texts) >= 2
+
+    def shared(text: str) -> tuple[str, str]:
+        start = text.index("local token, call, ack")
+        fence = text.index("\n", text.index("-- The fence")) + 1
+        fence_end = text.index("\n", fence) + 1
+        record = text.index("redis.call('SET', KEYS[1], log .. call")
+        return text[start:fence_end], text[record:]
+
+    first = next(iter(texts.values()))
+    for name, text in texts.items():
+        assert shared(text) == shared(first), name

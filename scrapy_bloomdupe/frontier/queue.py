@@ -121,6 +121,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._unanswered_push: tuple[int, list[Any]] | None = None
         self._next_shard = 0
         self._pop_shard: int | None = None
+        #: Shards the last look (ZCARD) found requests in, not yet popped from since.
+        self._waiting: list[int] = []
         #: Acks not yet sent, per shard: (field, epoch), sent with the next round trip.
         self._acks: dict[int, list[tuple[str, int]]] = {}
         #: How many acks of each shard the last round trip carried (see _acks_sent).
@@ -176,19 +178,25 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         """Lease up to ``count`` requests from the next shard in turn, sending the pending
         acks in the same round trip. When that shard is empty (a shallow queue), one
         round trip of ``ZCARD`` s finds the shards that have requests, and only those
-        are tried: an idle worker costs Redis one command a shard, not a script call
-        and a round trip a shard."""
-        first = self._next_shard if self._pop_shard is None else self._pop_shard
-        self._next_shard = (first + 1) % self.shards
+        are tried, now and by the next pops until none is left: an idle worker costs
+        Redis one command a shard now and then, not a script call and a round trip a
+        shard."""
+        if self._pop_shard is not None:
+            first = self._pop_shard
+        elif self._waiting:
+            first = self._waiting.pop(0)
+        else:
+            first = self._next_shard
+            self._next_shard = (first + 1) % self.shards
         leases = self._pop_from(first, count)
         if leases or self.shards == 1:
             return leases
         pipe = self.server.pipeline(transaction=False)
         for name in self._queues:
             pipe.zcard(name)
-        waiting = [i for i, n in enumerate(pipe.execute()) if n and i != first]
-        for shard in waiting:
-            leases = self._pop_from(shard, count)
+        self._waiting = [i for i, n in enumerate(pipe.execute()) if n and i != first]
+        while self._waiting:
+            leases = self._pop_from(self._waiting.pop(0), count)
             if leases:
                 return leases
         return []
