@@ -33,16 +33,23 @@ def _request(url: str, opts: argparse.Namespace) -> Request:
     return Request(url, method=opts.method, body=opts.body)
 
 
-def run(ctx: Context, opts: argparse.Namespace) -> int:
+def requests_for(urls: list[str], opts: argparse.Namespace) -> list[Request]:
+    """One request a URL, as ``check`` and ``forget`` fingerprint them; every bad URL
+    named in one usage error."""
     requests = []
     bad = []
-    for url in opts.urls:
+    for url in urls:
         try:
             requests.append(_request(url, opts))
         except (ValueError, TypeError) as e:
             bad.append(f"{url!r}: {e}")
     if bad:
         raise UsageProblem("bad URL " + "; ".join(bad) + " (give absolute http(s) URLs)")
+    return requests
+
+
+def run(ctx: Context, opts: argparse.Namespace) -> int:
+    requests = requests_for(opts.urls, opts)
     bloom = open_existing(ctx)
     try:
         fingerprinter = fingerprinter_for(ctx, bloom.fingerprint)

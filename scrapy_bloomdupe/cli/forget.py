@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .check import _request
+from .check import requests_for
 from .context import EXIT_OK, Context, UsageProblem, fingerprinter_for, open_existing
 
 
@@ -25,14 +25,7 @@ def _urls(opts: argparse.Namespace) -> list[str]:
 
 def run(ctx: Context, opts: argparse.Namespace) -> int:
     urls = _urls(opts)
-    requests, bad = [], []
-    for url in urls:
-        try:
-            requests.append(_request(url, opts))
-        except (ValueError, TypeError) as e:
-            bad.append(f"{url!r}: {e}")
-    if bad:
-        raise UsageProblem("bad URL " + "; ".join(bad) + " (give absolute http(s) URLs)")
+    requests = requests_for(urls, opts)
     bloom = open_existing(ctx)
     try:
         fingerprinter = fingerprinter_for(ctx, bloom.fingerprint)
