@@ -502,9 +502,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if parent is not None:
                 # Its work goes on in this copy, now queued (or done: a duplicate).
                 self._ack(parent)
+            self._idle_missed()
 
         def failed(failure: Failure) -> Failure:
             self._enqueuing -= 1
+            self._idle_missed()
             return failure
 
         self._queue_prepared([None], *prepared).addCallbacks(answered, failed)
@@ -797,6 +799,27 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._fill()  # all it took came back too often: take more
         if then is not None:
             then()
+        else:
+            self._idle_missed()
+
+    def _idle_missed(self) -> None:
+        """A fill or a check on the Redis thread is over, and :meth:`has_pending_requests`
+        said yes while it was on its way. The engine looks whether it is idle (and sends
+        ``spider_idle``) only right after it asks for a request, and asks only when a
+        download or callback ends or on its 5 s heartbeat; that ask starts a fill, whose
+        answer comes after the look. Without a middleware that acks, a page's lease is
+        held until ``spider_idle`` (see _settle), so no idle poll was due either (see
+        next_request) and the worker never closed. If the engine is idle now, the idle
+        round it missed runs here (the idle poll, at once)."""
+        if self._wakeup is not None or self._buffer or self._filling or self._enqueuing \
+                or self._failed():
+            return
+        engine = self._engine()
+        if engine is None or engine.spider is None:
+            return
+        with suppress(RuntimeError):  # the engine's slot is gone: it is closing
+            if engine.spider_is_idle():
+                self._wake_later(0.0)
 
     def _wake_engine(self) -> None:
         """Hand the engine a buffered request (``engine.crawl``, Scrapy's public way to
