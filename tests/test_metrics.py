@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -239,9 +240,23 @@ def test_a_worker_closing_after_the_crawl_was_cleared_writes_nothing(
     assert client.keys("*") == []
 
 
+def two_free_ports() -> int:
+    """A port whose next one is free too (``free_port`` alone answered one whose next
+    was taken, by another socket on the machine: failed twice on 2026-11-24)."""
+    for _ in range(100):
+        first = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", first + 1))
+            except OSError:
+                continue
+        return first
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+
+
 def test_workers_on_one_host_take_the_next_free_port_of_the_range(
         redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    first = free_port()
+    first = two_free_ports()
     one = opened(redis_url, BLOOMDUPE_METRICS_PORT=f"{first}-{first + 1}",
                  BLOOMDUPE_METRICS_HOST="127.0.0.1")
     two = opened(redis_url, BLOOMDUPE_METRICS_PORT=f"{first}-{first + 1}",
