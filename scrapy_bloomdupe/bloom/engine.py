@@ -124,15 +124,18 @@ class ScriptedEngine:
         script_keys = self._script_keys(shard)
         if sink is not None:
             script_keys.append(sink.sink_key(shard))
-        return ("EVALSHA", self.sha, len(script_keys), *script_keys, token, call, ack,
-                oplog.OP_LOG_TTL_MS, *self._gen_args, items, *args, *sink_args)
+        return ("EVALSHA", self.sha, len(script_keys), *script_keys,
+                *self._args(shard, token, call, ack, items), *args, *sink_args)
+
+    def _args(self, shard: int, token: bytes, call: int, ack: int, items: int) -> list[Any]:
+        """A call's ARGV before its items: the op log's, the generations', the count."""
+        return [token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args, items]
 
     def check_add(self, shard: int, token: bytes, call: int, ack: int,
                   args: Sequence[Any], items: int) -> Any:
         """One call on its own (loading the script if Redis lacks it)."""
         return self.script(keys=self._script_keys(shard),
-                           args=[token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
-                                 items, *args])
+                           args=[*self._args(shard, token, call, ack, items), *args])
 
     def load_script(self) -> None:
         for script in self.scripts():

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hashing, keys, luascript, sizing
 from . import oplog
-from .engine import Sink
 from .info import FilterInfo, ShardInfo
 from .lua import LuaEngine, _pipelined, check_room
 from .native import NativeEngine, _one, item, reserve_of
@@ -135,20 +134,6 @@ class _Slices:
     def _args(self, shard: int, token: bytes, call: int, ack: int, items: int) -> list[Any]:
         return [token, call, ack, oplog.OP_LOG_TTL_MS, self.window.slice_ms,
                 self.window.slices, self.clock.current[shard], *self._shape_args(), items]
-
-    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
-                          args: Sequence[Any], items: int, sink: Sink | None = None,
-                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
-        script_keys = self._script_keys(shard)
-        if sink is not None:
-            script_keys.append(sink.sink_key(shard))
-        return ("EVALSHA", self.sha, len(script_keys), *script_keys,
-                *self._args(shard, token, call, ack, items), *args, *sink_args)
-
-    def check_add(self, shard: int, token: bytes, call: int, ack: int,
-                  args: Sequence[Any], items: int) -> Any:
-        return self.script(keys=self._script_keys(shard),
-                           args=[*self._args(shard, token, call, ack, items), *args])
 
     def deadline(self, shard: int, new: bool) -> int:
         """Until when (Redis's clock, ms) an item just answered on ``shard`` is sure to
