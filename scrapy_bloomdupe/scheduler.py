@@ -48,7 +48,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from redis.exceptions import RedisError
 from scrapy import signals
@@ -1165,15 +1165,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         else:
             queued, leased = self._guarded(lambda: len(self.queue), 1), 0
         if queued or leased:
-            self._not_done()
-            waiting = ("the shared queue has requests" if queued else
-                       f"{leased} request(s) are leased by other workers, whose pages may "
-                       "queue more")
-            if waiting != self._waiting_for:
-                self._waiting_for = waiting
-                logger.info("Idle, staying: %s", waiting, extra={"spider": spider})
-            self._wake_later()
-            raise DontCloseSpider
+            self._stay(queued, leased, spider)
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now
@@ -1189,6 +1181,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                         "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE)",
                         now - self._idle_since, extra={"spider": spider})
 
+    def _stay(self, queued: int, leased: int, spider: Spider) -> NoReturn:
+        """The crawl has work left: stay (once a change, one INFO line saying why)."""
+        self._not_done()
+        waiting = ("the shared queue has requests" if queued else
+                   f"{leased} request(s) are leased by other workers, whose pages may "
+                   "queue more")
+        if waiting != self._waiting_for:
+            self._waiting_for = waiting
+            logger.info("Idle, staying: %s", waiting, extra={"spider": spider})
+        self._wake_later()
+        raise DontCloseSpider
+
     def _idle_async(self, spider: Spider) -> None:
         """:meth:`_spider_idle` during a crawl, with no Redis call here: it acts on the
         look at the shared queue that the idle poll took on the Redis thread (see
@@ -1203,15 +1207,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._wake_later(0.0)
             raise DontCloseSpider
         if look.queued or look.leased:
-            self._not_done()
-            waiting = ("the shared queue has requests" if look.queued else
-                       f"{look.leased} request(s) are leased by other workers, whose pages "
-                       "may queue more")
-            if waiting != self._waiting_for:
-                self._waiting_for = waiting
-                logger.info("Idle, staying: %s", waiting, extra={"spider": spider})
-            self._wake_later()
-            raise DontCloseSpider
+            self._stay(look.queued, look.leased, spider)
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now
