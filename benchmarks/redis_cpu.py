@@ -7,13 +7,18 @@ in the same run: scrapy-redis (its scheduler, queue and SET dupefilter), and
 this package in lock mode (the default) on both engines and in atomic mode on
 both, and with 24 shards on the one node (what the cluster's shards cost apart
 from the cluster); then, unless ``--no-cluster``, lock
-mode on a local 3-master Redis Cluster with 24 shards. Before each crawl
-``CONFIG RESETSTAT``; after it:
+mode on a local 3-master Redis Cluster with 24 shards (no AOF, as the one
+node). Before each crawl ``CONFIG RESETSTAT``; after it:
 
 * **CPU µs per page**: the main thread's CPU (``INFO cpu``,
   ``used_cpu_{user,sys}_main_thread``: command execution *and* reading,
   parsing and answering the commands) over the pages fetched, summed over the
   masters on the cluster; and the pages a Redis core can serve at that cost;
+  *of which idle*: what the servers spend on their own timers (and the cluster
+  bus) over the crawl's time, measured for 3 s with no client before it;
+* round trips per page: reads of a client socket (``total_reads_processed``),
+  and the workers' own count by master and by what each carried
+  (:mod:`benchmarks.timed`);
 * per command (``INFO commandstats``): calls and ``usec`` per page. Commands a
   script runs are counted under their own name *and* inside ``EVALSHA``'s
   time, so those rows overlap.
@@ -85,33 +90,67 @@ def main_thread_cpu(client: redis.Redis) -> float:
 
 
 def figures(clients: list[redis.Redis], before: list[float], pages: int) -> dict[str, Any]:
-    """CPU µs and, by command, calls and usec per fetched page, summed over ``clients``."""
-    cpu = sum(main_thread_cpu(c) - b for c, b in zip(clients, before, strict=True))
+    """CPU µs, round trips and, by command, calls and usec per fetched page, summed over
+    ``clients`` and per client (``masters``)."""
+    cpus = [(main_thread_cpu(c) - b) * 1e6 / pages for c, b in zip(clients, before, strict=True)]
     commands: dict[str, list[float]] = {}
-    for client in clients:
+    masters = []
+    for client, cpu in zip(clients, cpus, strict=True):
+        own: dict[str, list[float]] = {}
         for name, stat in client.info("commandstats").items():
             name = name.removeprefix("cmdstat_")
             if name in ("info", "config|resetstat", "flushall", "ping"):
                 continue
-            row = commands.setdefault(name, [0.0, 0.0])
-            row[0] += int(stat["calls"]) / pages
-            row[1] += float(stat["usec"]) / pages
-    return {"cpu_us": cpu * 1e6 / pages, "commands": commands,
+            for row in (commands.setdefault(name, [0.0, 0.0]), own.setdefault(name, [0.0, 0.0])):
+                row[0] += int(stat["calls"]) / pages
+                row[1] += float(stat["usec"]) / pages
+        # Reads of a client's socket: its round trips, as Redis sees them.
+        reads = int(client.info("stats")["total_reads_processed"]) / pages
+        masters.append({"cpu_us": cpu, "reads": reads, "commands": own})
+    return {"cpu_us": sum(cpus), "commands": commands, "masters": masters,
+            "reads": sum(m["reads"] for m in masters),
             "calls": sum(c for c, _ in commands.values())}
+
+
+def idle_cpu(clients: list[redis.Redis], seconds: float = 3.0) -> float:
+    """CPU seconds a second the servers spend with no client (timers, cluster bus)."""
+    before = [main_thread_cpu(c) for c in clients]
+    time.sleep(seconds)
+    return sum(main_thread_cpu(c) - b for c, b in zip(clients, before, strict=True)) / seconds
+
+
+def carried(directory: Path, ports: dict[str, str], pages: int) -> dict[str, dict[str, float]]:
+    """The workers' round trips a page, by what they carried, per master (``ports``: its
+    name by port), from the timing files (:mod:`benchmarks.timed`)."""
+    out: dict[str, dict[str, float]] = {}
+    for path in (directory / "timing").glob("*.json"):
+        for key, count in json.loads(path.read_text()).get("carried", {}).items():
+            port, _, what = key.partition(" ")
+            if port in ports:
+                row = out.setdefault(what, {})
+                row[ports[port]] = row.get(ports[port], 0.0) + count / pages
+    return out
 
 
 def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Redis],
           args: argparse.Namespace) -> dict[str, Any]:
+    idle = idle_cpu(clients)
     for client in clients:
         client.config_resetstat()
     before = [main_thread_cpu(c) for c in clients]
+    started = time.monotonic()
     result = e2e.crawl(name, settings, redis_url=url, pages=args.pages, workers=args.workers,
                        out=args.out)
-    fetched = result["pages"] - result["never_fetched"]
-    result.update(figures(clients, before, max(1, fetched)), contender=name)
-    print(f"  {name:22}: {result['cpu_us']:6.1f} µs CPU/page, {result['calls']:.1f} "
-          f"commands/page, fetched twice {result['fetched_twice']}, never "
-          f"{result['never_fetched']}", file=sys.stderr, flush=True)
+    fetched = max(1, result["pages"] - result["never_fetched"])
+    result.update(figures(clients, before, fetched), contender=name)
+    result["idle_us"] = idle * (time.monotonic() - started) * 1e6 / fetched
+    ports = {str(c.connection_pool.connection_kwargs["port"]): f"m{i + 1}"
+             for i, c in enumerate(clients)}
+    result["carried"] = carried(Path(result["logs"]), ports, fetched)
+    print(f"  {name:22}: {result['cpu_us']:6.1f} µs CPU/page ({result['idle_us']:.1f} idle), "
+          f"{result['calls']:.1f} commands and {result['reads']:.2f} round trips/page, "
+          f"fetched twice {result['fetched_twice']}, never {result['never_fetched']}",
+          file=sys.stderr, flush=True)
     return result
 
 
@@ -151,13 +190,13 @@ def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) ->
 
 def report(rows: list[dict[str, Any]]) -> str:
     base = rows[0]["cpu_us"]
-    lines = ["| contender | Redis CPU µs per page | x scrapy-redis | pages/s a Redis core "
-             "serves | commands per page | fetched twice / never |",
-             "|---|---:|---:|---:|---:|---|"]
+    lines = ["| contender | Redis CPU µs per page | of which idle | x scrapy-redis | pages/s a "
+             "Redis core serves | commands per page | round trips per page | fetched twice / "
+             "never |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['contender']} | {r['cpu_us']:.1f} | {r['cpu_us'] / base:.2f} | "
-                     f"{1e6 / r['cpu_us']:,.0f} | {r['calls']:.1f} | "
-                     f"{r['fetched_twice']} / {r['never_fetched']} |")
+        lines.append(f"| {r['contender']} | {r['cpu_us']:.1f} | {r['idle_us']:.1f} | "
+                     f"{r['cpu_us'] / base:.2f} | {1e6 / r['cpu_us']:,.0f} | {r['calls']:.1f} | "
+                     f"{r['reads']:.2f} | {r['fetched_twice']} / {r['never_fetched']} |")
     names = sorted({n for r in rows for n in r["commands"]},
                    key=lambda n: -max(r["commands"].get(n, [0, 0])[1] for r in rows))
     lines += ["", "By command (`INFO commandstats`), calls / usec per page; commands run by a "
@@ -170,6 +209,29 @@ def report(rows: list[dict[str, Any]]) -> str:
             calls, usec = r["commands"].get(n, (0.0, 0.0))
             cells.append(f"{calls:.2f} / {usec:.1f}" if calls else "")
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    ours = rows[1:]
+    kinds = sorted({k for r in ours for k in r["carried"]},
+                   key=lambda k: -max(sum(r["carried"].get(k, {}).values()) for r in ours))
+    lines += ["", "The workers' round trips a page, by what they carried (scripts by file, "
+              "other commands by name; on the cluster the total, then per master):", "",
+              "| carried | " + " | ".join(r["contender"] for r in ours) + " |",
+              "|---|" + "---:|" * len(ours)]
+    for kind in kinds:
+        cells = []
+        for r in ours:
+            per = r["carried"].get(kind, {})
+            cells.append("" if not per else f"{sum(per.values()):.3f}" if len(r["masters"]) == 1
+                         else f"{sum(per.values()):.3f} ("
+                         + " / ".join(f"{per.get(f'm{i + 1}', 0):.2f}"
+                                      for i in range(len(r["masters"]))) + ")")
+        if max(sum(r["carried"].get(kind, {}).values()) for r in ours) >= 0.01:
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    for r in ours:
+        if len(r["masters"]) > 1:
+            lines += ["", f"{r['contender']}, per master: " + "; ".join(
+                f"m{i + 1} {m['cpu_us']:.1f} µs, {m['reads']:.2f} round trips, "
+                f"{sum(c for c, _ in m['commands'].values()):.1f} commands"
+                for i, m in enumerate(r["masters"]))]
     return "\n".join(lines)
 
 
@@ -204,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             profile(server.url, engine, lock, args.items)
             for engine in ("lua", "redisbloom") for lock in (True, False)]
     if not args.no_cluster:
-        with LocalCluster(masters=3, replicas=0) as cluster:
+        # Persistence as on the one node (LocalCluster's default is AOF, everysec: each
+        # round trip's writes then cost Redis a write(2) too, 40% more CPU a page).
+        with LocalCluster(masters=3, replicas=0, extra=["--appendonly", "no"]) as cluster:
             masters = [cluster.node(port).client() for port in cluster.master_ports()]
             pin([int(c.info("server")["process_id"]) for c in masters], not args.no_pin)
             settings = {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "lua",
