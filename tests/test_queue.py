@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from helpers import DemoSpider, crawler_for
+from helpers import DemoSpider, crawler_for, shard_of
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from scrapy import Request
@@ -210,6 +210,56 @@ def test_check_and_queue_is_one_script_and_a_retry_queues_nothing_twice(
     second = bf._round_trip(units, op, use_lock=True, sink=q)
     assert first == second
     assert q.status() == (20, 0)  # those fingerprints were seen: nothing queued either time
+
+
+def test_pending_acks_ride_on_the_check_and_queue_round_trip(client: redis.Redis) -> None:
+    """Acks pending when the filter checks and queues go in its round trip: no round trip
+    of their own."""
+    q = queue(client, shards=3)
+    bf = BloomFilter.open(client, TAG, sizing.plan(10_000, 0.001, shards=3))
+    q.push_many([Request(f"http://a.example/{i}") for i in range(6)])
+    leases = q.pop_leases(6) + q.pop_leases(6) + q.pop_leases(6)
+    assert q.status() == (0, 6)
+    q.ack(leases)
+    sends = q._link.execute
+    q._link.execute = None  # type: ignore[assignment]  # the queue sends nothing itself
+    requests = [Request("http://b.example/1")]
+    assert bf.add_many([b"b1"], q, lambda i: q.entry(requests[i])) == [True]
+    q._link.execute = sends  # type: ignore[method-assign]
+    assert q.status() == (1, 0)
+    assert not q._acks
+    bf.close()
+
+
+def test_acks_ride_only_to_the_masters_a_round_trip_goes_to(rc: RedisCluster) -> None:
+    """On a cluster an ack rides on a pop or a check-and-queue only to a master it goes
+    to anyway; the others wait for their own (here: the heartbeat's)."""
+    shards = 6
+    q = PriorityQueue(rc, DemoSpider(), "demo:requests", tag=TAG, shards=shards)
+    bf = BloomFilter.open(rc, TAG, sizing.plan(10_000, 0.001, shards=shards))
+    try:
+        for i in range(shards):  # one a shard
+            q.push(Request(f"http://a.example/{i}"))
+        leases = [lease for _ in range(shards) for lease in q.pop_leases(1)]
+        assert sorted(lease.shard for lease in leases) == list(range(shards))
+        # A new item on one shard: the acks of that shard's master ride, the rest wait.
+        item = next(f for f in (f"n{i}".encode() for i in range(100)) if shard_of(bf, f) == 0)
+        master = rc.nodes_manager.get_node_from_slot(rc.keyslot(keys.queue(TAG, 0))).name
+        there = {lease.shard for lease in leases
+                 if rc.nodes_manager.get_node_from_slot(
+                     rc.keyslot(keys.queue(TAG, lease.shard))).name == master}
+        assert 0 in there and len(there) < shards  # 6 shards over 3 masters
+        q.ack(leases)
+        requests = [Request("http://b.example/1")]
+        assert bf.add_many([item], q, lambda i: q.entry(requests[i])) == [True]
+        assert set(q._acks) == set(range(shards)) - there
+        assert q.status() == (1, shards - len(there))
+        q.heartbeat()  # on every master: the rest go
+        assert q.status() == (1, 0) and not q._acks
+    finally:
+        q.clear()
+        bf.clear()
+        bf.close()
 
 
 def bf_halves(bf: BloomFilter, fp: bytes) -> tuple[int, int]:

@@ -13,8 +13,8 @@ their own body; the reply is one character an item (``'1'`` new, ``'0'`` seen,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .. import keys
 from . import oplog
@@ -34,6 +34,18 @@ class Sink(Protocol):
     and its member; the script adds them (``ZADD``) for the items it found new."""
 
     def sink_key(self, shard: int) -> str: ...
+
+
+@runtime_checkable
+class RidingSink(Sink, Protocol):
+    """A sink with commands of its own waiting to be sent (the queue's acks), which may
+    ride on a check-and-add's round trip instead of taking one of their own."""
+
+    def riders(self, reached: Callable[[tuple[Any, ...]], bool]) -> list[tuple[Any, ...]]:
+        """The waiting commands that ``reached`` says cost no round trip of their own."""
+
+    def riders_sent(self) -> None:
+        """The last :meth:`riders` went through: they are not sent again."""
 
 
 #: Sink arguments per item.

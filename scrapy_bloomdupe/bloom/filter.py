@@ -33,7 +33,7 @@ from ..transport.outage import TRANSIENT, OutageGuard
 from ..transport.sentinel import master_epoch
 from . import meta, native
 from .creation import _new_engine, _refuse_orphans, lost_message
-from .engine import Engine, Sink
+from .engine import Engine, RidingSink, Sink
 from .forgetting import Forgetting
 from .growth import Growth
 from .info import FilterInfo, GenerationInfo
@@ -513,7 +513,9 @@ class BloomFilter(Growth, Forgetting):
         Returns one reply per unit (see the engine's script). Scripts flushed
         from Redis (a restart, a replica promoted by a failover) are loaded
         again, on the connection that missed them, and the round trip repeated
-        with the same tokens and op ids: it is idempotent.
+        with the same tokens and op ids: it is idempotent. A sink's waiting
+        commands (the queue's acks) ride along where they cost no round trip
+        of their own (on a cluster: to the masters the scripts go to).
         """
         ttl_ms = self.locks.ttl_ms
         engine = self.engine
@@ -525,6 +527,10 @@ class BloomFilter(Growth, Forgetting):
             commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
                                                      unit.args, len(unit.indexes), sink,
                                                      unit.sink_args))
+        checks = len(commands)
+        riding = sink if isinstance(sink, RidingSink) else None
+        if riding is not None:
+            commands.extend(riding.riders(self._link.reaches(commands)))
         raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
         for _ in range(MAX_SCRIPT_RELOADS):
             if not any(isinstance(r, NoScriptError) for r in raw):
@@ -535,6 +541,9 @@ class BloomFilter(Growth, Forgetting):
         for r in raw:
             if isinstance(r, Exception):
                 raise r
+        if riding is not None:
+            riding.riders_sent()
+            raw = raw[:checks]
         if not use_lock:
             return raw
         counters = self.locks.counters

@@ -34,7 +34,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -203,10 +203,11 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def _pop_from(self, shard: int, count: int) -> list[Lease]:
         self._pop_shard = shard  # a retry after a lost reply: the same shard, the same number
-        commands, names = self._ack_commands()
-        commands.append(("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard],
-                         self._leases[shard], self._owners[shard], self.owner,
-                         self._pop_number, count))
+        pop = ("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard], self._leases[shard],
+               self._owners[shard], self.owner, self._pop_number, count)
+        # The acks of other masters of a cluster wait for a round trip that goes there.
+        commands, names = self._ack_commands(self._link.reaches([pop]))
+        commands.append(pop)
         names.append("pop")
         entries = self._execute(commands, names)[-1]
         self._acks_sent()  # (and they are idempotent)
@@ -308,11 +309,24 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def __len__(self) -> int:
         return self.status()[0]
 
-    def _ack_commands(self) -> tuple[list[tuple[Any, ...]], list[str]]:
+    def riders(self, reached: Callable[[tuple[Any, ...]], bool]) -> list[tuple[Any, ...]]:
+        """The pending acks that ``reached`` says go where a check-and-queue's round trip
+        goes anyway (the filter sends them with it; see :class:`~..bloom.engine.RidingSink`).
+        Only acks already pending ride: a page is acked once its output's check-and-queue
+        has answered, so never in the round trip that queues its links."""
+        return self._ack_commands(reached)[0]
+
+    def riders_sent(self) -> None:
+        self._acks_sent()
+
+    def _ack_commands(self, reached: Callable[[tuple[Any, ...]], bool] | None = None
+                      ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """``HDEL`` s of the pending acks (only of shards whose ``HDEL`` is ``reached``)."""
         epoch = master_epoch(self.server)
         commands: list[tuple[Any, ...]] = []
         with self._acks_lock:
-            pending = {shard: list(acks) for shard, acks in self._acks.items()}
+            pending = {shard: list(acks) for shard, acks in self._acks.items()
+                       if reached is None or reached(("HDEL", self._leases[shard]))}
         self._acks_carried = {shard: len(acks) for shard, acks in pending.items()}
         for shard, acks in pending.items():
             fields = [field for field, taken in acks if taken == epoch]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,17 @@ class ClusterLink:
     def _master(self, slot: int) -> ClusterNode:
         node: ClusterNode = self.client.nodes_manager.get_node_from_slot(slot)
         return node
+
+    def reaches(self, commands: Sequence[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], bool]:
+        """Whether a command goes to a master that ``commands`` go to (by the slot map
+        known now; a slot without a known master: no)."""
+        def master(command: tuple[Any, ...]) -> str | None:
+            try:
+                return self._master(self._slot(command)).name
+            except RedisClusterException:  # no known master for its slot (yet)
+                return None
+        names = {master(command) for command in commands} - {None}
+        return lambda command: master(command) in names
 
     # -- the round trip -------------------------------------------------------
 

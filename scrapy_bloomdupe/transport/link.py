@@ -22,7 +22,7 @@ owner) ends each node's commands with ``WAIT``; see :mod:`.wait`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import MovedError, ResponseError
@@ -89,6 +89,13 @@ class Link:
             self._moved = False
             raise not_a_cluster_client(describe(self.client))
         return replies
+
+    def reaches(self, commands: Sequence[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], bool]:
+        """Whether a command added to ``commands`` would cost no round trip of its own:
+        on one node always; on a cluster when its master is one they go to."""
+        if self._cluster is not None:
+            return self._cluster.reaches(commands)
+        return lambda _command: True
 
     def load_scripts(self, scripts: Sequence[str | bytes | memoryview]) -> None:
         """``SCRIPT LOAD`` each of ``scripts`` where this link's commands go: on its held
