@@ -402,9 +402,11 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         """Take this worker's name out of the owner sets and delete its push records;
         nothing else (alone: a worker leaving a crawl whose state is gone, where its
         heartbeat or a pop may have made an owner set again)."""
-        for shard in range(self.shards):
-            self.server.zrem(self._owners[shard], self.owner)
-            self.server.delete(self._push_records[shard])
+        commands: list[tuple[Any, ...]] = []
+        for shard in range(self.shards):  # in one round trip (one a master on a cluster)
+            commands += [("ZREM", self._owners[shard], self.owner),
+                         ("DEL", self._push_records[shard])]
+        self._execute(commands, [""] * len(commands))
         self._link.close()
 
     def detach(self) -> None:
