@@ -114,7 +114,7 @@ ACK_DELAY = 0.05
 #: How long a callback's output waits for others' to go to Redis with it (s): callbacks
 #: end in bursts, and one check-and-queue for a burst costs Redis a script call a shard
 #: and a round trip a master, not as many as the callbacks. In the demo crawl 0.02 s
-#: gathers about 5 callbacks' outputs, where 1.6 went together before (Redis CPU a page:
+#: gathers about 5 callbacks' outputs, where 1.5 went together before (Redis CPU a page:
 #: docs/benchmarks.md, section h); a page's lease and its links wait that much longer.
 GATHER_DELAY = 0.02
 #: Most requests named in the WARNING that puts leases back.
