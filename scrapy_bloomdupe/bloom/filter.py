@@ -65,6 +65,8 @@ MAX_ITEMS_PER_SCRIPT = 256
 MAX_SCRIPT_RELOADS = 5
 #: Per-item reply of an engine whose newest generation's shard refused the item (full).
 _FULL = 70  # ord("F")
+#: A window's slice grew in the call, which did not look at the item: asked again.
+_GROWN = 71  # ord("G")
 #: ``BLOOMDUPE_ENGINE`` name of each engine.
 ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
 #: The same, with a recrawl window (``BLOOMDUPE_WINDOW``, :mod:`.window`).
@@ -107,6 +109,8 @@ class FilterCounters:
     stale_slice: int = 0
     #: Calls in which a full shard refused items (native engine), redone after growth.
     full: int = 0
+    #: Calls in which a window's current slice grew a generation (items redone in it).
+    slice_growths: int = 0
     generations_added: int = 0
     lock: LockCounters = field(default_factory=LockCounters)
 
@@ -148,7 +152,9 @@ class BloomFilter(Growth, Forgetting):
         self.sizing = plan
         self.seed = seed
         self.created = created
-        self.growth = growth
+        #: Generations added to the whole filter; with a window each slice grows instead
+        #: (in its script, :mod:`.window`).
+        self.growth = growth and window is None
         self.fingerprint = fingerprint
         self.use_lock = use_lock
         self.counters = FilterCounters()
@@ -172,7 +178,7 @@ class BloomFilter(Growth, Forgetting):
             self.cache = LocalCache(local_cache)
         else:
             self.window_engine = WINDOW_ENGINES[engine](client, key, plan.shards,
-                                                        self.client_id, window)
+                                                        self.client_id, window, growth)
             self.engine = self.window_engine
             self.cache = TimedCache(local_cache, self.window_engine.clock.now)
         self._link = Link(client, wait_replicas=wait_replicas)
@@ -270,7 +276,7 @@ class BloomFilter(Growth, Forgetting):
             # Before anything is written; a shard of either engine there is joined.
             check_room(client, key, 0, plan, native.first_shards_present(client, key, plan))
             stored = meta.create_or_join(client, key, plan,
-                                         growth=growth and window is None,
+                                         growth=growth,
                                          fingerprint=fingerprint, engine=proposed,
                                          requested=engine, window=window)
         stored_engine = meta.engine_of(stored)
@@ -428,6 +434,7 @@ class BloomFilter(Growth, Forgetting):
             refused: list[int] = []
             full: list[int] = []
             stale: list[int] = []
+            regrow: list[int] = []
             while pending:
                 replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
                 busy = []
@@ -442,11 +449,18 @@ class BloomFilter(Growth, Forgetting):
                         self._adopt_slice(unit.shard, reply)
                         stale.extend(unit.indexes)
                     else:
+                        grown = False
                         for index, flag in zip(unit.indexes, reply, strict=True):
                             if flag == _FULL:
                                 full.append(index)
+                            elif flag == _GROWN:
+                                grown = True
+                                regrow.append(index)
                             else:
                                 results[index] = flag == 49  # ord("1")
+                        if grown:
+                            assert self.window_engine is not None
+                            self.window_engine.grew(unit.shard)
                 pending = busy
                 pauses = lock_state.pauses
                 if pending and pauses is not None and next(pauses, None) is None:
@@ -470,9 +484,15 @@ class BloomFilter(Growth, Forgetting):
                 # new calls (the refusals are in the op log, under the old calls' ids).
                 self.counters.full += 1
                 self._grow_for_full(generations)
+                refused.extend(full)
+            if regrow:
+                # A slice grew in the call (a window): redo the items it did not look
+                # at with the new generation, as new calls (as after a full shard).
+                self.counters.slice_growths += 1
+                refused.extend(regrow)
+            if full or regrow:
                 op = ack = self._next_op
                 self._next_op += max(indexes) + 1
-                refused.extend(full)
             remaining = refused
 
     def _guarded(self, call: Callable[[], T]) -> T:
@@ -564,6 +584,10 @@ class BloomFilter(Growth, Forgetting):
         if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
             self._adopt_slice(unit.shard, reply)
             return None
+        if reply == b"G":  # the slice grew in the call, which did not look at the item
+            assert self.window_engine is not None
+            self.window_engine.grew(unit.shard)
+            return None
         if reply in (LOCK_BUSY, STALE_GENERATION):
             self.counters.lock.lost += reply == LOCK_BUSY
             return None
@@ -576,7 +600,7 @@ class BloomFilter(Growth, Forgetting):
     def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
         """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
         assert self.window_engine is not None
-        self.window_engine.clock.adopt(shard, int(reply[0]), float(reply[1]))
+        self.window_engine.adopt(shard, reply)
 
     def lock_key_for(self, fingerprint: bytes) -> str:
         h1, _ = hashing.halves(fingerprint, self.seed)
