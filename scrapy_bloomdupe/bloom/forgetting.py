@@ -11,9 +11,13 @@ began less than :data:`FORGET_CHECK_EVERY` seconds ago (this worker's monotonic
 clock), judged after the lookup, so a pause between the read and the lookup
 cannot stretch it; otherwise (a failed read too) the items go to Redis, which
 answers for them. :meth:`Forgetting.forget_many` returns only
-:data:`FORGET_SETTLE` seconds after its ``INCR``: by then every read begun before
-the ``INCR`` is stale, so once it has returned no worker's cache answers for a
-forgotten item (clocks may differ in rate by far less than :data:`FORGET_MARGIN`).
+:data:`FORGET_SETTLE` seconds after the reply to its ``INCR``. A read that began
+before the ``INCR`` ran lets the cache answer until at most
+:data:`FORGET_CHECK_EVERY` after it began, so before then; a read that began
+later sees the new count and drops the cache. So once ``forget_many`` has
+returned, no worker's cache answers for a forgotten item. :data:`FORGET_MARGIN`
+covers a worker's clock running slower than this one's (a difference of rate:
+monotonic clocks share no origin, and their rates differ by far less).
 
 :class:`Forgetting` is mixed into :class:`~.filter.BloomFilter`, whose state it uses.
 """
@@ -44,8 +48,7 @@ logger = logging.getLogger(__name__)
 #: its cache if the counter changed.
 FORGET_CHECK_EVERY = 1.0
 #: What :meth:`Forgetting.forget_many` waits beyond :data:`FORGET_CHECK_EVERY` after its
-#: ``INCR`` (seconds): room for a worker's clock running a little slower than ours and
-#: for the read's time in flight.
+#: ``INCR`` (seconds): room for a worker's clock running slower than this one's.
 FORGET_MARGIN = 0.5
 #: How long after its ``INCR`` :meth:`Forgetting.forget_many` returns (seconds).
 FORGET_SETTLE = FORGET_CHECK_EVERY + FORGET_MARGIN
@@ -90,10 +93,10 @@ class Forgetting:
         """Re-admit these items: the next check of each, by any worker, answers new (once),
         and adds it again. A Bloom filter cannot delete, so each item's keyed hash goes
         into its shard's forgotten set, which the check-and-add script looks at first;
-        the forget counter tells workers to drop their local caches. Returns
-        :data:`FORGET_SETTLE` seconds after raising the counter (it sleeps), when no
-        worker's cache can answer for these items any more (see the module's
-        docstring). Returns how many were not already waiting to be re-admitted."""
+        the forget counter tells workers to drop their local caches. It sleeps until
+        :data:`FORGET_SETTLE` seconds after raising the counter, when no worker's cache
+        can answer for these items any more (see the module's docstring), then returns
+        how many were not already waiting to be re-admitted."""
         shards = self.sizing.shards
         by_shard: dict[int, list[bytes]] = {}
         for fp in dict.fromkeys(fingerprints):
