@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -184,9 +183,10 @@ class BloomFilter(Growth, Forgetting):
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
-        #: ``keys.forgets`` as last read, and when to read it again (see .forgetting).
+        #: ``keys.forgets`` as last read, and when (``time.monotonic()``, as the read began)
+        #: it was last read successfully; None: never (see .forgetting).
         self._forgets: bytes | None = None
-        self._next_forget_check = 0.0
+        self._forgets_read_at: float | None = None
         #: Why the filter last could not grow (warned once per reason).
         self._cannot_grow: tuple[str, int] | None = None
         self._set_generations(generations)
@@ -381,11 +381,15 @@ class BloomFilter(Growth, Forgetting):
                             "item(s) of the local cache", self.key, len(cache))
                 cache.clear()
         remaining: Sequence[int] = range(count)
-        if cache.size and time.monotonic() >= self._next_forget_check:
-            self._check_forgets()
         if cache.size:
-            remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
-            self.counters.local_hits += count - len(remaining)
+            if not self._cache_may_answer():
+                self._check_forgets()
+            unknown = [i for i, fp in enumerate(fingerprints) if fp not in cache]
+            # Judged after the lookup: a pause before it (or a failed read) must not let
+            # the cache answer for an item forgotten since (see .forgetting).
+            if self._cache_may_answer():
+                remaining = unknown
+                self.counters.local_hits += count - len(remaining)
         seed = self.seed
         shards = self.sizing.shards
         halves = {i: hashing.halves(fingerprints[i], seed) for i in remaining}
