@@ -331,7 +331,7 @@ def fit_window(window_ms: int, capacity: int, error_rate: float, shards: int | N
     """The window of ``window_ms`` cut into the slices (8 to 12) whose shards take the
     least memory once the allocator has rounded them, and one slice's sizing.
 
-    Every slice count gives about 21.3 bits per item a window at p = 0.001 before
+    Every slice count gives about 21.5 bits per item a window at p = 0.001 before
     rounding (fewer slices hold more each, at a looser rate each), but the rounding
     adds up to 25% to a string just past a size class; among 8 to 12 slices one
     always lands close under a class (measured: at most 24 bits at every capacity

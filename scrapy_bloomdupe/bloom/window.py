@@ -1,7 +1,7 @@
 """A recrawl window (``BLOOMDUPE_WINDOW``): the filter as a ring of time slices.
 
 Time, on Redis's clock (``TIME`` in the script, never the workers'), is cut into
-slices of ``window / S`` (:class:`~scrapy_bloomdupe.sizing.Window`, S = 8). Each
+slices of ``window / S`` (:class:`~scrapy_bloomdupe.sizing.Window`, S = 8 to 12). Each
 shard has one filter a slice (``keys.slice_bits`` or ``keys.slice_bloom``, with
 the shard's hash tag). A check looks an item up in the live slices (the current
 one and the S before it, which overlap the window) and adds a new one to the
@@ -18,14 +18,28 @@ moves on and asks again. A slice that expired on schedule is not lost state; one
 the shard's slice record (``keys.slice_record``) holds that is gone before its
 time is (``SHARD_MISSING``).
 
-Sizing (:func:`~scrapy_bloomdupe.sizing.window_plan`): each slice holds
-``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)``, so the
-false positives of every live slice add up to the configured rate; with S + 1
-slices live that is about 21.3 bits per fingerprint added within a window at
-p = 0.001. Slices do not grow: a slice past its share fills on (Lua engine: its
-false-positive rate climbs) or refuses items (RedisBloom:
-:class:`~scrapy_bloomdupe.exceptions.FilterFullError`), as a filter without a
-window does with ``BLOOMDUPE_GROWTH`` off.
+Sizing (:func:`~scrapy_bloomdupe.sizing.fit_window`): the window is cut into the 8
+to 12 slices whose shards Redis allocates the least; each slice holds
+``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)`` (its first
+generation at ``1 - TIGHTENING`` of that), so the false positives of every live slice
+add up to the configured rate: about 21.5 bits per fingerprint added within a window
+at p = 0.001, at most 24 once the allocator has rounded each string.
+
+Growth: a slice grows as a filter without a window does (``BLOOMDUPE_GROWTH``), but in
+its script, per shard: the shard's record (``keys.slice_record``, a hash) holds each
+live slice's generation count and the items in the current slice's newest generation;
+once those reach its share, the script makes the next generation (twice the items, a
+tenth the rate), which expires with its slice. A client sends each live slice's
+generations as it believes them, and the keys and offsets that go with them; a script
+that finds others answers :data:`STALE_SLICE` with Redis's, having written nothing. A
+call makes at most one generation (the client sends its key); the Lua engine's items
+past it, which lack its offsets, are answered ``G`` and asked again. With growth off
+(or at :data:`MAX_SLICE_GENERATIONS`, or ``BLOOMDUPE_MAX_BYTES``) a slice past its
+share fills on (Lua engine: its false-positive rate climbs) or refuses items
+(RedisBloom: :class:`~scrapy_bloomdupe.exceptions.FilterFullError`).
+
+The record is made with the filter (``made``), so a deleted one is lost state, not a
+shard whose slices were never made.
 
 The worker's local cache keeps, with each item, until when (on Redis's clock) the
 item is sure to be in a live slice: the end of the current slice for one found
