@@ -497,6 +497,24 @@ def test_a_slice_grows_a_generation_once_its_newest_holds_its_share(
     assert isinstance(stale, list) and stale[2 + SLICES] == 2
 
 
+def test_a_forgotten_item_is_answered_new_even_when_its_slice_is_full(
+        engine_client: redis.Redis, engine: str) -> None:
+    """With growth off a RedisBloom slice past its capacity refuses items ('F'): a
+    forgotten one is still answered new (and taken out of the set), so the forget is
+    not lost with the refusal."""
+    w = WindowCheckAdd(engine_client, engine, cap=2)
+    c = w.now_slice()
+    reply = w(list(range(1, 9)), c)
+    if isinstance(reply, list):
+        c = reply[0]
+        reply = w(list(range(1, 9)), c, call=2, ack=2)
+    if engine == "redisbloom":
+        assert b"F" in reply  # 4 items fit (cap 2, reserved for twice that)
+    w.client.sadd(FORGOT, "item-1", "item-8")
+    assert w([1, 8, 20], c, call=30, ack=30) == (b"11F" if engine == "redisbloom" else b"111")
+    assert not w.client.exists(FORGOT)
+
+
 def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() -> None:
     """Each check-and-add script is whole in its file (readable on its own), so the
     op log's replay, the fence and the record are written in each: they must not
