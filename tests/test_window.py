@@ -4,6 +4,8 @@ false negative inside it; slices expire on schedule and one gone early is lost s
 
 from __future__ import annotations
 
+import random
+import threading
 import time
 
 import pytest
@@ -118,7 +120,7 @@ def test_a_slice_grows_when_it_holds_its_share(client: redis.Redis, use_lock: bo
     """Past its share of the window a slice grows a generation (in its script, as a
     filter without a window does): no item added is new again, and new ones stay new
     at about the configured rate."""
-    window = sizing.Window(600_000)
+    window = sizing.Window(30 * 86_400_000)  # no slice starts during the test
     plan = sizing.window_plan(800, 1e-6, window, shards=2)  # 100 items a slice, no FP
     bf = BloomFilter.open(client, "t", plan, window=window, growth=True, use_lock=use_lock)
     items = fps(700)
@@ -141,6 +143,43 @@ def test_a_slice_grows_when_it_holds_its_share(client: redis.Redis, use_lock: bo
     other = BloomFilter.open(client, "t", plan, window=window, growth=True)
     assert not any(other.add_many(items))
     assert other.counters.stale_slice > 0
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_workers_racing_through_a_slice_s_growth_accept_each_item_once(
+        client: redis.Redis, use_lock: bool) -> None:
+    """Six workers (each its own filter object: its own view of the generations) add
+    the same 1,200 items in different orders while the slices grow under them: each
+    item is accepted by exactly one of them."""
+    window = sizing.Window(30 * 86_400_000)  # no slice starts during the test
+    plan = sizing.window_plan(800, 1e-9, window, shards=2)
+    items = fps(1200)
+    accepted: list[list[bool]] = []
+
+    def worker(seed: int) -> None:
+        own = redis.Redis(connection_pool=redis.ConnectionPool(
+            **client.connection_pool.connection_kwargs))
+        bf = BloomFilter.open(own, "race", plan, window=window, growth=True,
+                              use_lock=use_lock)
+        order = list(range(len(items)))
+        random.Random(seed).shuffle(order)
+        answers = [False] * len(items)
+        for start in range(0, len(order), 40):
+            part = order[start:start + 40]
+            for i, new in zip(part, bf.add_many([items[i] for i in part]), strict=True):
+                answers[i] = new
+        accepted.append(answers)
+        own.close()
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(accepted) == 6
+    assert [sum(a[i] for a in accepted) for i in range(len(items))] == [1] * len(items)
+    records = [client.hgetall(keys.slice_record("race", i)) for i in range(2)]
+    assert all(max(int(v) for f, v in r.items() if f.isdigit()) >= 4 for r in records)
 
 
 def test_a_retried_call_is_answered_from_the_op_log_after_the_slice_changed(
