@@ -412,8 +412,9 @@ class BloomFilter(Calls, Growth, Forgetting):
         """Parameters, and per generation and shard the set bits and memory."""
         self._reload()
         if self.window_engine is not None:  # the time slices in Redis, oldest first
-            generations = [GenerationInfo(shards[0].generation, self.sizing, shards)
-                           for shards in self.engine.shard_infos()]
+            window = self.window_engine
+            generations = [GenerationInfo(s, window.plan_of(g), shards, g)
+                           for s, g, shards in window.slice_infos()]
         else:
             generations = [GenerationInfo(g, plan, shards) for g, (plan, shards) in
                            enumerate(zip(self.generations, self.engine.shard_infos(),

@@ -304,21 +304,49 @@ class _Slices:
         there = _pipelined(self.client, [("EXISTS", n) for n in names])
         return lost + [n for n, is_there in zip(names, there, strict=True) if not is_there]
 
-    def _by_slice(self, found: Sequence[tuple[int, int, list[str]]], figures: Sequence[Any],
-                  make: Any) -> list[list[ShardInfo]]:
-        """Per slice in Redis and the current one (oldest first), every shard's figures:
-        ``make(shard, slice, key, figure)``, with None as the figure of a shard the slice
-        does not have (no item of that shard arrived during it)."""
-        ids = sorted({s for s, _, _ in found} | {max(self.clock.current)})
-        got = {(s, i): f for (s, i, _), f in zip(found, figures, strict=True)}
-        return [[make(i, s, self.slice_key(i, s), got.get((s, i)))
-                 for i in range(self.shards)] for s in ids]
+    def _figures(self, names: Sequence[str], generations: Sequence[int]
+                 ) -> list[tuple[int, int, int]]:
+        """(set bits, bits, memory) of each of these keys, of these generations."""
+        raise NotImplementedError
+
+    def plan_of(self, generation: int) -> sizing.Sizing:
+        """The sizing of a slice's generation ``generation`` (as for a filter without a
+        window: its share, then twice that at a tenth of the rate, and so on)."""
+        return self._plans[generation] if generation < len(self._plans) else \
+            sizing.generation(self._plans[0], generation)
+
+    def slice_infos(self) -> list[tuple[int, int, list[ShardInfo]]]:
+        """(slice, generation, every shard's figures) of each slice generation in Redis
+        and the current slice's first, oldest first; a shard the slice generation lacks
+        (no item of that shard arrived while it was current) has no set bits."""
+        found = self._existing()
+        names = [name for _, _, group in found for name in group]
+        figures = iter(self._figures(names, [g for _, _, group in found
+                                             for g in range(len(group))]))
+        got: dict[tuple[int, int, int], tuple[str, tuple[int, int, int]]] = {}
+        for s, i, group in found:
+            for g, name in enumerate(group):
+                got[(s, g, i)] = (name, next(figures))
+        rows = sorted({(s, g) for s, g, _ in got} | {(max(self.clock.current), 0)})
+        out = []
+        for s, g in rows:
+            shards = []
+            for i in range(self.shards):
+                name, (set_bits, bits, memory) = got.get(
+                    (s, g, i), (self.slice_key(i, s, g), (0, self._bits_of(g), 0)))
+                shards.append(ShardInfo(i, s, name, set_bits, bits, memory))
+            out.append((s, g, shards))
+        return out
+
+    def _bits_of(self, generation: int) -> int:
+        """Bits a shard of a slice's generation ``generation`` has."""
+        raise NotImplementedError
 
     def figures(self, info: FilterInfo) -> dict[str, float]:
         """From a filter's :class:`FilterInfo`: the time slices in Redis (``slices``) and
         how long ago the oldest of them began (``oldest_slice_age``, seconds)."""
-        made = [g for g in info.generations if g.memory_bytes]
-        oldest = min((g.index for g in made), default=None)
+        made = {g.index for g in info.generations if g.memory_bytes}
+        oldest = min(made, default=None)
         age = 0.0 if oldest is None else max(
             0.0, (self.clock.estimate() - oldest * self.window.slice_ms) / 1000)
         return {"slices": len(made), "oldest_slice_age": round(age, 3)}
@@ -404,26 +432,18 @@ class WindowLuaEngine(_Slices, LuaEngine):
                                                                      strict=True)))
         return out
 
-    def shard_infos(self) -> list[list[ShardInfo]]:
-        """Per slice in Redis (oldest first), each of its shards' figures (its
-        generations together)."""
-        found = self._existing()
+    def _figures(self, names: Sequence[str], generations: Sequence[int]
+                 ) -> list[tuple[int, int, int]]:
         pipe = self.client.pipeline(transaction=False)
-        for _, _, names in found:
-            for name in names:
-                pipe.bitcount(name)
-                pipe.memory_usage(name, samples=0)
-        raw = iter(pipe.execute())
-        figures = []
-        for _, _, names in found:
-            set_bits = memory = 0
-            for _ in names:
-                set_bits += int(next(raw) or 0)
-                memory += int(next(raw) or 0)
-            figures.append((set_bits, memory, sum(p.modulus for p in self._plans[:len(names)])))
-        return self._by_slice(found, figures, lambda i, s, name, f: ShardInfo(
-            i, s, name, f[0] if f else 0, f[2] if f else self._plans[0].modulus,
-            f[1] if f else 0))
+        for name in names:
+            pipe.bitcount(name)
+            pipe.memory_usage(name, samples=0)
+        raw = pipe.execute()
+        return [(int(n or 0), self._bits_of(g), int(m or 0))
+                for n, m, g in zip(raw[::2], raw[1::2], generations, strict=True)]
+
+    def _bits_of(self, generation: int) -> int:
+        return self.plan_of(generation).modulus
 
 
 class WindowNativeEngine(_Slices, NativeEngine):
@@ -479,22 +499,17 @@ class WindowNativeEngine(_Slices, NativeEngine):
             at += count
         return out
 
-    def shard_infos(self) -> list[list[ShardInfo]]:
-        found = self._existing()
-        names = [name for _, _, group in found for name in group]
-        counts = iter(self._counts(names))
-        memory = iter(_pipelined(self.client, [("MEMORY", "USAGE", name, "SAMPLES", "0")
-                                               for name in names]))
-        figures = []
-        for _, _, group in found:
-            set_bits = size = total = 0
-            for g in range(len(group)):
-                bits = reserve_of(self._plans[g]).bits
-                set_bits += round(bits * -math.expm1(-self._plans[g].hashes * next(counts)
-                                                     / bits))
-                size += int(next(memory) or 0)
-                total += bits
-            figures.append((set_bits, size, total))
-        first = reserve_of(self._plans[0]).bits
-        return self._by_slice(found, figures, lambda i, s, name, f: ShardInfo(
-            i, s, name, f[0] if f else 0, f[2] if f else first, f[1] if f else 0))
+    def _figures(self, names: Sequence[str], generations: Sequence[int]
+                 ) -> list[tuple[int, int, int]]:
+        counts = self._counts(names)
+        memory = _pipelined(self.client, [("MEMORY", "USAGE", name, "SAMPLES", "0")
+                                          for name in names])
+        out = []
+        for n, m, g in zip(counts, memory, generations, strict=True):
+            bits = self._bits_of(g)
+            out.append((round(bits * -math.expm1(-self.plan_of(g).hashes * n / bits)), bits,
+                        int(m or 0)))
+        return out
+
+    def _bits_of(self, generation: int) -> int:
+        return reserve_of(self.plan_of(generation)).bits
