@@ -436,13 +436,14 @@ def memory_and_fpr(redis_url: str, count: int, probes: int) -> dict[str, Any]:
     }
 
 
-def window_memory_and_fpr(url: str, count: int, probes: int, fill: float) -> dict[str, Any]:
+def window_memory_and_fpr(url: str, count: int, probes: int, fill: float,
+                          engine_name: str = "lua") -> dict[str, Any]:
     """A recrawl window of ``count`` fingerprints a window, every live slice full (each
     lasting 6 times what ``count / 8`` took the plain filter; kept once full)."""
     client = redis.Redis.from_url(url)
-    window = sizing.Window(max(1000, math.ceil(6000 * fill)))
-    plan = sizing.window_plan(count, ERROR_RATE, window)
-    bloom = BloomFilter.open(client, "bench:win", plan, window=window, use_lock=False)
+    window, plan = sizing.fit_window(max(1000, math.ceil(6000 * fill)), count, ERROR_RATE)
+    bloom = BloomFilter.open(client, "bench:win", plan, window=window, use_lock=False,
+                             engine=engine_name)
     engine, per = bloom.window_engine, count // window.slices
     assert engine is not None
     for j in range(window.live):  # a share a slice, from the start of the next slice
@@ -454,14 +455,16 @@ def window_memory_and_fpr(url: str, count: int, probes: int, fill: float) -> dic
             client.persist(engine.live_keys(i)[-1])
     found = engine._existing()  # the slices in a row, as live_keys and contains_many see them
     live = {s for s, _, _ in found if s >= engine.clock.current[0] - window.slices}
-    names = [n for _, _, n in found] + [keys.slice_record(bloom.key, i) for i in range(plan.shards)]
+    names = [n for _, _, group in found for n in group] + [
+        keys.slice_record(bloom.key, i) for i in range(plan.shards)]
     used = sum(int(client.memory_usage(n, samples=0) or 0) for n in names)
     probes = min(probes, 200_000)  # each probe reads every live slice
     probe = fingerprints(probes, b"https://probe.example.net/w/")
     fp = sum(sum(bloom.contains_many(probe[i:i + 10_000])) for i in range(0, probes, 10_000))
     bloom.clear()
     client.close()
-    return {"slices": len(live), "window_s": window.window_ms / 1e3, "bits": used * 8 / count,
+    return {"slices": len(live), "cut": window.slices, "window_s": window.window_ms / 1e3,
+            "bits": used * 8 / count,
             "fpr": fp / probes, "fp": fp, "probes": probes}
 
 
@@ -682,7 +685,8 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
         w = memory.get("window")
         if w:
             out.append(f"\nA recrawl window (`BLOOMDUPE_WINDOW`, {w['window_s']:g} s) of {n:,} "
-                       f"fingerprints a window at its fullest ({w['slices']} slices, all full) "
+                       f"fingerprints a window at its fullest (cut into {w['cut']} slices, "
+                       f"{w['slices']} in Redis, all full) "
                        "beside the plain filter and a sorted set scored by time; bits per "
                        "fingerprint added within one window, all it keeps in Redis:\n")
             out.append(table(["store", "bits per live fingerprint", "false-positive rate"], [

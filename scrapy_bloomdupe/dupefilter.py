@@ -483,19 +483,37 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 window = self.bloom.window_figures(info)
                 values["bloomdupe/window/slices"] = window["slices"]
                 values["bloomdupe/window/oldest_slice_age"] = window["oldest_slice_age"]
-            if (not self.bloom.growth and info.estimated_items > info.capacity
-                    and not self._warned_full):
-                self._warned_full = True
-                logger.warning(
-                    "Bloom filter %(key)s holds about %(items)d items, past its capacity of "
-                    "%(capacity)d: its false-positive rate is now %(fpr).2g and climbing, and "
-                    "every false positive is a page never crawled. Turn on BLOOMDUPE_GROWTH, "
-                    "or start a new filter with a larger BLOOMDUPE_CAPACITY.",
-                    {"key": self.bloom.key, "items": info.estimated_items,
-                     "capacity": info.capacity, "fpr": info.estimated_false_positive_rate},
-                )
+            if not self._warned_full:
+                self._warn_if_full(info)
         for name, value in values.items():
             self.stats.set_value(name, value)
+
+    def _warn_if_full(self, info: FilterInfo) -> None:
+        """Once: the filter (or, with a window, the current time slice) holds more than
+        its capacity and cannot grow, so its false-positive rate climbs."""
+        window = self.bloom.window_engine
+        if window is None:
+            if self.bloom.growth or info.estimated_items <= info.capacity:
+                return
+            what, items, capacity = "", info.estimated_items, info.capacity
+            advice = ("Turn on BLOOMDUPE_GROWTH, or start a new filter with a larger "
+                      "BLOOMDUPE_CAPACITY.")
+        else:
+            newest = info.generations[-1]
+            if window.growth or newest.estimated_items <= newest.sizing.capacity:
+                return
+            what, items, capacity = ("'s current time slice", newest.estimated_items,
+                                     newest.sizing.capacity)
+            advice = ("Turn on BLOOMDUPE_GROWTH (each time slice then grows), or start a "
+                      "new filter with a larger BLOOMDUPE_CAPACITY (requests a window).")
+        self._warned_full = True
+        logger.warning(
+            "Bloom filter %(key)s%(what)s holds about %(items)d items, past its capacity of "
+            "%(capacity)d: its false-positive rate is now %(fpr).2g and climbing, and "
+            "every false positive is a page never crawled. %(advice)s",
+            {"key": self.bloom.key, "what": what, "items": items, "capacity": capacity,
+             "fpr": info.estimated_false_positive_rate, "advice": advice},
+        )
 
     # -- end ------------------------------------------------------------------
 

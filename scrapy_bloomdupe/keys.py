@@ -13,9 +13,10 @@ generation ``g``:
                                 (the Lua engine)
 ``{K:i}:bf``, ``{K:i}:bf:g``    RedisBloom filters: the same, for the native engine
 ``{K:i}:bits:s<n>``             with a window (``BLOOMDUPE_WINDOW``): shard ``i`` of
-                                time slice ``n`` (expires on schedule)
+                                time slice ``n`` (expires on schedule); ``:g<g>``
+                                after it, the slice's generation ``g`` once it grew
 ``{K:i}:bf:s<n>``               the same, for the native engine
-``{K:i}:slices``                sorted set: with a window, the last slices made
+``{K:i}:slices``                hash: with a window, the live slices and their generations
 ``{K:i}:forgot``                set: items ``bloomdupe forget`` re-admits, once each
 ``K:forgets``                   string: how many forgets were done (workers drop their
                                 local caches when it changes)
@@ -123,19 +124,23 @@ def later_bloom_pattern(key: str, index: int) -> str:
     return f"{_shard(key, index)}:bf:*"
 
 
-def slice_bits(key: str, index: int, slice_id: int) -> str:
-    """Shard ``index``'s bits in time slice ``slice_id`` (a window, the Lua engine)."""
-    return f"{_shard(key, index)}:bits:s{slice_id}"
+def slice_bits(key: str, index: int, slice_id: int, generation: int = 0) -> str:
+    """Shard ``index``'s bits in time slice ``slice_id`` (a window, the Lua engine), of
+    the slice's ``generation`` (it grows as a filter without a window does)."""
+    return f"{_shard(key, index)}:bits:s{slice_id}" + (f":g{generation}" if generation else "")
 
 
-def slice_bloom(key: str, index: int, slice_id: int) -> str:
-    """Shard ``index``'s RedisBloom filter in time slice ``slice_id`` (a window)."""
-    return f"{_shard(key, index)}:bf:s{slice_id}"
+def slice_bloom(key: str, index: int, slice_id: int, generation: int = 0) -> str:
+    """Shard ``index``'s RedisBloom filter in time slice ``slice_id`` (a window), of the
+    slice's ``generation``."""
+    return f"{_shard(key, index)}:bf:s{slice_id}" + (f":g{generation}" if generation else "")
 
 
 def slice_record(key: str, index: int) -> str:
-    """With a window: the ids of the last slices of shard ``index`` made (a sorted set,
-    ids as scores): one of them missing while it should be live is lost state."""
+    """With a window: shard ``index``'s record of its live slices (a hash: ``made``,
+    set with the filter; ``<slice>``, the slice's generations; ``<slice>n``, the items
+    in its newest): a slice it holds missing while live is lost state, and so is the
+    record itself."""
     return f"{_shard(key, index)}:slices"
 
 
@@ -239,11 +244,15 @@ _SHARDED = [
     (re.compile(r"bits"), "filter shard {i}, generation 0"),
     (re.compile(r"bits:(\d+)"), "filter shard {i}, generation {g}"),
     (re.compile(r"bits:s(\d+)"), "filter shard {i}, time slice {g} (expires on schedule)"),
+    (re.compile(r"bits:s(\d+):g\d+"),
+     "filter shard {i}, time slice {g}, a later generation (expires on schedule)"),
     (re.compile(r"bf"), "filter shard {i}, generation 0 (RedisBloom)"),
     (re.compile(r"bf:(\d+)"), "filter shard {i}, generation {g} (RedisBloom)"),
     (re.compile(r"bf:s(\d+)"),
      "filter shard {i}, time slice {g} (RedisBloom, expires on schedule)"),
-    (re.compile(r"slices"), "the last time slices of shard {i} made (ids)"),
+    (re.compile(r"bf:s(\d+):g\d+"),
+     "filter shard {i}, time slice {g}, a later generation (RedisBloom, expires on schedule)"),
+    (re.compile(r"slices"), "the live time slices of shard {i} and their generations"),
     (re.compile(r"forgot"), "items of shard {i} `bloomdupe forget` re-admits, once each"),
     (re.compile(r"lock"), "shard {i}'s lock (lock mode)"),
     (re.compile(r"gen"), "generations shard {i} has seen in use"),

@@ -222,9 +222,11 @@ class BloomDupeConfig:
         window = parse_window(_get(settings, "BLOOMDUPE_WINDOW"))
         try:
             if window is not None:
-                growth = False  # a slice is sized for its share of the window, and expires
-                plan = sizing.window_plan(capacity, error_rate, window, shards,
-                                          max_shard_bytes, max_bytes, max_shards)
+                # Cut into the slices that take the least memory; a slice grows as a
+                # filter without a window does (BLOOMDUPE_GROWTH).
+                window, plan = sizing.fit_window(window.window_ms, capacity, error_rate,
+                                                 shards, max_shard_bytes, max_bytes,
+                                                 max_shards)
             else:
                 plan = sizing.plan(capacity,
                                    sizing.first_generation_error_rate(error_rate, growth),

@@ -250,9 +250,11 @@ def generation(first: Sizing, index: int) -> Sizing:
                   optimal_hashes(bits, capacity), first.max_bytes)
 
 
-#: A window (``BLOOMDUPE_WINDOW``) is cut into this many time slices: an item is
-#: forgotten between one window and one window plus one slice after it was added.
+#: A window (``BLOOMDUPE_WINDOW``) is cut into this many time slices, or up to
+#: :data:`WINDOW_SLICES_MAX` (:func:`fit_window`): an item is forgotten between one
+#: window and one window plus one slice after it was added.
 WINDOW_SLICES = 8
+WINDOW_SLICES_MAX = 12
 
 
 @dataclass(frozen=True)
@@ -290,14 +292,66 @@ def window_plan(capacity: int, error_rate: float, window: Window, shards: int | 
     """One time slice's sizing for ``capacity`` items a window at ``error_rate`` over the
     whole window: ``capacity / slices`` items at ``error_rate / live`` (a new item is
     looked up in every live slice, so their false positives add up to ``error_rate``).
-    At 8 slices and p = 0.001 that is 18.9 bits an item a slice and, with 9 slices
-    live, 21.3 bits per fingerprint added within a window. ``max_bytes`` bounds every
-    live slice together."""
+    A slice's first generation takes ``1 - TIGHTENING`` of that, as a filter that grows
+    does, whether or not slices grow: later generations have the rest, and without them
+    it is the margin for rounding (:func:`fit_window`). At 8 slices and p = 0.001 that
+    is 19.1 bits an item a slice and, with 9 slices live, 21.5 bits per fingerprint
+    added within a window. ``max_bytes`` bounds every live slice together."""
     per_slice = max_bytes // window.live if max_bytes is not None else None
     if per_slice is not None and per_slice < 1:
         per_slice = 1
-    return plan(-(-capacity // window.slices), error_rate / window.live, shards,
+    return plan(-(-capacity // window.slices),
+                first_generation_error_rate(error_rate / window.live, True), shards,
                 max_shard_bytes, per_slice, max_shards)
+
+
+def allocated_bytes(length: int) -> int:
+    """What Redis takes for a string of ``length`` bytes made at once (as a slice is):
+    its header and final zero, rounded up to the allocator's size class. Redis's
+    default allocator, jemalloc, has four size classes between two powers of two, so
+    a string just past a class costs up to a quarter more than its bytes."""
+    size = length + (3 if length < 2**8 else 5 if length < 2**16 else 9) + 1
+    if size <= 16:
+        return 16
+    lg = size.bit_length() - 1
+    step = 1 << max(lg - 2, 3)
+    return -(-size // step) * step
+
+
+def window_bits_per_item(slice_plan: Sizing, window: Window, capacity: int) -> float:
+    """Bits Redis allocates for every live slice's first generation, per item a window."""
+    return (window.live * slice_plan.shards * allocated_bytes(slice_plan.bytes_per_shard)
+            * 8 / capacity)
+
+
+def fit_window(window_ms: int, capacity: int, error_rate: float, shards: int | None = None,
+               max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+               max_bytes: int | None = DEFAULT_MAX_BYTES,
+               max_shards: int | None = DEFAULT_MAX_SHARDS) -> tuple[Window, Sizing]:
+    """The window of ``window_ms`` cut into the slices (8 to 12) whose shards take the
+    least memory once the allocator has rounded them, and one slice's sizing.
+
+    Every slice count gives about 21.5 bits per item a window at p = 0.001 before
+    rounding (fewer slices hold more each, at a looser rate each), but the rounding
+    adds up to 25% to a string just past a size class; among 8 to 12 slices one
+    always lands close under a class (measured: at most 24 bits at every capacity
+    from 1,000 a shard to 10**9, tests/test_window.py). A slice count whose shards'
+    rounding (whole bytes, a prime modulus, a whole number of hashes) leaves the live
+    slices' false positives above the rate is taken only when every count does. Ties
+    go to fewer slices."""
+    best: tuple[bool, float, int, Window, Sizing] | None = None
+    for slices in range(WINDOW_SLICES, WINDOW_SLICES_MAX + 1):
+        window = Window(window_ms, slices)
+        slice_plan = window_plan(capacity, error_rate, window, shards, max_shard_bytes,
+                                 max_bytes, max_shards)
+        over = false_positive_rate(slice_plan.modulus, slice_plan.hashes,
+                                   slice_plan.capacity / slice_plan.shards) * window.live
+        candidate = (over > error_rate, window_bits_per_item(slice_plan, window, capacity),
+                     slices, window, slice_plan)
+        if best is None or candidate[:3] < best[:3]:
+            best = candidate
+    assert best is not None
+    return best[3], best[4]
 
 
 def total_bytes(first: Sizing, generations: int) -> int:

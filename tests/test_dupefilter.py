@@ -126,6 +126,24 @@ def test_warns_past_capacity(redis_url: str, caplog: pytest.LogCaptureFixture) -
     assert caplog.text.count("past its capacity of 100") == 1
 
 
+@pytest.mark.parametrize("growth", [True, False], ids=["growth", "no-growth"])
+def test_warns_past_a_window_slice_s_capacity_only_when_slices_cannot_grow(
+        redis_url: str, caplog: pytest.LogCaptureFixture, growth: bool) -> None:
+    crawler = crawler_for(redis_url, BLOOMDUPE_CAPACITY=800, BLOOMDUPE_WINDOW=3600,
+                          BLOOMDUPE_GROWTH=growth, BLOOMDUPE_SHARDS=1)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    for i in range(400):  # a slice's share is 800 / 8 to 12
+        df.request_seen(Request(f"http://a.example/{i}"))
+    with caplog.at_level(logging.WARNING):
+        df.update_stats(with_fill=True)
+        df.update_stats(with_fill=True)
+    warned = caplog.text.count("current time slice holds about")
+    assert warned == (0 if growth else 1)
+    if not growth:
+        assert "each time slice then grows" in caplog.text
+    df.clear()
+
+
 def test_bad_setting_fails_at_start(redis_url: str) -> None:
     with pytest.raises(ConfigError, match="BLOOMDUPE_ERROR_RATE=2"):
         build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url, BLOOMDUPE_ERROR_RATE=2))

@@ -7,7 +7,8 @@ import redis
 from helpers import fps
 
 from scrapy_bloomdupe import sizing
-from scrapy_bloomdupe.bloom.filter import MAX_ITEMS_PER_SCRIPT, BloomFilter
+from scrapy_bloomdupe.bloom.calls import MAX_ITEMS_PER_SCRIPT
+from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.oplog import parse_op_log
 from scrapy_bloomdupe.exceptions import ConfigError, FilterMismatchError
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ from test_cli import SITE, clean, run_cli, run_scrapy
 
 from scrapy_bloomdupe import keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
-from scrapy_bloomdupe.bloom.forgetting import FORGET_CHECK_EVERY
+from scrapy_bloomdupe.bloom.forgetting import FORGET_CHECK_EVERY, FORGET_SETTLE
+from scrapy_bloomdupe.localcache import LocalCache, TimedCache
+from scrapy_bloomdupe.testing import RedisServer
 
 WINDOW = sizing.Window(60_000)
+#: Slices of days: a cache entry of an item answered "seen" (kept until its slice ends,
+#: less a margin) does not lapse during a test that counts the cache's answers.
+LONG_WINDOW = sizing.Window(30 * 86_400_000)
 
 
 def open_filter(client: redis.Redis, window: sizing.Window | None, key: str = "t"
@@ -39,15 +45,98 @@ def test_a_forgotten_item_is_new_once_on_every_worker(engine_client: redis.Redis
     assert one.counters.local_hits == 200 and two.counters.local_hits == 0
     assert not any(two.add_many(items))  # now from two's cache as well
     tool = BloomFilter.open(engine_client, "t", None, read_only=True)
+    started = time.monotonic()
     assert tool.forget_many([items[3], items[150], items[3]]) == 2
+    assert time.monotonic() - started >= FORGET_SETTLE  # no cache answers for them now
     assert tool.forget_many([items[3]]) == 0  # already waiting
     assert tool.forgotten() == 2
-    time.sleep(FORGET_CHECK_EVERY + 0.1)  # the workers look at the forget counter
     answers = two.add_many(items)
     assert [i for i, new in enumerate(answers) if new] == [3, 150]
     assert not any(one.add_many(items)) and not any(two.add_many(items))
     assert tool.forgotten() == 0
     assert two.contains_many([items[3]]) == [True]  # added again
+
+
+def forget_during_the_next_lookup(bloom: BloomFilter, forget: Callable[[], object]) -> None:
+    """Make ``bloom``'s next local-cache lookup run ``forget`` whole before it looks: a
+    worker paused between its read of the forget counter and its lookup."""
+    cache = bloom.cache
+    base = type(cache)
+
+    class Paused(base):  # type: ignore[valid-type,misc]
+        def __contains__(self, item: bytes) -> bool:
+            cache.__class__ = base
+            forget()
+            return base.__contains__(self, item)
+
+    cache.__class__ = Paused
+
+
+@pytest.mark.parametrize("window", [None, LONG_WINDOW], ids=["no-window", "window"])
+def test_right_after_forget_returns_no_cache_answers_for_the_item(
+        engine_client: redis.Redis, engine_url: str, window: sizing.Window | None) -> None:
+    worker = open_filter(engine_client, window)
+    items = fps(20)
+    assert all(worker.add_many(items))
+    time.sleep(FORGET_CHECK_EVERY)
+    assert not any(worker.add_many(items))  # the counter read afresh, then the cache
+    assert worker.counters.local_hits == 20
+    other = redis.Redis.from_url(engine_url)  # another client, as bloomdupe forget is
+    tool = BloomFilter.open(other, "t", None, read_only=True)
+    tool.forget_many([items[5]])
+    # The very next check, however soon: the worker's last read is older than
+    # FORGET_CHECK_EVERY by now, so it reads the counter again and drops its cache.
+    assert [i for i, new in enumerate(worker.add_many(items)) if new] == [5]
+    assert worker.counters.local_hits == 20
+    assert not any(worker.add_many(items))  # once
+    assert worker.counters.local_hits == 40
+    # A forget that runs whole while the worker is between its (fresh) read of the
+    # counter and its lookup: the lookup is not answered from the cache.
+    forget_during_the_next_lookup(worker, lambda: tool.forget_many([items[9]]))
+    assert [i for i, new in enumerate(worker.add_many(items)) if new] == [9]
+    assert worker.counters.local_hits == 40
+    assert not any(worker.add_many(items)) and not any(worker.add_many(items))
+    assert worker.counters.local_hits == 60
+    other.close()
+
+
+@pytest.mark.parametrize("window", [None, LONG_WINDOW], ids=["no-window", "window"])
+def test_a_failed_read_of_the_forget_counter_keeps_the_cache_from_answering(
+        engine_client: redis.Redis, window: sizing.Window | None) -> None:
+    worker = open_filter(engine_client, window)
+    items = fps(20)
+    assert all(worker.add_many(items))
+    tool = BloomFilter.open(engine_client, "t", None, read_only=True)
+    tool.forget_many([items[5]])
+    counter = keys.forgets("t")
+    assert engine_client.get(counter) == b"1"
+    engine_client.delete(counter)
+    engine_client.rpush(counter, "not a counter")  # its GET fails now (WRONGTYPE)
+    # Redis answers, as it must for the forgotten item; the cache does not.
+    assert [i for i, new in enumerate(worker.add_many(items)) if new] == [5]
+    assert not any(worker.add_many(items))
+    assert worker.counters.local_hits == 0
+    engine_client.delete(counter)
+    engine_client.set(counter, 1)  # readable again, as the forget left it
+    assert not any(worker.add_many(items)) and not any(worker.add_many(items))
+    assert worker.counters.local_hits == 20
+
+
+@pytest.mark.parametrize("cache", [LocalCache, TimedCache])
+def test_the_cache_does_not_answer_while_redis_is_away(cache: type) -> None:
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        worker = open_filter(client, None if cache is LocalCache else LONG_WINDOW)
+        assert isinstance(worker.cache, cache)
+        items = fps(20)
+        assert all(worker.add_many(items))
+        assert not any(worker.add_many(items)) and worker.counters.local_hits == 20
+        time.sleep(FORGET_CHECK_EVERY)  # the last read of the forget counter is stale
+        server.stop()
+        with pytest.raises(redis.ConnectionError):
+            worker.add_many(items)  # sent to Redis, not answered from the cache
+        assert worker.counters.local_hits == 20
+        client.close()
 
 
 def test_forget_from_the_command_line(redis_url: str, client: redis.Redis, tmp_path: Path
@@ -64,7 +153,6 @@ def test_forget_from_the_command_line(redis_url: str, client: redis.Redis, tmp_p
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert (data["forgotten"], data["were_seen"], data["waiting"]) == (4, 3, 4)
-    time.sleep(FORGET_CHECK_EVERY + 0.1)
     answers = bloom.add_many([fingerprinter.fingerprint(Request(u)) for u in urls])
     assert answers == [True, True, True, False, False]
     result = run_cli("forget", "--key", "shop:bloomdupe", redis_url=redis_url)

@@ -1,38 +1,53 @@
 -- Check-and-add with a recrawl window, RedisBloom engine (bloom/window.py): is each
 -- item in a live time slice? Add the new ones to the current slice.
--- Time is cut into slices of L ms of Redis's clock (TIME); slice c is one NONSCALING
--- RedisBloom filter a shard, holds the items added during it and expires (PEXPIREAT,
--- set when it is made) at (c + S + 1) * L, once no call looks at it any more: a call
--- looks at slices c - S .. c.
+-- Time is cut into slices of L ms of Redis's clock (TIME); slice c holds the items
+-- added during it, in one NONSCALING RedisBloom filter a generation, and expires
+-- (PEXPIREAT, set when it is made) at (c + S + 1) * L, once no call looks at it any
+-- more: a call looks at slices c - S .. c.
+-- A slice grows as a filter without a window does: once its newest generation holds
+-- its share of items (cap), a larger generation is made beside it (at most M).
 --
 -- KEYS[1]        this client's op log for the shard (bloom/oplog.py)
--- KEYS[2]        the shard's slice record: the ids of its last S + 1 slices made
+-- KEYS[2]        the shard's slice record, a hash: 'made' (set when the filter was
+--                made: its loss is lost state), '<s>' the generations slice s has,
+--                '<s>n' the items in slice s's newest generation
 -- KEYS[3]        the shard's lock (lock mode)
 -- KEYS[4]        the shard's forgotten items (`bloomdupe forget`): each answered new once
--- KEYS[5..5+S]   the shard's BF keys of slices c - S .. c (the current slice last)
--- KEYS[6+S]      optional: a sorted set (the crawl's queue) that gets each new item
+-- KEYS[5..]      the shard's BF keys: for each slice c - S .. c (the current one last),
+--                b[s] keys, its generations oldest first; for slice c one more,
+--                the generation growth would make next
+-- KEYS[last]     optional: a sorted set (the crawl's queue) that gets each new item
 -- ARGV[1]        the lock token, '' in atomic mode
 -- ARGV[2]        this call's id (the op id of its first item)
 -- ARGV[3]        the ack: calls below it have their answers, the op log may forget them
 -- ARGV[4]        the op log's TTL in ms
 -- ARGV[5]        L, a slice's length in ms
--- ARGV[6]        S, the slices a window is cut into
+-- ARGV[6]        S: a call looks at S + 1 slices
 -- ARGV[7]        c, the current slice as the client believes it
--- ARGV[8]        a slice shard's BF.RESERVE error rate
--- ARGV[9]        a slice shard's BF.RESERVE capacity
--- ARGV[10]       n, the item count
--- ARGV[11..10+n] the items (the filter's keyed hashes, never the fingerprints)
--- then, with KEYS[6+S], per item its score and member (two values an item).
+-- ARGV[8]        n, the item count
+-- ARGV[9]        G, the most generations the client believes a live slice has
+-- ARGV[10]       M, the most generations a slice may have (1: no growth)
+-- then for each generation 0 .. G: its BF.RESERVE error rate and capacity, and cap
+-- (the items it holds before the next is made);
+-- then b[c - S] .. b[c], the generations of each slice as the client believes them
+-- (1 for a slice it knows nothing of);
+-- then the n items (the filter's keyed hashes, never the fingerprints);
+-- then, with the sink, per item its score and member (two values an item).
 --
--- Returns a string of one character an item: '1' new (now in the current slice,
--- and queued), '0' seen in a live slice, 'F' not added: the current slice's shard
--- is full; or, having written nothing:
+-- Returns a string of one character an item: '1' new (now in the current slice's
+-- newest generation, and queued), '0' seen in a live slice, 'F' not added: the
+-- newest generation is full and may not grow, 'G' not looked at: the current slice
+-- grew in this call and its new generation holds its share too (the client asks
+-- again, as a new call); or, having written nothing:
 --   -1 (LOCK_BUSY)      lock mode, and the lock does not hold this token
---   -3 (SHARD_MISSING)  a slice the record holds is gone before its time
---   {slice, now}        (STALE_SLICE) Redis's current slice is not c: its id and
---                       Redis's time in ms; the client asks again with those keys
---   a NOPERM error      the ACL does not allow ZADD on KEYS[6+S], PEXPIREAT on a
---                       slice to make, or SREM on KEYS[4] while it holds items
+--   -3 (SHARD_MISSING)  the record, or a generation of a slice it holds, is gone
+--                       before its time
+--   {slice, now, g...}  (STALE_SLICE) Redis's current slice is not c, or a live slice
+--                       has other generations than b says: Redis's slice, its time
+--                       in ms and the generations of its slices slice - S .. slice
+--                       (0: not made); the client asks again with those
+--   a NOPERM error      the ACL does not allow ZADD on the sink, PEXPIREAT on a
+--                       generation to make, or SREM on KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
@@ -57,28 +72,64 @@ end
 if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
 
 local L, S, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local n, G, M = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local current = math.floor(now / L)
-if current ~= c then
+
+-- The record (HGETALL: a few fields, S + 1 slices at most) and its view of slices
+-- current - S .. current: their generations.
+local record = {}
+local pairs_ = redis.call('HGETALL', KEYS[2])
+for i = 1, #pairs_, 2 do record[pairs_[i]] = pairs_[i + 1] end
+local function gens_of(first)
+  local gens = {}
+  for g = 0, S do gens[g + 1] = tonumber(record[string.format('%d', first + g)]) or 0 end
+  return record['made'], tonumber(record[string.format('%d', first + S) .. 'n']) or 0, gens
+end
+local function stale(gens)
   if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return {current, now}
+  return {current, now, unpack(gens)}
 end
 
-local sink = KEYS[6 + S]
-if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
-  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+if current ~= c then
+  local _, _, gens = gens_of(current - S)
+  return stale(gens)
 end
--- Which slices are there; one the record holds but Redis lacks is lost state.
-local live = {}
+local made, count, gens = gens_of(c - S)
+if not made then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -3
+end
+local shape_at = 11
+local believed_at = shape_at + 3 * (G + 1)
+local item_at = believed_at + S + 1
+-- The client's generations must be Redis's (a slice not made counts as 1, its key
+-- absent); then every generation the record holds must exist.
+local key_at, slices, holds = 5, {}, 0
 for g = 0, S do
-  local name = KEYS[5 + g]
-  if redis.call('EXISTS', name) == 1 then
-    live[#live + 1] = name
-  elseif #redis.call('ZRANGEBYSCORE', KEYS[2], c - S + g, c - S + g) > 0 then
+  local b, a = tonumber(ARGV[believed_at + g]), gens[g + 1]
+  if b ~= math.max(a, 1) then return stale(gens) end
+  slices[g + 1] = key_at
+  key_at = key_at + b
+  holds = holds + a
+end
+key_at = key_at + 1
+if holds > 0 then
+  local names = {}
+  for g = 0, S do
+    for j = 0, gens[g + 1] - 1 do names[#names + 1] = KEYS[slices[g + 1] + j] end
+  end
+  if redis.call('EXISTS', unpack(names)) < holds then
     if token ~= '' then redis.call('DEL', KEYS[3]) end
     return -3
   end
+end
+local sink = KEYS[key_at]
+local sink_at = item_at + n
+
+if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
 end
 -- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
 -- and SREM refused by the ACL is an error before any write.
@@ -86,52 +137,114 @@ local forgot = redis.call('EXISTS', KEYS[4]) == 1
 if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
 end
-local newest = KEYS[5 + S]
-if live[#live] ~= newest then
-  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIREAT', newest, '0') then
-    return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
-  end
-  -- The current slice is made here, and expires once no call looks at it.
-  redis.call('BF.RESERVE', newest, ARGV[8], ARGV[9], 'NONSCALING')
-  redis.call('PEXPIREAT', newest, (c + S + 1) * L)
-  redis.call('ZADD', KEYS[2], c, c)
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(S + 2))
-else
-  live[#live] = nil
+local mine = gens[S + 1]
+local function cap_of(g) return tonumber(ARGV[shape_at + 3 * g + 2]) end
+local grows = M > math.max(mine, 1) and count + n >= cap_of(math.max(mine, 1) - 1)
+if (mine == 0 or grows) and redis.acl_check_cmd
+    and not redis.acl_check_cmd('PEXPIREAT', KEYS[slices[S + 1]], '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
 end
+local field = string.format('%d', c)
 
-local n = tonumber(ARGV[10])
-local sink_at = 11 + n
-local out, todo, at, found = {}, {}, {}, {}
-for j = 1, n do
-  -- A forgotten item is new once (added again); else looked up in the older slices.
-  if forgot and redis.call('SREM', KEYS[4], ARGV[10 + j]) == 1 then found[j] = 'forgot' end
+-- Make generation g of the current slice, expiring with its slice.
+local function make(g)
+  local name = KEYS[slices[S + 1] + g]
+  redis.call('BF.RESERVE', name, ARGV[shape_at + 3 * g], ARGV[shape_at + 3 * g + 1],
+             'NONSCALING')
+  redis.call('PEXPIREAT', name, (c + S + 1) * L)
+  redis.call('HSET', KEYS[2], field, g + 1, field .. 'n', 0)
+  count = 0
+  return name
 end
-for _, name in ipairs(live) do
-  local seen = redis.call('BF.MEXISTS', name, unpack(ARGV, 11, 10 + n))
-  for j = 1, n do
-    if seen[j] == 1 and not found[j] then found[j] = true end
+if mine == 0 then
+  make(0)
+  mine = 1
+  -- Forget the slices no call looks at any more.
+  for f in pairs(record) do
+    local s = tonumber(string.match(f, '^%d+'))
+    if s and s < c - S then redis.call('HDEL', KEYS[2], f) end
   end
 end
+local newest = KEYS[slices[S + 1] + mine - 1]
+
+-- A forgotten item is new once: taken out of the set and answered new (and queued)
+-- whatever its insert says, even when the newest generation is full ('F') or the
+-- call grew ('G'), so a forget is never lost. Else an item is looked up in every
+-- live generation (the newest too: BF.INSERT answers for it).
+local items, forgotten = {}, {}
 for j = 1, n do
-  out[j] = '0'
-  if found[j] ~= true then
-    todo[#todo + 1] = ARGV[10 + j]
-    at[#at + 1] = j
-  end
+  items[j] = ARGV[item_at + j - 1]
+  if forgot then forgotten[j] = redis.call('SREM', KEYS[4], items[j]) end
 end
-if #todo > 0 then
-  local added = redis.call('BF.INSERT', newest, 'NOCREATE', 'ITEMS', unpack(todo))
-  for i = 1, #todo do
-    local flag = added[i]
-    if flag == 1 or (flag == 0 and found[at[i]] == 'forgot') then
-      out[at[i]] = '1'
-    elseif flag ~= 0 then
-      out[at[i]] = 'F'
+local found = {}
+for g = 0, S do
+  for j = 0, gens[g + 1] - 1 do
+    local name = KEYS[slices[g + 1] + j]
+    if name ~= newest then
+      local seen = redis.call('BF.MEXISTS', name, unpack(items))
+      for i = 1, n do
+        if seen[i] == 1 then found[i] = true end
+      end
     end
   end
 end
+local out, todo = {}, {}
+for i = 1, n do
+  if found[i] and forgotten[i] ~= 1 then out[i] = '0' else todo[#todo + 1] = i end
+end
+
+-- Into the newest generation, no more than its share when it may grow; at most one
+-- generation is made in a call (the client sent one key for it).
+local grown, added = false, 0
+while #todo > 0 do
+  local room = #todo
+  if M > mine then room = math.max(0, cap_of(mine - 1) - count) end
+  if room == 0 then
+    if grown then
+      for _, i in ipairs(todo) do out[i] = 'G' end
+      break
+    end
+    -- The items still to add may have just been added to the generation that filled.
+    local seen = {}
+    for x, i in ipairs(todo) do seen[x] = items[i] end
+    seen = redis.call('BF.MEXISTS', newest, unpack(seen))
+    local rest = {}
+    for x, i in ipairs(todo) do
+      if seen[x] == 1 and forgotten[i] ~= 1 then out[i] = '0' else rest[#rest + 1] = i end
+    end
+    todo = rest
+    newest = make(mine)
+    mine = mine + 1
+    grown = true
+  else
+    local batch, part = {}, {}
+    for x = 1, math.min(room, #todo) do
+      part[x] = todo[x]
+      batch[x] = items[todo[x]]
+    end
+    local flags = redis.call('BF.INSERT', newest, 'NOCREATE', 'ITEMS', unpack(batch))
+    for x, i in ipairs(part) do
+      local flag = flags[x]
+      if flag == 1 or (flag == 0 and forgotten[i] == 1) then
+        out[i] = '1'
+        count = count + 1
+        added = added + 1
+      elseif flag == 0 then
+        out[i] = '0'
+      else
+        out[i] = 'F'
+      end
+    end
+    local rest = {}
+    for x = #part + 1, #todo do rest[#rest + 1] = todo[x] end
+    todo = rest
+  end
+end
+for i = 1, n do
+  if forgotten[i] == 1 then out[i] = '1' end
+end
 local reply = table.concat(out)
+if added > 0 and M > 1 then redis.call('HSET', KEYS[2], field .. 'n', count) end
 
 if sink then
   for j = 1, n do

@@ -3,34 +3,50 @@
 -- Time is cut into slices of L ms of Redis's clock (TIME); slice c holds the items
 -- added during it and expires (PEXPIREAT, set when it is made) at (c + S + 1) * L,
 -- once no call looks at it any more: a call looks at slices c - S .. c.
+-- A slice grows as a filter without a window does: once its newest generation holds
+-- its share of items (cap), a larger generation is made beside it (at most M).
 --
 -- KEYS[1]        this client's op log for the shard (bloom/oplog.py)
--- KEYS[2]        the shard's slice record: the ids of its last S + 1 slices made
+-- KEYS[2]        the shard's slice record, a hash: 'made' (set when the filter was
+--                made: its loss is lost state), '<s>' the generations slice s has,
+--                '<s>n' the items in slice s's newest generation
 -- KEYS[3]        the shard's lock (lock mode)
 -- KEYS[4]        the shard's forgotten items (`bloomdupe forget`): each answered new once
--- KEYS[5..5+S]   the shard's bits in slices c - S .. c (the current slice last)
--- KEYS[6+S]      optional: a sorted set (the crawl's queue) that gets each new item
+-- KEYS[5..]      the shard's bits: for each slice c - S .. c (the current one last),
+--                b[s] keys, its generations oldest first; for slice c one more,
+--                the generation growth would make next
+-- KEYS[last]     optional: a sorted set (the crawl's queue) that gets each new item
 -- ARGV[1]        the lock token, '' in atomic mode
 -- ARGV[2]        this call's id (the op id of its first item)
 -- ARGV[3]        the ack: calls below it have their answers, the op log may forget them
 -- ARGV[4]        the op log's TTL in ms
 -- ARGV[5]        L, a slice's length in ms
--- ARGV[6]        S, the slices a window is cut into
+-- ARGV[6]        S: a call looks at S + 1 slices
 -- ARGV[7]        c, the current slice as the client believes it
--- ARGV[8]        a slice shard's length in bytes (to make the current slice)
--- ARGV[9]        k, the bits per item
--- ARGV[10]       n, the item count
--- then per item its member (its keyed 16-byte hash) and its k bit offsets;
--- then, with KEYS[6+S], per item its score and member (two values an item).
+-- ARGV[8]        n, the item count
+-- ARGV[9]        G, the generations each item's offsets are given for
+-- ARGV[10]       M, the most generations a slice may have (1: no growth)
+-- then for each generation 0 .. G: its shard's length in bytes, k (its bits per
+-- item) and cap (the items it holds before the next is made);
+-- then b[c - S] .. b[c], the generations of each slice as the client believes them
+-- (1 for a slice it knows nothing of);
+-- then per item its member (its keyed 16-byte hash) and its k bit offsets in each
+-- generation 0 .. G - 1;
+-- then, with the sink, per item its score and member (two values an item).
 --
 -- Returns a string of one character an item: '1' new (now set in the current
--- slice, and queued), '0' seen in a live slice; or, having written nothing:
+-- slice's newest generation, and queued), '0' seen in a live slice, 'G' not looked
+-- at: the current slice has just grown a generation G the call has no offsets for
+-- (the client asks again, as a new call, with one more); or, having written nothing:
 --   -1 (LOCK_BUSY)      lock mode, and the lock does not hold this token
---   -3 (SHARD_MISSING)  a slice the record holds is gone before its time
---   {slice, now}        (STALE_SLICE) Redis's current slice is not c: its id and
---                       Redis's time in ms; the client asks again with those keys
---   a NOPERM error      the ACL does not allow ZADD on KEYS[6+S], PEXPIREAT on a
---                       slice to make, or SREM on KEYS[4] while it holds items
+--   -3 (SHARD_MISSING)  the record, or a generation of a slice it holds, is gone
+--                       before its time
+--   {slice, now, g...}  (STALE_SLICE) Redis's current slice is not c, or a live slice
+--                       has other generations than b says: Redis's slice, its time
+--                       in ms and the generations of its slices slice - S .. slice
+--                       (0: not made); the client asks again with those
+--   a NOPERM error      the ACL does not allow ZADD on the sink, PEXPIREAT on a
+--                       generation to make, or SREM on KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
@@ -55,28 +71,63 @@ end
 if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
 
 local L, S, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local n, G, M = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local current = math.floor(now / L)
-if current ~= c then
+
+-- The record (HGETALL: a few fields, S + 1 slices at most) and its view of slices
+-- current - S .. current: their generations.
+local record = {}
+local pairs_ = redis.call('HGETALL', KEYS[2])
+for i = 1, #pairs_, 2 do record[pairs_[i]] = pairs_[i + 1] end
+local function gens_of(first)
+  local gens = {}
+  for g = 0, S do gens[g + 1] = tonumber(record[string.format('%d', first + g)]) or 0 end
+  return record['made'], tonumber(record[string.format('%d', first + S) .. 'n']) or 0, gens
+end
+local function stale(gens)
   if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return {current, now}
+  return {current, now, unpack(gens)}
 end
 
-local sink = KEYS[6 + S]
-if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
-  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+if current ~= c then
+  local _, _, gens = gens_of(current - S)
+  return stale(gens)
 end
--- Which slices are there; one the record holds but Redis lacks is lost state.
-local live = {}
+local made, count, gens = gens_of(c - S)
+if not made then
+  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  return -3
+end
+local shape_at = 11
+local believed_at = shape_at + 3 * (G + 1)
+local item_at = believed_at + S + 1
+-- The client's generations must be Redis's (a slice not made counts as 1, its key
+-- absent); then every generation the record holds must exist.
+local key_at, slices, holds = 5, {}, 0
 for g = 0, S do
-  local name = KEYS[5 + g]
-  if redis.call('EXISTS', name) == 1 then
-    live[#live + 1] = name
-  elseif #redis.call('ZRANGEBYSCORE', KEYS[2], c - S + g, c - S + g) > 0 then
+  local b, a = tonumber(ARGV[believed_at + g]), gens[g + 1]
+  if b ~= math.max(a, 1) then return stale(gens) end
+  slices[g + 1] = key_at
+  key_at = key_at + b
+  holds = holds + a
+end
+key_at = key_at + 1
+if holds > 0 then
+  local names = {}
+  for g = 0, S do
+    for j = 0, gens[g + 1] - 1 do names[#names + 1] = KEYS[slices[g + 1] + j] end
+  end
+  if redis.call('EXISTS', unpack(names)) < holds then
     if token ~= '' then redis.call('DEL', KEYS[3]) end
     return -3
   end
+end
+local sink = KEYS[key_at]
+
+if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
 end
 -- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
 -- and SREM refused by the ACL is an error before any write.
@@ -84,66 +135,112 @@ local forgot = redis.call('EXISTS', KEYS[4]) == 1
 if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
 end
-local newest = KEYS[5 + S]
-if live[#live] ~= newest then
-  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIREAT', newest, '0') then
-    return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
+local mine = gens[S + 1]
+local function cap_of(g) return tonumber(ARGV[shape_at + 3 * g + 2]) end
+local grows = M > math.max(mine, 1) and count + n >= cap_of(math.max(mine, 1) - 1)
+if (mine == 0 or grows) and redis.acl_check_cmd
+    and not redis.acl_check_cmd('PEXPIREAT', KEYS[slices[S + 1]], '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
+end
+local field = string.format('%d', c)
+
+-- Make generation g of the current slice, at full size, expiring with its slice.
+local function make(g)
+  local name = KEYS[slices[S + 1] + g]
+  redis.call('BITFIELD', name, 'SET', 'u1', tonumber(ARGV[shape_at + 3 * g]) * 8 - 1, 0)
+  redis.call('PEXPIREAT', name, (c + S + 1) * L)
+  redis.call('HSET', KEYS[2], field, g + 1, field .. 'n', 0)
+  count = 0
+  return name
+end
+if mine == 0 then
+  make(0)
+  mine = 1
+  -- Forget the slices no call looks at any more.
+  for f in pairs(record) do
+    local s = tonumber(string.match(f, '^%d+'))
+    if s and s < c - S then redis.call('HDEL', KEYS[2], f) end
   end
-  -- The current slice is made here, at full size, and expires once no call looks at it.
-  redis.call('BITFIELD', newest, 'SET', 'u1', tonumber(ARGV[8]) * 8 - 1, 0)
-  redis.call('PEXPIREAT', newest, (c + S + 1) * L)
-  redis.call('ZADD', KEYS[2], c, c)
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(S + 2))
-else
-  live[#live] = nil
 end
 
-local k = tonumber(ARGV[9])
-local n = tonumber(ARGV[10])
-local width = k + 1
-local first = 11
-local sink_at = first + n * width
--- BITFIELD's arguments, kept between items: only the offsets change.
-local get, set = {}, {}
-for i = 0, k - 1 do
-  get[3 * i + 1], get[3 * i + 2] = 'GET', 'u1'
-  set[4 * i + 1], set[4 * i + 2], set[4 * i + 4] = 'SET', 'u1', '1'
+-- Every generation an item is looked up in ({key, generation}), and the newest.
+local older = {}
+for g = 0, S do
+  for j = 0, gens[g + 1] - 1 do
+    if not (g == S and j == mine - 1) then older[#older + 1] = {KEYS[slices[g + 1] + j], j} end
+  end
 end
-local out = {}
-for j = first, sink_at - 1, width do
+local newest = KEYS[slices[S + 1] + mine - 1]
+
+-- BITFIELD's arguments per generation, kept between items: only the offsets change.
+local get, set, offset_at, ks, width = {}, {}, {}, {}, 1
+for g = 0, G - 1 do
+  local k = tonumber(ARGV[shape_at + 3 * g + 1])
+  get[g], set[g], offset_at[g], ks[g] = {}, {}, width, k
   for i = 0, k - 1 do
-    get[3 * i + 3] = ARGV[j + 1 + i]
-    set[4 * i + 3] = ARGV[j + 1 + i]
+    get[g][3 * i + 1], get[g][3 * i + 2], get[g][3 * i + 3] = 'GET', 'u1', 0
+    set[g][4 * i + 1], set[g][4 * i + 2], set[g][4 * i + 3], set[g][4 * i + 4] = 'SET', 'u1', 0, '1'
   end
-  -- A forgotten item is new once; else seen when every bit is set in an older live
-  -- slice; else set in the current one, new when one of its bits was 0.
-  local found = false
-  if not (forgot and redis.call('SREM', KEYS[4], ARGV[j]) == 1) then
-    for _, name in ipairs(live) do
-      found = true
-      for _, bit in ipairs(redis.call('BITFIELD_RO', name, unpack(get, 1, 3 * k))) do
-        if bit == 0 then
-          found = false
-          break
-        end
-      end
-      if found then break end
-    end
-    if not found then
-      found = true
-      for _, bit in ipairs(redis.call('BITFIELD', newest, unpack(set, 1, 4 * k))) do
-        if bit == 0 then
-          found = false
-          break
-        end
-      end
-    end
+  width = width + k
+end
+-- BITFIELD on generation g's bits at ``name``: its k offsets from ARGV[at].
+local function bits(command, name, g, at)
+  local args, step = command == 'BITFIELD' and set[g] or get[g], command == 'BITFIELD' and 4 or 3
+  for i = 0, ks[g] - 1 do args[step * i + 3] = ARGV[at + i] end
+  return redis.call(command, name, unpack(args))
+end
+local sink_at = item_at + n * width
+
+-- At most one generation is made in a call (the client sent one key for it); items
+-- past its share, or with no offsets for it, are 'G'.
+local out, added, grown = {}, 0, false
+for j = 1, n do
+  local at = item_at + (j - 1) * width
+  if M > mine and count >= cap_of(mine - 1) and not grown then
+    older[#older + 1] = {newest, mine - 1}
+    newest = make(mine)
+    mine = mine + 1
+    grown = true
+  end
+  if mine > G or (grown and M > mine and count >= cap_of(mine - 1)) then
+    out[j] = 'G'
   else
-    redis.call('BITFIELD', newest, unpack(set, 1, 4 * k))
+    -- A forgotten item is new once; else seen when every bit is set in a live
+    -- generation; else set in the newest, new when one of its bits was 0.
+    local found = false
+    local g = mine - 1
+    if not (forgot and redis.call('SREM', KEYS[4], ARGV[at]) == 1) then
+      for _, gen in ipairs(older) do
+        found = true
+        for _, bit in ipairs(bits('BITFIELD_RO', gen[1], gen[2], at + offset_at[gen[2]])) do
+          if bit == 0 then
+            found = false
+            break
+          end
+        end
+        if found then break end
+      end
+      if not found then
+        found = true
+        for _, bit in ipairs(bits('BITFIELD', newest, g, at + offset_at[g])) do
+          if bit == 0 then
+            found = false
+            break
+          end
+        end
+      end
+    else
+      bits('BITFIELD', newest, g, at + offset_at[g])
+    end
+    out[j] = found and '0' or '1'
+    if not found then
+      count = count + 1
+      added = added + 1
+    end
   end
-  out[#out + 1] = found and '0' or '1'
 end
 local reply = table.concat(out)
+if added > 0 and M > 1 then redis.call('HSET', KEYS[2], field .. 'n', count) end
 
 if sink then
   for j = 1, n do

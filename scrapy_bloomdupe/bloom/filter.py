@@ -10,38 +10,35 @@ counts, and adds a generation when the newest one is full. What is stored and
 how bits are set is the engine's: :mod:`.lua` (``BITFIELD`` on plain strings)
 or :mod:`.native` (RedisBloom's ``BF.*``), chosen by ``BLOOMDUPE_ENGINE`` for a
 new filter and stored in its metadata; the stored parameters are
-:mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`. Growth is
-:mod:`.growth`'s.
+:mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`. A batch's
+script calls (grouping, the round trip, the replies) are :mod:`.calls`'s, growth
+:mod:`.growth`'s, re-admitting items :mod:`.forgetting`'s, time slices
+:mod:`.window`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
-
-from redis.exceptions import NoScriptError
 
 from .. import hashing, keys, sizing
 from ..exceptions import FilterLostError, FilterMismatchError
 from ..localcache import LocalCache, TimedCache
 from ..transport.link import Link
-from ..transport.outage import TRANSIENT, OutageGuard
+from ..transport.outage import OutageGuard
 from ..transport.sentinel import master_epoch
 from . import meta, native
+from .calls import Calls, _LockState
 from .creation import _new_engine, _refuse_orphans, lost_message
-from .engine import Engine, RidingSink, Sink
+from .engine import Engine, Sink
 from .forgetting import Forgetting
 from .growth import Growth
 from .info import FilterInfo, GenerationInfo
 from .lock import LockCounters, ShardLocks
 from .lua import (
-    LOCK_BUSY,
-    SHARD_MISSING,
-    STALE_GENERATION,
     LuaEngine,
     check_room,
 )
@@ -58,38 +55,11 @@ T = TypeVar("T")
 
 #: How long the mark of a finished crawl whose state was deleted stays (seconds).
 FINISHED_TTL = 7 * 86_400
-#: Most items in one script call: about a millisecond of Redis time (Lua
-#: scripts block every other client of the server while they run).
-MAX_ITEMS_PER_SCRIPT = 256
-#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
-MAX_SCRIPT_RELOADS = 5
-#: Per-item reply of an engine whose newest generation's shard refused the item (full).
-_FULL = 70  # ord("F")
 #: ``BLOOMDUPE_ENGINE`` name of each engine.
 ENGINES: dict[str, type[Engine]] = {"lua": LuaEngine, native.NAME: NativeEngine}
 #: The same, with a recrawl window (``BLOOMDUPE_WINDOW``, :mod:`.window`).
 WINDOW_ENGINES: dict[str, type[WindowLuaEngine | WindowNativeEngine]] = {
     "lua": WindowLuaEngine, native.NAME: WindowNativeEngine}
-
-
-@dataclass
-class _Unit:
-    """One script call of a batch: items of one shard, with the lock token it uses."""
-
-    shard: int
-    token: bytes
-    call: int
-    args: list[Any]
-    indexes: list[int]
-    sink_args: list[Any] = field(default_factory=list)
-
-
-@dataclass
-class _LockState:
-    """Whether a batch still takes shard locks, and the pauses it may still wait."""
-
-    use_lock: bool
-    pauses: Iterator[float] | None
 
 
 @dataclass
@@ -107,11 +77,13 @@ class FilterCounters:
     stale_slice: int = 0
     #: Calls in which a full shard refused items (native engine), redone after growth.
     full: int = 0
+    #: Calls in which a window's current slice grew a generation (items redone in it).
+    slice_growths: int = 0
     generations_added: int = 0
     lock: LockCounters = field(default_factory=LockCounters)
 
 
-class BloomFilter(Growth, Forgetting):
+class BloomFilter(Calls, Growth, Forgetting):
     """A sharded, optionally growing Bloom filter in Redis, shared by every worker.
 
     Build it with :meth:`open`. Not thread-safe: use one instance per thread
@@ -148,7 +120,9 @@ class BloomFilter(Growth, Forgetting):
         self.sizing = plan
         self.seed = seed
         self.created = created
-        self.growth = growth
+        #: Generations added to the whole filter; with a window each slice grows instead
+        #: (in its script, :mod:`.window`).
+        self.growth = growth and window is None
         self.fingerprint = fingerprint
         self.use_lock = use_lock
         self.counters = FilterCounters()
@@ -172,15 +146,16 @@ class BloomFilter(Growth, Forgetting):
             self.cache = LocalCache(local_cache)
         else:
             self.window_engine = WINDOW_ENGINES[engine](client, key, plan.shards,
-                                                        self.client_id, window)
+                                                        self.client_id, window, growth)
             self.engine = self.window_engine
             self.cache = TimedCache(local_cache, self.window_engine.clock.now)
         self._link = Link(client, wait_replicas=wait_replicas)
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
-        #: ``keys.forgets`` as last read, and when to read it again (see .forgetting).
+        #: ``keys.forgets`` as last read, and when (``time.monotonic()``, as the read began)
+        #: it was last read successfully; None: never (see .forgetting).
         self._forgets: bytes | None = None
-        self._next_forget_check = 0.0
+        self._forgets_read_at: float | None = None
         #: Why the filter last could not grow (warned once per reason).
         self._cannot_grow: tuple[str, int] | None = None
         self._set_generations(generations)
@@ -270,7 +245,7 @@ class BloomFilter(Growth, Forgetting):
             # Before anything is written; a shard of either engine there is joined.
             check_room(client, key, 0, plan, native.first_shards_present(client, key, plan))
             stored = meta.create_or_join(client, key, plan,
-                                         growth=growth and window is None,
+                                         growth=growth,
                                          fingerprint=fingerprint, engine=proposed,
                                          requested=engine, window=window)
         stored_engine = meta.engine_of(stored)
@@ -375,11 +350,15 @@ class BloomFilter(Growth, Forgetting):
                             "item(s) of the local cache", self.key, len(cache))
                 cache.clear()
         remaining: Sequence[int] = range(count)
-        if cache.size and time.monotonic() >= self._next_forget_check:
-            self._check_forgets()
         if cache.size:
-            remaining = [i for i, fp in enumerate(fingerprints) if fp not in cache]
-            self.counters.local_hits += count - len(remaining)
+            if not self._cache_may_answer():
+                self._check_forgets()
+            unknown = [i for i, fp in enumerate(fingerprints) if fp not in cache]
+            # Judged after the lookup: a pause before it (or a failed read) must not let
+            # the cache answer for an item forgotten since (see .forgetting).
+            if self._cache_may_answer():
+                remaining = unknown
+                self.counters.local_hits += count - len(remaining)
         seed = self.seed
         shards = self.sizing.shards
         halves = {i: hashing.halves(fingerprints[i], seed) for i in remaining}
@@ -416,177 +395,6 @@ class BloomFilter(Growth, Forgetting):
         self.counters.duplicates += len(results) - new
         return results
 
-    def _check_add(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
-                   op: int, ack: int, results: list[bool], lock_state: _LockState,
-                   sink: Sink | None, entry: Callable[[int], Sequence[Any]] | None) -> None:
-        """Check-and-add the items at ``indexes``, writing their answers into ``results``:
-        a round trip per lock wait, redone for items a new generation refused."""
-        remaining = indexes
-        while remaining:
-            generations = len(self.generations)
-            pending = self._group(halves, remaining, op, entry)
-            refused: list[int] = []
-            full: list[int] = []
-            stale: list[int] = []
-            while pending:
-                replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
-                busy = []
-                for unit, reply in zip(pending, replies, strict=True):
-                    if reply == LOCK_BUSY:
-                        busy.append(unit)
-                    elif reply == STALE_GENERATION:
-                        refused.extend(unit.indexes)
-                    elif reply == SHARD_MISSING:
-                        raise self._lost(self._missing(unit.shard))
-                    elif isinstance(reply, list):  # STALE_SLICE: Redis's slice and time
-                        self._adopt_slice(unit.shard, reply)
-                        stale.extend(unit.indexes)
-                    else:
-                        for index, flag in zip(unit.indexes, reply, strict=True):
-                            if flag == _FULL:
-                                full.append(index)
-                            else:
-                                results[index] = flag == 49  # ord("1")
-                pending = busy
-                pauses = lock_state.pauses
-                if pending and pauses is not None and next(pauses, None) is None:
-                    logger.warning(
-                        "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
-                        "without the lock (the check-and-add script is atomic on its own)",
-                        sorted({self._lock_keys[u.shard] for u in pending}), self.locks.wait,
-                    )
-                    lock_state.use_lock = False
-            if refused:
-                # Another worker added a generation: redo those items with it.
-                self.counters.stale_generation += 1
-                self._guarded(self._reload)
-            if stale:
-                # A new time slice has started: redo those items in it (same op ids: the
-                # script wrote nothing, not even the op log).
-                self.counters.stale_slice += 1
-                refused.extend(stale)
-            if full:
-                # The newest generation's shard is full: redo them in a new one, as
-                # new calls (the refusals are in the op log, under the old calls' ids).
-                self.counters.full += 1
-                self._grow_for_full(generations)
-                op = ack = self._next_op
-                self._next_op += max(indexes) + 1
-                refused.extend(full)
-            remaining = refused
-
-    def _guarded(self, call: Callable[[], T]) -> T:
-        """``call``, waiting out Redis outages when the filter has an outage guard."""
-        return call() if self.outage is None else self.outage.call(call)
-
-    def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
-               first_op: int, entry: Callable[[int], Sequence[Any]] | None = None
-               ) -> list[_Unit]:
-        """Script calls for these items under the current generations: per shard,
-        in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
-
-        An item's op id is ``first_op`` plus its index, and a call's id is its
-        first item's: the same on every retry.
-        """
-        shards = self.sizing.shards
-        engine = self.engine
-        open_units: dict[int, _Unit] = {}
-        units: list[_Unit] = []
-        for index in indexes:
-            h1, h2 = halves[index]
-            shard = hashing.shard_of(h1, shards)
-            unit = open_units.get(shard)
-            if unit is None or len(unit.indexes) >= MAX_ITEMS_PER_SCRIPT:
-                token = self.locks.new_token() if self.use_lock else b""
-                unit = open_units[shard] = _Unit(shard, token, first_op + index, [], [])
-                units.append(unit)
-            unit.args.extend(engine.item_args(shard, h1, h2))
-            if entry is not None:
-                unit.sink_args.extend(entry(index))
-            unit.indexes.append(index)
-        return units
-
-    def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool,
-                    sink: Sink | None = None) -> list[Any]:
-        """One round trip: per unit (the shard lock's SET NX PX and) the script.
-
-        Returns one reply per unit (see the engine's script). Scripts flushed
-        from Redis (a restart, a replica promoted by a failover) are loaded
-        again, on the connection that missed them, and the round trip repeated
-        with the same tokens and op ids: it is idempotent. A sink's waiting
-        commands (the queue's acks) ride along where they cost no round trip
-        of their own (on a cluster: to the masters the scripts go to).
-        """
-        ttl_ms = self.locks.ttl_ms
-        engine = self.engine
-        commands: list[tuple[Any, ...]] = []
-        for unit in units:
-            token = unit.token if use_lock else b""
-            if use_lock:
-                commands.append(("SET", self._lock_keys[unit.shard], token, "NX", "PX", ttl_ms))
-            commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
-                                                     unit.args, len(unit.indexes), sink,
-                                                     unit.sink_args))
-        checks = len(commands)
-        riding = sink if isinstance(sink, RidingSink) else None
-        if riding is not None:
-            commands.extend(riding.riders(self._link.reaches(commands)))
-        raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
-        for _ in range(MAX_SCRIPT_RELOADS):
-            if not any(isinstance(r, NoScriptError) for r in raw):
-                break
-            self.counters.script_reloads += 1
-            self._guarded(lambda: self._link.load_scripts(engine.scripts()))
-            raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
-        for r in raw:
-            if isinstance(r, Exception):
-                raise r
-        if riding is not None:
-            riding.riders_sent()
-            raw = raw[:checks]
-        if not use_lock:
-            return raw
-        counters = self.locks.counters
-        replies = []
-        for got_lock, reply in zip(raw[::2], raw[1::2], strict=True):
-            if got_lock:
-                counters.acquired += 1
-                if reply == LOCK_BUSY:
-                    # Taken by us, then gone before our script ran: it expired.
-                    counters.lost += 1
-            replies.append(reply)
-        return replies
-
-    def add_with_token(self, fingerprint: bytes, token: bytes) -> bool | None:
-        """Fenced check-and-add under a lock already taken with ``token``.
-
-        Returns None, having written nothing, when the lock no longer holds the
-        token (it expired; another worker may hold it now). For tools and tests
-        that take the lock in a separate step; :meth:`add` does both in one.
-        """
-        op = self._next_op
-        self._next_op += 1
-        (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
-        reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args, 1)
-        if reply == SHARD_MISSING:
-            raise self._lost(self._missing(unit.shard))
-        if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
-            self._adopt_slice(unit.shard, reply)
-            return None
-        if reply in (LOCK_BUSY, STALE_GENERATION):
-            self.counters.lock.lost += reply == LOCK_BUSY
-            return None
-        new = bool(reply == b"1")
-        self.counters.checked += 1
-        self.counters.new += new
-        self.counters.duplicates += not new
-        return new
-
-    def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
-        """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
-        assert self.window_engine is not None
-        self.window_engine.clock.adopt(shard, int(reply[0]), float(reply[1]))
-
     def lock_key_for(self, fingerprint: bytes) -> str:
         h1, _ = hashing.halves(fingerprint, self.seed)
         return self._lock_keys[hashing.shard_of(h1, self.sizing.shards)]
@@ -604,8 +412,9 @@ class BloomFilter(Growth, Forgetting):
         """Parameters, and per generation and shard the set bits and memory."""
         self._reload()
         if self.window_engine is not None:  # the time slices in Redis, oldest first
-            generations = [GenerationInfo(shards[0].generation, self.sizing, shards)
-                           for shards in self.engine.shard_infos()]
+            window = self.window_engine
+            generations = [GenerationInfo(s, window.plan_of(g), shards, g)
+                           for s, g, shards in window.slice_infos()]
         else:
             generations = [GenerationInfo(g, plan, shards) for g, (plan, shards) in
                            enumerate(zip(self.generations, self.engine.shard_infos(),
@@ -651,13 +460,3 @@ class BloomFilter(Growth, Forgetting):
     def close(self) -> None:
         """Give the held connection back to the client's pool."""
         self._link.close()
-
-
-def _refusals_raised(replies: list[Any]) -> list[Any]:
-    """``replies``, or the first one that is a passing refusal (a full Redis's OOM, a
-    READONLY replica) raised, inside the outage guard: the guard then sends the same
-    commands again, which is safe (op ids), as after a lost connection."""
-    for reply in replies:
-        if isinstance(reply, TRANSIENT):
-            raise reply
-    return replies

@@ -26,9 +26,18 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class GenerationInfo:
+    #: The generation's index; with a window, its time slice's id.
     index: int
     sizing: sizing.Sizing
     shards: list[ShardInfo]
+    #: With a window: which of its slice's generations this is (0 unless it grew).
+    slice_generation: int = 0
+
+    @property
+    def label(self) -> str:
+        """``index``, and with a window the slice's generation after it once it grew."""
+        return str(self.index) + (f"/g{self.slice_generation}" if self.slice_generation
+                                  else "")
 
     @property
     def set_bits(self) -> int:

@@ -140,7 +140,7 @@ def _configured(name: str, value: Any, fields: dict[str, Any]) -> Any:
         if name == "capacity":
             return value * window.slices
         if name == "error_rate":
-            return float(f"{value * window.live:.12g}")
+            return float(f"{value * window.live / (1 - sizing.TIGHTENING):.12g}")
     if name == "error_rate" and fields.get("growth") and isinstance(value, float):
         return float(f"{value / (1 - sizing.TIGHTENING):.12g}")
     return value

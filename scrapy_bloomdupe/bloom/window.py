@@ -1,7 +1,7 @@
 """A recrawl window (``BLOOMDUPE_WINDOW``): the filter as a ring of time slices.
 
 Time, on Redis's clock (``TIME`` in the script, never the workers'), is cut into
-slices of ``window / S`` (:class:`~scrapy_bloomdupe.sizing.Window`, S = 8). Each
+slices of ``window / S`` (:class:`~scrapy_bloomdupe.sizing.Window`, S = 8 to 12). Each
 shard has one filter a slice (``keys.slice_bits`` or ``keys.slice_bloom``, with
 the shard's hash tag). A check looks an item up in the live slices (the current
 one and the S before it, which overlap the window) and adds a new one to the
@@ -18,14 +18,28 @@ moves on and asks again. A slice that expired on schedule is not lost state; one
 the shard's slice record (``keys.slice_record``) holds that is gone before its
 time is (``SHARD_MISSING``).
 
-Sizing (:func:`~scrapy_bloomdupe.sizing.window_plan`): each slice holds
-``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)``, so the
-false positives of every live slice add up to the configured rate; with S + 1
-slices live that is about 21.3 bits per fingerprint added within a window at
-p = 0.001. Slices do not grow: a slice past its share fills on (Lua engine: its
-false-positive rate climbs) or refuses items (RedisBloom:
-:class:`~scrapy_bloomdupe.exceptions.FilterFullError`), as a filter without a
-window does with ``BLOOMDUPE_GROWTH`` off.
+Sizing (:func:`~scrapy_bloomdupe.sizing.fit_window`): the window is cut into the 8
+to 12 slices whose shards Redis allocates the least; each slice holds
+``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)`` (its first
+generation at ``1 - TIGHTENING`` of that), so the false positives of every live slice
+add up to the configured rate: about 21.5 bits per fingerprint added within a window
+at p = 0.001, at most 24 once the allocator has rounded each string.
+
+Growth: a slice grows as a filter without a window does (``BLOOMDUPE_GROWTH``), but in
+its script, per shard: the shard's record (``keys.slice_record``, a hash) holds each
+live slice's generation count and the items in the current slice's newest generation;
+once those reach its share, the script makes the next generation (twice the items, a
+tenth the rate), which expires with its slice. A client sends each live slice's
+generations as it believes them, and the keys and offsets that go with them; a script
+that finds others answers :data:`STALE_SLICE` with Redis's, having written nothing. A
+call makes at most one generation (the client sends its key); the Lua engine's items
+past it, which lack its offsets, are answered ``G`` and asked again. With growth off
+(or at :data:`MAX_SLICE_GENERATIONS`, or ``BLOOMDUPE_MAX_BYTES``) a slice past its
+share fills on (Lua engine: its false-positive rate climbs) or refuses items
+(RedisBloom: :class:`~scrapy_bloomdupe.exceptions.FilterFullError`).
+
+The record is made with the filter (``made``), so a deleted one is lost state, not a
+shard whose slices were never made.
 
 The worker's local cache keeps, with each item, until when (on Redis's clock) the
 item is sure to be in a live slice: the end of the current slice for one found
@@ -41,6 +55,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import hashing, keys, luascript, sizing
+from ..exceptions import ConfigError, FilterLostError
 from . import oplog
 from .info import FilterInfo, ShardInfo
 from .lua import LuaEngine, _pipelined, check_room
@@ -95,8 +110,13 @@ class SliceClock:
         self.current = [self.window.slice_of(now)] * len(self.current)
 
 
+#: Most generations a slice may grow to (each twice the items of the one before).
+MAX_SLICE_GENERATIONS = 8
+
+
 class _Slices:
-    """What both windowed engines share: the slice keys of a call and its arguments."""
+    """What both windowed engines share: the slice keys of a call, its arguments, and
+    the generations of each live slice as the scripts last told them."""
 
     key: str
     shards: int
@@ -105,35 +125,101 @@ class _Slices:
     script: Any
     clock: SliceClock
     window: sizing.Window
+    generations: list[sizing.Sizing]
     _client_id: str
 
-    def _setup(self, window: sizing.Window, client_id: str) -> None:
+    def _setup(self, window: sizing.Window, client_id: str, growth: bool) -> None:
         self.window = window
+        self.growth = growth
         self.clock = SliceClock(window, self.shards)
         self._call_keys = [
             (keys.op_log(self.key, i, client_id), keys.slice_record(self.key, i),
              keys.lock(self.key, i), keys.forgotten(self.key, i))
             for i in range(self.shards)
         ]
+        #: Per shard, the generations of its live slices (slice id: count) as the
+        #: scripts last told; a slice not in it has one (or is not made).
+        self.slice_gens: list[dict[int, int]] = [{} for _ in range(self.shards)]
+        self._shapes: list[list[Any]] = []
+        self._max_gens = 1
 
-    def slice_key(self, shard: int, slice_id: int) -> str:
+    def set_generations(self, generations: list[sizing.Sizing]) -> None:
+        """The first generation of a slice (its share of a window); the later ones a slice
+        may grow to follow from it, as without a window, up to :data:`MAX_SLICE_GENERATIONS`
+        and ``BLOOMDUPE_MAX_BYTES`` for every live slice at its largest."""
+        super().set_generations(generations[:1])  # type: ignore[misc]
+        first = generations[0]
+        plans = [first]
+        while self.growth and len(plans) < MAX_SLICE_GENERATIONS:
+            try:
+                later = sizing.generation(first, len(plans))
+            except ConfigError:
+                break
+            if first.max_bytes is not None and \
+                    sizing.total_bytes(first, len(plans) + 1) > first.max_bytes:
+                break
+            plans.append(later)
+        self._max_gens = len(plans)
+        self._plans = plans
+        self._shapes = [[*self._shape(plan), -(-plan.capacity // plan.shards)]
+                        for plan in plans]
+        # A shape past the last generation (never made: M stops growth before it).
+        self._shapes.append([*self._shape(plans[-1]), 0])
+
+    def _shape(self, plan: sizing.Sizing) -> list[Any]:
+        """What the script needs to make a generation of ``plan``'s sizing."""
         raise NotImplementedError
 
-    def _shape_args(self) -> list[Any]:
-        """ARGV[8..9]: what the script needs to make the current slice."""
+    def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
         raise NotImplementedError
+
+    def _believed(self, shard: int) -> list[int]:
+        """The generations of shard ``shard``'s live slices, oldest first."""
+        c = self.clock.current[shard]
+        gens = self.slice_gens[shard]
+        return [gens.get(s, 1) for s in range(c - self.window.slices, c + 1)]
+
+    def offsets_for(self, shard: int) -> int:
+        """G: the generations an item's offsets are sent for (the most a live slice has)."""
+        return max(self._believed(shard))
 
     def live_keys(self, shard: int) -> list[str]:
-        """Shard ``shard``'s slice keys a call looks at, oldest first."""
+        """Shard ``shard``'s keys a call looks at: each live slice's generations, oldest
+        slice first."""
         c = self.clock.current[shard]
-        return [self.slice_key(shard, s) for s in range(c - self.window.slices, c + 1)]
+        return [self.slice_key(shard, s, g)
+                for s, count in zip(range(c - self.window.slices, c + 1),
+                                    self._believed(shard), strict=True)
+                for g in range(count)]
 
     def _script_keys(self, shard: int) -> list[str]:
-        return [*self._call_keys[shard], *self.live_keys(shard)]
+        c = self.clock.current[shard]
+        grow = self.slice_key(shard, c, self._believed(shard)[-1])
+        return [*self._call_keys[shard], *self.live_keys(shard), grow]
 
     def _args(self, shard: int, token: bytes, call: int, ack: int, items: int) -> list[Any]:
+        believed = self._believed(shard)
+        most = max(believed)
         return [token, call, ack, oplog.OP_LOG_TTL_MS, self.window.slice_ms,
-                self.window.slices, self.clock.current[shard], *self._shape_args(), items]
+                self.window.slices, self.clock.current[shard], items, most, self._max_gens,
+                *(x for shape in self._shapes[:most + 1] for x in shape), *believed]
+
+    def adopt(self, shard: int, reply: Sequence[Any]) -> None:
+        """A STALE_SLICE reply: Redis's current slice, its time, and the generations of
+        its live slices (0: not made)."""
+        current = int(reply[0])
+        self.clock.adopt(shard, current, float(reply[1]))
+        first = current - self.window.slices
+        self.slice_gens[shard] = {first + i: int(g) for i, g in enumerate(reply[2:])
+                                  if int(g) > 1}
+
+    def grew(self, shard: int) -> None:
+        """A call answered 'G': it made the current slice's next generation."""
+        c = self.clock.current[shard]
+        gens = self.slice_gens[shard]
+        gens[c] = gens.get(c, 1) + 1
+        for s in [s for s in gens if s < c - self.window.slices]:
+            del gens[s]
 
     def deadline(self, shard: int, new: bool) -> int:
         """Until when (Redis's clock, ms) an item just answered on ``shard`` is sure to
@@ -144,12 +230,39 @@ class _Slices:
 
     def create_shards(self, generation: int, plan: sizing.Sizing, *,
                       existing: bool = False) -> None:
-        """Nothing is made at start (each slice is made by the script that first adds
-        to it); the live slices must fit in the server's ``maxmemory``."""
+        """No slice is made at start (each is made by the script that first adds to it),
+        but each shard's record: ``made``, so that the record's loss is lost state (with
+        ``existing`` a missing record is :class:`FilterLostError`). The live slices must
+        fit in the server's ``maxmemory``."""
         self.clock.start(self.client)
+        records = [keys.slice_record(self.key, i) for i in range(self.shards)]
+        if existing:
+            there = _pipelined(self.client, [("EXISTS", r) for r in records])
+            gone = [r for r, is_there in zip(records, there, strict=True) if not is_there]
+            if gone:
+                raise FilterLostError(f"{len(gone)} of its {len(records)} slice record(s) "
+                                      f"are gone ({gone[0]}, ...)")
+            return
         whole = sizing.Sizing(plan.capacity * self.window.live, plan.error_rate, plan.shards,
                               plan.bits_per_shard * self.window.live, plan.hashes)
         check_room(self.client, self.key, 0, whole, [0] * plan.shards)
+        _pipelined(self.client, [("HSET", r, "made", 1) for r in records])
+
+    def _records(self, shards: Sequence[int]) -> dict[int, dict[int, int]]:
+        """Shards' records, as {slice: generations}."""
+        got = _pipelined(self.client, [("HGETALL", keys.slice_record(self.key, i))
+                                       for i in shards])
+        out: dict[int, dict[int, int]] = {}
+        for i, record in zip(shards, got, strict=True):
+            pairs = (record.items() if isinstance(record, dict)
+                     else zip(record[::2], record[1::2], strict=True))
+            out[i] = {int(f): int(v) for f, v in pairs if f.isdigit()}
+        return out
+
+    def refresh(self, shards: Sequence[int]) -> None:
+        """Read these shards' records (tools that only read: their generations)."""
+        for i, record in self._records(sorted(set(shards))).items():
+            self.slice_gens[i] = {s: g for s, g in record.items() if g > 1}
 
     def shard_names(self) -> list[str]:
         names: list[str] = []
@@ -166,141 +279,191 @@ class _Slices:
         """Ids of the slices with a shard in Redis (expired ones are gone), oldest first."""
         return sorted({s for s, _, _ in self._existing()})
 
-    def _existing(self) -> list[tuple[int, int, str]]:
-        """(slice, shard, key) of every slice shard in Redis, oldest slice first."""
-        recorded = _pipelined(self.client, [("ZRANGE", keys.slice_record(self.key, i), 0, -1)
-                                            for i in range(self.shards)])
-        found = sorted((int(s), i, self.slice_key(i, int(s)))
-                       for i, ids in enumerate(recorded) for s in ids)
-        there = _pipelined(self.client, [("EXISTS", name) for _, _, name in found])
+    def _existing(self) -> list[tuple[int, int, list[str]]]:
+        """(slice, shard, keys of its generations) of every slice shard in Redis, oldest
+        slice first."""
+        records = self._records(range(self.shards))
+        found = sorted((s, i, [self.slice_key(i, s, g) for g in range(gens)])
+                       for i, record in records.items() for s, gens in record.items())
+        there = _pipelined(self.client, [("EXISTS", name) for _, _, names in found
+                                         for name in names[:1]])
         return [f for f, is_there in zip(found, there, strict=True) if is_there]
 
     def lost_keys(self) -> list[str]:
-        """Slice keys the records hold that are gone before their time (lost state).
-        Reads only."""
+        """Slice keys the records hold that are gone before their time, and records that
+        are gone (lost state). Reads only."""
         seconds, micros = self.client.time()
         current = self.window.slice_of(seconds * 1000 + micros // 1000)
-        recorded = _pipelined(self.client, [("ZRANGE", keys.slice_record(self.key, i), 0, -1)
-                                            for i in range(self.shards)])
-        names = [self.slice_key(i, int(s)) for i, ids in enumerate(recorded) for s in ids
-                 if int(s) >= current - self.window.slices]
+        records = [keys.slice_record(self.key, i) for i in range(self.shards)]
+        there = _pipelined(self.client, [("EXISTS", r) for r in records])
+        lost = [r for r, is_there in zip(records, there, strict=True) if not is_there]
+        names = [self.slice_key(i, s, g)
+                 for i, record in self._records(range(self.shards)).items()
+                 for s, gens in record.items() if s >= current - self.window.slices
+                 for g in range(gens)]
         there = _pipelined(self.client, [("EXISTS", n) for n in names])
-        return [n for n, is_there in zip(names, there, strict=True) if not is_there]
+        return lost + [n for n, is_there in zip(names, there, strict=True) if not is_there]
 
-    def _by_slice(self, found: Sequence[tuple[int, int, str]], figures: Sequence[Any],
-                  make: Any) -> list[list[ShardInfo]]:
-        """Per slice in Redis and the current one (oldest first), every shard's figures:
-        ``make(shard, slice, key, figure)``, with None as the figure of a shard the slice
-        does not have (no item of that shard arrived during it)."""
-        ids = sorted({s for s, _, _ in found} | {max(self.clock.current)})
-        got = {(s, i): f for (s, i, _), f in zip(found, figures, strict=True)}
-        return [[make(i, s, self.slice_key(i, s), got.get((s, i)))
-                 for i in range(self.shards)] for s in ids]
+    def _figures(self, names: Sequence[str], generations: Sequence[int]
+                 ) -> list[tuple[int, int, int]]:
+        """(set bits, bits, memory) of each of these keys, of these generations."""
+        raise NotImplementedError
+
+    def plan_of(self, generation: int) -> sizing.Sizing:
+        """The sizing of a slice's generation ``generation`` (as for a filter without a
+        window: its share, then twice that at a tenth of the rate, and so on)."""
+        return self._plans[generation] if generation < len(self._plans) else \
+            sizing.generation(self._plans[0], generation)
+
+    def slice_infos(self) -> list[tuple[int, int, list[ShardInfo]]]:
+        """(slice, generation, every shard's figures) of each slice generation in Redis
+        and the current slice's first, oldest first; a shard the slice generation lacks
+        (no item of that shard arrived while it was current) has no set bits."""
+        found = self._existing()
+        names = [name for _, _, group in found for name in group]
+        figures = iter(self._figures(names, [g for _, _, group in found
+                                             for g in range(len(group))]))
+        got: dict[tuple[int, int, int], tuple[str, tuple[int, int, int]]] = {}
+        for s, i, group in found:
+            for g, name in enumerate(group):
+                got[(s, g, i)] = (name, next(figures))
+        rows = sorted({(s, g) for s, g, _ in got} | {(max(self.clock.current), 0)})
+        out = []
+        for s, g in rows:
+            shards = []
+            for i in range(self.shards):
+                name, (set_bits, bits, memory) = got.get(
+                    (s, g, i), (self.slice_key(i, s, g), (0, self._bits_of(g), 0)))
+                shards.append(ShardInfo(i, s, name, set_bits, bits, memory))
+            out.append((s, g, shards))
+        return out
+
+    def _bits_of(self, generation: int) -> int:
+        """Bits a shard of a slice's generation ``generation`` has."""
+        raise NotImplementedError
 
     def figures(self, info: FilterInfo) -> dict[str, float]:
         """From a filter's :class:`FilterInfo`: the time slices in Redis (``slices``) and
         how long ago the oldest of them began (``oldest_slice_age``, seconds)."""
-        made = [g for g in info.generations if g.memory_bytes]
-        oldest = min((g.index for g in made), default=None)
+        made = {g.index for g in info.generations if g.memory_bytes}
+        oldest = min(made, default=None)
         age = 0.0 if oldest is None else max(
             0.0, (self.clock.estimate() - oldest * self.window.slice_ms) / 1000)
         return {"slices": len(made), "oldest_slice_age": round(age, 3)}
 
     def missing(self, shard: int) -> str:
-        return " or ".join(self.live_keys(shard)) + " is gone before its time"
+        return (f"{keys.slice_record(self.key, shard)} or one of "
+                + ", ".join(self.live_keys(shard)) + " is gone before its time")
 
 
 class WindowLuaEngine(_Slices, LuaEngine):
-    """The Lua engine's bits, one string a shard and time slice."""
+    """The Lua engine's bits, one string a shard, time slice and generation."""
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_window_bits.lua")
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str, window: sizing.Window) -> None:
+                 client_id: str, window: sizing.Window, growth: bool = False) -> None:
         LuaEngine.__init__(self, client, key, shards, client_id)
-        self._setup(window, client_id)
+        self._setup(window, client_id, growth)
 
-    def slice_key(self, shard: int, slice_id: int) -> str:
-        return keys.slice_bits(self.key, shard, slice_id)
+    def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
+        return keys.slice_bits(self.key, shard, slice_id, generation)
 
     def shard_key(self, index: int, generation: int = 0) -> str:
         return self.live_keys(index)[-1]
 
-    def _shape_args(self) -> list[Any]:
-        plan = self.generations[0]
+    def _shape(self, plan: sizing.Sizing) -> list[Any]:
         return [plan.bytes_per_shard, plan.hashes]
 
     def item_args(self, shard: int, h1: int, h2: int) -> list[Any]:
         """An item's part of a call: its keyed hash (for the forgotten set), then its
-        offsets (every slice has the same size, so the same offsets)."""
-        plan = self.generations[0]
-        m = plan.modulus
-        return [item(h1, h2), *hashing.offsets(
-            hashing.Position(shard, *hashing.coefficients(h1, h2, m)), plan.hashes, m)]
+        offsets in each generation a live slice of ``shard`` has (every slice has the
+        same sizes, so the same offsets)."""
+        args: list[Any] = [item(h1, h2)]
+        for plan in self._plans[:self.offsets_for(shard)]:
+            m = plan.modulus
+            args.extend(hashing.offsets(
+                hashing.Position(shard, *hashing.coefficients(h1, h2, m)), plan.hashes, m))
+        return args
+
+    def _live_by_generation(self, shard: int) -> list[tuple[str, int]]:
+        """(key, generation) of each generation of shard ``shard``'s live slices."""
+        c = self.clock.current[shard]
+        return [(self.slice_key(shard, s, g), g)
+                for s, count in zip(range(c - self.window.slices, c + 1),
+                                    self._believed(shard), strict=True)
+                for g in range(count)]
 
     def newest_items(self) -> float:
-        plan = self.generations[0]
         pipe = self.client.pipeline(transaction=False)
-        for i in range(self.shards):
-            pipe.bitcount(self.live_keys(i)[-1])
-        return sum(sizing.estimate_items(plan.modulus, plan.hashes, int(n or 0))
-                   for n in pipe.execute())
+        named = [(self.slice_key(i, self.clock.current[i], g), g) for i in range(self.shards)
+                 for g in range(self._believed(i)[-1])]
+        for name, _ in named:
+            pipe.bitcount(name)
+        return sum(sizing.estimate_items(self._plans[g].modulus, self._plans[g].hashes,
+                                         int(n or 0))
+                   for (_, g), n in zip(named, pipe.execute(), strict=True))
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
-        """Whether each item is in a live slice (as this worker reckons them)."""
-        plan = self.generations[0]
-        m = plan.modulus
+        """Whether each item is in a live slice (read from Redis's records first)."""
+        self.refresh([hashing.shard_of(h1, self.shards) for h1, _ in halves])
         pipe = self.client.pipeline(transaction=False)
-        count = self.window.live
+        counts = []
         for h1, h2 in halves:
             shard = hashing.shard_of(h1, self.shards)
-            args: list[Any] = []
-            for offset in hashing.offsets(
-                    hashing.Position(shard, *hashing.coefficients(h1, h2, m)), plan.hashes, m):
-                args.extend(("GET", "u1", offset))
-            for name in self.live_keys(shard):
+            live = self._live_by_generation(shard)
+            counts.append(len(live))
+            for name, g in live:
+                plan = self._plans[g]
+                m = plan.modulus
+                args: list[Any] = []
+                for offset in hashing.offsets(
+                        hashing.Position(shard, *hashing.coefficients(h1, h2, m)),
+                        plan.hashes, m):
+                    args.extend(("GET", "u1", offset))
                 pipe.exists(name)
                 pipe.execute_command("BITFIELD_RO", name, *args)
         replies = pipe.execute()
-        out = []
-        for i in range(len(halves)):
-            part = replies[2 * i * count:2 * (i + 1) * count]
+        out, at = [], 0
+        for count in counts:
+            part = replies[at:at + 2 * count]
+            at += 2 * count
             out.append(any(there and all(bits) for there, bits in zip(part[::2], part[1::2],
                                                                      strict=True)))
         return out
 
-    def shard_infos(self) -> list[list[ShardInfo]]:
-        """Per slice in Redis (oldest first), each of its shards' figures."""
-        plan = self.generations[0]
-        found = self._existing()
+    def _figures(self, names: Sequence[str], generations: Sequence[int]
+                 ) -> list[tuple[int, int, int]]:
         pipe = self.client.pipeline(transaction=False)
-        for _, _, name in found:
+        for name in names:
             pipe.bitcount(name)
             pipe.memory_usage(name, samples=0)
         raw = pipe.execute()
-        figures = list(zip(raw[::2], raw[1::2], strict=True))
-        return self._by_slice(found, figures, lambda i, s, name, f: ShardInfo(
-            i, s, name, int(f[0] or 0) if f else 0, plan.modulus, int(f[1] or 0) if f else 0))
+        return [(int(n or 0), self._bits_of(g), int(m or 0))
+                for n, m, g in zip(raw[::2], raw[1::2], generations, strict=True)]
+
+    def _bits_of(self, generation: int) -> int:
+        return self.plan_of(generation).modulus
 
 
 class WindowNativeEngine(_Slices, NativeEngine):
-    """The native engine's RedisBloom filters, one a shard and time slice."""
+    """The native engine's RedisBloom filters, one a shard, time slice and generation."""
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_window_bf.lua")
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str, window: sizing.Window) -> None:
+                 client_id: str, window: sizing.Window, growth: bool = False) -> None:
         NativeEngine.__init__(self, client, key, shards, client_id)
-        self._setup(window, client_id)
+        self._setup(window, client_id, growth)
 
-    def slice_key(self, shard: int, slice_id: int) -> str:
-        return keys.slice_bloom(self.key, shard, slice_id)
+    def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
+        return keys.slice_bloom(self.key, shard, slice_id, generation)
 
     def shard_key(self, index: int, generation: int = 0) -> str:
         return self.live_keys(index)[-1]
 
-    def _shape_args(self) -> list[Any]:
-        reserve = reserve_of(self.generations[0])
+    def _shape(self, plan: sizing.Sizing) -> list[Any]:
+        reserve = reserve_of(plan)
         return [repr(reserve.error_rate), reserve.capacity]
 
     def _counts(self, names: Sequence[str]) -> list[int]:
@@ -314,28 +477,39 @@ class WindowNativeEngine(_Slices, NativeEngine):
         return counts
 
     def newest_items(self) -> float:
-        return float(sum(self._counts([self.live_keys(i)[-1] for i in range(self.shards)])))
+        names: list[str] = []
+        for i in range(self.shards):
+            c = self.clock.current[i]
+            names.extend(self.slice_key(i, c, g) for g in range(self._believed(i)[-1]))
+        return float(sum(self._counts(names)))
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
+        self.refresh([hashing.shard_of(h1, self.shards) for h1, _ in halves])
         pipe = self.client.pipeline(transaction=False)
-        count = self.window.live
+        counts = []
         for h1, h2 in halves:
-            shard = hashing.shard_of(h1, self.shards)
-            for name in self.live_keys(shard):
+            live = self.live_keys(hashing.shard_of(h1, self.shards))
+            counts.append(len(live))
+            for name in live:
                 pipe.execute_command("BF.EXISTS", name, item(h1, h2))
-        replies = pipe.execute()
-        return [any(replies[i * count:(i + 1) * count]) for i in range(len(halves))]
+        replies = pipe.execute(raise_on_error=False)
+        out, at = [], 0
+        for count in counts:
+            out.append(any(r == 1 for r in replies[at:at + count]))
+            at += count
+        return out
 
-    def shard_infos(self) -> list[list[ShardInfo]]:
-        plan = self.generations[0]
-        bits = reserve_of(plan).bits
-        found = self._existing()
-        counts = self._counts([name for _, _, name in found])
+    def _figures(self, names: Sequence[str], generations: Sequence[int]
+                 ) -> list[tuple[int, int, int]]:
+        counts = self._counts(names)
         memory = _pipelined(self.client, [("MEMORY", "USAGE", name, "SAMPLES", "0")
-                                          for _, _, name in found])
-        return self._by_slice(found, list(zip(counts, memory, strict=True)),
-                              lambda i, s, name, f: ShardInfo(
-                                  i, s, name,
-                                  round(bits * -math.expm1(-plan.hashes * f[0] / bits)) if f
-                                  else 0, bits, int(f[1] or 0) if f else 0))
+                                          for name in names])
+        out = []
+        for n, m, g in zip(counts, memory, generations, strict=True):
+            bits = self._bits_of(g)
+            out.append((round(bits * -math.expm1(-self.plan_of(g).hashes * n / bits)), bits,
+                        int(m or 0)))
+        return out
 
+    def _bits_of(self, generation: int) -> int:
+        return reserve_of(self.plan_of(generation)).bits

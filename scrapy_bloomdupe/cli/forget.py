@@ -1,6 +1,8 @@
 """``bloomdupe forget URL... [--file FILE]``: re-admit URLs. The next request for each
 counts as new exactly once, on every worker (local caches included), with or without a
-recrawl window; fingerprinted as ``check`` fingerprints them."""
+recrawl window; fingerprinted as ``check`` fingerprints them. It returns
+``FORGET_SETTLE`` (1.5) seconds after raising the forget counter: from then on no
+worker's local cache answers for these URLs (see :mod:`..bloom.forgetting`)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,6 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     ctx.print(f"Forgot {distinct} URL(s) of {ctx.key!r} ({bloom.fingerprint} fingerprints, "
               f"{opts.method}): {sum(seen)} of them were in the filter"
               + (f", {distinct - added} were already waiting" if distinct - added else "")
-              + ". The next request for each counts as new once, on every worker (their "
-              f"local caches drop within a second); {waiting} wait for it now.")
+              + ". From now on the next request for each counts as new once, on every "
+              f"worker (no local cache answers for them any more); {waiting} wait for it now.")
     return EXIT_OK

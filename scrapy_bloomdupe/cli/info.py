@@ -11,6 +11,7 @@ from ..bloom.filter import BloomFilter
 from ..bloom.info import FilterInfo
 from ..bloom.placement import shard_nodes
 from ..frontier.queue import shard_status
+from ..sizing import TIGHTENING
 from ..transport.cluster import is_cluster
 from .context import EXIT_FAILED, EXIT_OK, Context, missing_shards, open_existing, report_missing
 from .output import count, fields, human_bytes, percent, rate, table, when
@@ -78,7 +79,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
                      f"generation); {info.capacity:,} in all" if window is None else
                      f"{first.capacity:,} a time slice at error rate {rate(first.error_rate)}; "
                      f"{first.capacity * window.slices:,} a window at "
-                     f"{rate(first.error_rate * window.live)}"),
+                     f"{rate(first.error_rate * window.live / (1 - TIGHTENING))}"),
         ("shards", f"{first.shards}, {human_bytes(first.bytes_per_shard)} each in "
                    + ("generation 0" if window is None else "every time slice")),
         ("hashes", str(first.hashes)),
@@ -86,7 +87,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
           else [("window", f"{window.window_ms / 1000:g} s in {window.slices} slices of "
                            f"{window.slice_ms / 1000:g} s (Redis's clock); forgotten between "
                            f"the window and the window plus a slice after being added"),
-                ("time slices", f"{sum(1 for g in info.generations if g.memory_bytes)} in "
+                ("time slices", f"{len({g.index for g in info.generations if g.memory_bytes})} in "
                                 f"Redis (at most {window.live}), each expiring on schedule")]),
         ("estimated items", f"{count(info.estimated_items)} "
                             f"({info.estimated_items / info.capacity:.1%} of capacity)"),
@@ -100,7 +101,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     lines += table(
         ["gen" if window is None else "slice", "capacity", "error rate", "bits/shard",
          "hashes", "fill", "est. items", "est. FPR", "memory"],
-        [[str(g.index), f"{g.sizing.capacity:,}", rate(g.sizing.error_rate),
+        [[g.label, f"{g.sizing.capacity:,}", rate(g.sizing.error_rate),
           f"{g.sizing.bits_per_shard:,}", str(g.sizing.hashes), percent(g.fill_ratio),
           count(g.estimated_items), rate(g.estimated_false_positive_rate),
           human_bytes(g.memory_bytes)] for g in info.generations],
@@ -110,7 +111,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         for name, indexes in nodes.items():
             for index in indexes:
                 node_of[index] = name
-    headers = ["shard", *(f"fill {'g' if window is None else 's'}{g.index}"
+    headers = ["shard", *(f"fill {'g' if window is None else 's'}{g.label}"
                           for g in info.generations), "memory",
                "waiting", "leased"]
     rows = []

@@ -16,6 +16,7 @@ from helpers import EXAMPLE_PROJECT, crawler_for
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 
+from scrapy_bloomdupe.bloom.forgetting import FORGET_CHECK_EVERY
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing import RedisServer, free_port, redisbloom_module
@@ -142,16 +143,22 @@ def test_allow_lets_requests_through_unchecked(durable: RedisServer) -> None:
     crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.5, BLOOMDUPE_ON_OUTAGE="allow")
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     other = build_from_crawler(RedisBloomDupeFilter, outage_crawler(durable.url))
-    df.request_seen(Request("http://a.example/"))
     other.request_seen(Request("http://a.example/b"))  # another worker's
+    df.request_seen(Request("http://a.example/"))  # it reads the forget counter too
     durable.kill()
-    # Known to this worker (its local cache): still answered, as Redis would.
+    # Known to this worker (its local cache), within FORGET_CHECK_EVERY of its last
+    # read of the forget counter: still answered, as Redis would.
     assert df.request_seen(Request("http://a.example/"))
     # In Redis but not known here: not dropped as a duplicate for want of
     # Redis, but passed on unchecked, and counted.
     assert not df.request_seen(Request("http://a.example/b"))
     assert not any(df.requests_seen([Request("http://a.example/x")]))
     assert df.unchecked == 2 and df.redis_errors == 2
+    # Past FORGET_CHECK_EVERY without a read of that counter, the cache no longer
+    # answers (a forget may have been made since): unchecked too.
+    time.sleep(FORGET_CHECK_EVERY)
+    assert not df.request_seen(Request("http://a.example/"))
+    assert df.unchecked == 3
 
 
 def test_close_stops_the_crawl_and_drops_nothing(durable: RedisServer,

@@ -1,0 +1,297 @@
+"""A check-and-add batch's script calls: grouped per shard, sent in one round trip
+with the shard locks, their replies sorted out.
+
+The items of a batch are grouped into one call per shard (at most
+:data:`MAX_ITEMS_PER_SCRIPT` items each), each with an op id so that a retry after a
+lost reply is answered from the op log (:mod:`.oplog`); one round trip takes each
+shard's lock (``SET NX PX``, :mod:`.lock`) and runs its call; a call refused because
+the lock was busy waits and goes again, one refused for a stale generation or time
+slice is redone with the new ones, and one a full shard refused is redone after
+growth, as new calls.
+
+:class:`Calls` is mixed into :class:`~.filter.BloomFilter`, whose state it uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import NoScriptError
+
+from .. import hashing
+from ..transport.outage import TRANSIENT
+from .engine import RidingSink
+from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
+
+if TYPE_CHECKING:
+    from ..exceptions import FilterLostError
+    from ..sizing import Sizing
+    from ..transport.link import Link
+    from ..transport.outage import OutageGuard
+    from .engine import Engine, Sink
+    from .lock import ShardLocks
+    from .window import WindowLuaEngine, WindowNativeEngine
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Most items in one script call: about a millisecond of Redis time (Lua
+#: scripts block every other client of the server while they run).
+MAX_ITEMS_PER_SCRIPT = 256
+#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
+MAX_SCRIPT_RELOADS = 5
+#: Per-item reply of an engine whose newest generation's shard refused the item (full).
+_FULL = 70  # ord("F")
+#: A window's slice grew in the call, which did not look at the item: asked again.
+_GROWN = 71  # ord("G")
+
+
+@dataclass
+class _Unit:
+    """One script call of a batch: items of one shard, with the lock token it uses."""
+
+    shard: int
+    token: bytes
+    call: int
+    args: list[Any]
+    indexes: list[int]
+    sink_args: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class _LockState:
+    """Whether a batch still takes shard locks, and the pauses it may still wait."""
+
+    use_lock: bool
+    pauses: Iterator[float] | None
+
+
+class Calls:
+    """The script calls of a check-and-add (see the module's docstring)."""
+
+    if TYPE_CHECKING:
+        from .filter import FilterCounters
+
+        sizing: Sizing
+        seed: int
+        use_lock: bool
+        generations: list[Sizing]
+        engine: Engine
+        window_engine: WindowLuaEngine | WindowNativeEngine | None
+        locks: ShardLocks
+        counters: FilterCounters
+        outage: OutageGuard | None
+        _link: Link
+        _lock_keys: list[str]
+        _next_op: int
+
+        def _reload(self) -> None: ...
+
+        def _lost(self, what: str) -> FilterLostError: ...
+
+        def _missing(self, shard: int) -> str: ...
+
+        def _grow_for_full(self, used: int) -> None: ...
+
+    def _check_add(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
+                   op: int, ack: int, results: list[bool], lock_state: _LockState,
+                   sink: Sink | None, entry: Callable[[int], Sequence[Any]] | None) -> None:
+        """Check-and-add the items at ``indexes``, writing their answers into ``results``:
+        a round trip per lock wait, redone for items a new generation refused."""
+        remaining = indexes
+        while remaining:
+            generations = len(self.generations)
+            pending = self._group(halves, remaining, op, entry)
+            refused: list[int] = []
+            full: list[int] = []
+            stale: list[int] = []
+            regrow: list[int] = []
+            while pending:
+                replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
+                busy = []
+                for unit, reply in zip(pending, replies, strict=True):
+                    if reply == LOCK_BUSY:
+                        busy.append(unit)
+                    elif reply == STALE_GENERATION:
+                        refused.extend(unit.indexes)
+                    elif reply == SHARD_MISSING:
+                        raise self._lost(self._missing(unit.shard))
+                    elif isinstance(reply, list):  # STALE_SLICE: Redis's slice and time
+                        self._adopt_slice(unit.shard, reply)
+                        stale.extend(unit.indexes)
+                    else:
+                        grown = False
+                        for index, flag in zip(unit.indexes, reply, strict=True):
+                            if flag == _FULL:
+                                full.append(index)
+                            elif flag == _GROWN:
+                                grown = True
+                                regrow.append(index)
+                            else:
+                                results[index] = flag == 49  # ord("1")
+                        if grown:
+                            assert self.window_engine is not None
+                            self.window_engine.grew(unit.shard)
+                pending = busy
+                pauses = lock_state.pauses
+                if pending and pauses is not None and next(pauses, None) is None:
+                    logger.warning(
+                        "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
+                        "without the lock (the check-and-add script is atomic on its own)",
+                        sorted({self._lock_keys[u.shard] for u in pending}), self.locks.wait,
+                    )
+                    lock_state.use_lock = False
+            if refused:
+                # Another worker added a generation: redo those items with it.
+                self.counters.stale_generation += 1
+                self._guarded(self._reload)
+            if stale:
+                # A new time slice has started: redo those items in it (same op ids: the
+                # script wrote nothing, not even the op log).
+                self.counters.stale_slice += 1
+                refused.extend(stale)
+            if full:
+                # The newest generation's shard is full: redo them in a new one, as
+                # new calls (the refusals are in the op log, under the old calls' ids).
+                self.counters.full += 1
+                self._grow_for_full(generations)
+                refused.extend(full)
+            if regrow:
+                # A slice grew in the call (a window): redo the items it did not look
+                # at with the new generation, as new calls (as after a full shard).
+                self.counters.slice_growths += 1
+                refused.extend(regrow)
+            if full or regrow:
+                op = ack = self._next_op
+                self._next_op += max(indexes) + 1
+            remaining = refused
+
+    def _guarded(self, call: Callable[[], T]) -> T:
+        """``call``, waiting out Redis outages when the filter has an outage guard."""
+        return call() if self.outage is None else self.outage.call(call)
+
+    def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
+               first_op: int, entry: Callable[[int], Sequence[Any]] | None = None
+               ) -> list[_Unit]:
+        """Script calls for these items under the current generations: per shard,
+        in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
+
+        An item's op id is ``first_op`` plus its index, and a call's id is its
+        first item's: the same on every retry.
+        """
+        shards = self.sizing.shards
+        engine = self.engine
+        open_units: dict[int, _Unit] = {}
+        units: list[_Unit] = []
+        for index in indexes:
+            h1, h2 = halves[index]
+            shard = hashing.shard_of(h1, shards)
+            unit = open_units.get(shard)
+            if unit is None or len(unit.indexes) >= MAX_ITEMS_PER_SCRIPT:
+                token = self.locks.new_token() if self.use_lock else b""
+                unit = open_units[shard] = _Unit(shard, token, first_op + index, [], [])
+                units.append(unit)
+            unit.args.extend(engine.item_args(shard, h1, h2))
+            if entry is not None:
+                unit.sink_args.extend(entry(index))
+            unit.indexes.append(index)
+        return units
+
+    def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool,
+                    sink: Sink | None = None) -> list[Any]:
+        """One round trip: per unit (the shard lock's SET NX PX and) the script.
+
+        Returns one reply per unit (see the engine's script). Scripts flushed
+        from Redis (a restart, a replica promoted by a failover) are loaded
+        again, on the connection that missed them, and the round trip repeated
+        with the same tokens and op ids: it is idempotent. A sink's waiting
+        commands (the queue's acks) ride along where they cost no round trip
+        of their own (on a cluster: to the masters the scripts go to).
+        """
+        ttl_ms = self.locks.ttl_ms
+        engine = self.engine
+        commands: list[tuple[Any, ...]] = []
+        for unit in units:
+            token = unit.token if use_lock else b""
+            if use_lock:
+                commands.append(("SET", self._lock_keys[unit.shard], token, "NX", "PX", ttl_ms))
+            commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
+                                                     unit.args, len(unit.indexes), sink,
+                                                     unit.sink_args))
+        checks = len(commands)
+        riding = sink if isinstance(sink, RidingSink) else None
+        if riding is not None:
+            commands.extend(riding.riders(self._link.reaches(commands)))
+        raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
+        for _ in range(MAX_SCRIPT_RELOADS):
+            if not any(isinstance(r, NoScriptError) for r in raw):
+                break
+            self.counters.script_reloads += 1
+            self._guarded(lambda: self._link.load_scripts(engine.scripts()))
+            raw = self._guarded(lambda: _refusals_raised(self._link.execute(commands)))
+        for r in raw:
+            if isinstance(r, Exception):
+                raise r
+        if riding is not None:
+            riding.riders_sent()
+            raw = raw[:checks]
+        if not use_lock:
+            return raw
+        counters = self.locks.counters
+        replies = []
+        for got_lock, reply in zip(raw[::2], raw[1::2], strict=True):
+            if got_lock:
+                counters.acquired += 1
+                if reply == LOCK_BUSY:
+                    # Taken by us, then gone before our script ran: it expired.
+                    counters.lost += 1
+            replies.append(reply)
+        return replies
+
+    def add_with_token(self, fingerprint: bytes, token: bytes) -> bool | None:
+        """Fenced check-and-add under a lock already taken with ``token``.
+
+        Returns None, having written nothing, when the lock no longer holds the
+        token (it expired; another worker may hold it now). For tools and tests
+        that take the lock in a separate step; :meth:`add` does both in one.
+        """
+        op = self._next_op
+        self._next_op += 1
+        (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
+        reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args, 1)
+        if reply == SHARD_MISSING:
+            raise self._lost(self._missing(unit.shard))
+        if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
+            self._adopt_slice(unit.shard, reply)
+            return None
+        if reply == b"G":  # the slice grew in the call, which did not look at the item
+            assert self.window_engine is not None
+            self.window_engine.grew(unit.shard)
+            return None
+        if reply in (LOCK_BUSY, STALE_GENERATION):
+            self.counters.lock.lost += reply == LOCK_BUSY
+            return None
+        new = bool(reply == b"1")
+        self.counters.checked += 1
+        self.counters.new += new
+        self.counters.duplicates += not new
+        return new
+
+    def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
+        """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
+        assert self.window_engine is not None
+        self.window_engine.adopt(shard, reply)
+
+
+def _refusals_raised(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first one that is a passing refusal (a full Redis's OOM, a
+    READONLY replica) raised, inside the outage guard: the guard then sends the same
+    commands again, which is safe (op ids), as after a lost connection."""
+    for reply in replies:
+        if isinstance(reply, TRANSIENT):
+            raise reply
+    return replies
