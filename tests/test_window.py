@@ -145,6 +145,22 @@ def test_a_slice_grows_when_it_holds_its_share(client: redis.Redis, use_lock: bo
     assert other.counters.stale_slice > 0
 
 
+def test_a_worker_with_a_lower_size_limit_joins_a_slice_grown_past_it(
+        client: redis.Redis) -> None:
+    """BLOOMDUPE_MAX_BYTES is each worker's own: one with a lower limit still checks
+    against every generation another grew (it only adds none past its own limit)."""
+    window = sizing.Window(30 * 86_400_000)  # no slice starts during the test
+    plan = sizing.window_plan(800, 1e-9, window, shards=2)
+    big = BloomFilter.open(client, "t", plan, window=window, growth=True)
+    items = fps(700)
+    assert sum(big.add_many(items)) == 700
+    limited = sizing.window_plan(800, 1e-9, window, shards=2, max_bytes=9 * 3_000)
+    small = BloomFilter.open(client, "t", limited, window=window, growth=True)
+    assert small.window_engine is not None and small.window_engine._max_gens < 4
+    assert not any(small.add_many(items))
+    assert all(small.add_many(fps(50, "more")))
+
+
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
 def test_workers_racing_through_a_slice_s_growth_accept_each_item_once(
         client: redis.Redis, use_lock: bool) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import NoScriptError
 
 from .. import hashing
+from ..exceptions import BloomDupeError
 from ..transport.outage import TRANSIENT
 from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
 
@@ -41,6 +42,8 @@ T = TypeVar("T")
 #: Most items in one script call: about a millisecond of Redis time (Lua
 #: scripts block every other client of the server while they run).
 MAX_ITEMS_PER_SCRIPT = 256
+#: Round trips in a row whose every call was told STALE_SLICE before one is a fault.
+MAX_STALE_ROUNDS = 20
 #: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
 MAX_SCRIPT_RELOADS = 5
 #: Per-item reply of an engine whose newest generation's shard refused the item (full).
@@ -75,6 +78,7 @@ class Calls:
     if TYPE_CHECKING:
         from .filter import FilterCounters
 
+        key: str
         sizing: Sizing
         seed: int
         use_lock: bool
@@ -102,6 +106,7 @@ class Calls:
         """Check-and-add the items at ``indexes``, writing their answers into ``results``:
         a round trip per lock wait, redone for items a new generation refused."""
         remaining = indexes
+        stale_rounds = 0
         while remaining:
             generations = len(self.generations)
             pending = self._group(halves, remaining, op, entry)
@@ -149,9 +154,18 @@ class Calls:
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
             if stale:
-                # A new time slice has started: redo those items in it (same op ids: the
-                # script wrote nothing, not even the op log).
+                # A new time slice has started, or a slice grew: redo those items with
+                # Redis's view (same op ids: the script wrote nothing, not even the op
+                # log). Each such answer brings that view, so a handful suffice; an
+                # endless run of them is a fault, not a race, and is not waited out.
                 self.counters.stale_slice += 1
+                stale_rounds = stale_rounds + 1 if len(stale) == len(remaining) else 0
+                if stale_rounds > MAX_STALE_ROUNDS:
+                    raise BloomDupeError(
+                        f"Bloom filter {self.key}: {stale_rounds} calls in a row were told "
+                        "the time slices had changed, with Redis's slices sent each time; "
+                        "a worker of another version of scrapy-bloomdupe may share the "
+                        "filter. Stop the crawl and check the workers' versions")
                 refused.extend(stale)
             if full:
                 # The newest generation's shard is full: redo them in a new one, as
