@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from redis.exceptions import NoScriptError
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..transport.link import Link
     from ..transport.outage import OutageGuard
     from .engine import Engine, Sink
-    from .lock import ShardLocks
+    from .lock import LockCounters, ShardLocks
     from .window import WindowLuaEngine, WindowNativeEngine
 
 logger = logging.getLogger(__name__)
@@ -72,12 +72,24 @@ class _LockState:
     pauses: Iterator[float] | None
 
 
+class CallCounters(Protocol):
+    """What the calls count (in the filter's counters)."""
+
+    checked: int
+    new: int
+    duplicates: int
+    script_reloads: int
+    stale_generation: int
+    stale_slice: int
+    full: int
+    slice_growths: int
+    lock: LockCounters
+
+
 class Calls:
     """The script calls of a check-and-add (see the module's docstring)."""
 
     if TYPE_CHECKING:
-        from .filter import FilterCounters
-
         key: str
         sizing: Sizing
         seed: int
@@ -86,7 +98,7 @@ class Calls:
         engine: Engine
         window_engine: WindowLuaEngine | WindowNativeEngine | None
         locks: ShardLocks
-        counters: FilterCounters
+        counters: CallCounters
         outage: OutageGuard | None
         _link: Link
         _lock_keys: list[str]
