@@ -145,9 +145,24 @@ def test_a_slice_grows_when_it_holds_its_share(client: redis.Redis, use_lock: bo
     assert other.counters.stale_slice > 0
 
 
+def test_a_worker_with_a_lower_size_limit_joins_a_slice_grown_past_it(
+        client: redis.Redis) -> None:
+    """BLOOMDUPE_MAX_BYTES is each worker's own: one with a lower limit still checks
+    against every generation another grew (it only adds none past its own limit)."""
+    window = sizing.Window(30 * 86_400_000)  # no slice starts during the test
+    plan = sizing.window_plan(800, 1e-9, window, shards=2)
+    big = BloomFilter.open(client, "t", plan, window=window, growth=True)
+    items = fps(700)
+    assert sum(big.add_many(items)) == 700
+    limited = sizing.window_plan(800, 1e-9, window, shards=2, max_bytes=9 * 3_000)
+    small = BloomFilter.open(client, "t", limited, window=window, growth=True)
+    assert small.window_engine is not None and small.window_engine._max_gens < 4
+    assert not any(small.add_many(items))  # found in every generation, the newest too
+
+
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
 def test_workers_racing_through_a_slice_s_growth_accept_each_item_once(
-        client: redis.Redis, use_lock: bool) -> None:
+        client: redis.Redis, engine: str, use_lock: bool) -> None:
     """Six workers (each its own filter object: its own view of the generations) add
     the same 1,200 items in different orders while the slices grow under them: each
     item is accepted by exactly one of them."""
@@ -177,7 +192,12 @@ def test_workers_racing_through_a_slice_s_growth_accept_each_item_once(
     for t in threads:
         t.join()
     assert len(accepted) == 6
-    assert [sum(a[i] for a in accepted) for i in range(len(items))] == [1] * len(items)
+    times = [sum(a[i] for a in accepted) for i in range(len(items))]
+    assert max(times) == 1  # never accepted twice
+    # Never accepted at all only by a false positive: none with the Lua engine; RedisBloom's
+    # filters this small are far above their rate (measured: 1.2e-4 for 50 items reserved
+    # at 5.5e-7, as its hashing goes modulo a composite size), so one or two may be.
+    assert times.count(0) <= (0 if engine == "lua" else 2)
     records = [client.hgetall(keys.slice_record("race", i)) for i in range(2)]
     assert all(max(int(v) for f, v in r.items() if f.isdigit()) >= 4 for r in records)
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from redis.exceptions import NoScriptError
 
 from .. import hashing
+from ..exceptions import BloomDupeError
 from ..transport.outage import TRANSIENT
 from .engine import RidingSink
 from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ..transport.link import Link
     from ..transport.outage import OutageGuard
     from .engine import Engine, Sink
-    from .lock import ShardLocks
+    from .lock import LockCounters, ShardLocks
     from .window import WindowLuaEngine, WindowNativeEngine
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ T = TypeVar("T")
 #: Most items in one script call: about a millisecond of Redis time (Lua
 #: scripts block every other client of the server while they run).
 MAX_ITEMS_PER_SCRIPT = 256
+#: Round trips in a row whose every call was told STALE_SLICE before one is a fault.
+MAX_STALE_ROUNDS = 20
 #: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
 MAX_SCRIPT_RELOADS = 5
 #: Per-item reply of an engine whose newest generation's shard refused the item (full).
@@ -70,12 +73,25 @@ class _LockState:
     pauses: Iterator[float] | None
 
 
+class CallCounters(Protocol):
+    """What the calls count (in the filter's counters)."""
+
+    checked: int
+    new: int
+    duplicates: int
+    script_reloads: int
+    stale_generation: int
+    stale_slice: int
+    full: int
+    slice_growths: int
+    lock: LockCounters
+
+
 class Calls:
     """The script calls of a check-and-add (see the module's docstring)."""
 
     if TYPE_CHECKING:
-        from .filter import FilterCounters
-
+        key: str
         sizing: Sizing
         seed: int
         use_lock: bool
@@ -83,7 +99,7 @@ class Calls:
         engine: Engine
         window_engine: WindowLuaEngine | WindowNativeEngine | None
         locks: ShardLocks
-        counters: FilterCounters
+        counters: CallCounters
         outage: OutageGuard | None
         _link: Link
         _lock_keys: list[str]
@@ -103,6 +119,7 @@ class Calls:
         """Check-and-add the items at ``indexes``, writing their answers into ``results``:
         a round trip per lock wait, redone for items a new generation refused."""
         remaining = indexes
+        stale_rounds = 0
         while remaining:
             generations = len(self.generations)
             pending = self._group(halves, remaining, op, entry)
@@ -150,9 +167,18 @@ class Calls:
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
             if stale:
-                # A new time slice has started: redo those items in it (same op ids: the
-                # script wrote nothing, not even the op log).
+                # A new time slice has started, or a slice grew: redo those items with
+                # Redis's view (same op ids: the script wrote nothing, not even the op
+                # log). Each such answer brings that view, so a handful suffice; an
+                # endless run of them is a fault, not a race, and is not waited out.
                 self.counters.stale_slice += 1
+                stale_rounds = stale_rounds + 1 if len(stale) == len(remaining) else 0
+                if stale_rounds > MAX_STALE_ROUNDS:
+                    raise BloomDupeError(
+                        f"Bloom filter {self.key}: {stale_rounds} calls in a row were told "
+                        "the time slices had changed, with Redis's slices sent each time; "
+                        "a worker of another version of scrapy-bloomdupe may share the "
+                        "filter. Stop the crawl and check the workers' versions")
                 refused.extend(stale)
             if full:
                 # The newest generation's shard is full: redo them in a new one, as

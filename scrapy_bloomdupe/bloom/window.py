@@ -140,7 +140,8 @@ class _Slices:
         #: Per shard, the generations of its live slices (slice id: count) as the
         #: scripts last told; a slice not in it has one (or is not made).
         self.slice_gens: list[dict[int, int]] = [{} for _ in range(self.shards)]
-        self._shapes: list[list[Any]] = []
+        self._shapes: dict[int, list[Any]] = {}
+        self._plans: list[sizing.Sizing] = []
         self._max_gens = 1
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
@@ -161,10 +162,7 @@ class _Slices:
             plans.append(later)
         self._max_gens = len(plans)
         self._plans = plans
-        self._shapes = [[*self._shape(plan), -(-plan.capacity // plan.shards)]
-                        for plan in plans]
-        # A shape past the last generation (never made: M stops growth before it).
-        self._shapes.append([*self._shape(plans[-1]), 0])
+        self._shapes = {}
 
     def _shape(self, plan: sizing.Sizing) -> list[Any]:
         """What the script needs to make a generation of ``plan``'s sizing."""
@@ -202,7 +200,19 @@ class _Slices:
         most = max(believed)
         return [token, call, ack, oplog.OP_LOG_TTL_MS, self.window.slice_ms,
                 self.window.slices, self.clock.current[shard], items, most, self._max_gens,
-                *(x for shape in self._shapes[:most + 1] for x in shape), *believed]
+                *(x for g in range(most + 1) for x in self._shape_args(g)), *believed]
+
+    def _shape_args(self, generation: int) -> list[Any]:
+        """A slice generation's shape in a call: what its script needs to make it, and
+        the items it holds before the next is made. Any generation a live slice has
+        (another worker, with a larger ``BLOOMDUPE_MAX_BYTES``, may have grown it past
+        this worker's own limit), and the next."""
+        shape = self._shapes.get(generation)
+        if shape is None:
+            plan = self.plan_of(generation)
+            shape = self._shapes[generation] = [*self._shape(plan),
+                                                -(-plan.capacity // plan.shards)]
+        return shape
 
     def adopt(self, shard: int, reply: Sequence[Any]) -> None:
         """A STALE_SLICE reply: Redis's current slice, its time, and the generations of
@@ -312,8 +322,12 @@ class _Slices:
     def plan_of(self, generation: int) -> sizing.Sizing:
         """The sizing of a slice's generation ``generation`` (as for a filter without a
         window: its share, then twice that at a tenth of the rate, and so on)."""
-        return self._plans[generation] if generation < len(self._plans) else \
-            sizing.generation(self._plans[0], generation)
+        if generation < len(self._plans):
+            return self._plans[generation]
+        try:
+            return sizing.generation(self._plans[0], generation)
+        except ConfigError:  # past what a slice may grow to: never made, sized as the last
+            return self._plans[-1]
 
     def slice_infos(self) -> list[tuple[int, int, list[ShardInfo]]]:
         """(slice, generation, every shard's figures) of each slice generation in Redis
@@ -380,7 +394,7 @@ class WindowLuaEngine(_Slices, LuaEngine):
         offsets in each generation a live slice of ``shard`` has (every slice has the
         same sizes, so the same offsets)."""
         args: list[Any] = [item(h1, h2)]
-        for plan in self._plans[:self.offsets_for(shard)]:
+        for plan in map(self.plan_of, range(self.offsets_for(shard))):
             m = plan.modulus
             args.extend(hashing.offsets(
                 hashing.Position(shard, *hashing.coefficients(h1, h2, m)), plan.hashes, m))
@@ -400,7 +414,7 @@ class WindowLuaEngine(_Slices, LuaEngine):
                  for g in range(self._believed(i)[-1])]
         for name, _ in named:
             pipe.bitcount(name)
-        return sum(sizing.estimate_items(self._plans[g].modulus, self._plans[g].hashes,
+        return sum(sizing.estimate_items(self.plan_of(g).modulus, self.plan_of(g).hashes,
                                          int(n or 0))
                    for (_, g), n in zip(named, pipe.execute(), strict=True))
 
@@ -414,7 +428,7 @@ class WindowLuaEngine(_Slices, LuaEngine):
             live = self._live_by_generation(shard)
             counts.append(len(live))
             for name, g in live:
-                plan = self._plans[g]
+                plan = self.plan_of(g)
                 m = plan.modulus
                 args: list[Any] = []
                 for offset in hashing.offsets(
