@@ -1,38 +1,29 @@
 #!/usr/bin/env python
 """Redis CPU per fetched page, side by side with scrapy-redis: ``python benchmarks/redis_cpu.py``.
 
-Runs the example project's crawl (``e2e.py``: 4 ``scrapy crawl`` workers, the
-demo site) once per contender against one redis-server with RedisBloom loaded,
-in the same run: scrapy-redis (its scheduler, queue and SET dupefilter), and
-this package in lock mode (the default) on both engines and in atomic mode on
-both, and with 24 shards on the one node (what the cluster's shards cost apart
-from the cluster); then, unless ``--no-cluster``, lock
-mode on a local 3-master Redis Cluster with 24 shards (no AOF, as the one
-node). Before each crawl ``CONFIG RESETSTAT``; after it:
+Runs the example project's crawl (``e2e.py``: 4 workers, the demo site) once
+per contender against one redis-server with RedisBloom, in the same run:
+scrapy-redis, and this package in lock (the default) and atomic mode on both
+engines, and with 24 shards on the one node; then, unless ``--no-cluster``,
+lock mode on a local 3-master Redis Cluster with 24 shards (no AOF, as the one
+node). After each crawl (``CONFIG RESETSTAT`` before it):
 
-* **CPU µs per page**: the main thread's CPU (``INFO cpu``,
-  ``used_cpu_{user,sys}_main_thread``: command execution *and* reading,
-  parsing and answering the commands) over the pages fetched, summed over the
-  masters on the cluster; and the pages a Redis core can serve at that cost;
-  *of which idle*: what the servers spend on their own timers (and the cluster
-  bus) over the crawl's time, measured for 3 s with no client before it;
-* round trips per page: reads of a client socket (``total_reads_processed``),
-  and the workers' own count by master and by what each carried
-  (:mod:`benchmarks.timed`);
-* per command (``INFO commandstats``): calls and ``usec`` per page. Commands a
-  script runs are counted under their own name *and* inside ``EVALSHA``'s
-  time, so those rows overlap.
+* **CPU µs per page**: the main thread's CPU (``INFO cpu``: executing the
+  commands *and* reading and answering them) over the pages fetched, summed
+  over the cluster's masters; the pages a Redis core serves at that cost; *of
+  which idle*: the servers' own timers over the crawl's time (measured for 3 s
+  before it, with no client);
+* round trips per page (``total_reads_processed``), and the workers' own count
+  by master and by what each carried (``tests/harness/round_trips.py``);
+* per command (``INFO commandstats``): calls and ``usec`` per page (a script's
+  commands count under their own name *and* inside ``EVALSHA``).
 
-With two or more CPUs, Redis runs pinned to the last one and the site and the
-workers to the others (``--no-pin`` to turn off): ``usec`` is wall time, and a
-script preempted by a worker on a shared core would count the worker's time.
-
-Then, unless ``--no-profile``, where a check-and-queue's µs go: 2,000 calls
-of ``--items`` new items each (5: a demo page's links that reach Redis), each
-queuing a 400-byte request, per engine and mode, on the same server: Redis's
-CPU per round trip, the time inside ``EVALSHA``, the part of it the commands
-the script runs take (by command), and the rest (the Lua itself: arguments,
-loops, converting each ``redis.call``'s arguments and reply).
+With two or more CPUs, Redis is pinned to the last one, the rest to the others
+(``--no-pin``: not): ``usec`` is wall time, which a preempted script inflates.
+Then, unless ``--no-profile``, where a check-and-queue's µs go: 2,000 calls of
+``--items`` new items (5) each queuing a 400-byte request, per engine and mode:
+Redis's CPU per round trip, the time inside ``EVALSHA``, its commands' part (by
+command) and the rest (the Lua: arguments, loops, converting each call).
 
 Options: ``--pages`` (3000), ``--workers`` (4), ``--no-cluster``, ``--only``,
 ``--items`` (5), ``--no-profile``, ``--json PATH``.
@@ -58,6 +49,9 @@ sys.path.insert(0, str(HERE))
 
 import e2e  # noqa: E402
 from latency_crawl import BLOOMDUPE, SCRAPY_REDIS  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "tests"))
+from harness.round_trips import carried, carried_table  # noqa: E402
 
 from scrapy_bloomdupe import sizing  # noqa: E402
 from scrapy_bloomdupe.bloom.filter import BloomFilter  # noqa: E402
@@ -112,29 +106,12 @@ def figures(clients: list[redis.Redis], before: list[float], pages: int) -> dict
             "calls": sum(c for c, _ in commands.values())}
 
 
-def idle_cpu(clients: list[redis.Redis], seconds: float = 3.0) -> float:
-    """CPU seconds a second the servers spend with no client (timers, cluster bus)."""
-    before = [main_thread_cpu(c) for c in clients]
-    time.sleep(seconds)
-    return sum(main_thread_cpu(c) - b for c, b in zip(clients, before, strict=True)) / seconds
-
-
-def carried(directory: Path, ports: dict[str, str], pages: int) -> dict[str, dict[str, float]]:
-    """The workers' round trips a page, by what they carried, per master (``ports``: its
-    name by port), from the timing files (:mod:`benchmarks.timed`)."""
-    out: dict[str, dict[str, float]] = {}
-    for path in (directory / "timing").glob("*.json"):
-        for key, count in json.loads(path.read_text()).get("carried", {}).items():
-            port, _, what = key.partition(" ")
-            if port in ports:
-                row = out.setdefault(what, {})
-                row[ports[port]] = row.get(ports[port], 0.0) + count / pages
-    return out
-
-
 def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Redis],
           args: argparse.Namespace) -> dict[str, Any]:
-    idle = idle_cpu(clients)
+    # CPU seconds a second the servers spend with no client (timers, cluster bus).
+    idle = [main_thread_cpu(c) for c in clients]
+    time.sleep(3.0)
+    idle_per_s = sum(main_thread_cpu(c) - b for c, b in zip(clients, idle, strict=True)) / 3.0
     for client in clients:
         client.config_resetstat()
     before = [main_thread_cpu(c) for c in clients]
@@ -143,7 +120,7 @@ def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Red
                        out=args.out)
     fetched = max(1, result["pages"] - result["never_fetched"])
     result.update(figures(clients, before, fetched), contender=name)
-    result["idle_us"] = idle * (time.monotonic() - started) * 1e6 / fetched
+    result["idle_us"] = idle_per_s * (time.monotonic() - started) * 1e6 / fetched
     ports = {str(c.connection_pool.connection_kwargs["port"]): f"m{i + 1}"
              for i, c in enumerate(clients)}
     result["carried"] = carried(Path(result["logs"]), ports, fetched)
@@ -197,52 +174,25 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['contender']} | {r['cpu_us']:.1f} | {r['idle_us']:.1f} | "
                      f"{r['cpu_us'] / base:.2f} | {1e6 / r['cpu_us']:,.0f} | {r['calls']:.1f} | "
                      f"{r['reads']:.2f} | {r['fetched_twice']} / {r['never_fetched']} |")
-    names = sorted({n for r in rows for n in r["commands"]},
-                   key=lambda n: -max(r["commands"].get(n, [0, 0])[1] for r in rows))
     lines += ["", "By command (`INFO commandstats`), calls / usec per page; commands run by a "
               "script are also inside EVALSHA's usec:", "",
               "| command | " + " | ".join(r["contender"] for r in rows) + " |",
               "|---|" + "---:|" * len(rows)]
-    for n in names:
-        cells = []
-        for r in rows:
-            calls, usec = r["commands"].get(n, (0.0, 0.0))
-            cells.append(f"{calls:.2f} / {usec:.1f}" if calls else "")
+    for n in sorted({n for r in rows for n in r["commands"]},
+                    key=lambda n: -max(r["commands"].get(n, [0, 0])[1] for r in rows)):
+        cells = [f"{c:.2f} / {u:.1f}" if c else ""
+                 for c, u in (r["commands"].get(n, (0.0, 0.0)) for r in rows)]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    ours = rows[1:]
-    kinds = sorted({k for r in ours for k in r["carried"]},
-                   key=lambda k: -max(sum(r["carried"].get(k, {}).values()) for r in ours))
-    lines += ["", "The workers' round trips a page, by what they carried (scripts by file, "
-              "other commands by name; on the cluster the total, then per master):", "",
-              "| carried | " + " | ".join(r["contender"] for r in ours) + " |",
-              "|---|" + "---:|" * len(ours)]
-    for kind in kinds:
-        cells = []
-        for r in ours:
-            per = r["carried"].get(kind, {})
-            cells.append("" if not per else f"{sum(per.values()):.3f}" if len(r["masters"]) == 1
-                         else f"{sum(per.values()):.3f} ("
-                         + " / ".join(f"{per.get(f'm{i + 1}', 0):.2f}"
-                                      for i in range(len(r["masters"]))) + ")")
-        if max(sum(r["carried"].get(kind, {}).values()) for r in ours) >= 0.01:
-            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-    for r in ours:
-        if len(r["masters"]) > 1:
-            lines += ["", f"{r['contender']}, per master: " + "; ".join(
-                f"m{i + 1} {m['cpu_us']:.1f} µs, {m['reads']:.2f} round trips, "
-                f"{sum(c for c, _ in m['commands'].values()):.1f} commands"
-                for i, m in enumerate(r["masters"]))]
-    return "\n".join(lines)
+    return "\n".join(lines + carried_table(rows[1:]))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--no-cluster", action="store_true")
-    parser.add_argument("--no-pin", action="store_true")
+    for flag in ("--no-cluster", "--no-pin", "--no-profile"):
+        parser.add_argument(flag, action="store_true")
     parser.add_argument("--items", type=int, default=5)
-    parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--only", help="contenders, separated by ; (default: all)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "redis_cpu")
     parser.add_argument("--json", type=Path)

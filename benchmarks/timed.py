@@ -10,30 +10,22 @@ CPU and wall time over the same window (from the dupefilter's creation, at
 spider open, to spider close), so dedup's share of the worker's CPU is
 ``dedup_cpu / worker_cpu``.
 
-It also counts the worker's Redis round trips (every command or pipeline the
-worker writes to a Redis connection, through any client: ``send_packed_command``
-of redis-py's connections, counted from when this module is imported), so the
-benchmark can say how many round trips a fetched page costs; and, by server
-port, what each carried (``"pop+HDEL"``: the package's scripts by file name,
-other commands by name), so it can say where a cluster's round trips go.
+It also writes the worker's Redis round trips and what each carried
+(``tests/harness/round_trips.py``).
 
 The classes only wrap the real ones; nothing of the filtering changes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from redis.connection import AbstractConnection
 from scrapy import signals
 from scrapy_redis.dupefilter import RFPDupeFilter
 
@@ -41,35 +33,9 @@ from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from harness import reactor_wait
+from harness.round_trips import CARRIED, ROUND_TRIPS
 
 T = TypeVar("T")
-#: Writes of commands to Redis by this process: its round trips.
-ROUND_TRIPS = [0]
-#: The same by "<port> <what they carried>" (see _carried).
-CARRIED: Counter[str] = Counter()
-_send_packed_command = AbstractConnection.send_packed_command
-#: The package's scripts by SHA1: their file names.
-_SCRIPTS = {hashlib.sha1(path.read_bytes()).hexdigest().encode(): path.stem for path in
-            (Path(__file__).resolve().parent.parent / "scrapy_bloomdupe").glob("*/*.lua")}
-#: A packed command's name, and the SHA1 that follows EVALSHA.
-_COMMAND = re.compile(rb"\*\d+\r\n\$\d+\r\n([A-Za-z_.]+)\r\n(?:\$40\r\n([0-9a-f]{40})\r\n)?")
-
-
-def _carried(packed: Any) -> str:
-    """``"pop+HDEL"``: the distinct scripts and commands in one write."""
-    data = b"".join(packed) if isinstance(packed, list) else bytes(packed)
-    names = {_SCRIPTS.get(sha, "script") if sha else name.decode().upper()
-             for name, sha in _COMMAND.findall(data)}
-    return "+".join(sorted(names, key=lambda n: (n.isupper(), n)))
-
-
-def _counted_send(self: Any, packed: Any, *args: Any, **kwargs: Any) -> Any:
-    ROUND_TRIPS[0] += 1
-    CARRIED[f"{getattr(self, 'port', '-')} {_carried(packed)}"] += 1
-    return _send_packed_command(self, packed, *args, **kwargs)
-
-
-AbstractConnection.send_packed_command = _counted_send  # type: ignore[method-assign]
 
 
 class _Clock:
