@@ -517,8 +517,9 @@ def test_a_forgotten_item_is_answered_new_even_when_its_slice_is_full(
 
 def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() -> None:
     """Each check-and-add script is whole in its file (readable on its own), so the
-    op log's replay, the fence and the record are written in each: they must not
-    drift apart (a retry would be answered differently by one engine)."""
+    op log's replay, the fence and the record are written in each (and the windowed
+    scripts' slice handling in both): they must not drift apart (a retry would be
+    answered differently by one engine)."""
     texts = {path.name: path.read_text() for path in resources.files(BLOOM).iterdir()
              if path.name.startswith("check_add") and path.name.endswith(".lua")}
     assert len(texts) >= 2
@@ -533,3 +534,15 @@ def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() ->
     first = next(iter(texts.values()))
     for name, text in texts.items():
         assert shared(text) == shared(first), name
+
+    # The two windowed scripts also share their slices' part: Redis's time, the record,
+    # the generations' check, the ACL checks, and forgetting slices no call looks at.
+    def window_part(text: str) -> tuple[str, str]:
+        start = text.index("local L, S, c")
+        made = text.index("if mine == 0 then")
+        return (text[start:text.index("local field = ", start)],
+                text[made:text.index("\nend\n", made)])
+
+    windowed = [t for n, t in texts.items() if "window" in n]
+    assert len(windowed) == 2
+    assert window_part(windowed[0]) == window_part(windowed[1])

@@ -126,7 +126,6 @@ if holds > 0 then
   end
 end
 local sink = KEYS[key_at]
-local sink_at = item_at + n
 
 if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
@@ -188,7 +187,7 @@ for g = 0, S do
     end
   end
 end
-local out, todo = {}, {}
+local out, todo, sink_at = {}, {}, item_at + n
 for i = 1, n do
   if found[i] and forgotten[i] ~= 1 then out[i] = '0' else todo[#todo + 1] = i end
 end
