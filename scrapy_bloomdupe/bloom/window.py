@@ -231,6 +231,11 @@ class _Slices:
         for s in [s for s in gens if s < c - self.window.slices]:
             del gens[s]
 
+    def newest_items(self) -> float:
+        """Not asked with a window: a slice grows in its script, never by the filter's
+        growth check (which reads this)."""
+        raise NotImplementedError("a window's slices grow in their check-and-add script")
+
     def deadline(self, shard: int, new: bool) -> int:
         """Until when (Redis's clock, ms) an item just answered on ``shard`` is sure to
         be in a live slice: one added, until its slice expires; one seen, until the
@@ -408,16 +413,6 @@ class WindowLuaEngine(_Slices, LuaEngine):
                                     self._believed(shard), strict=True)
                 for g in range(count)]
 
-    def newest_items(self) -> float:
-        pipe = self.client.pipeline(transaction=False)
-        named = [(self.slice_key(i, self.clock.current[i], g), g) for i in range(self.shards)
-                 for g in range(self._believed(i)[-1])]
-        for name, _ in named:
-            pipe.bitcount(name)
-        return sum(sizing.estimate_items(self.plan_of(g).modulus, self.plan_of(g).hashes,
-                                         int(n or 0))
-                   for (_, g), n in zip(named, pipe.execute(), strict=True))
-
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         """Whether each item is in a live slice (read from Redis's records first)."""
         self.refresh([hashing.shard_of(h1, self.shards) for h1, _ in halves])
@@ -489,13 +484,6 @@ class WindowNativeEngine(_Slices, NativeEngine):
         for reply in pipe.execute(raise_on_error=False):
             counts.append(0 if isinstance(reply, Exception) else _one(reply))
         return counts
-
-    def newest_items(self) -> float:
-        names: list[str] = []
-        for i in range(self.shards):
-            c = self.clock.current[i]
-            names.extend(self.slice_key(i, c, g) for g in range(self._believed(i)[-1]))
-        return float(sum(self._counts(names)))
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         self.refresh([hashing.shard_of(h1, self.shards) for h1, _ in halves])
