@@ -153,8 +153,11 @@ def test_the_exporter_the_workers_and_top_show_a_running_crawl(tmp_path: Path) -
         assert states["waiting"] + states["leased"] > 0  # the site is far from done
 
         for url in crawl.workers:
+            # A worker that joined late may not have a page yet: wait for its first one
+            # (the site is far from done) rather than read the figure once.
             own = samples(poll(f"pages at {url}", lambda url=url: (
-                text := get(url)) and "bloomdupe_worker_pages_total" in text and text))
+                text := get(url)) and "bloomdupe_worker_pages_total" in text
+                and samples(text)["bloomdupe_worker_pages_total"][0].value > 0 and text))
             assert own["bloomdupe_worker_pages_total"][0].value > 0
             assert own["bloomdupe_worker_pages_total"][0].labels["crawl"] == KEY
             statuses = {s.labels["status"] for s in own["bloomdupe_worker_responses_total"]}
