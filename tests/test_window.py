@@ -309,10 +309,12 @@ def test_a_window_on_redis_cluster(engine: str, engine_cluster_url: str) -> None
         bf.clear()
         # A slice grows on a cluster too: its generations share the shard's hash tag.
         long = sizing.Window(30 * 86_400_000)
-        small = sizing.window_plan(480, 1e-9, long, shards=6)  # 10 items a shard a slice
+        # 50 items a shard a slice. RedisBloom's filters this small are far above a low
+        # rate (measured: 1.2e-4 for 50 items reserved at 5.5e-7; 5 of 300 at 1e-9 once
+        # in CI): it gets 0.001, where they hold, and a few false positives.
+        small = sizing.window_plan(800, 1e-9 if engine == "lua" else 0.001, long, shards=2)
         grown = BloomFilter.open(rc, "g", small, window=long, growth=True)
-        # (RedisBloom's filters this small may give a false positive or two.)
-        assert sum(grown.add_many(items)) >= (300 if engine == "lua" else 298)
+        assert sum(grown.add_many(items)) >= (300 if engine == "lua" else 296)
         assert not any(grown.add_many(items))
         assert any(b":g" in name for node in rc.get_primaries()
                    for name in rc.get_redis_connection(node).keys("{g:*"))
