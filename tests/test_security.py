@@ -156,7 +156,11 @@ def crawl_workload(url: str, *, lock: bool, persist: bool,
     sched.open(crawler.spider)
     df = sched.df
     urls = [f"http://sec.example/{i}" for i in range(500)]
-    assert all(sched.enqueue_request(Request(u)) for u in urls[:100])
+    # False positives of a small filter: RedisBloom's (its probes go modulo a composite
+    # size) run well above the rate at a few hundred items, and one of these 100 was
+    # answered seen in a CI run. The bound is the one below (a duplicate is still refused).
+    accepted = [sched.enqueue_request(Request(u)) for u in urls[:100]]
+    assert accepted.count(False) <= 5, accepted.count(False)
     assert not sched.enqueue_request(Request(urls[0]))
     # Batches of 20 (the middleware's way) past the first generation's capacity.
     seen = [s for i in range(100, 400, 20)
@@ -414,7 +418,11 @@ def window_workload(url: str) -> None:
     sched = Scheduler.from_crawler(crawler)
     sched.open(crawler.spider)
     urls = [f"http://sec.example/{i}" for i in range(200)]
-    assert all(sched.enqueue_request(Request(u)) for u in urls[:100])
+    # False positives of a small filter: RedisBloom's (its probes go modulo a composite
+    # size) run well above the rate at a few hundred items, and one of these 100 was
+    # answered seen in a CI run. The bound is the one below (a duplicate is still refused).
+    accepted = [sched.enqueue_request(Request(u)) for u in urls[:100]]
+    assert accepted.count(False) <= 5, accepted.count(False)
     assert not sched.enqueue_request(Request(urls[0]))
     assert not any(sched.df.requests_seen([Request(u) for u in urls[100:]]))
     sched.df.update_stats(with_fill=True)
