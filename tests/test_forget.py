@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import ROOT, fps
+from helpers import ROOT, cluster_client, fps
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 from test_cli import SITE, clean, run_cli, run_scrapy
@@ -21,6 +21,7 @@ from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.forgetting import FORGET_CHECK_EVERY, FORGET_SETTLE
 from scrapy_bloomdupe.localcache import LocalCache, TimedCache
 from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 WINDOW = sizing.Window(60_000)
 #: Slices of days: a cache entry of an item answered "seen" (kept until its slice ends,
@@ -168,3 +169,32 @@ def test_forget_from_the_command_line(redis_url: str, client: redis.Redis, tmp_p
     assert client.scard(keys.forgotten("shop:bloomdupe", 0)) + client.scard(
         keys.forgotten("shop:bloomdupe", 1)) + client.scard(
         keys.forgotten("shop:bloomdupe", 2)) == 2  # SITE/never-seen and page/4
+
+
+def test_a_forget_on_redis_cluster_waits_for_each_masters_replica(
+        local_cluster: LocalCluster, cluster_url: str) -> None:
+    """On a cluster each master's share of the forget (its shards' forgotten sets, and the
+    counter on its master) ends with ``WAIT 1`` on that master: every master here has a
+    replica. Then each forgotten item is new once."""
+    rc = cluster_client(cluster_url)
+    masters = [local_cluster.node(port).client() for port in local_cluster.master_ports()]
+    try:
+        bf = BloomFilter.open(rc, "cf", sizing.plan(10_000, 0.001, shards=6), local_cache=0)
+        items = fps(60, "cluster-forget/")
+        assert bf.add_many(items) == [True] * 60
+        written = {rc.get_node_from_key(keys.forgotten("cf", shard)).name
+                   for shard in range(6)} | {rc.get_node_from_key(keys.forgets("cf")).name}
+        for master in masters:
+            master.config_resetstat()
+        assert bf.forget_many(items) == 60
+        waits = sum(int(m.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+                    for m in masters)
+        assert waits == len(written) > 1
+        assert bf.add_many(items) == [True] * 60
+        assert not any(bf.add_many(items))
+        bf.clear()
+        bf.close()
+    finally:
+        for master in masters:
+            master.close()
+        rc.close()

@@ -6,6 +6,9 @@ the stats and the command line on a real master, replica and three sentinels
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +19,7 @@ import redis
 from helpers import fps
 from scrapy.settings import Settings
 
-from scrapy_bloomdupe import connection, crawlstats, sizing
+from scrapy_bloomdupe import connection, crawlstats, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
 from scrapy_bloomdupe.settings import RedisSettings
@@ -154,6 +157,44 @@ def test_the_filter_and_wait_replicas_on_a_sentinel_master(sentinel: LocalSentin
     bf.close()
     on_replica.close()
     client.close()
+
+
+def test_a_forget_waits_for_the_replica(sentinel: LocalSentinel,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """``bloomdupe forget`` ends its writes with ``WAIT 1`` where the master has a replica
+    (a failover right after it then keeps the forget), and says so when the replica does
+    not answer in time (paused here); the forget is written either way."""
+    client = sentinel_client(sentinel)
+    bf = BloomFilter.open(client, "sentinel-forget", sizing.plan(1000, 0.01, shards=2))
+    items = fps(20, "forget/")
+    bf.add_many(items)
+    master = sentinel.client(sentinel.master_port())
+    (replica,) = [p for p in sentinel.servers if p != sentinel.master_port()]
+    on_replica = sentinel.client(replica)
+    try:
+        master.config_resetstat()
+        assert bf.forget_many(items[:5]) == 5
+        assert master.info("commandstats")["cmdstat_wait"]["calls"] == 1
+        assert sum(on_replica.scard(keys.forgotten("sentinel-forget", shard))
+                   for shard in range(2)) == 5
+        assert on_replica.get(keys.forgets("sentinel-forget")) == b"1"
+        assert "not on a replica" not in caplog.text
+        process = sentinel.node(replica).process
+        assert process is not None
+        caplog.set_level(logging.WARNING)
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            assert bf.forget_many(items[5:10]) == 5
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        assert "The forget is not on a replica of" in caplog.text
+        assert bf.forgotten() == 10
+    finally:
+        bf.clear()
+        bf.close()
+        on_replica.close()
+        master.close()
+        client.close()
 
 
 def test_the_command_line_follows_the_sentinels(sentinel: LocalSentinel) -> None:

@@ -29,13 +29,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis import Redis
 from redis.exceptions import RedisError
 
 from .. import hashing, keys
+from ..transport.cluster import is_cluster
+from ..transport.diagnose import describe
 from .lua import _pipelined
 
 if TYPE_CHECKING:
-    from redis import Redis
     from redis.cluster import RedisCluster
 
     from ..localcache import LocalCache, TimedCache
@@ -52,6 +54,18 @@ FORGET_CHECK_EVERY = 1.0
 FORGET_MARGIN = 0.5
 #: How long after its ``INCR`` :meth:`Forgetting.forget_many` returns (seconds).
 FORGET_SETTLE = FORGET_CHECK_EVERY + FORGET_MARGIN
+#: How long a forget waits for a replica of each master that has one to hold it (ms).
+FORGET_WAIT_MS = 1000
+
+
+def _has_replicas(client: Redis) -> bool:
+    """Whether ``client``'s server has a connected replica (False when its ACL or provider
+    denies ``INFO``: the forget is then sent as before, without ``WAIT``)."""
+    try:
+        return int(client.info("replication").get("connected_slaves", 0)) > 0
+    except RedisError as e:
+        logger.debug("Could not look for replicas: %s", e)
+        return False
 
 
 class Forgetting:
@@ -103,14 +117,52 @@ class Forgetting:
             h1, h2 = hashing.halves(fp, self.seed)
             by_shard.setdefault(hashing.shard_of(h1, shards), []).append(
                 hashing.keyed_item(h1, h2))
-        added = _pipelined(self.client, [("SADD", keys.forgotten(self.key, shard), *members)
-                                         for shard, members in sorted(by_shard.items())])
-        self.client.incr(keys.forgets(self.key))
+        commands: list[tuple[Any, ...]] = [
+            ("SADD", keys.forgotten(self.key, shard), *members)
+            for shard, members in sorted(by_shard.items())]
+        commands.append(("INCR", keys.forgets(self.key)))
+        added = self._write_forget(commands)
         settled = time.monotonic() + FORGET_SETTLE
         self.cache.clear()
         while (left := settled - time.monotonic()) > 0:
             time.sleep(left)
         return sum(int(n) for n in added)
+
+    def _write_forget(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send a forget's writes (``SADD`` s, then the counter's ``INCR``), per master;
+        where that master has replicas, followed by ``WAIT 1`` on the same connection:
+        a failover right after a forget then promotes a replica that holds it. One
+        that does not within :data:`FORGET_WAIT_MS` is warned about. Returns the
+        ``SADD`` replies."""
+        groups: list[tuple[Redis, list[tuple[Any, ...]]]] = []
+        if is_cluster(self.client):
+            cluster: Any = self.client
+            by_node: dict[str, tuple[Redis, list[tuple[Any, ...]]]] = {}
+            for command in commands:
+                node = cluster.get_node_from_key(command[1])
+                by_node.setdefault(node.name, (cluster.get_redis_connection(node), []))[1] \
+                    .append(command)
+            groups = list(by_node.values())
+        else:
+            single: Any = self.client
+            groups = [(single, commands)]
+        added: list[Any] = []
+        for client, own in groups:
+            replicated = _has_replicas(client)
+            pipe: Any = client.pipeline(transaction=False)
+            for command in own:
+                pipe.execute_command(*command)
+            if replicated:
+                pipe.execute_command("WAIT", 1, FORGET_WAIT_MS)
+            replies = pipe.execute()
+            if replicated and int(replies.pop()) < 1:
+                logger.warning(
+                    "The forget is not on a replica of %s yet (WAIT 1 %d ms came back "
+                    "short): if that master fails over before its replica catches up, the "
+                    "URLs are not re-admitted; run the same forget again then",
+                    describe(client), FORGET_WAIT_MS)
+            added.extend(r for c, r in zip(own, replies, strict=True) if c[0] == "SADD")
+        return added
 
     def forgotten(self) -> int:
         """Items waiting to be re-admitted (``bloomdupe forget``), every shard."""
