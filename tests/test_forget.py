@@ -5,6 +5,10 @@ engines; fingerprinted as ``bloomdupe check`` fingerprints."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +173,31 @@ def test_forget_from_the_command_line(redis_url: str, client: redis.Redis, tmp_p
     assert client.scard(keys.forgotten("shop:bloomdupe", 0)) + client.scard(
         keys.forgotten("shop:bloomdupe", 1)) + client.scard(
         keys.forgotten("shop:bloomdupe", 2)) == 2  # SITE/never-seen and page/4
+
+
+def test_ctrl_c_during_a_forget_says_what_holds(redis_url: str, client: redis.Redis) -> None:
+    """Interrupted while it waits for workers' caches (after the counter was raised),
+    ``bloomdupe forget`` says to run it again and exits 130, with no traceback."""
+    bloom = open_filter(client, None, key="shop:bloomdupe")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy_bloomdupe.cli", "forget", "--key", "shop:bloomdupe",
+         f"{SITE}/page/1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "REDIS_URL": redis_url})
+    try:
+        deadline = time.monotonic() + 30
+        while client.get(keys.forgets("shop:bloomdupe")) is None:  # it waits from here
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, (out, err)
+    assert "forget interrupted" in err and "run the same forget again" in err, err
+    assert "Traceback" not in err
+    assert bloom.forgotten() == 1
 
 
 def test_a_forget_on_redis_cluster_waits_for_each_masters_replica(

@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 from .check import requests_for
-from .context import EXIT_OK, Context, UsageProblem, fingerprinter_for, open_existing
+from .context import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    PROG,
+    Context,
+    UsageProblem,
+    fingerprinter_for,
+    open_existing,
+)
 
 
 def _urls(opts: argparse.Namespace) -> list[str]:
@@ -33,7 +41,13 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         fingerprinter = fingerprinter_for(ctx, bloom.fingerprint)
         fps = [fingerprinter.fingerprint(r) for r in requests]
         seen = bloom.contains_many(fps)
-        added = bloom.forget_many(fps)
+        try:
+            added = bloom.forget_many(fps)
+        except KeyboardInterrupt:
+            ctx.note(f"{PROG}: forget interrupted: the URLs may or may not be re-admitted, and "
+                     "a worker's local cache may still answer for them for a second; run the "
+                     "same forget again (a URL forgotten twice is still new once)")
+            return EXIT_INTERRUPTED
         waiting = bloom.forgotten()
     finally:
         bloom.close()
