@@ -26,7 +26,9 @@ dead workers' leases, so the duplicates stay within that bound.
 Exit status 1 if any run lost a page or a live worker did not exit 0 (finish
 reason 'finished') in time; 0 otherwise. ``--json PATH`` writes every run.
 Logs of failed runs are kept (their directory is printed); ``--keep-logs``
-keeps all.
+keeps all. ``--set NAME=VALUE`` (repeatable) adds a Scrapy setting to every
+worker (e.g. ``--set BLOOMDUPE_SHARDS=24``, ``--set BLOOMDUPE_LOCK=False``); the
+header and the JSON's config name them.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ RECENT = 1.0
 POLL = 0.1
 #: Extra time the live workers get after the lease timeout (the brief's "+ 30 s").
 EXIT_SLACK = 30.0
+#: Settings ``--set`` may not give: the campaign sets them (and reads Redis, the logs
+#: and its bounds by them); the option to use instead, if any.
+OWN_SETTINGS = {
+    "REDIS_URL": "", "DEMO_SITE_URL": "", "BLOOMDUPE_KEY": "", "LOG_LEVEL": "",
+    "LOG_FILE": "", "DEMO_STATS_FILE": "",
+    "BLOOMDUPE_LEASE_TIMEOUT": "--lease-timeout", "BLOOMDUPE_DONE_GRACE": "--done-grace",
+    "CONCURRENT_REQUESTS": "--concurrency", "CONCURRENT_REQUESTS_PER_DOMAIN": "--concurrency",
+}
 
 
 # -- settings of the campaign's workers ----------------------------------------------
@@ -221,11 +231,12 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
              pages: int = 600, delay: float = 1.0, seed: int = 2024,
              lease_timeout: float = 5.0, done_grace: float = 3.0, concurrency: int = 16,
              kill_window: tuple[float, float] = (0.2, 0.7), rng: random.Random | None = None,
-             timeout: float = 300.0, log: Any = None) -> RunResult:
+             timeout: float = 300.0, log: Any = None,
+             extra: dict[str, str] | None = None) -> RunResult:
     """One run: fresh Redis, fresh site, ``workers`` workers started together; at a random
     fraction of the pages fetched (in ``kill_window``) SIGKILL ``kills`` working ones;
     wait for the live ones to exit on their own (within lease timeout + 30 s of the kill,
-    or ``timeout`` without a kill)."""
+    or ``timeout`` without a kill). ``extra``: more settings of the workers."""
     from scrapy_bloomdupe.testing import RedisServer
 
     rng = rng or random.Random()
@@ -245,7 +256,8 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
         site = start_site(out, pages=pages, seed=seed, delay=delay)
         settings = worker_settings(server.url, site.url, pages=pages,
                                    lease_timeout=lease_timeout, done_grace=done_grace,
-                                   concurrency=concurrency, extra={"LOG_LEVEL": "DEBUG"})
+                                   concurrency=concurrency,
+                                   extra={**(extra or {}), "LOG_LEVEL": "DEBUG"})
         started = time.monotonic()
         crew = [start_worker(i, out, settings) for i in range(1, workers + 1)]
         _watch(result, crew, site, client, started=started, lease_timeout=lease_timeout,
@@ -408,7 +420,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="directory for the runs' logs")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the logs of runs that passed too")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Scrapy setting of every worker (repeatable), e.g. "
+                             "BLOOMDUPE_SHARDS=24")
     args = parser.parse_args(argv)
+    args.settings = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            parser.error(f"--set {item!r}: expected NAME=VALUE")
+        if name.strip() in OWN_SETTINGS:
+            parser.error(f"--set {name.strip()}: the campaign sets it itself"
+                         + (f" ({OWN_SETTINGS[name.strip()]})" if OWN_SETTINGS[name.strip()]
+                            else ""))
+        args.settings[name.strip()] = value
     if args.quick:
         args.runs = 1
     if args.pages is None:
@@ -491,6 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.pages} pages, delay {args.delay:g}s, lease timeout {args.lease_timeout:g}s, "
           f"CONCURRENT_REQUESTS {args.concurrency}, seed {args.seed}; logs in {out}",
           flush=True)
+    if args.settings:
+        print("  settings: " + " ".join(f"{k}={v}" for k, v in args.settings.items()),
+              flush=True)
     began = time.monotonic()
     results: dict[str, list[RunResult]] = {}
     try:
@@ -503,7 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r = run_once(run_dir, case=name, run=run, kills=kills, workers=args.workers,
                              pages=args.pages, delay=args.delay, seed=args.site_seed,
                              lease_timeout=args.lease_timeout, done_grace=args.done_grace,
-                             concurrency=args.concurrency, rng=rng, log=sys.stdout)
+                             concurrency=args.concurrency, rng=rng, log=sys.stdout,
+                             extra=args.settings)
                 results[name].append(r)
                 kill = (f"killed {','.join(r.killed)} at {r.kill_fraction:.0%} "
                         f"(target {r.kill_target:.0%}) "
