@@ -445,16 +445,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._wakeup = self._ack_call = None
         self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
+        if not self.leased and self._buffer and not self._failed():
+            # Popped and never handed out (the spider closed meanwhile): back in the
+            # queue, before it is judged empty.
+            back, self._buffer = [lease.request for lease in self._buffer], []
+            self._guarded(lambda: [self.queue.push(request) for request in back], None)
         clear = not self.persist and not self._failed() and self._done_now()
         if not self.persist and not clear and not self._failed():
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
         self._settle()
-        if not self.leased and self._buffer and not self._failed():
-            # Popped and never handed out (the spider closed meanwhile): back in the queue.
-            back, self._buffer = [lease.request for lease in self._buffer], []
-            self._guarded(lambda: [self.queue.push(request) for request in back], None)
         last = self._leave() if not self._failed() else False
         if clear and not last:
             # The others are closing too: the last one out deletes what is shared (the
