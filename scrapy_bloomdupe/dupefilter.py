@@ -231,17 +231,19 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self._maybe_flush()
         return [not n for n in new]
 
-    def check_and_queue(self, fingerprints: Sequence[bytes], queue: PriorityQueue,
+    def check_and_queue(self, fingerprints: Sequence[bytes], queue: PriorityQueue | None,
                         entries: Sequence[Sequence[Any]]) -> list[bool]:
         """Check ``fingerprints`` and queue the new ones into ``queue`` in the same script
         (see :meth:`BloomFilter.add_many`), as ``entries`` (each one's score and
         serialized bytes, :meth:`PriorityQueue.entry`): no crash can leave a request
         in the filter and in no queue. Returns, in order, whether each was new.
+        Without a ``queue`` (a scrapy-redis queue class) it only checks.
 
         Runs where the scheduler runs its Redis work (its Redis thread during a
         crawl), so errors are raised, not acted on: the caller passes them to
         :meth:`check_failed` on the reactor."""
-        new = self.bloom.add_many(fingerprints, queue, entries.__getitem__)
+        new = self.bloom.add_many(fingerprints, queue,
+                                  None if queue is None else entries.__getitem__)
         self._maybe_flush()
         return new
 

@@ -12,9 +12,12 @@ queues, so no crash leaves a request in the filter and in no queue), and
 ``dont_filter`` ones are queued past the filter; the scheduler only counts them.
 Once the whole output is queued (or the callback raised, after what it yielded
 before is queued), the page's own lease is acked (:meth:`Scheduler.done`): no
-crash can fall between a page's ack and the queueing of its links. Under another
-scheduler the new requests are marked with their fingerprint, and the
-dupefilter lets a marked request through once without a second check.
+crash can fall between a page's ack and the queueing of its links. With a
+scrapy-redis queue class, during a crawl, the scheduler checks and then pushes
+the new ones the same way, on its Redis thread (without one script: see
+:meth:`Scheduler.check_and_queue`). Under another scheduler the new requests
+are marked with their fingerprint, and the dupefilter lets a marked request
+through once without a second check.
 
 It sits at order 10, closest to the engine, so it sees a request only after
 every other spider middleware (offsite, depth, URL length) has had the chance
@@ -96,7 +99,7 @@ class BloomDupeBatchMiddleware:
     async def _filter_async(self, outputs: list[Any]) -> list[Any]:
         scheduler = scheduler_module.for_crawler(self.crawler)
         df = dupefilter_module.for_crawler(self.crawler)
-        if scheduler is None or df is None or scheduler.df is not df or not scheduler.leased:
+        if scheduler is None or df is None or scheduler.df is not df or not scheduler.buffered:
             return self._filter(outputs)
         requests = [o for o in outputs if isinstance(o, Request)]
         if not requests:
@@ -119,7 +122,8 @@ class BloomDupeBatchMiddleware:
         df = dupefilter_module.for_crawler(self.crawler)
         scheduler = scheduler_module.for_crawler(self.crawler)
         ours = scheduler is not None and scheduler.df is df and df is not None
-        leased = ours and scheduler is not None and scheduler.leased
+        # The leased queue, or a scrapy-redis one during a crawl: checked and queued here.
+        leased = ours and scheduler is not None and scheduler.buffered
         requests = [o for o in outputs if isinstance(o, Request)
                     and (leased or not o.dont_filter)]
         if df is None or not requests:

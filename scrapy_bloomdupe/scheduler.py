@@ -316,6 +316,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
         return isinstance(self.queue, PriorityQueue)
 
+    @property
+    def buffered(self) -> bool:
+        """Whether requests are handed out from a buffer that a fill tops up, and a
+        callback's output is checked and queued together (:meth:`queue_output`):
+        always on the leased queue; on a scrapy-redis queue class during a crawl, with
+        the Redis thread (else each call is a round trip here and now, as in
+        scrapy-redis)."""
+        return self.leased or not self._io.inline
+
     def open(self, spider: Spider) -> None:
         if self.df is None:
             dupefilter_cls = load_object(self.dupefilter_cls)
@@ -374,6 +383,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if self.leased:
             self._beat()
+        if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
     def _done_now(self) -> bool:
@@ -407,6 +417,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
         if isinstance(self.df, RedisBloomDupeFilter):
             self._io.start(reactor)
+        if not self.leased:
+            return  # a scrapy-redis queue has no leases to keep
         self._heartbeat = create_looping_call(self._tick)
         self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
 
@@ -433,6 +445,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._wakeup = self._ack_call = None
         self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
+        if not self.leased and self._buffer and not self._failed():
+            # Popped and never handed out (the spider closed meanwhile): back in the
+            # queue, before it is judged empty.
+            back, self._buffer = [lease.request for lease in self._buffer], []
+            self._guarded(lambda: [self.queue.push(request) for request in back], None)
         clear = not self.persist and not self._failed() and self._done_now()
         if not self.persist and not clear and not self._failed():
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
@@ -480,7 +497,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
         parent = request.meta.pop(LEASE_META, None)
-        if self.leased and isinstance(self.df, RedisBloomDupeFilter) and not self._io.inline:
+        if isinstance(self.df, RedisBloomDupeFilter) and not self._io.inline:
             return self._enqueue_async(request, parent)
         queued = self._enqueue(request)
         if parent is not None:
@@ -551,8 +568,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         whether each was seen before (False: queued), or None for one not queued: it
         cannot be stored in the queue (reported, counted as
         ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
-        crawl stops). Runs here and now, on the caller's thread."""
-        if not self.leased:
+        crawl stops). Runs here and now, on the caller's thread. A scrapy-redis queue
+        class is treated as the leased queue during a crawl (see :attr:`buffered`)."""
+        if not self.buffered:
             entries = self.storable(requests)
             good = [i for i, entry in enumerate(entries) if entry is not None]
             outcomes: list[bool | None] = [None] * len(requests)
@@ -569,7 +587,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def queue_output(self, requests: list[Request], *, now: bool = False
                      ) -> Deferred[list[bool | None]]:
-        """:meth:`check_and_queue` on the leased queue, on the scheduler's Redis thread
+        """:meth:`check_and_queue` as on the leased queue, on the scheduler's Redis thread
         during a crawl (``now``: on the caller's thread, at once): its answer fires
         back on Scrapy's reactor, which never waits for Redis meanwhile."""
         outcomes: list[bool | None] = [None] * len(requests)
@@ -582,7 +600,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                  ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
         """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
         and of those queued past the filter, the fingerprints and entries of the
-        checked ones, the requests pushed; None when there is nothing to send."""
+        checked ones (on a scrapy-redis queue, the requests: its push encodes them), the
+        requests pushed; None when there is nothing to send."""
         entries = self.storable(requests)
         checked = [i for i, r in enumerate(requests)
                    if entries[i] is not None and not r.dont_filter]
@@ -591,18 +610,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if not (checked or unfiltered) or self._failed():
             return None
         fingerprint = self.df.fingerprinter.fingerprint
+        queued = entries if self.leased else requests
         return (checked, unfiltered, [fingerprint(requests[i]) for i in checked],
-                [entries[i] for i in checked], [requests[i] for i in unfiltered])
+                [queued[i] for i in checked], [requests[i] for i in unfiltered])
 
     def _queue_prepared(self, outcomes: list[bool | None], checked: list[int],
                         unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
                         pushed: list[Request], *, now: bool = False
                         ) -> Deferred[list[bool | None]]:
         def job() -> list[bool]:
-            new = self.df.check_and_queue(fps, self.queue, checked_entries) if fps else []
-            if pushed:
-                self.df.outage.call(lambda: self.queue.push_many(pushed))
-            return new
+            return self._check_and_push(fps, checked_entries, pushed)
 
         def answered(new: list[bool]) -> list[bool | None]:
             for i, is_new in zip(checked, new, strict=True):
@@ -660,12 +677,27 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         entries = [entry for output in outputs for entry in output.entries]
         pushed = [request for output in outputs for request in output.pushed]
         try:
-            new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
-            if pushed:
-                self.df.outage.call(lambda: self.queue.push_many(pushed))
+            new = self._check_and_push(fps, entries, pushed)
         except Exception as e:  # each output's caller acts on it (see queue_output)
             return outputs, e
         return outputs, new
+
+    def _check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]
+                        ) -> list[bool]:
+        """Where the Redis work runs: check ``fps`` and queue the new ones' ``entries``,
+        and queue ``pushed`` (``dont_filter``) past the filter; whether each was new.
+        On a scrapy-redis queue the check and each push are separate calls, as in
+        scrapy-redis (a crash between them leaves a request in the filter and in no
+        queue)."""
+        if self.leased:
+            new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
+            if pushed:
+                self.df.outage.call(lambda: self.queue.push_many(pushed))
+            return new
+        new = self.df.check_and_queue(fps, None, entries) if fps else []
+        for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
+            self.df.outage.call(partial(self.queue.push, request))
+        return new
 
     def _drained(self, answer: tuple[list[_Output], list[bool] | Exception]) -> None:
         outputs, new = answer
@@ -714,7 +746,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return entries
 
     def next_request(self) -> Request | None:
-        if not self.leased:
+        if not self.buffered:
             # Never a blocking pop (scrapy-redis's BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE):
             # it would freeze the reactor, and one longer than the socket timeout fails
             # as if Redis were gone. An idle worker polls instead (_spider_idle), and
@@ -727,18 +759,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             request = None
             if self._buffer:
                 lease = self._buffer.pop(0)
-                self._handed[lease.field] = lease
                 request = lease.request
                 request.meta.pop(WAKE_META, None)  # left when a signal dropped the wake
-                request.meta[LEASE_META] = lease.field
-                if len(self._buffer) <= self._low_water():
-                    self._fill()  # the next ones, while these download
+                if self.leased:
+                    self._handed[lease.field] = lease
+                    request.meta[LEASE_META] = lease.field
+                    if len(self._buffer) <= self._low_water():
+                        self._fill()  # the next ones, while these download
             else:
                 self._starved = True
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
             self._busy()
-        elif self.leased and not self._handed:
+        elif self.buffered and not self._holding():
             self._wake_later()  # nothing in hand: the engine would ask again only in 5 s
         return request
 
@@ -756,7 +789,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return
         count = self._prefetch_count()
         self._filling = True
-        pop = partial(self.df.outage.call, partial(self.queue.pop_leases, count))
+        pop = partial(self.df.outage.call, partial(self.queue.pop_leases, count)) \
+            if self.leased else partial(self._pop_unleased, count)
         look = self._look_job() if poll and not self._io.inline else None
 
         def job() -> tuple[list[Lease], _Look | None]:
@@ -767,12 +801,28 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         d.addCallbacks(partial(self._filled, count), self._redis_failed)
         d.addBoth(self._fill_over, then)
 
+    def _pop_unleased(self, count: int) -> list[Lease]:
+        """Where the Redis work runs: up to ``count`` requests from a scrapy-redis queue,
+        one ``pop`` each, as scrapy-redis pops (wrapped as leases that lease nothing)."""
+        popped: list[Lease] = []
+        while len(popped) < count:
+            try:
+                request = self.df.outage.call(lambda: self.queue.pop(0))
+            except Exception:
+                if not popped:
+                    raise
+                break  # hand out what was popped: the next pop meets the error again
+            if request is None:
+                break
+            popped.append(Lease(0, "", request))
+        return popped
+
     def _look_job(self) -> Callable[[], _Look]:
         """An idle worker's look at the shared queue, for the Redis thread (what
         ``spider_idle`` asks of Redis when the worker runs without the thread): put dead
         workers' leases back when due, count what is queued and leased, and, once the
         queue was seen empty before, check that the filter is still there."""
-        reap = self._reap_due()
+        reap = self.leased and self._reap_due()
         verify = self._idle_since is not None
         work = self._work
         call = self.df.outage.call
@@ -781,9 +831,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             # The pending acks go first (with the reap when it is due): the leases
             # counted below must not include this worker's finished ones.
             back: list[tuple[int, Request]] = call(self.queue.reap) if reap else []
-            if not reap:
+            if not reap and self.leased:
                 call(self.queue.send_acks)
-            queued, leased = call(self.queue.status)
+            queued, leased = call(self.queue.status) if self.leased else (
+                call(lambda: len(self.queue)), 0)
             verified = verify and not queued and not leased
             if verified:
                 call(self.df.bloom.verify)
@@ -796,9 +847,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if look is not None:
             self._reaped(look.back)
             self._look = look
-        # A full answer: the queue is deep, the next pop may take a few more.
-        self._deep = len(leases) >= count
-        self._buffer.extend(lease for lease in leases if not self._came_back_too_often(lease))
+        # A full answer: the queue is deep, the next pop may take a few more (leased only:
+        # what a scrapy-redis queue's pop took is lost if this worker dies with it).
+        self._deep = self.leased and len(leases) >= count
+        self._buffer.extend(lease for lease in leases
+                            if not (self.leased and self._came_back_too_often(lease)))
         if not leases:
             self._empty_until = time.monotonic() + self._idle_poll
         elif self._buffer and self._starved:
@@ -925,9 +978,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         quarter of ``CONCURRENT_REQUESTS`` more, so that a busy worker pops once every
         few pages instead of once a page.
         Near the end of the crawl (a short answer) it takes no more than it can start,
-        so no request waits here while another worker could fetch it."""
+        so no request waits here while another worker could fetch it. On a scrapy-redis
+        queue, never more than the engine can start (its free download slots)."""
+        if not self.leased:
+            return max(1, self._concurrency - self._holding() - len(self._buffer))
         extra = max(1, self._concurrency // 4) if self._deep else 0
         return max(1, self._concurrency - len(self._handed) - len(self._buffer)) + extra
+
+    def _holding(self) -> int:
+        """Requests this worker has in progress, whose end makes the engine ask for more:
+        those handed out and not done; on a scrapy-redis queue, those downloading."""
+        if self.leased:
+            return len(self._handed)
+        return len(getattr(getattr(self._engine(), "downloader", None), "active", ()))
 
     def _low_water(self) -> int:
         """How few buffered requests make the next pop go out: while the queue is deep, a
@@ -944,9 +1007,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return d
 
     def has_pending_requests(self) -> bool:
-        if self.leased and (self._buffer or self._filling or self._enqueuing):
+        if self.buffered and (self._buffer or self._filling or self._enqueuing):
             return True
-        if self.leased and not self._io.inline:
+        if not self._io.inline:
             # Asked by the engine whenever it looks idle: no round trip here. With nothing
             # in hand it fires spider_idle, whose handler asks Redis whether work is left.
             return False
@@ -1172,7 +1235,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _spider_idle(self, spider: Spider) -> None:
         """This worker has nothing to do: stay while the crawl may still make work."""
-        if self.leased and not self._io.inline:
+        if not self._io.inline:
             self._idle_async(spider)
             return
         self._settle(idle=True)
@@ -1265,7 +1328,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if self._filling:  # a pop is on its way: look once it is in
             self._wake_later()
             return
-        if self.leased and not self._buffer:
+        if self.buffered and not self._buffer:
             self._starved = True  # what the pop brings wakes the engine (see _filled)
             self._fill(poll=True, then=self._after_poll)
         else:
@@ -1283,7 +1346,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self._wake_engine()
             return
         if not engine.spider_is_idle():
-            if not self._handed:  # the queue had requests, others took them: look again
+            if not self._holding():  # the queue had requests, others took them: look again
                 self._wake_later()
             return
         self._look = look  # what the idle handler acts on: this poll's look only

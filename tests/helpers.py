@@ -184,11 +184,14 @@ def demo_site(pages: int, **options: Any) -> Iterator[Any]:
 
 
 def start_workers(redis_url: str, site_url: str, logs: Path, count: int, *settings: str,
-                  spider: str = "site", first: int = 0) -> list[Any]:
+                  spider: str = "site", first: int = 0,
+                  env: dict[str, str] | None = None) -> list[Any]:
     """``count`` ``scrapy crawl`` processes of the example project on ``site_url``, each
-    logging to ``logs/worker-<i>.log``; ``settings`` are ``NAME=VALUE`` for ``-s``."""
+    logging to ``logs/worker-<i>.log``; ``settings`` are ``NAME=VALUE`` for ``-s``,
+    ``env`` more environment variables (``PYTHONPATH`` is not inherited)."""
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(REDIS_URL=redis_url, DEMO_SITE_URL=site_url)
+    env.update(REDIS_URL=redis_url, DEMO_SITE_URL=site_url, **extra)
     args = [a for s in ("TELNETCONSOLE_ENABLED=False", *settings) for a in ("-s", s)]
     processes = []
     for i in range(first, first + count):
@@ -218,9 +221,11 @@ def wait_workers(processes: list[Any], timeout: float = 120.0) -> list[int]:
 
 
 def run_workers(redis_url: str, site_url: str, logs: Path, count: int, *settings: str,
-                timeout: float = 120.0, first: int = 0) -> list[tuple[int, str]]:
+                timeout: float = 120.0, first: int = 0,
+                env: dict[str, str] | None = None) -> list[tuple[int, str]]:
     """:func:`start_workers`, then :func:`wait_workers`: each worker's exit code and log."""
-    processes = start_workers(redis_url, site_url, logs, count, *settings, first=first)
+    processes = start_workers(redis_url, site_url, logs, count, *settings, first=first,
+                              env=env)
     codes = wait_workers(processes, timeout)
     return [(code, (logs / f"worker-{i}.log").read_text())
             for i, code in zip(range(first, first + count), codes, strict=True)]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import run_workers, take_fetches, wait_workers
+from helpers import ROOT, run_workers, take_fetches, wait_workers
 
 PAGES = 200
 
@@ -61,6 +61,37 @@ def test_a_blocking_queue_with_idle_before_close_longer_than_the_socket_timeout(
         waited = float(log.split("no worker holds a lease (for ")[1].split("s,")[0])
         assert 10 <= waited < 12, log[-2000:]
     assert take_fetches(site) == [1] * PAGES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("queue", ["scrapy_redis.queue.FifoQueue",
+                                   "scrapy_redis.queue.PriorityQueue"])
+def test_a_scrapy_redis_queue_keeps_redis_off_the_reactor(
+        durable_redis: str, site: Any, tmp_path: Path, queue: str) -> None:
+    """With a scrapy-redis queue class, two workers fetch every page once, and no Redis
+    call (nor a wait for the scheduler's lock) ran on the reactor thread during the
+    crawl: the checks, pushes, pops and idle looks all ran on the Redis thread
+    (``tests/harness/reactor_wait.py``, loaded by the timed dupefilter, times them)."""
+    timing = tmp_path / "timing"
+    results = run_workers(durable_redis, site.url, tmp_path, 2,
+                          f"SCHEDULER_QUEUE_CLASS={queue}", "BLOOMDUPE_DONE_GRACE=1",
+                          "DUPEFILTER_CLASS=benchmarks.timed.TimedRedisBloomDupeFilter",
+                          f"BENCH_TIMING_DIR={timing}", env={"PYTHONPATH": str(ROOT)})
+    assert_clean(results)
+    assert take_fetches(site) == [1] * PAGES
+    figures = [json.loads(path.read_text()) for path in timing.glob("*.json")]
+    assert len(figures) == 2
+    for worker in figures:
+        assert worker["requests"] > 0  # the timed filter was the one used
+        # The crawl's pops and checks ran on the Redis thread (so it ran, and the
+        # harness counted what the reactor did meanwhile as the crawl's)...
+        jobs = worker["redis_thread_jobs"]
+        assert "_fill.<locals>.job" in jobs and "_drain" in jobs, jobs
+        # ... and the reactor made no Redis call (nor waited for the scheduler's lock)
+        # while it ran: only the crawl's start and end did.
+        on_reactor = {name: n for kind in ("reactor_redis", "reactor_locks")
+                      for name, n in worker[kind].items() if not name.startswith("start/end")}
+        assert on_reactor == {}, on_reactor
 
 
 PERSIST_SPIDER = '''

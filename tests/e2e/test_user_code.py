@@ -139,12 +139,16 @@ def bloomdupe(*args: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["batch", "no-batch", "start"])
+@pytest.mark.parametrize("case", ["batch", "no-batch", "start", "batch fifo", "start fifo"])
 def test_a_request_that_cannot_be_serialized_costs_only_itself(
         durable_redis: str, tmp_path: Path, case: str) -> None:
     pages = 200
+    # "fifo": with scrapy-redis's FifoQueue (checked and pushed on the Redis thread).
+    case, fifo = case.removesuffix(" fifo"), case.endswith(" fifo")
     extra: dict[str, Any] = {"BAD_CALLBACK": case != "start", "BAD_START": case == "start",
                              "BLOOMDUPE_BATCH": case != "no-batch"}
+    if fifo:
+        extra["SCHEDULER_QUEUE_CLASS"] = "scrapy_redis.queue.FifoQueue"
     with demo_site(pages) as site:
         codes = wait_workers(start(tmp_path, 2, settings(durable_redis, site, **extra)), 120)
         fetches = take_fetches(site)
@@ -251,13 +255,18 @@ def redirects() -> Iterator[Callable[[Any], str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("queue", [None, "scrapy_redis.queue.FifoQueue"])
 def test_start_requests_and_redirects_are_queued_once_and_their_drops_add_up(
-        durable_redis: str, tmp_path: Path, redirects: Callable[[Any], str]) -> None:
+        durable_redis: str, tmp_path: Path, redirects: Callable[[Any], str],
+        queue: str | None) -> None:
     # enqueue_request answers before Redis does: a start request or a redirect found seen
-    # before is dropped afterwards, with request_dropped and dupefilter/filtered.
+    # before is dropped afterwards, with request_dropped and dupefilter/filtered. The
+    # same with a scrapy-redis queue class (its checks and pushes on the Redis thread).
     pages = 150
+    extra = {"SCHEDULER_QUEUE_CLASS": queue} if queue else {}
     with demo_site(pages) as site:
-        values = settings(durable_redis, site, REDIRECT_URL=redirects(site), PAGES=pages)
+        values = settings(durable_redis, site, REDIRECT_URL=redirects(site), PAGES=pages,
+                          **extra)
         path = tmp_path / "redirect_spider.py"
         path.write_text(REDIRECT_SPIDER)
         codes = wait_workers(start_runspider(path, tmp_path, 2, values), 120)
