@@ -161,7 +161,12 @@ def test_a_worker_with_a_lower_size_limit_joins_a_slice_grown_past_it(
     plan = sizing.window_plan(800, 1e-9, window, shards=2)
     big = BloomFilter.open(client, "t", plan, window=window, growth=True)
     items = fps(700)
-    assert sum(big.add_many(items)) == 700
+    # Lua: every item new. RedisBloom's generations this small (56 items reserved at
+    # 1.1e-9 first) are far above their rate (its probes go modulo a composite size):
+    # measured over 10,000 runs, 1 false positive among the 700 in 461, 2 in 12, never
+    # more. It may take 3 (4 or more extrapolates to about 1e-6 a run); such an item is
+    # still seen by both workers below.
+    assert sum(big.add_many(items)) >= (700 if big.engine_name == "lua" else 697)
     limited = sizing.window_plan(800, 1e-9, window, shards=2, max_bytes=9 * 3_000)
     small = BloomFilter.open(client, "t", limited, window=window, growth=True)
     assert small.window_engine is not None and small.window_engine._max_gens < 4
