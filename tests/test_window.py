@@ -136,7 +136,10 @@ def test_a_slice_grows_when_it_holds_its_share(client: redis.Redis, use_lock: bo
            for answer in bf.add_many(items[start:start + 70])]
     # Every item new (RedisBloom's filters this small, double hashing modulo a
     # composite size, may give a false positive or two: the Lua engine does not).
-    assert sum(new) >= (700 if bf.engine_name == "lua" else 698)
+    # Measured on RedisBloom over 25,000 runs: 1 false positive in 2,010, 2 in 72, 3 in
+    # 3, never more (the bound of 2 failed 1 run in 8,000, and the test runs twice). It
+    # may take 3: 4 or more extrapolates to below 1e-5 a run.
+    assert sum(new) >= (700 if bf.engine_name == "lua" else 697)
     assert not any(bf.add_many(items))
     engine = bf.window_engine
     assert engine is not None
