@@ -188,13 +188,31 @@ def test_a_call_refused_whole_by_a_full_shard_is_redone_as_a_new_call(
     bf = BloomFilter.open(bf_client, "t", plan, growth=True)
     bf._room = bf._part_floor = bf._grow_check_every = 10**9  # never looks at the fill
     reserve = native.reserve_of(plan)
-    assert sum(bf.add_many(fps(reserve.capacity))) >= reserve.capacity - 2
+    # False positives of this 111-item filter among the items that fill it (RedisBloom,
+    # measured over 51,000 runs): mean 0.34; 3 or more in 0.44% of runs (the bound of 2
+    # failed so), 5 once, never more. Up to 5 (6 or more: about 2e-6 a run).
+    assert sum(bf.add_many(fps(reserve.capacity))) >= reserve.capacity - 5
+    # Those take no room: more items until the shard is full, so the next call is refused
+    # whole. (With room left, its first new items went into generation 0, and a later
+    # one could become a false positive there after `false_positives` was read: the
+    # check of the answers below failed so in 26 runs of 2,000, all with room left.)
+    assert isinstance(bf.engine, native.NativeEngine)
+    more = iter(fps(50, "more"))
+    while bf.engine.inserted(0)[0] < reserve.capacity:
+        bf.add_many([next(more)])
     assert len(bf.generations) == 1
     fresh = fps(50, "fresh")
     false_positives = bf.contains_many(fresh)  # of the overfull generation 0
     flags = bf.add_many(fresh)
     assert bf.counters.full == 1 and len(bf.generations) == 2
-    assert flags == [not seen for seen in false_positives]
+    # Answered as generation 0 answered before the call: its false positives seen, every
+    # other item new and in generation 1; but for a false positive of generation 1 among
+    # the items the redo added to it before (measured: one such item in 6 runs of
+    # 25,000; at most 2 are allowed). Nothing answered new is missing from generation 1.
+    wrong = [i for i, (new, seen) in enumerate(zip(flags, false_positives, strict=True))
+             if new == seen]
+    assert not any(flags[i] for i in wrong) and len(wrong) <= 2, wrong
+    assert bf.engine.inserted(1) == [sum(flags)]
     assert all(bf.contains_many(fresh))
 
 
