@@ -23,8 +23,9 @@ stop heartbeating at the kill, read between the kill and the reap), beside
 ``CONCURRENT_REQUESTS x killed``. A page fetched twice must be one of the
 dead workers' leases, so the duplicates stay within that bound.
 
-Exit status 1 if any run lost a page or a live worker did not exit 0 (finish
-reason 'finished') in time; 0 otherwise. ``--json PATH`` writes every run.
+Exit status 1 if any run lost a page, fetched more pages twice than the killed
+workers held (that bound), or a live worker did not exit 0 (finish reason
+'finished') in time; 0 otherwise. ``--json PATH`` writes every run.
 Logs of failed runs are kept (their directory is printed); ``--keep-logs``
 keeps all. ``--set NAME=VALUE`` (repeatable) adds a Scrapy setting to every
 worker (e.g. ``--set BLOOMDUPE_SHARDS=24``, ``--set BLOOMDUPE_LOCK=False``); the
@@ -379,6 +380,12 @@ def _tally(result: RunResult, crew: list[Worker], site: Site) -> None:
     if result.never_fetched:
         result.problems.append(f"{len(result.never_fetched)} page(s) never fetched, e.g. "
                                f"{result.never_fetched[:10]}")
+    bound = result.inflight_bound
+    if result.kills and bound is not None and result.extra_fetches > bound:
+        result.problems.append(
+            f"{result.extra_fetches} extra fetch(es), above the killed workers' in-flight "
+            f"bound of {bound} (their leases in Redis at the kill, else "
+            "CONCURRENT_REQUESTS x killed): pages they did not hold were fetched twice")
     if not result.live_ok:
         result.problems.append(
             "live workers: exit codes "
@@ -567,15 +574,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs": [r.as_dict() for runs in results.values() for r in runs],
         }, indent=2, default=str))
     if failed:
-        print(f"FAILED: {len(failed)} run(s) lost a page, or a live worker did not exit 0 "
-              "in time:", file=sys.stderr)
+        print(f"FAILED: {len(failed)} run(s) lost a page, fetched more pages twice than the "
+              "killed workers held, or a live worker did not exit 0 in time:", file=sys.stderr)
         for r in failed:
             print(f"  {r.case} run {r.run} ({r.out}): {r.problems[0].splitlines()[0]}",
                   file=sys.stderr)
         return 1
     if not args.keep_logs and not args.out:
         shutil.rmtree(out, ignore_errors=True)
-    print("OK: no page lost; every live worker exited 0 on its own.")
+    print("OK: no page lost; pages fetched twice within the killed workers' bound; every "
+          "live worker exited 0 on its own.")
     return 0
 
 
