@@ -14,10 +14,12 @@ seconds, logging one ERROR when the outage starts and one INFO when Redis is
 back, and counting both. Retrying is safe because every command this package
 sends is idempotent (the check-and-add by op id).
 
-The pauses run on Scrapy's reactor thread and freeze the crawl while they last.
-That is deliberate: the queue and the filter live in Redis, so the crawl can do
-nothing useful until Redis answers, and freezing keeps every request in hand
-instead of dropping it.
+During a crawl the pauses run on the scheduler's Redis thread
+(``frontier/iothread.py``), never on Scrapy's reactor: downloads already
+started finish, and their callbacks' outputs wait for Redis with the rest of its
+work; no request is handed out, acked or dropped until Redis answers, so every
+request stays in hand (or leased in Redis). Elsewhere (the command line, a
+crawl's start and end) they run on the caller's thread.
 """
 
 from __future__ import annotations
