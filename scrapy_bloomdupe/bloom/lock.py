@@ -4,8 +4,9 @@ The filter sends the ``SET ... NX PX`` and its fenced write (a script that first
 checks the token is still there) in one pipeline, so an uncontended lock costs
 no extra round trip. This module holds what is about the lock itself: tokens,
 the acquire arguments, the compare-and-delete release, and the bounded wait
-with its counters. Waits run on Scrapy's reactor thread, so they are short,
-capped by ``BLOOMDUPE_LOCK_WAIT`` and counted.
+with its counters. Waits are short, capped by ``BLOOMDUPE_LOCK_WAIT`` and
+counted; during a crawl they run on the scheduler's Redis thread, not on
+Scrapy's reactor.
 """
 
 from __future__ import annotations
