@@ -94,6 +94,31 @@ def test_a_scrapy_redis_queue_keeps_redis_off_the_reactor(
         assert on_reactor == {}, on_reactor
 
 
+@pytest.mark.slow
+def test_a_non_asyncio_reactor_takes_the_same_path(durable_redis: str, site: Any,
+                                                   tmp_path: Path) -> None:
+    """``TWISTED_REACTOR`` set to a reactor without asyncio (epoll): the same path, the
+    Redis work on the scheduler's thread and none on the reactor during the crawl;
+    two workers fetch every page once."""
+    timing = tmp_path / "timing"
+    results = run_workers(durable_redis, site.url, tmp_path, 2,
+                          "TWISTED_REACTOR=twisted.internet.epollreactor.EPollReactor",
+                          "BLOOMDUPE_DONE_GRACE=1",
+                          "DUPEFILTER_CLASS=benchmarks.timed.TimedRedisBloomDupeFilter",
+                          f"BENCH_TIMING_DIR={timing}", env={"PYTHONPATH": str(ROOT)})
+    assert_clean(results)
+    assert all("EPollReactor" in log for _, log in results)
+    assert take_fetches(site) == [1] * PAGES
+    figures = [json.loads(path.read_text()) for path in timing.glob("*.json")]
+    assert len(figures) == 2
+    for worker in figures:
+        jobs = worker["redis_thread_jobs"]
+        assert "_fill.<locals>.job" in jobs and "_drain" in jobs, jobs
+        on_reactor = {name: n for kind in ("reactor_redis", "reactor_locks")
+                      for name, n in worker[kind].items() if not name.startswith("start/end")}
+        assert on_reactor == {}, on_reactor
+
+
 PERSIST_SPIDER = '''
 import os
 
