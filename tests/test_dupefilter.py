@@ -230,8 +230,11 @@ def test_stats_fill_and_false_positive_rate_on_both_engines(engine: str,
     crawler = crawler_for(engine_url, BLOOMDUPE_CAPACITY=1000, BLOOMDUPE_LOCAL_CACHE=0)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     assert df.bloom.engine_name == engine
-    for i in range(500):
-        assert not df.request_seen(Request(f"http://a.example/{i}"))
+    seen = [df.request_seen(Request(f"http://a.example/{i}")) for i in range(500)]
+    # False positives of a 1,000-item filter half full: measured over 25,000 runs of 500
+    # new items, one in 33 runs on RedisBloom (its probes go modulo a composite size)
+    # and in 6 on Lua (its ideal rate: 2.2e-4 a run), never two. Up to 2.
+    assert seen.count(True) <= 2, seen.count(True)
     assert df.request_seen(Request("http://a.example/7"))
     df.update_stats(with_fill=True)
     stats = crawler.stats.get_stats()
