@@ -212,8 +212,11 @@ def test_workers_racing_through_a_slice_s_growth_accept_each_item_once(
     assert max(times) == 1  # never accepted twice
     # Never accepted at all only by a false positive: none with the Lua engine; RedisBloom's
     # filters this small are far above their rate (measured: 1.2e-4 for 50 items reserved
-    # at 5.5e-7, as its hashing goes modulo a composite size), so one or two may be.
-    assert times.count(0) <= (0 if engine == "lua" else 2)
+    # at 5.5e-7, as its hashing goes modulo a composite size), so a few may be. Measured
+    # over 16,000 runs of this race (8,000 each mode): 1 never accepted in 1,357 runs, 2
+    # in 71, 3 in 2 (the bound of 2 failed 1 run in 8,000); one worker adding the items
+    # alone, 25,000 runs: 3 in 4, 4 in 1. Up to 4 (5 or more extrapolates to about 1e-6).
+    assert times.count(0) <= (0 if engine == "lua" else 4)
     records = [client.hgetall(keys.slice_record("race", i)) for i in range(2)]
     assert all(max(int(v) for f, v in r.items() if f.isdigit()) >= 4 for r in records)
 
