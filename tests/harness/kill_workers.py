@@ -26,7 +26,8 @@ dead workers' leases, so the duplicates stay within that bound.
 Exit status 1 if any run lost a page, fetched more pages twice than the killed
 workers held (that bound), or a live worker did not exit 0 (finish reason
 'finished') in time; 0 otherwise. ``--json PATH`` writes every run.
-Logs of failed runs are kept (their directory is printed); ``--keep-logs``
+Logs of failed runs are kept (their directory is printed, with the shared queue's
+state at the end in ``redis-state.json``); ``--keep-logs``
 keeps all. ``--set NAME=VALUE`` (repeatable) adds a Scrapy setting to every
 worker (e.g. ``--set BLOOMDUPE_SHARDS=24``, ``--set BLOOMDUPE_LOCK=False``); the
 header and the JSON's config name them.
@@ -134,6 +135,24 @@ def owner_heartbeats(client: redis.Redis, shards: int) -> dict[str, int]:
             owner = name.decode()
             beats[owner] = max(beats.get(owner, 0), int(score))
     return beats
+
+
+def dump_state(client: redis.Redis, path: Path) -> None:
+    """The shared queue's state, for a failed run's analysis (its Redis is deleted with the
+    run): per shard the queued count, the leases and the owners' heartbeats."""
+    from scrapy_bloomdupe import keys
+
+    try:
+        shards = shard_count(client)
+        state = {"server_ms": server_ms(client), "shards": [
+            {"shard": shard, "queued": int(client.zcard(keys.queue(KEY, shard))),
+             "leases": sorted(f.decode() for f in client.hkeys(keys.leases(KEY, shard))),
+             "owners": {o.decode(): int(t) for o, t in client.zrange(
+                 keys.owners(KEY, shard), 0, -1, withscores=True)}}
+            for shard in range(shards)]}
+    except redis.RedisError as e:
+        state = {"error": f"{type(e).__name__}: {e}"}
+    path.write_text(json.dumps(state, indent=2))
 
 
 def lease_count(client: redis.Redis, shards: int) -> int:
@@ -273,6 +292,8 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
         if site is not None:
             site.stop()
         if client is not None:
+            if result.problems:
+                dump_state(client, out / "redis-state.json")
             client.close()
         server.close()
     result.ok = not result.problems
