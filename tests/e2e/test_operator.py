@@ -46,6 +46,7 @@ def about(row: ops.Row) -> str:
     for i, phase in enumerate(row.phases, 1):
         lines.append(f"phase {i}: exits {phase.exit_codes}, reasons {phase.finish_reasons}")
         lines.extend(f"  {line}" for line in phase.errors[:5])
+        lines.extend(phase.hung)  # a worker that did not exit: its threads' stacks
     return "\n".join(lines)
 
 

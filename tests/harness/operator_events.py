@@ -68,6 +68,8 @@ class Phase:
     #: The workers' ERROR/CRITICAL lines from this package (the reason they stopped).
     errors: list[str]
     warnings: list[str]
+    #: The stacks of the workers that had not exited by the phase's deadline.
+    hung: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -139,16 +141,18 @@ class Lab:
 
 def finish(crew: list[processes.Worker], timeout: float = 90) -> Phase:
     deadline = time.monotonic() + timeout
+    hung: list[str] = []
     try:
         while any(w.process.poll() is None for w in crew) and time.monotonic() < deadline:
             time.sleep(0.1)
+        hung = [stacks for w in crew if (stacks := w.dump_stacks())]
     finally:
         for w in crew:
             w.close()  # by its Popen: SIGTERM, then SIGKILL
     lines = [line for w in crew for line in w.log_lines(OURS + r"(ERROR|CRITICAL)")]
     warned = [line for w in crew for line in w.log_lines(OURS + "WARNING")]
     return Phase([w.process.returncode for w in crew], [w.stats().get("finish_reason")
-                                                      for w in crew], lines, warned)
+                                                      for w in crew], lines, warned, hung)
 
 
 def bloomdupe_clear(url: str) -> None:

@@ -4,6 +4,7 @@ demo site (``python -m demo.site``) and ``scrapy crawl site`` workers, started f
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -147,6 +148,19 @@ class Worker:
         return f"--- {self.log} (last {lines} lines, crawl lines left out) ---\n" + \
             "\n".join(text[-lines:])
 
+    def dump_stacks(self, lines: int = 120) -> str:
+        """A worker still running when it should have exited: SIGABRT, on which Python's
+        faulthandler (PYTHONFAULTHANDLER) writes every thread's stack to its output, then
+        the end of that output (empty once it has exited)."""
+        if self.process.poll() is not None:
+            return ""
+        self.process.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
+        self.output.flush()
+        text = self.log.with_suffix(".out").read_text(errors="replace").splitlines()
+        return f"--- {self.name} hung; its threads' stacks ---\n" + "\n".join(text[-lines:])
+
     def close(self) -> None:
         stop(self.process)
         self.output.close()
@@ -162,7 +176,9 @@ def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
                         "DEMO_STATS_FILE": str(stats_file)}.items():
         command += ["-s", f"{name}={value}"]
     output = (out / f"worker-{index}.out").open("wb")
-    env = {**os.environ, "REDIS_URL": settings["REDIS_URL"]}
+    # faulthandler: a worker that hangs can be made to print every thread's stack
+    # (dump_stacks) before it is stopped.
+    env = {**os.environ, "REDIS_URL": settings["REDIS_URL"], "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(command, cwd=PROJECT, stdout=output,
                                stderr=subprocess.STDOUT, env=env)
     return Worker(index, process, log, stats_file, output)
