@@ -31,8 +31,9 @@ class IOThread:
         self._name = name
         self._pool: ThreadPool | None = None
         self._reactor: Any = None
-        #: Calls asked and not yet answered back on the reactor.
-        self._pending: set[defer.Deferred[Any]] = set()
+        #: One Deferred of this thread's own per call asked and not yet answered back
+        #: on the reactor (see drained).
+        self._pending: set[defer.Deferred[None]] = set()
 
     @property
     def inline(self) -> bool:
@@ -51,16 +52,23 @@ class IOThread:
         if self._pool is None:
             return defer.maybeDeferred(call, *args)
         d: defer.Deferred[T] = threads.deferToThreadPool(self._reactor, self._pool, call, *args)
-        self._pending.add(d)
-        d.addBoth(self._answered, d)
+        done: defer.Deferred[None] = defer.Deferred()
+        self._pending.add(done)
+        d.addBoth(self._answered, done)
         return d
 
-    def _answered(self, result: T, d: defer.Deferred[Any]) -> T:
-        self._pending.discard(d)
+    def _answered(self, result: T, done: defer.Deferred[None]) -> T:
+        # Fired in the reactor's next turn: after the caller's callbacks, which run now,
+        # and whatever they do. Not at the end of the caller's chain, which may pause for
+        # good (a job not run once the crawl stopped): drained() waited on it, and a
+        # worker stopping on an error never closed.
+        self._pending.discard(done)
+        self._reactor.callLater(0, done.callback, None)
         return result
 
     def drained(self) -> defer.Deferred[Any]:
-        """Fires once every call asked so far is answered (its callbacks run)."""
+        """Fires once every call asked so far is answered and its callbacks have run (up
+        to a Deferred they wait for, if any)."""
         return defer.DeferredList(list(self._pending), consumeErrors=True)
 
     def stop(self) -> None:
