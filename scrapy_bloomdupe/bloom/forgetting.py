@@ -29,7 +29,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis import Redis
 from redis.exceptions import RedisError
 
 from .. import hashing, keys
@@ -38,6 +37,7 @@ from ..transport.diagnose import describe
 from .lua import _pipelined
 
 if TYPE_CHECKING:
+    from redis import Redis
     from redis.cluster import RedisCluster
 
     from ..localcache import LocalCache, TimedCache
