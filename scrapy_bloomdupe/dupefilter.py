@@ -112,6 +112,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         #: :data:`FINISHED`, see :meth:`end_finished`), else None: nothing more is sent
         #: to Redis then.
         self.failure: str | None = None
+        #: Whether the crawl's queue is this package's leased one (set by the scheduler):
+        #: what a stop says becomes of the requests in progress.
+        self.leased_queue = False
         self._warned_full = False
         self._next_flush = time.monotonic() + stats_interval
 
@@ -369,16 +372,21 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Close the spider with ``reason`` after one ERROR line (``message`` says what
         happened and what to do), and make ``scrapy crawl`` exit with status 1.
 
-        The requests this worker has in progress stay leased in Redis (the scheduler
-        stops acking), so they come back to the next workers: the pages may be fetched
-        again, never skipped."""
+        On the leased queue, the requests this worker has in progress stay leased in
+        Redis (the scheduler stops acking), so they come back to the next workers: the
+        pages may be fetched again, never skipped. Another queue keeps no leases: the
+        line says so, since those requests are in the filter and in no queue."""
         if self.failure is not None:
             return
         self.failure = reason
         self._closing = True
-        logger.error("%s. Stopping the crawl (close reason %r, exit status 1); the requests "
-                     "in progress stay leased in Redis and come back to the next workers.",
-                     message.rstrip("."), reason)
+        held = ("the requests in progress stay leased in Redis and come back to the next "
+                "workers" if self.leased_queue else
+                "the requests this worker took from its queue and did not finish are in the "
+                "filter and in no queue (only the default leased queue keeps them): a later "
+                "crawl skips them")
+        logger.error("%s. Stopping the crawl (close reason %r, exit status 1); %s.",
+                     message.rstrip("."), reason, held)
         engine = self._engine()
         if engine is not None and self.crawler is not None:
             self.crawler.signals.connect(self._mark_failed, signal=signals.engine_stopped)

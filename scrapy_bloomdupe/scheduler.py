@@ -379,6 +379,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             # Counted among the crawl's workers, so that the last one out clears (close).
             self._guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
                                                       self._member), None)
+        if isinstance(self.df, RedisBloomDupeFilter):
+            self.df.leased_queue = self.leased
         _by_crawler[self.crawler] = self
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if self.leased:

@@ -172,6 +172,25 @@ def test_close_stops_the_crawl_and_drops_nothing(durable: RedisServer,
     assert df.unchecked == 1
 
 
+@pytest.mark.parametrize("queue_cls, says", [
+    (None, "the requests in progress stay leased in Redis"),
+    ("scrapy_redis.queue.FifoQueue", "did not finish are in the filter and in no queue"),
+])
+def test_the_stop_line_says_what_becomes_of_the_requests_in_progress(
+        durable: RedisServer, caplog: pytest.LogCaptureFixture, queue_cls: str | None,
+        says: str) -> None:
+    # A scrapy-redis queue class keeps no leases: the line must not promise them.
+    extra = {"SCHEDULER_QUEUE_CLASS": queue_cls} if queue_cls else {}
+    crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=0.3, **extra)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    durable.kill()
+    with caplog.at_level(logging.ERROR):
+        scheduler.enqueue_request(Request("http://a.example/1"))
+    (line,) = [r.getMessage() for r in caplog.records if "Stopping the crawl" in r.getMessage()]
+    assert says in line
+
+
 def test_scheduler_waits_for_its_queue_too(durable: RedisServer) -> None:
     crawler = outage_crawler(durable.url, BLOOMDUPE_OUTAGE_TIMEOUT=30)
     scheduler = Scheduler.from_crawler(crawler)
