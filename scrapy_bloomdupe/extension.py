@@ -74,7 +74,7 @@ class BloomDupeStats:
             self._log(df)
             return
         # The fill read on the scheduler's Redis thread: Scrapy's reactor never waits.
-        sched.in_redis_thread(df.bloom.info).addCallbacks(
+        sched.jobs.in_redis_thread(df.bloom.info).addCallbacks(
             lambda info: self._log(df, info), self._no_figures)
 
     def _no_figures(self, failure: Failure) -> Failure | None:

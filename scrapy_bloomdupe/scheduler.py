@@ -41,12 +41,11 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
-import threading
 import time
 import weakref
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -72,11 +71,11 @@ from .dupefilter import RedisBloomDupeFilter
 from .exceptions import BloomDupeError
 from .frontier import failed, storable
 from .frontier import queue as frontier_queue
-from .frontier.iothread import IOThread
 from .frontier.queue import Lease, PriorityQueue
+from .scheduling.jobs import RedisJobs, Stopped, acted_on
+from .scheduling.outbox import Outbox, Output
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check, check_eviction
-from .transport.outage import RedisUnavailable
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
@@ -111,24 +110,8 @@ MAX_IDLE_POLL = 2.0
 MAX_HEARTBEAT = 5.0
 #: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
 ACK_DELAY = 0.05
-#: How long a callback's output waits for others' to go to Redis with it (s): callbacks
-#: end in bursts, and one check-and-queue for a burst costs Redis a script call a shard
-#: and a round trip a master, not as many as the callbacks. In the demo crawl 0.02 s
-#: gathers about 5 callbacks' outputs, where 1.5 went together before (Redis CPU a page:
-#: docs/benchmarks.md, section h); a page's lease and its links wait that much longer.
-GATHER_DELAY = 0.02
 #: Most requests named in the WARNING that puts leases back.
 NAMED = 10
-
-
-@dataclass
-class _Output:
-    """One :meth:`Scheduler.queue_output` call waiting for the Redis thread (see _drain)."""
-
-    fingerprints: list[bytes]
-    entries: list[Any]
-    pushed: list[Request]
-    answer: Deferred[list[bool]] = field(default_factory=Deferred)
 
 
 @dataclass(frozen=True)
@@ -144,25 +127,6 @@ class _Look:
     work: int
     #: Dead workers' leases put back by the look.
     back: list[tuple[int, Request]]
-
-
-class _Stopped(BloomDupeError):
-    """A Redis job that came up after this worker stopped the crawl on an error: not run.
-    Once a crawl stopped, nothing more is sent to Redis (what the job would have
-    written stays leased and comes back to the next workers); without this, each job
-    already in line would wait out the same outage, one after the other, before the
-    worker could close."""
-
-
-def _never_after_stop(failure: Failure) -> Deferred[Any]:
-    """An errback: a job not run because the crawl stopped pauses its chain for good
-    (a Deferred that never fires); any other failure goes on down the chain."""
-    return Deferred() if isinstance(failure.value, _Stopped) else defer.fail(failure)
-
-
-def _stopped(failure: Failure) -> Failure | None:
-    """The end of a Redis job's errbacks: a Redis error was acted on (the crawl stops)."""
-    return None if isinstance(failure.value, (RedisError, BloomDupeError)) else failure
 
 
 def _enabled(settings: BaseSettings, name: str, path: str) -> bool:
@@ -199,16 +163,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._wakeup: Any = None
         self._ack_call: Any = None
-        #: The drain of the outbox, due after GATHER_DELAY (see _send).
-        self._gather_call: Any = None
-        #: The Redis work of the filter and the queue: on a thread of its own during the
-        #: crawl (so that Scrapy's reactor never waits for Redis), one call at a time.
-        self._io = IOThread()
-        self._lock = threading.RLock()
-        #: queue_output calls waiting for the Redis thread: one job takes them all (_drain).
-        self._outbox: list[_Output] = []
-        self._outbox_lock = threading.Lock()
-        self._drain_asked = False
+        #: Where the Redis work of the filter and the queue runs: on a thread of its own
+        #: during the crawl (so that Scrapy's reactor never waits for Redis), one call at
+        #: a time; and what a Redis error there does.
+        self.jobs = RedisJobs(lambda: self.df)
+        #: Callbacks' outputs waiting to go to Redis together (see queue_output).
+        self._outbox = Outbox(self.jobs.run, self._check_and_push)
         #: Requests given to enqueue_request whose check is on the Redis thread.
         self._enqueuing = 0
         #: Leases whose failure record is on its way to Redis: True once acked meanwhile.
@@ -323,7 +283,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         always on the leased queue; on a scrapy-redis queue class during a crawl, with
         the Redis thread (else each call is a round trip here and now, as in
         scrapy-redis)."""
-        return self.leased or not self._io.inline
+        return self.leased or not self.jobs.io.inline
 
     def open(self, spider: Spider) -> None:
         if self.df is None:
@@ -362,22 +322,22 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 # The filter and its queue went before the filter was opened; what is
                 # left is a scrapy-redis queue that this one would otherwise take over.
                 if self.queue.key != getattr(self.queue, "tag", None):
-                    self._guarded(lambda: self.server.delete(self.queue.key), 0)
+                    self.jobs.guarded(lambda: self.server.delete(self.queue.key), 0)
             else:
                 self.flush()
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
-            adopted = self._guarded(lambda: self.queue.adopt(self.queue.key), 0)
+            adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)
             if adopted:
                 logger.info("Took over %d request(s) from scrapy-redis's queue %r",
                             adopted, self.queue.key, extra={"spider": spider})
-        pending = self._guarded(lambda: len(self.queue), 0)
+        pending = self.jobs.guarded(lambda: len(self.queue), 0)
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
         if not self.leased and isinstance(self.df, RedisBloomDupeFilter):
             # Counted among the crawl's workers, so that the last one out clears (close).
-            self._guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
+            self.jobs.guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
                                                       self._member), None)
         if isinstance(self.df, RedisBloomDupeFilter):
             self.df.leased_queue = self.leased
@@ -395,18 +355,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if not self.crawl_done:
             return False
         if not self.leased:
-            return not self._guarded(lambda: len(self.queue), 1)
+            return not self.jobs.guarded(lambda: len(self.queue), 1)
         self._settle()
-        self._guarded(lambda: self.queue.heartbeat() or True, False)
-        queued, leased = self._guarded(self.queue.status, (1, 1))
-        return not queued and not leased and not self._failed()
+        self.jobs.guarded(lambda: self.queue.heartbeat() or True, False)
+        queued, leased = self.jobs.guarded(self.queue.status, (1, 1))
+        return not queued and not leased and not self.jobs.failed()
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
         if self.leased:
-            return bool(self._guarded(self.queue.leave, True))
+            return bool(self.jobs.guarded(self.queue.leave, True))
         if isinstance(self.df, RedisBloomDupeFilter):
-            return bool(self._guarded(lambda: frontier_queue.leave(
+            return bool(self.jobs.guarded(lambda: frontier_queue.leave(
                 self.server, self.df.bloom.key, self._member,
                 round(self.frontier.lease_timeout * 1000)), True))
         return True
@@ -418,7 +378,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         from twisted.internet import reactor
 
         if isinstance(self.df, RedisBloomDupeFilter):
-            self._io.start(reactor)
+            self.jobs.io.start(reactor)
         if not self.leased:
             return  # a scrapy-redis queue has no leases to keep
         self._heartbeat = create_looping_call(self._tick)
@@ -427,18 +387,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
             return None
-        if self._io.inline:
+        if self.jobs.io.inline:
             self._close(reason)
             return None
-        if self._gather_call is not None:  # the outputs gathering go now
-            self._gather_call.cancel()
-            self._ask_drain()
+        self._outbox.flush()  # the outputs gathering go now
         # Once the Redis thread has answered every call asked of it (Scrapy waits).
-        drained: Deferred[Any] = self._io.drained()
+        drained: Deferred[Any] = self.jobs.io.drained()
         return drained.addCallback(lambda _: self._close(reason))
 
     def _close(self, reason: str) -> None:
-        self._io.stop()
+        self.jobs.io.stop()
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         for call in (self._wakeup, self._ack_call):
@@ -447,18 +405,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._wakeup = self._ack_call = None
         self.crawler.signals.disconnect(self._spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
-        if not self.leased and self._buffer and not self._failed():
+        if not self.leased and self._buffer and not self.jobs.failed():
             # Popped and never handed out (the spider closed meanwhile): back in the
             # queue, before it is judged empty.
             back, self._buffer = [lease.request for lease in self._buffer], []
-            self._guarded(lambda: [self.queue.push(request) for request in back], None)
-        clear = not self.persist and not self._failed() and self._done_now()
-        if not self.persist and not clear and not self._failed():
+            self.jobs.guarded(lambda: [self.queue.push(request) for request in back], None)
+        clear = not self.persist and not self.jobs.failed() and self._done_now()
+        if not self.persist and not clear and not self.jobs.failed():
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
                         "done: the shared queue and the filter are kept for the others",
                         extra={"spider": self.spider})
         self._settle()
-        last = self._leave() if not self._failed() else False
+        last = self._leave() if not self.jobs.failed() else False
         if clear and not last:
             # The others are closing too: the last one out deletes what is shared (the
             # first would delete the filter under them, which they take for lost state).
@@ -466,7 +424,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             logger.info("SCHEDULER_PERSIST is off and the crawl is done: the last worker "
                         "to close deletes the shared queue and the filter",
                         extra={"spider": self.spider})
-        if self._failed():
+        if self.jobs.failed():
             # Stopped on an error: touch nothing more in Redis. The leases held come back
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
             detach = getattr(self.queue, "detach", None)
@@ -478,11 +436,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 with suppress(RedisError):
                     detach()
         elif clear:
-            self._guarded(self.queue.clear, None)
+            self.jobs.guarded(self.queue.clear, None)
         else:
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:
-                self._guarded(close_queue, None)
+                self.jobs.guarded(close_queue, None)
         if isinstance(self.df, RedisBloomDupeFilter):
             # The scheduler's persist decides, also when set on the instance after
             # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
@@ -499,7 +457,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
         parent = request.meta.pop(LEASE_META, None)
-        if isinstance(self.df, RedisBloomDupeFilter) and not self._io.inline:
+        if isinstance(self.df, RedisBloomDupeFilter) and not self.jobs.io.inline:
             return self._enqueue_async(request, parent)
         queued = self._enqueue(request)
         if parent is not None:
@@ -556,7 +514,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
-        if self._guarded(lambda: self.queue.push(request) or True, False):
+        if self.jobs.guarded(lambda: self.queue.push(request) or True, False):
             self.stats.inc_value("scheduler/enqueued/redis")
             self._busy()
             return True
@@ -609,7 +567,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                    if entries[i] is not None and not r.dont_filter]
         unfiltered = [i for i, r in enumerate(requests)
                       if entries[i] is not None and r.dont_filter]
-        if not (checked or unfiltered) or self._failed():
+        if not (checked or unfiltered) or self.jobs.failed():
             return None
         fingerprint = self.df.fingerprinter.fingerprint
         queued = entries if self.leased else requests
@@ -640,7 +598,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 failure.raiseException()
             # Not queued. The page that made them stays leased (no ack from now on), so
             # it is fetched again by the next workers.
-            if isinstance(error, _Stopped):
+            if isinstance(error, Stopped):
                 return outcomes
             self.df.check_failed(error, len(fps))
             if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
@@ -649,40 +607,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
 
-        sent = self._run(job, now=now) if now or self._io.inline else self._send(
-            _Output(fps, checked_entries, pushed))
+        sent = self.jobs.run(job, now=now) if now or self.jobs.io.inline else self._outbox.send(
+            Output(fps, checked_entries, pushed))
         return sent.addCallbacks(answered, failed)
-
-    def _send(self, output: _Output) -> Deferred[list[bool]]:
-        """Queue ``output`` with the next Redis job that drains the outbox, asked
-        :data:`GATHER_DELAY` after the first output waiting: the outputs of the
-        callbacks that end meanwhile (and of all that end while the Redis thread is
-        busy) gather there and go in one round trip, one script call a shard, instead
-        of one round trip each."""
-        with self._outbox_lock:
-            self._outbox.append(output)
-            ask, self._drain_asked = not self._drain_asked, True
-        if ask:
-            self._gather_call = call_later(GATHER_DELAY, self._ask_drain)
-        return output.answer
-
-    def _ask_drain(self) -> None:
-        self._gather_call = None
-        self._run(self._drain).addCallbacks(self._drained, self._undrained)
-
-    def _drain(self) -> tuple[list[_Output], list[bool] | Exception]:
-        """On the Redis thread: check and queue every output in the outbox, together."""
-        with self._outbox_lock:
-            outputs, self._outbox = self._outbox, []
-            self._drain_asked = False
-        fps = [fp for output in outputs for fp in output.fingerprints]
-        entries = [entry for output in outputs for entry in output.entries]
-        pushed = [request for output in outputs for request in output.pushed]
-        try:
-            new = self._check_and_push(fps, entries, pushed)
-        except Exception as e:  # each output's caller acts on it (see queue_output)
-            return outputs, e
-        return outputs, new
 
     def _check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]
                         ) -> list[bool]:
@@ -694,40 +621,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if self.leased:
             new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
-                self.df.outage.call(lambda: self.queue.push_many(pushed))
+                self.jobs.outage_call(lambda: self.queue.push_many(pushed))
             return new
         new = self.df.check_and_queue(fps, None, entries) if fps else []
         for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
-            self.df.outage.call(partial(self.queue.push, request))
+            self.jobs.outage_call(partial(self.queue.push, request))
         return new
-
-    def _drained(self, answer: tuple[list[_Output], list[bool] | Exception]) -> None:
-        outputs, new = answer
-        at = 0
-        for output in outputs:
-            if isinstance(new, Exception):
-                output.answer.errback(new)
-                continue
-            output.answer.callback(new[at:at + len(output.fingerprints)])
-            at += len(output.fingerprints)
-
-    def _undrained(self, failure: Failure) -> None:
-        """The drain did not run (the crawl stopped): every output waiting gets the reason."""
-        with self._outbox_lock:
-            outputs, self._outbox = self._outbox, []
-            self._drain_asked = False
-        for output in outputs:
-            output.answer.errback(failure.value)
-
-    def _run(self, call: Callable[[], T], *, now: bool = False) -> Deferred[T]:
-        """``call`` (Redis work of the filter and the queue) under the frontier's lock: on
-        the Redis thread during a crawl, else (``now``) here and at once."""
-        def locked() -> T:
-            with self._lock:
-                if not now and self._failed():
-                    raise _Stopped("the crawl stopped on an error")
-                return call()
-        return defer.maybeDeferred(locked) if now else self._io.run(locked)
 
     def storable(self, requests: list[Request]) -> list[Any]:
         """Each request as the queue stores it, or None for one that cannot be serialized
@@ -753,7 +652,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             # it would freeze the reactor, and one longer than the socket timeout fails
             # as if Redis were gone. An idle worker polls instead (_spider_idle), and
             # waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
-            request: Request | None = self._guarded(lambda: self.queue.pop(0), None)
+            request: Request | None = self.jobs.guarded(lambda: self.queue.pop(0), None)
         else:
             self._settle()
             if not self._buffer:
@@ -784,23 +683,23 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         (one per finished download) go to Redis again only once the idle poll is due,
         or this worker queued something; the idle poll (``poll``) always looks.
         ``then`` runs once the answer is in (at once when there is nothing to do)."""
-        if self._filling or len(self._buffer) > self._low_water() or self._failed() or (
+        if self._filling or len(self._buffer) > self._low_water() or self.jobs.failed() or (
                 not poll and time.monotonic() < self._empty_until):
             if then is not None and not self._filling:
                 then()
             return
         count = self._prefetch_count()
         self._filling = True
-        pop = partial(self.df.outage.call, partial(self.queue.pop_leases, count)) \
+        pop = partial(self.jobs.outage_call, partial(self.queue.pop_leases, count)) \
             if self.leased else partial(self._pop_unleased, count)
-        look = self._look_job() if poll and not self._io.inline else None
+        look = self._look_job() if poll and not self.jobs.io.inline else None
 
         def job() -> tuple[list[Lease], _Look | None]:
             leases = pop()
             return leases, (look() if look is not None and not leases else None)
 
-        d = self._run(job)
-        d.addCallbacks(partial(self._filled, count), self._redis_failed)
+        d = self.jobs.run(job)
+        d.addCallbacks(partial(self._filled, count), self.jobs.redis_failed)
         d.addBoth(self._fill_over, then)
 
     def _pop_unleased(self, count: int) -> list[Lease]:
@@ -809,7 +708,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         popped: list[Lease] = []
         while len(popped) < count:
             try:
-                request = self.df.outage.call(lambda: self.queue.pop(0))
+                request = self.jobs.outage_call(lambda: self.queue.pop(0))
             except Exception:
                 if not popped:
                     raise
@@ -827,7 +726,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         reap = self.leased and self._reap_due()
         verify = self._idle_since is not None
         work = self._work
-        call = self.df.outage.call
+        call = self.jobs.outage_call
 
         def look() -> _Look:
             # The pending acks go first (with the reap when it is due): the leases
@@ -864,10 +763,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._filling = False
         if isinstance(result, Failure):
             self._look = None
-            if not isinstance(result.value, _Stopped):
+            if not isinstance(result.value, Stopped):
                 logger.error("Leasing requests failed: %s", result.getErrorMessage())
         refill, self._refill = self._refill, False
-        if refill and not self._buffer and not self._failed():
+        if refill and not self._buffer and not self.jobs.failed():
             self._fill()  # all it took came back too often: take more
         if then is not None:
             then()
@@ -884,7 +783,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         next_request) and the worker never closed. If the engine is idle now, the idle
         round it missed runs here (the idle poll, at once)."""
         if self._wakeup is not None or self._buffer or self._filling or self._enqueuing \
-                or self._failed():
+                or self.jobs.failed():
             return
         engine = self._engine()
         if engine is None or engine.spider is None:
@@ -903,13 +802,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         request.meta[WAKE_META] = True
         engine.crawl(request)
 
-    def _redis_failed(self, failure: Failure) -> None:
-        """The Redis thread's call failed: stop the crawl (as :meth:`_guarded` does)."""
-        if not isinstance(failure.value, (RedisError, BloomDupeError)):
-            failure.raiseException()
-        if not isinstance(failure.value, _Stopped):
-            self.df.fail(failure.value)
-
     def done(self, request: Request) -> None:
         """Scrapy is done with ``request`` (its callback's output is queued, it failed for
         good and was recorded, or it was dropped): its lease is acked, with the next
@@ -924,7 +816,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._recording[field] = True
             return
         lease = self._handed.pop(field, None)
-        if lease is None or self._failed():  # after an error what is held comes back
+        if lease is None or self.jobs.failed():  # after an error what is held comes back
             return
         self.queue.ack([lease])
         if self._ack_call is None and self._engine() is not None:
@@ -934,9 +826,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _send_acks(self) -> None:
         self._ack_call = None
-        if not self._failed():
-            sent = self._run(lambda: self.df.outage.call(self.queue.send_acks))
-            sent.addErrback(self._redis_failed)
+        if not self.jobs.failed():
+            sent = self.jobs.run(lambda: self.jobs.outage_call(self.queue.send_acks))
+            sent.addErrback(self.jobs.redis_failed)
 
     def _came_back_too_often(self, lease: Lease) -> bool:
         """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker
@@ -956,7 +848,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         recorded = self._record_failed(
             lease.request, f"its lease expired {lease.requeues} times "
             "(BLOOMDUPE_MAX_REQUEUES): every worker that took it stopped heartbeating")
-        recorded.addCallbacks(lambda _: self.queue.ack([lease]), _stopped)
+        recorded.addCallbacks(lambda _: self.queue.ack([lease]), acted_on)
         self._refill = True
         return True
 
@@ -1000,29 +892,21 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         those start (no download slot waits for it); else none left."""
         return self._concurrency // 4 if self._deep else 0
 
-    def in_redis_thread(self, call: Callable[[], T]) -> Deferred[T]:
-        """``call`` on this scheduler's Redis thread during a crawl (here and at once
-        otherwise), in turn with the frontier's work: the Redis work of other components
-        (live figures, the filter's fill) keeps off Scrapy's reactor too. Once the crawl
-        stopped on an error the call is not run, and the Deferred never fires."""
-        d: Deferred[T] = self._run(call).addErrback(_never_after_stop)
-        return d
-
     def has_pending_requests(self) -> bool:
         if self.buffered and (self._buffer or self._filling or self._enqueuing):
             return True
-        if not self._io.inline:
+        if not self.jobs.io.inline:
             # Asked by the engine whenever it looks idle: no round trip here. With nothing
             # in hand it fires spider_idle, whose handler asks Redis whether work is left.
             return False
         # Unknown while Redis is away: say yes, so the spider is not closed as idle.
-        return bool(self._guarded(lambda: len(self.queue) > 0, True))
+        return bool(self.jobs.guarded(lambda: len(self.queue) > 0, True))
 
     def record_failed(self, request: Request, reason: str) -> None:
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
         if not self.leased:
             return
-        self._record_failed(request, reason).addErrback(_stopped)
+        self._record_failed(request, reason).addErrback(acted_on)
 
     def _record_failed(self, request: Request, reason: str) -> Deferred[None]:
         """:meth:`record_failed`; fires once the record is in Redis (during a crawl, from
@@ -1036,10 +920,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                           reason=reason, score=score, request=payload,
                           limit=self.frontier.failed_limit)
 
-        if self._io.inline or not isinstance(self.df, RedisBloomDupeFilter):
-            self._guarded(record, None)
+        if self.jobs.io.inline or not isinstance(self.df, RedisBloomDupeFilter):
+            self.jobs.guarded(record, None)
             recorded: Deferred[None] = defer.succeed(None)
-        elif self._failed():
+        elif self.jobs.failed():
             recorded = Deferred()  # never fires: after an error nothing is acked
         else:
             lease = request.meta.get(LEASE_META)
@@ -1053,10 +937,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             def not_recorded(failure: Failure) -> Failure:
                 if lease is not None:
                     self._recording.pop(lease, None)
-                self._redis_failed(failure)
+                self.jobs.redis_failed(failure)
                 return failure
 
-            recorded = self._run(lambda: self.df.outage.call(record))
+            recorded = self.jobs.run(lambda: self.jobs.outage_call(record))
             recorded.addCallbacks(answered, not_recorded)
         self.stats.inc_value("bloomdupe/failed")
         level = logging.DEBUG if self._failed_logged else logging.WARNING
@@ -1073,7 +957,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         is ``idle`` (spider_idle: nothing downloading or scraping; a lease that no
         middleware acked, which should not happen, is acked then), or there is no engine
         (a tool, a test: whoever took a request is done with it)."""
-        if not self._handed or self._failed():
+        if not self._handed or self.jobs.failed():
             return  # after an error, nothing is acked: what is in hand comes back
         if not idle and self._engine() is not None:
             return
@@ -1085,9 +969,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Heartbeat (with the pending acks), put dead workers' leases back, and check
         that the filter is still the one this worker opened; once a lease timeout (and
         after a master change), put back this worker's own leases that it does not hold."""
-        if self._failed() or self._ticking:
+        if self.jobs.failed() or self._ticking:
             return
-        if not self._io.inline:
+        if not self.jobs.io.inline:
             self._tick_async()
             return
         if self._silence() > self.frontier.lease_timeout and not self._verify():
@@ -1106,7 +990,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if reclaim:
             self._next_reclaim = now + timeout
             self._stale_seen = self.queue.stale
-        call = self.df.outage.call
+        call = self.jobs.outage_call
 
         last = self._last_beat
 
@@ -1138,7 +1022,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return result
 
         self._ticking = True
-        self._run(job).addCallbacks(ticked, self._redis_failed).addBoth(over)
+        self.jobs.run(job).addCallbacks(ticked, self.jobs.redis_failed).addBoth(over)
 
     def silence(self) -> float:
         """Seconds since this worker's last heartbeat went through (0 before the first)."""
@@ -1156,7 +1040,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._next_reclaim = now + self.frontier.lease_timeout
             self._stale_seen = self.queue.stale
             held = [*self._buffer, *self._handed.values()]
-            self._reclaimed(self._guarded(lambda: self.queue.reclaim(held), 0))
+            self._reclaimed(self.jobs.guarded(lambda: self.queue.reclaim(held), 0))
 
     def _reclaimed(self, back: int) -> None:
         if back:
@@ -1172,7 +1056,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         long: put no lease back until they have had a lease timeout to heartbeat again,
         so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
         silence = self._silence()
-        if self._guarded(lambda: self.queue.heartbeat() or True, False):
+        if self.jobs.guarded(lambda: self.queue.heartbeat() or True, False):
             self._beaten(silence, time.monotonic())
 
     def _beaten(self, silence: float, now: float) -> None:
@@ -1194,13 +1078,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _verify(self) -> bool:
         """Whether the filter is still there, unchanged (else the crawl is stopped)."""
         if isinstance(self.df, RedisBloomDupeFilter):
-            self._guarded(self.df.bloom.verify, None)
-            self._guarded(lambda: check_eviction(self.server, warn=False), None)
-        return not self._failed()
-
-    def _failed(self) -> bool:
-        """Whether this worker stopped the crawl on an error."""
-        return isinstance(self.df, RedisBloomDupeFilter) and self.df.failure is not None
+            self.jobs.guarded(self.df.bloom.verify, None)
+            self.jobs.guarded(lambda: check_eviction(self.server, warn=False), None)
+        return not self.jobs.failed()
 
     def _reap_due(self) -> bool:
         """Whether to look for dead workers' leases now: at most every half lease timeout
@@ -1217,7 +1097,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _reap(self) -> int:
         if not self._reap_due():
             return 0
-        back: list[tuple[int, Request]] = self._guarded(self.queue.reap, [])
+        back: list[tuple[int, Request]] = self.jobs.guarded(self.queue.reap, [])
         self._reaped(back)
         return len(back)
 
@@ -1237,15 +1117,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _spider_idle(self, spider: Spider) -> None:
         """This worker has nothing to do: stay while the crawl may still make work."""
-        if not self._io.inline:
+        if not self.jobs.io.inline:
             self._idle_async(spider)
             return
         self._settle(idle=True)
         if self.leased:
             self._reap()
-            queued, leased = self._guarded(self.queue.status, (1, 0))
+            queued, leased = self.jobs.guarded(self.queue.status, (1, 0))
         else:
-            queued, leased = self._guarded(lambda: len(self.queue), 1), 0
+            queued, leased = self.jobs.guarded(lambda: len(self.queue), 1), 0
         if queued or leased:
             self._stay(queued, leased, spider)
         now = time.monotonic()
@@ -1339,7 +1219,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _after_poll(self) -> None:
         look, self._look = self._look, None
         engine = self._engine()
-        if engine is None or engine.spider is None or self._failed():
+        if engine is None or engine.spider is None or self.jobs.failed():
             return
         if self._buffer:
             self._idle_poll = IDLE_POLL
@@ -1370,21 +1250,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return self.crawler.engine
         except RuntimeError:  # "Crawler.engine is not set yet"
             return None
-
-    def _guarded(self, call: Callable[[], T], fallback: T) -> T:
-        """Queue calls wait out Redis outages like the dupefilter's checks. Once this
-        worker has stopped the crawl on an error, nothing more is sent (the engine may
-        still ask while it closes; each ask would wait out the outage again)."""
-        if not isinstance(self.df, RedisBloomDupeFilter):
-            return call()
-        if self.df.failure is not None:
-            return fallback
-        try:
-            with self._lock:
-                return self.df.outage.call(call)
-        except (RedisUnavailable, RedisError, BloomDupeError) as e:
-            self.df.fail(e)  # stops the crawl (or, for an outage, as BLOOMDUPE_ON_OUTAGE says)
-            return fallback
 
 
 _by_crawler: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

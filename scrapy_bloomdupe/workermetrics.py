@@ -218,7 +218,7 @@ class WorkerMetrics:
             return
         # During a crawl on the scheduler's Redis thread: Scrapy's reactor never waits.
         self._writing = True
-        sched.in_redis_thread(send).addCallback(self._written, figures, now)
+        sched.jobs.in_redis_thread(send).addCallback(self._written, figures, now)
 
     def _written(self, answer: tuple[list[str], Exception | None], figures: dict[str, Any],
                  now: float) -> None:

@@ -31,6 +31,7 @@ from redis.connection import AbstractConnection
 
 from scrapy_bloomdupe.frontier.iothread import IOThread
 from scrapy_bloomdupe.scheduler import Scheduler
+from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.transport.link import Link
 
 _MAIN = threading.main_thread()
@@ -145,7 +146,8 @@ _starved_since: list[float | None] = [None]
 
 def _timed_run(run: Any) -> Any:
     def _run(self: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
-        name = getattr(call, "__qualname__", "?").replace("Scheduler.", "")
+        name = getattr(call, "__qualname__", "?").replace("Scheduler.", "").replace(
+            "Outbox.", "")
         asked = time.perf_counter()
 
         def timed() -> Any:
@@ -191,7 +193,7 @@ def _stopped(self: Any) -> None:
 
 IOThread.start = _started  # type: ignore[method-assign]
 IOThread.stop = _stopped  # type: ignore[method-assign]
-Scheduler._run = _timed_run(Scheduler._run)  # type: ignore[method-assign]
+RedisJobs.run = _timed_run(RedisJobs.run)  # type: ignore[method-assign]
 Scheduler.next_request = _timed_next(Scheduler.next_request)  # type: ignore[method-assign]
 _figures = figures
 

@@ -1,0 +1,3 @@
+"""The parts of :class:`scrapy_bloomdupe.scheduler.Scheduler`, one module each: where its
+Redis work runs (:mod:`.jobs`), how callbacks' outputs go to Redis together
+(:mod:`.outbox`), and how it keeps its leases (:mod:`.upkeep`)."""

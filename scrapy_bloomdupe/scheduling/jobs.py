@@ -1,0 +1,127 @@
+"""Where the scheduler's Redis work runs: the filter's and the queue's calls, one at a
+time, under one lock; on a thread of its own during a crawl (:mod:`..frontier.iothread`),
+so that Scrapy's reactor never waits for Redis, and here and at once otherwise (a tool,
+a test, or a crawl whose dupefilter is not this package's).
+
+The one place that acts on what a call meets: an outage is waited out (the
+dupefilter's :class:`~scrapy_bloomdupe.transport.outage.OutageGuard`), a refusal or a
+lost filter stops the crawl (``RedisBloomDupeFilter.fail``), and once the crawl has
+stopped on an error nothing more is sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from ..dupefilter import RedisBloomDupeFilter
+from ..exceptions import BloomDupeError
+from ..frontier.iothread import IOThread
+from ..transport.outage import RedisUnavailable
+
+T = TypeVar("T")
+
+
+class Stopped(BloomDupeError):
+    """A Redis job that came up after this worker stopped the crawl on an error: not run.
+    Once a crawl stopped, nothing more is sent to Redis (what the job would have
+    written stays leased and comes back to the next workers); without this, each job
+    already in line would wait out the same outage, one after the other, before the
+    worker could close."""
+
+
+def never_after_stop(failure: Failure) -> Deferred[Any]:
+    """An errback: a job not run because the crawl stopped pauses its chain for good
+    (a Deferred that never fires); any other failure goes on down the chain."""
+    return Deferred() if isinstance(failure.value, Stopped) else defer.fail(failure)
+
+
+def acted_on(failure: Failure) -> Failure | None:
+    """The end of a Redis job's errbacks: a Redis error was acted on (the crawl stops)."""
+    return None if isinstance(failure.value, (RedisError, BloomDupeError)) else failure
+
+
+class RedisJobs:
+    """The scheduler's Redis work: :meth:`run` (a job, on the Redis thread during a
+    crawl), :meth:`guarded` (a call here and now), and what a failure does.
+    ``dupefilter`` gives the crawl's dupefilter (set once the scheduler opens); with
+    one that is not this package's, calls run unguarded, as scrapy-redis runs them."""
+
+    def __init__(self, dupefilter: Callable[[], Any]) -> None:
+        self._dupefilter = dupefilter
+        #: The Redis thread, started once the engine runs (see start).
+        self.io = IOThread()
+        #: Serializes the Redis work: the thread's jobs and what runs here and now (the
+        #: crawl's start and end, a tool) never interleave.
+        self.lock = threading.RLock()
+
+    @property
+    def inline(self) -> bool:
+        """Whether calls run here and at once (no Redis thread is running)."""
+        return self.io.inline
+
+    def _df(self) -> RedisBloomDupeFilter | None:
+        df = self._dupefilter()
+        return df if isinstance(df, RedisBloomDupeFilter) else None
+
+    def failed(self) -> bool:
+        """Whether this worker stopped the crawl on an error."""
+        df = self._df()
+        return df is not None and df.failure is not None
+
+    def run(self, call: Callable[[], T], *, now: bool = False) -> Deferred[T]:
+        """``call`` under the lock: on the Redis thread during a crawl, else (``now``)
+        here and at once. A job that comes up after the crawl stopped is not run: its
+        Deferred fails with :class:`Stopped`."""
+        def locked() -> T:
+            with self.lock:
+                if not now and self.failed():
+                    raise Stopped("the crawl stopped on an error")
+                return call()
+        return defer.maybeDeferred(locked) if now else self.io.run(locked)
+
+    def in_redis_thread(self, call: Callable[[], T]) -> Deferred[T]:
+        """``call`` on the Redis thread during a crawl (here and at once otherwise), in
+        turn with the filter's and the queue's work: the Redis work of other components
+        (live figures, the filter's fill) keeps off Scrapy's reactor too. Once the crawl
+        stopped on an error the call is not run, and the Deferred never fires."""
+        d: Deferred[T] = self.run(call).addErrback(never_after_stop)
+        return d
+
+    def outage_call(self, call: Callable[[], T]) -> T:
+        """``call`` with Redis outages waited out (inside a job: see :meth:`run`)."""
+        df = self._df()
+        return call() if df is None else df.outage.call(call)
+
+    def guarded(self, call: Callable[[], T], fallback: T) -> T:
+        """``call`` here and now, an outage waited out. A refusal or an outage past its
+        timeout stops the crawl (or, for an outage, does what ``BLOOMDUPE_ON_OUTAGE``
+        says) and gives ``fallback``; once the crawl has stopped, nothing more is sent
+        (the engine may still ask while it closes; each ask would wait out the outage
+        again)."""
+        df = self._df()
+        if df is None:
+            return call()
+        if df.failure is not None:
+            return fallback
+        try:
+            with self.lock:
+                return df.outage.call(call)
+        except (RedisUnavailable, RedisError, BloomDupeError) as e:
+            df.fail(e)
+            return fallback
+
+    def redis_failed(self, failure: Failure) -> None:
+        """An errback for a job: a Redis error stops the crawl (as :meth:`guarded` does);
+        anything else is a bug, raised."""
+        if not isinstance(failure.value, (RedisError, BloomDupeError)):
+            failure.raiseException()
+        df = self._df()
+        if not isinstance(failure.value, Stopped) and df is not None:
+            df.fail(failure.value)
