@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.settings import Settings
-from scrapy.utils.asyncio import call_later, create_looping_call
+from scrapy.utils.asyncio import call_later
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -74,6 +74,7 @@ from .frontier import queue as frontier_queue
 from .frontier.queue import Lease, PriorityQueue
 from .scheduling.jobs import RedisJobs, Stopped, acted_on
 from .scheduling.outbox import Outbox, Output
+from .scheduling.upkeep import LeaseUpkeep
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check, check_eviction
 
@@ -83,8 +84,6 @@ if TYPE_CHECKING:
     from scrapy.http import Request
     from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
-    from scrapy.utils.asyncio import AsyncioLoopingCall
-    from twisted.internet.task import LoopingCall
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
@@ -106,12 +105,8 @@ WAKE_META = "_bloomdupe_wake"
 #: off, doubling, to MAX_IDLE_POLL while it finds nothing to do.
 IDLE_POLL = 0.5
 MAX_IDLE_POLL = 2.0
-#: Most seconds between two heartbeats (and looks for dead workers' leases).
-MAX_HEARTBEAT = 5.0
 #: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
 ACK_DELAY = 0.05
-#: Most requests named in the WARNING that puts leases back.
-NAMED = 10
 
 
 @dataclass(frozen=True)
@@ -160,7 +155,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: Whether the last pop got all it asked for (see _prefetch_count).
         self._deep = False
         self._handed: dict[str, Lease] = {}
-        self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
+        #: The heartbeat and its company, on the leased queue (see open).
+        self.upkeep: LeaseUpkeep | None = None
         self._wakeup: Any = None
         self._ack_call: Any = None
         #: Where the Redis work of the filter and the queue runs: on a thread of its own
@@ -178,7 +174,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: Times this worker had work (see _busy): a look from before is stale.
         self._work = 0
         self._filling = False
-        self._ticking = False
         #: A pop whose every request had come back too often: pop again.
         self._refill = False
         #: Whether the engine asked for a request and got none since the last pop.
@@ -193,14 +188,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.crawl_done = False
         self._failed_logged = False
         self._done_logged = False
-        #: When this worker last heartbeat (monotonic), and when it may reap again.
-        self._last_beat: float | None = None
-        self._reap_after = 0.0
-        #: When this worker next looks for dead workers' leases (see _reap_due).
-        self._next_reap = 0.0
-        #: When to look for leases of this worker that it does not hold (see _tick).
-        self._next_reclaim = time.monotonic()
-        self._stale_seen = 0
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self._member = secrets.token_hex(6)
 
@@ -343,8 +330,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self.df.leased_queue = self.leased
         _by_crawler[self.crawler] = self
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
-        if self.leased:
-            self._beat()
+        if isinstance(self.queue, PriorityQueue):
+            self.upkeep = LeaseUpkeep(
+                jobs=self.jobs, queue=self.queue,
+                dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
+                server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
+                settle=self._settle, held=lambda: [*self._buffer, *self._handed.values()],
+                verify=self._verify)
+            self.upkeep.beat()
         if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
@@ -379,10 +372,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
         if isinstance(self.df, RedisBloomDupeFilter):
             self.jobs.io.start(reactor)
-        if not self.leased:
-            return  # a scrapy-redis queue has no leases to keep
-        self._heartbeat = create_looping_call(self._tick)
-        self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
+        if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
+            self.upkeep.start()
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
@@ -397,8 +388,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _close(self, reason: str) -> None:
         self.jobs.io.stop()
-        if self._heartbeat is not None and self._heartbeat.running:
-            self._heartbeat.stop()
+        if self.upkeep is not None:
+            self.upkeep.stop()
         for call in (self._wakeup, self._ack_call):
             if call is not None:
                 call.cancel()
@@ -723,7 +714,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         ``spider_idle`` asks of Redis when the worker runs without the thread): put dead
         workers' leases back when due, count what is queued and leased, and, once the
         queue was seen empty before, check that the filter is still there."""
-        reap = self.leased and self._reap_due()
+        reap = self.upkeep is not None and self.upkeep.reap_due()
         verify = self._idle_since is not None
         work = self._work
         call = self.jobs.outage_call
@@ -746,7 +737,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def _filled(self, count: int, answer: tuple[list[Lease], _Look | None]) -> None:
         leases, look = answer
         if look is not None:
-            self._reaped(look.back)
+            if self.upkeep is not None:
+                self.upkeep.reaped(look.back)
             self._look = look
         # A full answer: the queue is deep, the next pop may take a few more (leased only:
         # what a scrapy-redis queue's pop took is lost if this worker dies with it).
@@ -965,115 +957,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._handed.clear()
         self.queue.ack(done)
 
-    def _tick(self) -> None:
-        """Heartbeat (with the pending acks), put dead workers' leases back, and check
-        that the filter is still the one this worker opened; once a lease timeout (and
-        after a master change), put back this worker's own leases that it does not hold."""
-        if self.jobs.failed() or self._ticking:
-            return
-        if not self.jobs.io.inline:
-            self._tick_async()
-            return
-        if self._silence() > self.frontier.lease_timeout and not self._verify():
-            return  # back from a long silence to a crawl that is gone: nothing written
-        self._settle()
-        self._beat()
-        self._reap()
-        self._reclaim()
-        self._verify()
-
-    def _tick_async(self) -> None:
-        """:meth:`_tick` on the Redis thread: the same calls, the same order."""
-        silence, now, timeout = self._silence(), time.monotonic(), self.frontier.lease_timeout
-        reap = silence <= timeout / 2 and self._reap_due()
-        reclaim = now >= self._next_reclaim or self.queue.stale != self._stale_seen
-        if reclaim:
-            self._next_reclaim = now + timeout
-            self._stale_seen = self.queue.stale
-        call = self.jobs.outage_call
-
-        last = self._last_beat
-
-        def job() -> tuple[float, list[tuple[int, Request]], int]:
-            if silence > timeout:
-                self.df.bloom.verify()  # back from a long silence: the crawl may be gone
-            call(self.queue.heartbeat)
-            beat = time.monotonic()
-            # A heartbeat that went through only now (an outage, a full Redis): the other
-            # workers were likely as silent; no reaping (see _beaten).
-            stalled = last is not None and beat - last > timeout / 2
-            back = call(self.queue.reap) if reap and not stalled else []
-            # What this worker holds, the queue knows: what its pops took, less its acks
-            # (a pop answered on this thread whose leases the reactor has yet to see).
-            reclaimed = call(self.queue.reclaim) if reclaim else 0
-            call(self.df.bloom.verify)
-            call(lambda: check_eviction(self.server, warn=False))
-            self.df.flush_crawl_stats_due()
-            return beat, back, reclaimed
-
-        def ticked(answer: tuple[float, list[tuple[int, Request]], int]) -> None:
-            beat, back, reclaimed = answer
-            self._beaten(0.0 if last is None else beat - last, beat)
-            self._reaped(back)
-            self._reclaimed(reclaimed)
-
-        def over(result: Any) -> Any:
-            self._ticking = False
-            return result
-
-        self._ticking = True
-        self.jobs.run(job).addCallbacks(ticked, self.jobs.redis_failed).addBoth(over)
-
     def silence(self) -> float:
-        """Seconds since this worker's last heartbeat went through (0 before the first)."""
-        return self._silence()
-
-    def _silence(self) -> float:
-        """Seconds since this worker's last heartbeat went through."""
-        return 0.0 if self._last_beat is None else time.monotonic() - self._last_beat
-
-    def _reclaim(self) -> None:
-        """This worker's own leases in Redis that it does not hold go back in the queue
-        (their acks or their pop went to a Redis master that a failover replaced)."""
-        now = time.monotonic()
-        if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
-            self._next_reclaim = now + self.frontier.lease_timeout
-            self._stale_seen = self.queue.stale
-            held = [*self._buffer, *self._handed.values()]
-            self._reclaimed(self.jobs.guarded(lambda: self.queue.reclaim(held), 0))
-
-    def _reclaimed(self, back: int) -> None:
-        if back:
-            self.stats.inc_value("bloomdupe/requeued", back)
-            logger.warning("Put %d request(s) back in the shared queue: leased to this "
-                           "worker in Redis but not held by it (their acks or their pop "
-                           "went to a Redis master that a failover replaced); they are "
-                           "fetched again", back, extra={"spider": self.spider})
-
-    def _beat(self) -> None:
-        """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
-        reactor) longer than half the lease timeout, the others were likely silent as
-        long: put no lease back until they have had a lease timeout to heartbeat again,
-        so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
-        silence = self._silence()
-        if self.jobs.guarded(lambda: self.queue.heartbeat() or True, False):
-            self._beaten(silence, time.monotonic())
-
-    def _beaten(self, silence: float, now: float) -> None:
-        """A heartbeat went through at ``now``, ``silence`` seconds after the last one."""
-        timeout = self.frontier.lease_timeout
-        if silence > timeout / 2:
-            self._reap_after = now + timeout
-        if silence > timeout:
-            logger.warning(
-                "This worker was silent for %.1fs, longer than BLOOMDUPE_LEASE_TIMEOUT "
-                "(%ss): its reactor was blocked (a callback or pipeline that blocks, such "
-                "as time.sleep or a synchronous HTTP call), the process was paused "
-                "(SIGSTOP, swapping) or Redis could not be reached. The other workers "
-                "may have put its requests back in the queue: they may be fetched twice. "
-                "Raise BLOOMDUPE_LEASE_TIMEOUT above the longest such pause",
-                silence, timeout, extra={"spider": self.spider})
-        self._last_beat = now
+        """Seconds since this worker's last heartbeat went through (0 before the first,
+        and on a scrapy-redis queue class, which has none)."""
+        return 0.0 if self.upkeep is None else self.upkeep.silence()
 
     def _verify(self) -> bool:
         """Whether the filter is still there, unchanged (else the crawl is stopped)."""
@@ -1081,37 +968,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self.jobs.guarded(self.df.bloom.verify, None)
             self.jobs.guarded(lambda: check_eviction(self.server, warn=False), None)
         return not self.jobs.failed()
-
-    def _reap_due(self) -> bool:
-        """Whether to look for dead workers' leases now: at most every half lease timeout
-        (a look is a script on every shard: with 24 shards and idle polls every second it
-        was a third of an idle crawl's commands), and never in the lease timeout after
-        a stall (see _beaten). A dead worker's leases come back within one and a half
-        lease timeouts and a heartbeat."""
-        now = time.monotonic()
-        if now < max(self._reap_after, self._next_reap):
-            return False
-        self._next_reap = now + self.frontier.lease_timeout / 2
-        return True
-
-    def _reap(self) -> int:
-        if not self._reap_due():
-            return 0
-        back: list[tuple[int, Request]] = self.jobs.guarded(self.queue.reap, [])
-        self._reaped(back)
-        return len(back)
-
-    def _reaped(self, back: list[tuple[int, Request]]) -> None:
-        if back:
-            self.stats.inc_value("bloomdupe/requeued", len(back))
-            named = "; ".join(f"{request.url} ({times}x)" for times, request in back[:NAMED])
-            more = f"; and {len(back) - NAMED} more" if len(back) > NAMED else ""
-            logger.warning("Put %d request(s) back in the shared queue: leased by a worker "
-                           "that stopped heartbeating for %ss (BLOOMDUPE_LEASE_TIMEOUT): "
-                           "%s%s (how often each has come back; one that comes back "
-                           "BLOOMDUPE_MAX_REQUEUES = %d times is recorded as failed)",
-                           len(back), self.frontier.lease_timeout, named, more,
-                           self.frontier.max_requeues, extra={"spider": self.spider})
 
     # -- the end of the crawl -----------------------------------------------------------
 
@@ -1121,8 +977,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._idle_async(spider)
             return
         self._settle(idle=True)
-        if self.leased:
-            self._reap()
+        if self.upkeep is not None:
+            self.upkeep.reap()
             queued, leased = self.jobs.guarded(self.queue.status, (1, 0))
         else:
             queued, leased = self.jobs.guarded(lambda: len(self.queue), 1), 0

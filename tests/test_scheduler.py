@@ -101,7 +101,7 @@ def test_the_scheduler_stays_while_work_may_come_and_clears_only_when_done(
     with pytest.raises(DontCloseSpider):
         scheduler._spider_idle(crawler.spider)  # a lease is held: stay
     peer._settle()  # the peer's engine is done with it (no engine here: done)
-    peer._tick()
+    peer.upkeep.tick()
     with pytest.raises(DontCloseSpider):
         scheduler._spider_idle(crawler.spider)  # empty, but not for the grace yet
     time.sleep(0.25)

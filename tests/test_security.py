@@ -182,7 +182,7 @@ def crawl_workload(url: str, *, lock: bool, persist: bool,
     df.update_stats(with_fill=True)
     while sched.next_request() is not None:  # the crawl runs to its end
         pass
-    sched._tick()  # heartbeat, acks, dead workers' leases
+    sched.upkeep.tick()  # heartbeat, acks, dead workers' leases
     sched._spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
     sched.close("finished")
     if before_flush is not None:
@@ -429,7 +429,7 @@ def window_workload(url: str) -> None:
     assert crawler.stats.get_value("bloomdupe/window/slices") == 1
     while sched.next_request() is not None:
         pass
-    sched._tick()
+    sched.upkeep.tick()
     sched._spider_idle(crawler.spider)
     sched.close("finished")
 

@@ -1,0 +1,222 @@
+"""How a worker keeps its leases on the leased queue: a heartbeat every few seconds
+(which carries the pending acks), dead workers' leases put back in the queue, its own
+leases that it no longer holds put back after a failover, and a check that the filter
+is still the one it opened.
+
+During a crawl all of it is one job on the Redis thread (see :mod:`.jobs`); outside
+one (a tool, a test) it runs here and now.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.asyncio import create_looping_call
+
+from ..transport.diagnose import check_eviction
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy.http import Request
+    from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.asyncio import AsyncioLoopingCall
+    from twisted.internet.task import LoopingCall
+
+    from ..dupefilter import RedisBloomDupeFilter
+    from ..frontier.queue import Lease, PriorityQueue
+    from ..settings import FrontierConfig
+    from .jobs import RedisJobs
+
+logger = logging.getLogger(__name__)
+
+#: Most seconds between two heartbeats (and looks for dead workers' leases).
+MAX_HEARTBEAT = 5.0
+#: Most requests named in the WARNING that puts leases back.
+NAMED = 10
+
+
+class LeaseUpkeep:
+    """The heartbeat and its company for one worker's leased ``queue``. ``settle`` acks
+    what the scheduler handed out and nothing can be working on any more; ``held``
+    gives the leases the scheduler holds (buffered or handed out); ``verify`` checks
+    the filter (see :meth:`Scheduler._verify`) and says whether the crawl goes on."""
+
+    def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
+                 dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
+                 frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
+                 settle: Callable[[], None], held: Callable[[], list[Lease]],
+                 verify: Callable[[], bool]) -> None:
+        self.jobs, self.queue, self.df, self.server = jobs, queue, dupefilter, server
+        self.frontier, self.stats, self.spider = frontier, stats, spider
+        self._settle, self._held, self._verify = settle, held, verify
+        self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
+        self._ticking = False
+        #: When this worker last heartbeat (monotonic), and when it may reap again.
+        self._last_beat: float | None = None
+        self._reap_after = 0.0
+        #: When this worker next looks for dead workers' leases (see reap_due).
+        self._next_reap = 0.0
+        #: When to look for leases of this worker that it does not hold (see tick).
+        self._next_reclaim = time.monotonic()
+        self._stale_seen = 0
+
+    def start(self) -> None:
+        """Tick every third of the lease timeout (at most every MAX_HEARTBEAT s), once
+        the engine runs (the looping call needs its reactor or loop)."""
+        self._heartbeat = create_looping_call(self.tick)
+        self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
+
+    def stop(self) -> None:
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
+
+    def tick(self) -> None:
+        """Heartbeat (with the pending acks), put dead workers' leases back, and check
+        that the filter is still the one this worker opened; once a lease timeout (and
+        after a master change), put back this worker's own leases that it does not hold."""
+        if self.jobs.failed() or self._ticking:
+            return
+        if not self.jobs.inline:
+            self._tick_async()
+            return
+        if self.silence() > self.frontier.lease_timeout and not self._verify():
+            return  # back from a long silence to a crawl that is gone: nothing written
+        self._settle()
+        self.beat()
+        self.reap()
+        self._reclaim()
+        self._verify()
+
+    def _tick_async(self) -> None:
+        """:meth:`tick` on the Redis thread: the same calls, the same order."""
+        df = self.df
+        assert df is not None, "the Redis thread runs only with this package's dupefilter"
+        silence, now, timeout = self.silence(), time.monotonic(), self.frontier.lease_timeout
+        reap = silence <= timeout / 2 and self.reap_due()
+        reclaim = now >= self._next_reclaim or self.queue.stale != self._stale_seen
+        if reclaim:
+            self._next_reclaim = now + timeout
+            self._stale_seen = self.queue.stale
+        call = self.jobs.outage_call
+
+        last = self._last_beat
+
+        def job() -> tuple[float, list[tuple[int, Request]], int]:
+            if silence > timeout:
+                df.bloom.verify()  # back from a long silence: the crawl may be gone
+            call(self.queue.heartbeat)
+            beat = time.monotonic()
+            # A heartbeat that went through only now (an outage, a full Redis): the other
+            # workers were likely as silent; no reaping (see _beaten).
+            stalled = last is not None and beat - last > timeout / 2
+            back = call(self.queue.reap) if reap and not stalled else []
+            # What this worker holds, the queue knows: what its pops took, less its acks
+            # (a pop answered on this thread whose leases the reactor has yet to see).
+            reclaimed = call(self.queue.reclaim) if reclaim else 0
+            call(df.bloom.verify)
+            call(lambda: check_eviction(self.server, warn=False))
+            df.flush_crawl_stats_due()
+            return beat, back, reclaimed
+
+        def ticked(answer: tuple[float, list[tuple[int, Request]], int]) -> None:
+            beat, back, reclaimed = answer
+            self._beaten(0.0 if last is None else beat - last, beat)
+            self.reaped(back)
+            self._reclaimed(reclaimed)
+
+        def over(result: Any) -> Any:
+            self._ticking = False
+            return result
+
+        self._ticking = True
+        self.jobs.run(job).addCallbacks(ticked, self.jobs.redis_failed).addBoth(over)
+
+    def silence(self) -> float:
+        """Seconds since this worker's last heartbeat went through (0 before the first)."""
+        return 0.0 if self._last_beat is None else time.monotonic() - self._last_beat
+
+    def _reclaim(self) -> None:
+        """This worker's own leases in Redis that it does not hold go back in the queue
+        (their acks or their pop went to a Redis master that a failover replaced)."""
+        now = time.monotonic()
+        if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
+            self._next_reclaim = now + self.frontier.lease_timeout
+            self._stale_seen = self.queue.stale
+            held = self._held()
+            self._reclaimed(self.jobs.guarded(lambda: self.queue.reclaim(held), 0))
+
+    def _reclaimed(self, back: int) -> None:
+        if back:
+            self.stats.inc_value("bloomdupe/requeued", back)
+            logger.warning("Put %d request(s) back in the shared queue: leased to this "
+                           "worker in Redis but not held by it (their acks or their pop "
+                           "went to a Redis master that a failover replaced); they are "
+                           "fetched again", back, extra={"spider": self.spider})
+
+    def beat(self) -> None:
+        """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
+        reactor) longer than half the lease timeout, the others were likely silent as
+        long: put no lease back until they have had a lease timeout to heartbeat again,
+        so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
+        silence = self.silence()
+
+        def heartbeat() -> bool:
+            self.queue.heartbeat()
+            return True
+
+        if self.jobs.guarded(heartbeat, False):
+            self._beaten(silence, time.monotonic())
+
+    def _beaten(self, silence: float, now: float) -> None:
+        """A heartbeat went through at ``now``, ``silence`` seconds after the last one."""
+        timeout = self.frontier.lease_timeout
+        if silence > timeout / 2:
+            self._reap_after = now + timeout
+        if silence > timeout:
+            logger.warning(
+                "This worker was silent for %.1fs, longer than BLOOMDUPE_LEASE_TIMEOUT "
+                "(%ss): its reactor was blocked (a callback or pipeline that blocks, such "
+                "as time.sleep or a synchronous HTTP call), the process was paused "
+                "(SIGSTOP, swapping) or Redis could not be reached. The other workers "
+                "may have put its requests back in the queue: they may be fetched twice. "
+                "Raise BLOOMDUPE_LEASE_TIMEOUT above the longest such pause",
+                silence, timeout, extra={"spider": self.spider})
+        self._last_beat = now
+
+    def reap_due(self) -> bool:
+        """Whether to look for dead workers' leases now: at most every half lease timeout
+        (a look is a script on every shard: with 24 shards and idle polls every second it
+        was a third of an idle crawl's commands), and never in the lease timeout after
+        a stall (see _beaten). A dead worker's leases come back within one and a half
+        lease timeouts and a heartbeat."""
+        now = time.monotonic()
+        if now < max(self._reap_after, self._next_reap):
+            return False
+        self._next_reap = now + self.frontier.lease_timeout / 2
+        return True
+
+    def reap(self) -> int:
+        """Put dead workers' leases back, here and now, when due (see reap_due)."""
+        if not self.reap_due():
+            return 0
+        back: list[tuple[int, Request]] = self.jobs.guarded(self.queue.reap, [])
+        self.reaped(back)
+        return len(back)
+
+    def reaped(self, back: list[tuple[int, Request]]) -> None:
+        """Count and name the dead workers' leases a reap put back."""
+        if back:
+            self.stats.inc_value("bloomdupe/requeued", len(back))
+            named = "; ".join(f"{request.url} ({times}x)" for times, request in back[:NAMED])
+            more = f"; and {len(back) - NAMED} more" if len(back) > NAMED else ""
+            logger.warning("Put %d request(s) back in the shared queue: leased by a worker "
+                           "that stopped heartbeating for %ss (BLOOMDUPE_LEASE_TIMEOUT): "
+                           "%s%s (how often each has come back; one that comes back "
+                           "BLOOMDUPE_MAX_REQUEUES = %d times is recorded as failed)",
+                           len(back), self.frontier.lease_timeout, named, more,
+                           self.frontier.max_requeues, extra={"spider": self.spider})
