@@ -22,10 +22,10 @@ it also makes the crawl lose nothing when a worker dies:
   (:meth:`Scheduler.done`, called by this package's middlewares, and
   ``spider_idle``); the ack rides on the next round trip, within
   :data:`ACK_DELAY`. During a crawl this Redis work runs on a thread of its own
-  (:mod:`.frontier.iothread`), never on Scrapy's reactor. A heartbeat every few
+  (:mod:`.scheduling.jobs`), never on Scrapy's reactor. A heartbeat every few
   seconds keeps this worker's leases; the leases of a worker that stops
   heartbeating for ``BLOOMDUPE_LEASE_TIMEOUT`` seconds are put back in the
-  queue by the live ones.
+  queue by the live ones (:mod:`.scheduling.upkeep`).
 * A new request is checked against the filter and queued by one script
   (:meth:`queue_output`), so no crash leaves a request
   in the filter and in no queue.
