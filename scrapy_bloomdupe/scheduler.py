@@ -69,9 +69,10 @@ from .bloom import meta
 from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
 from .exceptions import BloomDupeError
-from .frontier import failed, storable
 from .frontier import queue as frontier_queue
+from .frontier import storable
 from .frontier.queue import Lease, PriorityQueue
+from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, Stopped, acted_on
 from .scheduling.outbox import Outbox, Output
 from .scheduling.upkeep import LeaseUpkeep
@@ -167,8 +168,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._outbox = Outbox(self.jobs.run, self._check_and_push)
         #: Requests given to enqueue_request whose check is on the Redis thread.
         self._enqueuing = 0
-        #: Leases whose failure record is on its way to Redis: True once acked meanwhile.
-        self._recording: dict[str, bool] = {}
+        #: Requests that failed for good, recorded in Redis (the leased queue; see open).
+        self.failed_requests: FailedRequests | None = None
         #: The idle look at the shared queue that _after_poll is acting on (see _fill).
         self._look: _Look | None = None
         #: Times this worker had work (see _busy): a look from before is stale.
@@ -186,7 +187,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: True while this worker sees the crawl done: the queue empty, no lease held,
         #: for the grace period of its current idle spell (any work seen ends it).
         self.crawl_done = False
-        self._failed_logged = False
         self._done_logged = False
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self._member = secrets.token_hex(6)
@@ -338,6 +338,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 settle=self._settle, held=lambda: [*self._buffer, *self._handed.values()],
                 verify=self._verify)
             self.upkeep.beat()
+            self.failed_requests = FailedRequests(
+                jobs=self.jobs, queue=self.queue, server=self.server,
+                limit=self.frontier.failed_limit, stats=self.stats, spider=spider,
+                lease_of=lambda request: request.meta.get(LEASE_META), ack=self._ack,
+                keep_meta=lambda k: k not in ("retry_times", QUEUED_META, LEASE_META),
+                threaded=lambda: not self.jobs.inline and isinstance(
+                    self.df, RedisBloomDupeFilter))
         if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
@@ -804,9 +811,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._ack(field)
 
     def _ack(self, field: str) -> None:
-        if field in self._recording:  # acked once its failure record is in Redis
-            self._recording[field] = True
-            return
+        if self.failed_requests is not None and self.failed_requests.holds_ack(field):
+            return  # acked once its failure record is in Redis
         lease = self._handed.pop(field, None)
         if lease is None or self.jobs.failed():  # after an error what is held comes back
             return
@@ -837,7 +843,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                        "out again (`bloomdupe failed --requeue` fetches it again)",
                        lease.request, lease.requeues, limit, self.frontier.lease_timeout,
                        extra={"spider": self.spider})
-        recorded = self._record_failed(
+        assert self.failed_requests is not None, "the leased queue's"
+        recorded = self.failed_requests.record(
             lease.request, f"its lease expired {lease.requeues} times "
             "(BLOOMDUPE_MAX_REQUEUES): every worker that took it stopped heartbeating")
         recorded.addCallbacks(lambda _: self.queue.ack([lease]), acted_on)
@@ -896,51 +903,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def record_failed(self, request: Request, reason: str) -> None:
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
-        if not self.leased:
-            return
-        self._record_failed(request, reason).addErrback(acted_on)
-
-    def _record_failed(self, request: Request, reason: str) -> Deferred[None]:
-        """:meth:`record_failed`; fires once the record is in Redis (during a crawl, from
-        the Redis thread: the request's lease is acked only then, see _ack)."""
-        meta = {k: v for k, v in request.meta.items()
-                if k not in ("retry_times", QUEUED_META, LEASE_META)}
-        score, payload = self.queue.entry(request.replace(meta=meta))
-
-        def record() -> None:
-            failed.record(self.server, self.queue.tag, url=request.url, method=request.method,
-                          reason=reason, score=score, request=payload,
-                          limit=self.frontier.failed_limit)
-
-        if self.jobs.io.inline or not isinstance(self.df, RedisBloomDupeFilter):
-            self.jobs.guarded(record, None)
-            recorded: Deferred[None] = defer.succeed(None)
-        elif self.jobs.failed():
-            recorded = Deferred()  # never fires: after an error nothing is acked
-        else:
-            lease = request.meta.get(LEASE_META)
-            if lease is not None:
-                self._recording[lease] = False
-
-            def answered(_: None) -> None:
-                if lease is not None and self._recording.pop(lease, False):
-                    self._ack(lease)
-
-            def not_recorded(failure: Failure) -> Failure:
-                if lease is not None:
-                    self._recording.pop(lease, None)
-                self.jobs.redis_failed(failure)
-                return failure
-
-            recorded = self.jobs.run(lambda: self.jobs.outage_call(record))
-            recorded.addCallbacks(answered, not_recorded)
-        self.stats.inc_value("bloomdupe/failed")
-        level = logging.DEBUG if self._failed_logged else logging.WARNING
-        self._failed_logged = True
-        logger.log(level, "Failed for good, recorded in Redis: %s (%s); `bloomdupe failed` "
-                   "lists such requests and --requeue fetches them again", request, reason,
-                   extra={"spider": self.spider})
-        return recorded
+        if self.failed_requests is not None:  # the leased queue only
+            self.failed_requests.record(request, reason).addErrback(acted_on)
 
     # -- leases ---------------------------------------------------------------------
 
@@ -1015,7 +979,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """:meth:`_spider_idle` during a crawl, with no Redis call here: it acts on the
         look at the shared queue that the idle poll took on the Redis thread (see
         _wake), and, with none at hand, asks for one and stays."""
-        if self._enqueuing or self._recording:
+        if self._enqueuing or (self.failed_requests is not None and self.failed_requests.pending):
             # A request's check or a failure's record is on its way: its lease is held.
             self._wake_later()
             raise DontCloseSpider

@@ -1,0 +1,102 @@
+"""Requests that failed for good, kept in Redis (``bloomdupe failed`` lists them and
+``--requeue`` fetches them again): recorded before their lease is acked, so that a
+worker killed in between leaves the lease, and the request comes back, rather than
+neither."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from ..frontier import failed
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy.http import Request
+    from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
+
+    from ..frontier.queue import PriorityQueue
+    from .jobs import RedisJobs
+
+logger = logging.getLogger(__name__)
+
+
+class FailedRequests:
+    """Records failed requests of the leased ``queue``. ``lease_of`` gives the lease a
+    request carries (None for one this worker did not hand out); ``ack`` acks a lease;
+    ``keep_meta`` says which ``request.meta`` keys the record keeps. ``threaded``: the
+    record goes to Redis on the Redis thread (during a crawl with this package's
+    dupefilter), else here and now."""
+
+    def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
+                 server: Redis | RedisCluster, limit: int, stats: StatsCollector,
+                 spider: Spider, lease_of: Callable[[Request], str | None],
+                 ack: Callable[[str], None], keep_meta: Callable[[str], bool],
+                 threaded: Callable[[], bool]) -> None:
+        self.jobs, self.queue, self.server, self.limit = jobs, queue, server, limit
+        self.stats, self.spider = stats, spider
+        self._lease_of, self._ack, self._keep_meta = lease_of, ack, keep_meta
+        self._threaded = threaded
+        #: Leases whose failure record is on its way to Redis: True once acked meanwhile.
+        self._recording: dict[str, bool] = {}
+        self._logged = False
+
+    @property
+    def pending(self) -> bool:
+        """Whether a record is on its way to Redis (its lease is held meanwhile)."""
+        return bool(self._recording)
+
+    def holds_ack(self, field: str) -> bool:
+        """Whether the ack of lease ``field`` waits for its failure record (it is then
+        acked once the record is in Redis)."""
+        if field in self._recording:
+            self._recording[field] = True
+            return True
+        return False
+
+    def record(self, request: Request, reason: str) -> Deferred[None]:
+        """Keep ``request`` in Redis; fires once the record is there (during a crawl,
+        from the Redis thread: the request's lease is acked only then)."""
+        meta = {k: v for k, v in request.meta.items() if self._keep_meta(k)}
+        score, payload = self.queue.entry(request.replace(meta=meta))
+
+        def write() -> None:
+            failed.record(self.server, self.queue.tag, url=request.url, method=request.method,
+                          reason=reason, score=score, request=payload, limit=self.limit)
+
+        if not self._threaded():
+            self.jobs.guarded(write, None)
+            recorded: Deferred[None] = defer.succeed(None)
+        elif self.jobs.failed():
+            recorded = Deferred()  # never fires: after an error nothing is acked
+        else:
+            lease = self._lease_of(request)
+            if lease is not None:
+                self._recording[lease] = False
+
+            def answered(_: None) -> None:
+                if lease is not None and self._recording.pop(lease, False):
+                    self._ack(lease)
+
+            def not_recorded(failure: Failure) -> Failure:
+                if lease is not None:
+                    self._recording.pop(lease, None)
+                self.jobs.redis_failed(failure)
+                return failure
+
+            recorded = self.jobs.run(lambda: self.jobs.outage_call(write))
+            recorded.addCallbacks(answered, not_recorded)
+        self.stats.inc_value("bloomdupe/failed")
+        level = logging.DEBUG if self._logged else logging.WARNING
+        self._logged = True
+        logger.log(level, "Failed for good, recorded in Redis: %s (%s); `bloomdupe failed` "
+                   "lists such requests and --requeue fetches them again", request, reason,
+                   extra={"spider": self.spider})
+        return recorded
