@@ -35,6 +35,7 @@ from helpers import demo_site, start_runspider, take_fetches, wait_workers
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier import queue as frontier_queue
+from scrapy_bloomdupe.scheduling.upkeep import NAMED
 
 ADDON = json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100})
 KEY = "user:bloomdupe"
@@ -315,9 +316,25 @@ def test_a_request_that_keeps_coming_back_is_recorded_failed_and_the_crawl_ends(
     assert "lease expired" in recorded[0].reason and "MAX_REQUEUES" in recorded[0].reason
     others = {int(m) for r in records for m in re.findall(r"id=(\d+)&", r.url)}
     assert [p for p, n in enumerate(fetches) if n == 0 and p not in others] == []
-    assert "came back to the queue" in both
-    # The WARNING that puts leases back names them, and how often.
-    assert re.search(rf"Put \d+ request\(s\) back .*id={block}&cat=\d \(1x\)", both), both
+    # It was put back each time its worker stalled, and recorded at the limit.
+    assert re.search(rf"<GET [^>]*id={block}&cat=\d> came back to the queue {limit} times",
+                     both), both
+    # The WARNING that puts leases back names them, and how often: the first NAMED of
+    # them, then how many more. A stalled worker holds more than its
+    # CONCURRENT_REQUESTS (the acks of pages done just before it stalled wait for a
+    # round trip, ACK_DELAY), so the blocked page is not always among those named.
+    # The first of them (the logs' timestamps; each worker logs its own): the first
+    # stall's, where every lease comes back for the first time.
+    put_back = sorted(re.findall(r"^(\S+ \S+) \S+ WARNING: (Put (\d+) request\(s\) back in the "
+                                 r"shared queue: leased by a worker that stopped [^\n]*)",
+                                 both, re.MULTILINE))
+    assert put_back, both
+    _, line, count_text = put_back[0]
+    count = int(count_text)
+    named = re.findall(r"http://\S+ \((\d+)x\)", line)
+    assert named == ["1"] * min(count, NAMED), line
+    if count > NAMED:
+        assert f"; and {count - NAMED} more" in line, line
     # The stalled worker says so when it resumes.
     assert re.search(r"This worker was silent for \d+\.\ds, longer than "
                      r"BLOOMDUPE_LEASE_TIMEOUT", both)
