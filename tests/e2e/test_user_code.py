@@ -320,9 +320,10 @@ def test_a_request_that_keeps_coming_back_is_recorded_failed_and_the_crawl_ends(
     assert re.search(rf"<GET [^>]*id={block}&cat=\d> came back to the queue {limit} times",
                      both), both
     # The WARNING that puts leases back names them, and how often: the first NAMED of
-    # them, then how many more. A stalled worker holds more than its
-    # CONCURRENT_REQUESTS (the acks of pages done just before it stalled wait for a
-    # round trip, ACK_DELAY), so the blocked page is not always among those named.
+    # them, then how many more. A stalled worker holds more leases than its
+    # CONCURRENT_REQUESTS (its buffer; pages downloaded whose callbacks, or the queuing
+    # of their output, had not ended; acks waiting for their round trip), so the
+    # blocked page is not always among those named.
     # The first of them (the logs' timestamps; each worker logs its own): the first
     # stall's, where every lease comes back for the first time.
     put_back = sorted(re.findall(r"^(\S+ \S+) \S+ WARNING: (Put (\d+) request\(s\) back in the "
