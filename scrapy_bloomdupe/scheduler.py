@@ -270,7 +270,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         always on the leased queue; on a scrapy-redis queue class during a crawl, with
         the Redis thread (else each call is a round trip here and now, as in
         scrapy-redis)."""
-        return self.leased or not self.jobs.io.inline
+        return self.leased or not self.jobs.inline
 
     def open(self, spider: Spider) -> None:
         if self.df is None:
@@ -341,10 +341,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self.failed_requests = FailedRequests(
                 jobs=self.jobs, queue=self.queue, server=self.server,
                 limit=self.frontier.failed_limit, stats=self.stats, spider=spider,
-                lease_of=lambda request: request.meta.get(LEASE_META), ack=self._ack,
-                keep_meta=lambda k: k not in ("retry_times", QUEUED_META, LEASE_META),
-                threaded=lambda: not self.jobs.inline and isinstance(
-                    self.df, RedisBloomDupeFilter))
+                ack=self._ack)
         if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
@@ -385,7 +382,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
             return None
-        if self.jobs.io.inline:
+        if self.jobs.inline:
             self._close(reason)
             return None
         self._outbox.flush()  # the outputs gathering go now
@@ -455,7 +452,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
         parent = request.meta.pop(LEASE_META, None)
-        if isinstance(self.df, RedisBloomDupeFilter) and not self.jobs.io.inline:
+        if isinstance(self.df, RedisBloomDupeFilter) and not self.jobs.inline:
             return self._enqueue_async(request, parent)
         queued = self._enqueue(request)
         if parent is not None:
@@ -605,7 +602,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
 
-        sent = self.jobs.run(job, now=now) if now or self.jobs.io.inline else self._outbox.send(
+        sent = self.jobs.run(job, now=now) if now or self.jobs.inline else self._outbox.send(
             Output(fps, checked_entries, pushed))
         return sent.addCallbacks(answered, failed)
 
@@ -690,7 +687,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._filling = True
         pop = partial(self.jobs.outage_call, partial(self.queue.pop_leases, count)) \
             if self.leased else partial(self._pop_unleased, count)
-        look = self._look_job() if poll and not self.jobs.io.inline else None
+        look = self._look_job() if poll and not self.jobs.inline else None
 
         def job() -> tuple[list[Lease], _Look | None]:
             leases = pop()
@@ -843,8 +840,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                        "out again (`bloomdupe failed --requeue` fetches it again)",
                        lease.request, lease.requeues, limit, self.frontier.lease_timeout,
                        extra={"spider": self.spider})
-        assert self.failed_requests is not None, "the leased queue's"
-        recorded = self.failed_requests.record(
+        recorded = self._record_failed(
             lease.request, f"its lease expired {lease.requeues} times "
             "(BLOOMDUPE_MAX_REQUEUES): every worker that took it stopped heartbeating")
         recorded.addCallbacks(lambda _: self.queue.ack([lease]), acted_on)
@@ -894,7 +890,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def has_pending_requests(self) -> bool:
         if self.buffered and (self._buffer or self._filling or self._enqueuing):
             return True
-        if not self.jobs.io.inline:
+        if not self.jobs.inline:
             # Asked by the engine whenever it looks idle: no round trip here. With nothing
             # in hand it fires spider_idle, whose handler asks Redis whether work is left.
             return False
@@ -904,7 +900,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     def record_failed(self, request: Request, reason: str) -> None:
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
         if self.failed_requests is not None:  # the leased queue only
-            self.failed_requests.record(request, reason).addErrback(acted_on)
+            self._record_failed(request, reason).addErrback(acted_on)
+
+    def _record_failed(self, request: Request, reason: str) -> Deferred[None]:
+        """Record ``request`` as it is to be fetched again (without Scrapy's retry count
+        and this package's marks), its lease acked once the record is in Redis."""
+        assert self.failed_requests is not None, "the leased queue's"
+        meta = {k: v for k, v in request.meta.items()
+                if k not in ("retry_times", QUEUED_META, LEASE_META)}
+        return self.failed_requests.record(request.replace(meta=meta), reason,
+                                           lease=request.meta.get(LEASE_META))
 
     # -- leases ---------------------------------------------------------------------
 
@@ -937,7 +942,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _spider_idle(self, spider: Spider) -> None:
         """This worker has nothing to do: stay while the crawl may still make work."""
-        if not self.jobs.io.inline:
+        if not self.jobs.inline:
             self._idle_async(spider)
             return
         self._settle(idle=True)

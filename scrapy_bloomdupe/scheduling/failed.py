@@ -29,21 +29,15 @@ logger = logging.getLogger(__name__)
 
 
 class FailedRequests:
-    """Records failed requests of the leased ``queue``. ``lease_of`` gives the lease a
-    request carries (None for one this worker did not hand out); ``ack`` acks a lease;
-    ``keep_meta`` says which ``request.meta`` keys the record keeps. ``threaded``: the
-    record goes to Redis on the Redis thread (during a crawl with this package's
-    dupefilter), else here and now."""
+    """Records failed requests of the leased ``queue``; ``ack`` acks a lease. During a
+    crawl a record goes to Redis on the Redis thread (see :mod:`.jobs`), else here and
+    now."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
                  server: Redis | RedisCluster, limit: int, stats: StatsCollector,
-                 spider: Spider, lease_of: Callable[[Request], str | None],
-                 ack: Callable[[str], None], keep_meta: Callable[[str], bool],
-                 threaded: Callable[[], bool]) -> None:
+                 spider: Spider, ack: Callable[[str], None]) -> None:
         self.jobs, self.queue, self.server, self.limit = jobs, queue, server, limit
-        self.stats, self.spider = stats, spider
-        self._lease_of, self._ack, self._keep_meta = lease_of, ack, keep_meta
-        self._threaded = threaded
+        self.stats, self.spider, self._ack = stats, spider, ack
         #: Leases whose failure record is on its way to Redis: True once acked meanwhile.
         self._recording: dict[str, bool] = {}
         self._logged = False
@@ -61,23 +55,23 @@ class FailedRequests:
             return True
         return False
 
-    def record(self, request: Request, reason: str) -> Deferred[None]:
-        """Keep ``request`` in Redis; fires once the record is there (during a crawl,
-        from the Redis thread: the request's lease is acked only then)."""
-        meta = {k: v for k, v in request.meta.items() if self._keep_meta(k)}
-        score, payload = self.queue.entry(request.replace(meta=meta))
+    def record(self, request: Request, reason: str, *, lease: str | None = None
+               ) -> Deferred[None]:
+        """Keep ``request`` in Redis, as it is to be fetched again; fires once the record
+        is there (during a crawl, from the Redis thread: its ``lease``, if this worker
+        handed it out, is acked only then)."""
+        score, payload = self.queue.entry(request)
 
         def write() -> None:
             failed.record(self.server, self.queue.tag, url=request.url, method=request.method,
                           reason=reason, score=score, request=payload, limit=self.limit)
 
-        if not self._threaded():
+        if self.jobs.inline:
             self.jobs.guarded(write, None)
             recorded: Deferred[None] = defer.succeed(None)
         elif self.jobs.failed():
             recorded = Deferred()  # never fires: after an error nothing is acked
         else:
-            lease = self._lease_of(request)
             if lease is not None:
                 self._recording[lease] = False
 
