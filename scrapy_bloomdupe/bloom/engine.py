@@ -41,8 +41,12 @@ class RidingSink(Sink, Protocol):
     """A sink with commands of its own waiting to be sent (the queue's acks), which may
     ride on a check-and-add's round trip instead of taking one of their own."""
 
-    def riders(self, reached: Callable[[tuple[Any, ...]], bool]) -> list[tuple[Any, ...]]:
-        """The waiting commands that ``reached`` says cost no round trip of their own."""
+    def riders(self, reached: Callable[[tuple[Any, ...]], bool]
+               ) -> tuple[list[tuple[Any, ...]], int | None]:
+        """The waiting commands that ``reached`` says cost no round trip of their own,
+        and the Sentinel master epoch they were built for (None: any master); they
+        are built again when :class:`~..transport.sentinel.MasterChanged` says the
+        client moved on."""
 
     def riders_sent(self) -> None:
         """The last :meth:`riders` went through: they are not sent again."""

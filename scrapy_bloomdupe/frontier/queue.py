@@ -38,12 +38,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import redis
 from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
 from ..transport.link import Link
-from ..transport.sentinel import master_epoch
+from ..transport.sentinel import MAX_MASTER_CHANGES, MasterChanged, master_epoch
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -125,8 +126,12 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._waiting: list[int] = []
         #: Acks not yet sent, per shard: (field, epoch), sent with the next round trip.
         self._acks: dict[int, list[tuple[str, int]]] = {}
-        #: How many acks of each shard the last round trip carried (see _acks_sent).
+        #: How many acks of each shard the last round trip carried (see _acks_sent), how
+        #: many of those were stale (dropped), how many ``HDEL`` s lead the round trip,
+        #: and the master epoch they were built for.
         self._acks_carried: dict[int, int] = {}
+        self._acks_stale = 0
+        self._acks_built: tuple[int, int | None] = (0, None)
         #: Acks are added from Scrapy's reactor while the calls run on the scheduler's
         #: Redis thread (frontier/iothread.py).
         self._acks_lock = threading.Lock()
@@ -309,30 +314,37 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def __len__(self) -> int:
         return self.status()[0]
 
-    def riders(self, reached: Callable[[tuple[Any, ...]], bool]) -> list[tuple[Any, ...]]:
+    def riders(self, reached: Callable[[tuple[Any, ...]], bool]
+               ) -> tuple[list[tuple[Any, ...]], int | None]:
         """The pending acks that ``reached`` says go where a check-and-queue's round trip
-        goes anyway (the filter sends them with it; see :class:`~..bloom.engine.RidingSink`).
-        Only acks already pending ride: a page is acked once its output's check-and-queue
-        has answered, so never in the round trip that queues its links."""
-        return self._ack_commands(reached)[0]
+        goes anyway (the filter sends them with it; see :class:`~..bloom.engine.RidingSink`),
+        and the master epoch they were built for. Only acks already pending ride: a page
+        is acked once its output's check-and-queue has answered, so never in the round
+        trip that queues its links."""
+        commands = self._ack_commands(reached)[0]
+        return commands, self._acks_built[1]
 
     def riders_sent(self) -> None:
         self._acks_sent()
 
     def _ack_commands(self, reached: Callable[[tuple[Any, ...]], bool] | None = None
                       ) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """``HDEL`` s of the pending acks (only of shards whose ``HDEL`` is ``reached``)."""
+        """``HDEL`` s of the pending acks (only of shards whose ``HDEL`` is ``reached``),
+        leading the round trip; an ack is sent only to the master its lease was taken
+        from (the round trip is bound to it: see :meth:`_execute`)."""
         epoch = master_epoch(self.server)
         commands: list[tuple[Any, ...]] = []
         with self._acks_lock:
             pending = {shard: list(acks) for shard, acks in self._acks.items()
                        if reached is None or reached(("HDEL", self._leases[shard]))}
         self._acks_carried = {shard: len(acks) for shard, acks in pending.items()}
+        self._acks_stale = 0
         for shard, acks in pending.items():
             fields = [field for field, taken in acks if taken == epoch]
-            self.stale += len(acks) - len(fields)
+            self._acks_stale += len(acks) - len(fields)
             if fields:
                 commands.append(("HDEL", self._leases[shard], *fields))
+        self._acks_built = (len(commands), epoch if commands else None)
         return commands, [""] * len(commands)
 
     def _acks_sent(self) -> None:
@@ -341,23 +353,40 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             for shard, count in self._acks_carried.items():
                 del self._acks.get(shard, [])[:count]
             self._acks = {shard: acks for shard, acks in self._acks.items() if acks}
-        self._acks_carried = {}
+        self.stale += self._acks_stale
+        self._acks_carried, self._acks_stale, self._acks_built = {}, 0, (0, None)
 
     def _execute(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
         """One round trip; scripts flushed from Redis (a restart) are loaded again
-        and the round trip repeated (every command in it is safe to repeat)."""
-        replies = self._link.execute(commands)
+        and the round trip repeated (every command in it is safe to repeat). Its
+        leading acks (:meth:`_ack_commands`) were built for one master: when the
+        client has moved to another (a Sentinel failover) they are built again, without
+        the acks of leases taken from the old one. Callers read replies from the end."""
+        replies = self._bound(commands, names)
         for _ in range(MAX_SCRIPT_RELOADS):
             if not any(isinstance(r, NoScriptError) for r in replies):
                 break
             # On the link's own connection: the server that answered NOSCRIPT.
             self._link.load_scripts([self._scripts[name].script for name in {
                 n for n, r in zip(names, replies, strict=True) if isinstance(r, NoScriptError)}])
-            replies = self._link.execute(commands)
+            replies = self._bound(commands, names)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+    def _bound(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
+        """Send ``commands`` to the master their leading acks were built for; on
+        :class:`MasterChanged` (nothing was sent) build the acks again and resend."""
+        for _ in range(MAX_MASTER_CHANGES):
+            count, epoch = self._acks_built
+            try:
+                return self._link.execute(commands, built_for=epoch)
+            except MasterChanged:
+                acks, ack_names = self._ack_commands()  # the stale ones left out now
+                commands[:count], names[:count] = acks, ack_names
+        raise redis.ConnectionError(f"the Redis master changed {MAX_MASTER_CHANGES} times "
+                                    "while a round trip was built")
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
         """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its

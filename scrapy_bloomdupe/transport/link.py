@@ -29,6 +29,7 @@ from redis.exceptions import MovedError, ResponseError
 
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
+from .sentinel import MasterConnection
 from .wait import WaitPolicy
 
 if TYPE_CHECKING:
@@ -61,11 +62,23 @@ class Link:
         """Retry and redirection counts of a cluster link (None for one node)."""
         return self._cluster.counters if self._cluster is not None else None
 
-    def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def execute(self, commands: Sequence[tuple[Any, ...]], *,
+                built_for: int | None = None) -> list[Any]:
+        """``built_for``: the Sentinel master epoch the batch was built for (the queue's
+        acks): if the client has moved to another master, nothing is sent and
+        :class:`~.sentinel.MasterChanged` is raised, whatever retry would resend it."""
         # One round trip at a time on the held connection, whichever thread asks (the
         # scheduler's Redis thread during a crawl, Scrapy's at its start and end).
         with self._lock:
-            return self._execute(commands)
+            conn = (self._connection() if built_for is not None and self._cluster is None
+                    and self._pool is not None else None)
+            if not isinstance(conn, MasterConnection):
+                return self._execute(commands)
+            conn.built_for = built_for
+            try:
+                return self._execute(commands)
+            finally:
+                conn.built_for = None
 
     def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if self._cluster is not None:

@@ -21,6 +21,7 @@ are separate, as Sentinel's ``requirepass`` usually differs from the master's.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,9 @@ logger = logging.getLogger(__name__)
 SENTINEL_SOCKET_TIMEOUT = 2.0
 #: How often a connection that stays up asks the sentinels where the master is (seconds).
 MASTER_CHECK_INTERVAL = 0.25
+#: Times in a row a round trip is built again because the master changed meanwhile
+#: (:class:`MasterChanged`) before it counts as Redis being unavailable.
+MAX_MASTER_CHANGES = 5
 #: Client arguments that name where the master is: the sentinels say that.
 _ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
 
@@ -70,35 +74,72 @@ class MasterConnection(SentinelManagedConnection):
     client switch at once. Each switch adds one to the pool's epoch
     (:func:`master_epoch`), so that the queue can tell work that straddled a
     switch. The sentinels not answering is no reason to stop: connections are kept.
+
+    A batch built for one master (:attr:`built_for`, its epoch: the queue's acks)
+    is never sent to another: when the connection would go to the next master
+    (a switch, or a retry that reconnects), :class:`MasterChanged` is raised
+    instead, before anything is sent, and the batch is built again.
     """
+
+    #: The master epoch the batch being sent was built for (None: any master). Set by
+    #: :class:`~.link.Link` around one round trip.
+    built_for: int | None = None
 
     def connect_check_health(self, check_health: bool = True,
                              retry_socket_connect: bool = True) -> None:
-        pool = self.connection_pool
+        pool = _pool_of(self.connection_pool)
         if getattr(self, "_sock", None) is None and pool.is_master:
             self.host, self.port = _learn(pool, pool.get_master_address())
         super().connect_check_health(check_health=check_health,
                                      retry_socket_connect=retry_socket_connect)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        pool = self.connection_pool
-        if getattr(self, "_sock", None) is not None and pool.is_master:
-            address = _refresh(pool)
-            if address is not None and (self.host, self.port) != address:
-                self.disconnect()  # the next line reconnects, to the master
+        pool = _pool_of(self.connection_pool)
+        if pool.is_master:
+            if getattr(self, "_sock", None) is not None:
+                address = _refresh(pool)
+                if address is not None and (self.host, self.port) != address:
+                    self.disconnect()  # reconnected below, to the master
+            if self.built_for is not None:
+                if getattr(self, "_sock", None) is None:
+                    self.connect_check_health(check_health=False)  # asks the sentinels
+                epoch = int(getattr(pool, "_bloomdupe_epoch", 0))
+                if epoch != self.built_for:
+                    raise MasterChanged(f"the Redis master changed (epoch {self.built_for} -> "
+                                        f"{epoch}) between building a round trip and sending it")
         super().send_packed_command(command, check_health=check_health)
+
+
+class MasterChanged(redis.RedisError):
+    """A batch built for one master was about to be sent to the next one; nothing was
+    sent. Not a ``ConnectionError``: no retry resends the same batch."""
+
+
+def _pool_of(pool: Any) -> Any:
+    """The client's pool behind ``pool``. redis-py (8.1 here) hands each connection a
+    ``SentinelConnectionPoolProxy`` of it, not the pool: what a connection learns
+    must be what :func:`master_epoch` reads from the client's pool. (Kept apart,
+    the two learned of a failover up to a poll apart, and an ack could be judged
+    against the old master and sent to the new one: a page lost in CI.)"""
+    ref = getattr(pool, "connection_pool_ref", None)
+    owner = ref() if ref is not None else None
+    return owner if owner is not None else pool
+
+
+_learning = threading.Lock()
 
 
 def _learn(pool: Any, address: Any) -> tuple[str, int]:
     """Record ``address`` as the master's in ``pool``; a change is a new epoch."""
     host, port = str(address[0]), int(address[1])
-    known = getattr(pool, "_bloomdupe_master", None)
-    if known is not None and known != (host, port):
-        pool._bloomdupe_epoch = getattr(pool, "_bloomdupe_epoch", 0) + 1
-        logger.warning("Redis Sentinel: the master of %r is now %s:%s (was %s:%s); every "
-                       "connection follows it", pool.service_name, host, port, *known)
-    pool._bloomdupe_master = (host, port)
-    pool._bloomdupe_checked = time.monotonic()
+    with _learning:  # the Redis thread and Scrapy's may learn at once: one new epoch
+        known = getattr(pool, "_bloomdupe_master", None)
+        if known is not None and known != (host, port):
+            pool._bloomdupe_epoch = getattr(pool, "_bloomdupe_epoch", 0) + 1
+            logger.warning("Redis Sentinel: the master of %r is now %s:%s (was %s:%s); every "
+                           "connection follows it", pool.service_name, host, port, *known)
+        pool._bloomdupe_master = (host, port)
+        pool._bloomdupe_checked = time.monotonic()
     return host, port
 
 

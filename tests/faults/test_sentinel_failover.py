@@ -122,7 +122,12 @@ def test_a_crawl_follows_the_master_through_a_failover(
         assert "Traceback" not in log, message + "\n" + log[-3000:]
     assert codes == [0] * WORKERS, message
     assert stall <= MAX_STALL, message
-    assert never == 0, message
+    missing = [page for page, n in enumerate(fetches) if n == 0]
+    # Which pages, and what the workers' logs say of the failover, to find out why.
+    assert never == 0, "\n".join([
+        message, f"never fetched: pages {missing[:20]}",
+        *(f"worker-{i}: {line}" for i, log in enumerate(logs) for line in log.splitlines()
+          if "WARNING" in line or "ERROR" in line or "master changed" in line)])
     # The crawl-wide stats followed the master too, and the command line finds them there.
     stats = subprocess.run(
         [sys.executable, "-m", "scrapy_bloomdupe.cli", "stats", "--spider", "site", "--json",
