@@ -29,6 +29,7 @@ from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.outage import OutageGuard, RedisUnavailable
+from .transport.wait import replicas_to_wait
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
@@ -129,8 +130,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             engine = BloomFilter.engine_for(client, key, config.engine)
         except redis.exceptions.NoPermissionError:  # HGETALL denied: the probe names it
             engine = "lua" if config.engine == "auto" else config.engine
+        wait = replicas_to_wait(wait_replicas(crawler.settings), client)
         # An ACL that lacks a command: one error now, not on page one.
-        probe(client, key, engine, window=config.window is not None)
+        probe(client, key, engine, window=config.window is not None, wait=wait > 0)
         check_eviction(client)
         try:
             bloom = BloomFilter.open(
@@ -143,7 +145,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 lock_ttl=config.lock_ttl,
                 lock_wait=config.lock_wait,
                 local_cache=config.local_cache,
-                wait_replicas=wait_replicas(crawler.settings),
+                wait_replicas=wait,
                 engine=config.engine,
                 window=config.window,
             )
@@ -188,12 +190,14 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         logger.info(
             "Bloom filter %(key)s: capacity %(capacity)d at error rate %(rate)g, %(shards)d "
             "shard(s) of %(bytes)d bytes, %(k)d hashes, %(gens)d generation(s), growth %(growth)s, "
-            "%(fp)s fingerprints, %(mode)s mode",
+            "%(fp)s fingerprints, %(mode)s mode%(wait)s",
             {"key": bloom.key, "capacity": bloom.sizing.capacity,
              "rate": bloom.sizing.error_rate, "shards": bloom.sizing.shards,
              "bytes": bloom.sizing.bytes_per_shard, "k": bloom.sizing.hashes,
              "gens": len(bloom.generations), "growth": "on" if bloom.growth else "off",
-             "fp": bloom.fingerprint, "mode": "lock" if bloom.use_lock else "atomic"},
+             "fp": bloom.fingerprint, "mode": "lock" if bloom.use_lock else "atomic",
+             "wait": f", WAIT {bloom.replicas_waited} after each write" if bloom.replicas_waited
+             else ""},
         )
         return instance
 

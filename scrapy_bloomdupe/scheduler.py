@@ -78,6 +78,7 @@ from .scheduling.outbox import Outbox, Output
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check, check_eviction
+from .transport.wait import replicas_to_wait
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
@@ -293,7 +294,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     spider.name), 1
             extra = {"tag": tag, "shards": shards,
                      "lease_timeout": self.frontier.lease_timeout,
-                     "wait_replicas": wait_replicas(self.crawler.settings)}
+                     "wait_replicas": replicas_to_wait(wait_replicas(self.crawler.settings),
+                                                       self.server)}
         try:
             self.queue = queue_cls(
                 server=self.server,

@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_LOCAL_CACHE": 100_000,
     "BLOOMDUPE_REDIS_URL": None,
     "BLOOMDUPE_REDIS_CLUSTER": False,
-    "BLOOMDUPE_WAIT_REPLICAS": 0,
+    "BLOOMDUPE_WAIT_REPLICAS": None,  # 1 on a cluster with replicas, else 0 (transport.wait)
     "BLOOMDUPE_SENTINELS": None,
     "BLOOMDUPE_SENTINEL_MASTER": None,
     "BLOOMDUPE_SENTINEL_PASSWORD": None,
@@ -385,7 +385,7 @@ class RedisSettings:
     params: dict[str, Any] = field(default_factory=dict)
     redis_cls: Any = None
     cluster: bool = False
-    wait_replicas: int = 0
+    wait_replicas: int | None = None
     #: Redis Sentinel (``BLOOMDUPE_SENTINELS``): the sentinels' (host, port); empty
     #: for a single node or a cluster.
     sentinels: tuple[tuple[str, int], ...] = ()
@@ -511,11 +511,12 @@ def _load_class(value: Any) -> Any:
                           f"cannot be imported ({e})") from None
 
 
-def wait_replicas(settings: BaseSettings) -> int:
-    """``BLOOMDUPE_WAIT_REPLICAS``: replicas each check-and-add waits for (``WAIT``)."""
+def wait_replicas(settings: BaseSettings) -> int | None:
+    """``BLOOMDUPE_WAIT_REPLICAS``: replicas each check-and-add waits for (``WAIT``);
+    None when unset (:func:`~.transport.wait.replicas_to_wait` decides by the client)."""
     raw = settings.get(WAIT_SETTING)
     if is_unset(raw):
-        return 0
+        return None
     return parse_int(WAIT_SETTING, raw, minimum=0)
 
 

@@ -14,6 +14,7 @@ of whoever took its slots).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 from .testing import RedisServer
 
@@ -45,6 +47,19 @@ def _free_ports(count: int) -> list[int]:
 def _command(c: redis.Redis, *args: Any) -> Any:
     run: Any = c.execute_command  # redis-py leaves it unannotated
     return run(*args)
+
+
+def _key_on(c: redis.Redis, port: int) -> str:
+    """A key whose slot the master on ``port`` (``c``) serves."""
+    ranges = []
+    for start, end, master, *_ in _command(c, "CLUSTER", "SLOTS"):
+        if int(master[1]) == port:
+            ranges.append((int(start), int(end)))
+    for i in itertools.count():
+        key = f"bloomdupe-warm-{i}"
+        if any(start <= key_slot(key.encode()) <= end for start, end in ranges):
+            return key
+    raise AssertionError("unreachable")
 
 
 def _cluster_info(c: redis.Redis) -> dict[str, str]:
@@ -157,10 +172,34 @@ class LocalCluster:
                     f"{done.stderr.decode(errors='replace')[-2000:]}"
                 )
             self.wait_ok(timeout)
+            if self.replicas:
+                self.wait_replicated(timeout)
         except BaseException:
             self.close()
             raise
         return self
+
+    def wait_replicated(self, timeout: float = 30.0) -> None:
+        """Until each master's replicas answer a write's ``WAIT`` within 100 ms. Online is
+        not enough: measured, a fresh replica answered a master's first ``WAIT`` s late
+        (0.3-0.6 s, or not within 500 ms), which a test of ``WAIT`` takes for a
+        missing replica, and a crawl (``WAIT 1`` by default on a cluster with
+        replicas) logs as one."""
+        deadline = time.monotonic() + timeout
+        for port in self.master_ports():
+            c = self.node(port).client(socket_timeout=2, socket_connect_timeout=2)
+            try:
+                key = _key_on(c, port)
+                while True:
+                    c.set(key, 1)
+                    if int(_command(c, "WAIT", self.replicas, 100)) >= self.replicas:
+                        c.delete(key)
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the replicas of 127.0.0.1:{port} did not answer "
+                                           f"WAIT within {timeout}s")
+            finally:
+                c.close()
 
     def _live(self) -> Iterator[ClusterNodeProcess]:
         return (n for n in self.nodes if n.alive)

@@ -20,6 +20,7 @@ from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_slots
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.settings import wait_replicas
 from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_cluster import LocalCluster
@@ -90,6 +91,40 @@ def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_u
     assert df.bloom._link.wait.replicas == 1
     assert not df.request_seen(Request("https://a.example/"))
     assert df.bloom._link.wait.short == 0
+    df.close("finished")
+
+
+def test_unset_a_cluster_whose_masters_have_replicas_waits_for_one(cluster_url: str) -> None:
+    """On a cluster a page's links and its lease are on different masters: a master that
+    crashed before passing the links on would lose them after the page was acked. So
+    ``BLOOMDUPE_WAIT_REPLICAS`` unset means ``WAIT 1`` there, for the filter's round
+    trips, the queue's, and the failure records (on the queue's link)."""
+    crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True)
+    assert wait_replicas(crawler.settings) is None
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    try:
+        assert scheduler.df.bloom._link.wait.replicas == 1
+        assert scheduler.queue._link.wait.replicas == 1
+        assert not scheduler.df.request_seen(Request("https://a.example/"))
+        assert scheduler.df.bloom._link.wait.short == 0
+    finally:
+        scheduler.close("finished")
+    # Set, the setting decides.
+    crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True, BLOOMDUPE_WAIT_REPLICAS=0)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert df.bloom._link.wait.replicas == 0
+    df.close("finished")
+
+
+def test_unset_a_cluster_without_replicas_or_one_node_waits_for_none(redis_url: str) -> None:
+    with LocalCluster(masters=3, replicas=0) as servers:
+        crawler = crawler_for(servers.url, BLOOMDUPE_REDIS_CLUSTER=True)
+        df = build_from_crawler(RedisBloomDupeFilter, crawler)
+        assert df.bloom._link.wait.replicas == 0
+        df.close("finished")
+    df = build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
+    assert df.bloom._link.wait.replicas == 0
     df.close("finished")
 
 

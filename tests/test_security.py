@@ -293,6 +293,19 @@ def test_too_few_permissions_is_one_clear_error(auth_server: RedisServer, admin:
     assert_no_secret(_record_texts(caplog.records))
 
 
+def test_waiting_for_replicas_without_the_wait_rule_is_refused_at_start(
+        auth_server: RedisServer, admin: redis.Redis) -> None:
+    """``BLOOMDUPE_WAIT_REPLICAS`` (or its default on a cluster with replicas) sends
+    ``WAIT``: an ACL without it stops the crawl at start, naming the rule."""
+    set_user(admin, acl_rules())
+    url = url_for(auth_server, f"{USER}:{PASSWORD}")
+    with pytest.raises(BloomDupeError, match=r"WAIT\. Add \+wait"):
+        build_from_crawler(RedisBloomDupeFilter, sec_crawler(url, BLOOMDUPE_WAIT_REPLICAS=1))
+    set_user(admin, [*acl_rules(), "+wait"])
+    df = build_from_crawler(RedisBloomDupeFilter, sec_crawler(url, BLOOMDUPE_WAIT_REPLICAS=1))
+    df.close("finished")
+
+
 def test_noperm_is_a_response_error(auth_server: RedisServer, admin: redis.Redis) -> None:
     """The persistence warning's ``except ResponseError`` also catches a denied CONFIG GET."""
     set_user(admin, acl_rules())

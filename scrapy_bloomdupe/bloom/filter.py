@@ -150,6 +150,8 @@ class BloomFilter(Calls, Growth, Forgetting):
             self.engine = self.window_engine
             self.cache = TimedCache(local_cache, self.window_engine.clock.now)
         self._link = Link(client, wait_replicas=wait_replicas)
+        #: Replicas each round trip waits for (``WAIT``; 0: none).
+        self.replicas_waited = wait_replicas
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
         #: ``keys.forgets`` as last read, and when (``time.monotonic()``, as the read began)

@@ -48,6 +48,13 @@ def record(client: Redis | RedisCluster, tag: str, *, url: str, method: str, rea
                 maxlen=limit, approximate=True)
 
 
+def record_command(tag: str, *, url: str, method: str, reason: str, score: int,
+                   request: bytes, limit: int) -> tuple[Any, ...]:
+    """:func:`record` as a command, for a round trip on the queue's link."""
+    return ("XADD", keys.failed(tag), "MAXLEN", "~", limit, "*", "url", url, "method", method,
+            "reason", reason, "score", score, "request", request)
+
+
 def read(client: Redis | RedisCluster, tag: str, count: int | None = None
          ) -> list[FailedRequest]:
     """The records, oldest first (at most ``count``)."""

@@ -356,35 +356,44 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.stale += self._acks_stale
         self._acks_carried, self._acks_stale, self._acks_built = {}, 0, (0, None)
 
-    def _execute(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
+    def send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Commands of this worker's own (a failure record) in one round trip on the
+        queue's link, with its ``WAIT`` if the crawl waits for replicas; an error reply
+        is raised."""
+        return self._execute(list(commands), [""] * len(commands), acks=False)
+
+    def _execute(self, commands: list[tuple[Any, ...]], names: list[str], *,
+                 acks: bool = True) -> list[Any]:
         """One round trip; scripts flushed from Redis (a restart) are loaded again
         and the round trip repeated (every command in it is safe to repeat). Its
         leading acks (:meth:`_ack_commands`) were built for one master: when the
         client has moved to another (a Sentinel failover) they are built again, without
-        the acks of leases taken from the old one. Callers read replies from the end."""
-        replies = self._bound(commands, names)
+        the acks of leases taken from the old one. Callers read replies from the end.
+        ``acks``: the round trip starts with :meth:`_ack_commands` (built just now)."""
+        replies = self._bound(commands, names, acks)
         for _ in range(MAX_SCRIPT_RELOADS):
             if not any(isinstance(r, NoScriptError) for r in replies):
                 break
             # On the link's own connection: the server that answered NOSCRIPT.
             self._link.load_scripts([self._scripts[name].script for name in {
                 n for n, r in zip(names, replies, strict=True) if isinstance(r, NoScriptError)}])
-            replies = self._bound(commands, names)
+            replies = self._bound(commands, names, acks)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return replies
 
-    def _bound(self, commands: list[tuple[Any, ...]], names: list[str]) -> list[Any]:
+    def _bound(self, commands: list[tuple[Any, ...]], names: list[str], acks: bool
+               ) -> list[Any]:
         """Send ``commands`` to the master their leading acks were built for; on
         :class:`MasterChanged` (nothing was sent) build the acks again and resend."""
         for _ in range(MAX_MASTER_CHANGES):
-            count, epoch = self._acks_built
+            count, epoch = self._acks_built if acks else (0, None)
             try:
                 return self._link.execute(commands, built_for=epoch)
             except MasterChanged:
-                acks, ack_names = self._ack_commands()  # the stale ones left out now
-                commands[:count], names[:count] = acks, ack_names
+                rebuilt, rebuilt_names = self._ack_commands()  # the stale ones left out now
+                commands[:count], names[:count] = rebuilt, rebuilt_names
         raise redis.ConnectionError(f"the Redis master changed {MAX_MASTER_CHANGES} times "
                                     "while a round trip was built")
 

@@ -63,8 +63,11 @@ class FailedRequests:
         score, payload = self.queue.entry(request)
 
         def write() -> None:
-            failed.record(self.server, self.queue.tag, url=request.url, method=request.method,
-                          reason=reason, score=score, request=payload, limit=self.limit)
+            # On the queue's link: with its WAIT, if the crawl waits for replicas (on a
+            # cluster the record and the lease are on different masters).
+            self.queue.send([failed.record_command(
+                self.queue.tag, url=request.url, method=request.method, reason=reason,
+                score=score, request=payload, limit=self.limit)])
 
         if self.jobs.inline:
             self.jobs.guarded(write, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -349,19 +350,25 @@ def probe_commands(key: str, engine: str = "lua", *, window: bool = False
 
 
 def probe(client: Redis | RedisCluster, key: str, engine: str = "lua", *,
-          window: bool = False) -> None:
-    """Run :func:`probe_commands` (and ``TIME``, ``SCRIPT LOAD``, ``EVALSHA``) before the
-    crawl writes anything: a user whose ACL lacks one of them gets one error naming
-    every missing rule, instead of a crawl that fails on its first page."""
+          window: bool = False, wait: bool = False) -> None:
+    """Run :func:`probe_commands` (and ``TIME``, ``SCRIPT LOAD``, ``EVALSHA``, and with
+    ``wait`` ``WAIT 0 0``) before the crawl writes anything: a user whose ACL lacks one
+    of them gets one error naming every missing rule, instead of a crawl that fails on
+    its first page."""
     commands = probe_commands(key, engine, window=window)
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)
     outcomes = [(c[0].lower(), r) for c, r in zip(
         commands, pipe.execute(raise_on_error=False), strict=True)]
-    for name, call in (("time", client.time),
-                       ("script|load", lambda: client.script_load(_PROBE_SCRIPT)),
-                       ("evalsha", lambda: client.evalsha(_PROBE_SHA, 1, keys.probe(key, "s")))):
+    run: Any = client.execute_command  # redis-py leaves it unannotated
+    where_to = {"target_nodes": "random"} if is_cluster(client) else {}
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("time", client.time), ("script|load", lambda: client.script_load(_PROBE_SCRIPT)),
+        ("evalsha", lambda: client.evalsha(_PROBE_SHA, 1, keys.probe(key, "s")))]
+    if wait:
+        calls.append(("wait", lambda: run("WAIT", 0, 0, **where_to)))
+    for name, call in calls:
         try:
             outcomes.append((name, call()))
         except redis.ResponseError as e:
