@@ -289,13 +289,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue):
             if isinstance(self.df, RedisBloomDupeFilter):
                 tag, shards = self.df.bloom.key, self.df.bloom.sizing.shards
+                wait = self.df.bloom.replicas_waited  # the filter's decision, not another
             else:
                 tag, shards = BloomDupeConfig.from_settings(self.crawler.settings).key_for(
                     spider.name), 1
+                wait = replicas_to_wait(wait_replicas(self.crawler.settings), self.server)
             extra = {"tag": tag, "shards": shards,
-                     "lease_timeout": self.frontier.lease_timeout,
-                     "wait_replicas": replicas_to_wait(wait_replicas(self.crawler.settings),
-                                                       self.server)}
+                     "lease_timeout": self.frontier.lease_timeout, "wait_replicas": wait}
         try:
             self.queue = queue_cls(
                 server=self.server,
@@ -341,9 +341,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 verify=self._verify)
             self.upkeep.beat()
             self.failed_requests = FailedRequests(
-                jobs=self.jobs, queue=self.queue, server=self.server,
-                limit=self.frontier.failed_limit, stats=self.stats, spider=spider,
-                ack=self._ack)
+                jobs=self.jobs, queue=self.queue, limit=self.frontier.failed_limit,
+                stats=self.stats, spider=spider, ack=self._ack)
         if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 

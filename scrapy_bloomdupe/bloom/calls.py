@@ -19,13 +19,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from .. import hashing
 from ..exceptions import BloomDupeError
 from ..transport.outage import TRANSIENT
-from ..transport.sentinel import MAX_MASTER_CHANGES, MasterChanged
 from .engine import RidingSink
 from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
 
@@ -253,20 +251,17 @@ class Calls:
         checks = len(commands)
         riding = sink if isinstance(sink, RidingSink) else None
 
+        def with_riders() -> tuple[list[tuple[Any, ...]], int | None]:
+            # Built for each attempt: an outage's retry, or a new master, may leave out
+            # acks the last one carried.
+            assert riding is not None
+            riders, built_for = riding.riders(self._link.reaches(commands))
+            return [*commands, *riders], built_for
+
         def send() -> list[Any]:
             if riding is None:
                 return _refusals_raised(self._link.execute(commands))
-            for _ in range(MAX_MASTER_CHANGES):
-                # Built for each attempt: an outage's retry, or a new master, may
-                # leave out acks the last one carried.
-                riders, built_for = riding.riders(self._link.reaches(commands))
-                try:
-                    return _refusals_raised(self._link.execute([*commands, *riders],
-                                                               built_for=built_for))
-                except MasterChanged:
-                    continue
-            raise redis.ConnectionError(f"the Redis master changed {MAX_MASTER_CHANGES} "
-                                        "times while a round trip was built")
+            return _refusals_raised(self._link.execute_bound(with_riders))
 
         raw = self._guarded(send)
         for _ in range(MAX_SCRIPT_RELOADS):

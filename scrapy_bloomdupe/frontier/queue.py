@@ -38,13 +38,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import redis
 from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
 from ..transport.link import Link
-from ..transport.sentinel import MAX_MASTER_CHANGES, MasterChanged, master_epoch
+from ..transport.sentinel import master_epoch
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -385,17 +384,22 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def _bound(self, commands: list[tuple[Any, ...]], names: list[str], acks: bool
                ) -> list[Any]:
-        """Send ``commands`` to the master their leading acks were built for; on
-        :class:`MasterChanged` (nothing was sent) build the acks again and resend."""
-        for _ in range(MAX_MASTER_CHANGES):
-            count, epoch = self._acks_built if acks else (0, None)
-            try:
-                return self._link.execute(commands, built_for=epoch)
-            except MasterChanged:
+        """Send ``commands`` to the master their leading acks were built for; after a
+        :class:`~..transport.sentinel.MasterChanged` (nothing was sent) the acks are built
+        again, in place, and the round trip resent."""
+        if not acks:
+            return self._link.execute(commands)
+        attempts = 0
+
+        def build() -> tuple[list[tuple[Any, ...]], int | None]:
+            nonlocal attempts
+            if attempts:
+                count = self._acks_built[0]
                 rebuilt, rebuilt_names = self._ack_commands()  # the stale ones left out now
                 commands[:count], names[:count] = rebuilt, rebuilt_names
-        raise redis.ConnectionError(f"the Redis master changed {MAX_MASTER_CHANGES} times "
-                                    "while a round trip was built")
+            attempts += 1
+            return commands, self._acks_built[1]
+        return self._link.execute_bound(build)
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
         """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its

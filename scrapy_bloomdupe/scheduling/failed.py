@@ -16,8 +16,6 @@ from twisted.python.failure import Failure
 from ..frontier import failed
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.cluster import RedisCluster
     from scrapy.http import Request
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
@@ -33,10 +31,9 @@ class FailedRequests:
     crawl a record goes to Redis on the Redis thread (see :mod:`.jobs`), else here and
     now."""
 
-    def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
-                 server: Redis | RedisCluster, limit: int, stats: StatsCollector,
-                 spider: Spider, ack: Callable[[str], None]) -> None:
-        self.jobs, self.queue, self.server, self.limit = jobs, queue, server, limit
+    def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue, limit: int,
+                 stats: StatsCollector, spider: Spider, ack: Callable[[str], None]) -> None:
+        self.jobs, self.queue, self.limit = jobs, queue, limit
         self.stats, self.spider, self._ack = stats, spider, ack
         #: Leases whose failure record is on its way to Redis: True once acked meanwhile.
         self._recording: dict[str, bool] = {}

@@ -25,11 +25,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import MovedError, ResponseError
+from redis.exceptions import ConnectionError, MovedError, ResponseError
 
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
-from .sentinel import MasterConnection
+from .sentinel import MAX_MASTER_CHANGES, MasterChanged, MasterConnection
 from .wait import WaitPolicy
 
 if TYPE_CHECKING:
@@ -79,6 +79,20 @@ class Link:
                 return self._execute(commands)
             finally:
                 conn.built_for = None
+
+    def execute_bound(self, build: Callable[[], tuple[Sequence[tuple[Any, ...]], int | None]]
+                      ) -> list[Any]:
+        """:meth:`execute` of the batch ``build`` returns with the epoch it was built for;
+        built again (its acks without the old master's) each time
+        :class:`~.sentinel.MasterChanged` says the client moved on meanwhile."""
+        for _ in range(MAX_MASTER_CHANGES):
+            commands, built_for = build()
+            try:
+                return self.execute(commands, built_for=built_for)
+            except MasterChanged:
+                continue
+        raise ConnectionError(f"the Redis master changed {MAX_MASTER_CHANGES} times while a "
+                              "round trip was built")
 
     def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if self._cluster is not None:
