@@ -654,7 +654,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if not self._buffer:
                 self._fill()  # during a crawl, in the background
             request = None
-            if self._buffer:
+            if self._buffer and self._full():
+                self._starved = True  # the acks' answer wakes the engine (see _acks_out)
+                self._send_acks_now()
+            elif self._buffer:
                 lease = self._buffer.pop(0)
                 request = lease.request
                 request.meta.pop(WAKE_META, None)  # left when a signal dropped the wake
@@ -815,16 +818,43 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if lease is None or self.jobs.failed():  # after an error what is held comes back
             return
         self.queue.ack([lease])
-        if self._ack_call is None and self._engine() is not None:
+        if self._starved and self._buffer:
+            self._send_acks_now()  # the engine waits for them (see _full)
+        elif self._ack_call is None and self._engine() is not None:
             # Sent with the next round trip, or after ACK_DELAY at the latest: a worker
             # killed meanwhile has only what it holds, and these few, fetched again.
             self._ack_call = call_later(ACK_DELAY, self._send_acks)
+
+    def _send_acks_now(self) -> None:
+        if self._ack_call is not None:
+            self._ack_call.cancel()
+            self._ack_call = None
+        if self.queue.pending_acks():
+            self._send_acks()
 
     def _send_acks(self) -> None:
         self._ack_call = None
         if not self.jobs.failed():
             sent = self.jobs.run(lambda: self.jobs.outage_call(self.queue.send_acks))
-            sent.addErrback(self.jobs.redis_failed)
+            sent.addCallbacks(self._acks_out, self.jobs.redis_failed)
+
+    def _acks_out(self, _: None) -> None:
+        """Acks are in Redis: the engine, if it asked in vain while this worker held its
+        limit (see :meth:`_full`), gets a request now."""
+        if self._starved and self._buffer and not self._full():
+            self._starved = False
+            self._wake_engine()
+
+    def _full(self) -> bool:
+        """Whether this worker holds as many unacked pages as it may: those handed to
+        Scrapy and not done, and those done whose acks are not in Redis yet, at most
+        ``CONCURRENT_REQUESTS`` and the prefetch (a quarter of it). The engine can hold
+        more than ``CONCURRENT_REQUESTS`` (downloaded pages whose callbacks, or whose
+        output's check-and-queue, are not over); every one of them would be fetched
+        again if this worker died, so a killed worker costs at most that many pages
+        fetched twice. Its buffer's requests do not count (not fetched yet)."""
+        held: int = len(self._handed) + self.queue.pending_acks()
+        return held >= self._concurrency + max(1, self._concurrency // 4)
 
     def _came_back_too_often(self, lease: Lease) -> bool:
         """A request whose lease expired ``BLOOMDUPE_MAX_REQUEUES`` times (each worker

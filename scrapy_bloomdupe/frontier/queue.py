@@ -241,6 +241,12 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                 self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
                 self._taken.pop(lease.field, None)
 
+    def pending_acks(self) -> int:
+        """Acks not yet known to be in Redis (waiting, or on their way): their leases
+        still count as this worker's if it dies now."""
+        with self._acks_lock:
+            return sum(len(acks) for acks in self._acks.values())
+
     def send_acks(self) -> None:
         """Send the pending acks now, in one round trip (none: nothing sent)."""
         commands, names = self._ack_commands()
