@@ -154,6 +154,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._buffer: list[Lease] = []
         #: CONCURRENT_REQUESTS: how many requests a worker can have in flight.
         self._concurrency = 1
+        #: Whether a middleware acks each page once its output is queued (else a page's
+        #: lease is let go when this worker is idle, and :meth:`_full` never holds back).
+        self._acks_early = False
         #: Whether the last pop got all it asked for (see _prefetch_count).
         self._deep = False
         self._handed: dict[str, Lease] = {}
@@ -218,8 +221,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             kwargs["serializer"] = serializer
         kwargs["frontier"] = FrontierConfig.from_settings(settings)
         queue_cls = load_object(kwargs["queue_cls"])
+        acks_early = _enabled(settings, "SPIDER_MIDDLEWARES", MIDDLEWARE)
         if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue) and \
-                not _enabled(settings, "SPIDER_MIDDLEWARES", MIDDLEWARE):
+                not acks_early:
             logger.warning(
                 "SPIDER_MIDDLEWARES lacks %r (order 10), which queues each page's output and "
                 "then lets the page's lease go: without it a page's lease is let go only when "
@@ -232,6 +236,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance.crawler = crawler
         instance.stats = crawler.stats
         instance._concurrency = settings.getint("CONCURRENT_REQUESTS")
+        instance._acks_early = acks_early
         # Open the filter now, before the engine has a slot: an error here (a filter made
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
         dupefilter_cls = load_object(instance.dupefilter_cls)
@@ -852,7 +857,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         more than ``CONCURRENT_REQUESTS`` (downloaded pages whose callbacks, or whose
         output's check-and-queue, are not over); every one of them would be fetched
         again if this worker died, so a killed worker costs at most that many pages
-        fetched twice. Its buffer's requests do not count (not fetched yet)."""
+        fetched twice. Its buffer's requests do not count (not fetched yet). Without
+        the batch middleware (pages acked only when this worker is idle), never."""
+        if not (self.leased and self._acks_early):
+            return False
         held: int = len(self._handed) + self.queue.pending_acks()
         return held >= self._concurrency + max(1, self._concurrency // 4)
 

@@ -136,6 +136,27 @@ def test_sigkill_one_of_four_working_workers_mid_crawl(tmp_path: Path) -> None:
     assert result.problems == [], about
 
 
+@pytest.mark.slow
+def test_a_killed_worker_whose_callbacks_are_slow_costs_at_most_its_concurrency(
+        tmp_path: Path) -> None:
+    """Callbacks that wait 1 s (awaiting, not blocking) on pages that download in 0.05 s:
+    Scrapy asks for more requests while finished downloads wait in their callbacks, so
+    a worker could hold many more pages than ``CONCURRENT_REQUESTS``, each fetched
+    again if it dies. The scheduler holds at most ``CONCURRENT_REQUESTS`` and a quarter
+    unacked (the kill harness fails a run with more fetched twice)."""
+    seed = random.randrange(2**32)
+    concurrency = 8
+    result = kw.run_once(tmp_path, kills=1, workers=2, pages=200, delay=0.05,
+                         concurrency=concurrency, lease_timeout=LEASE_TIMEOUT,
+                         rng=random.Random(seed), extra={"DEMO_PARSE_DELAY": "1"})
+    about = f"(seed {seed}; logs in {tmp_path})\n{short(result)}"
+    assert result.kill_fraction is not None and len(result.killed) == 1, about
+    assert result.never_fetched == [], f"pages never fetched {about}"
+    assert result.extra_fetches <= concurrency + concurrency // 4, about
+    assert result.live_exit_codes == [0] and result.live_finish_reasons == ["finished"], about
+    assert result.problems == [], about
+
+
 # -- workers started together ----------------------------------------------------------------
 
 
