@@ -25,7 +25,9 @@ it also makes the crawl lose nothing when a worker dies:
   (:mod:`.scheduling.jobs`), never on Scrapy's reactor. A heartbeat every few
   seconds keeps this worker's leases; the leases of a worker that stops
   heartbeating for ``BLOOMDUPE_LEASE_TIMEOUT`` seconds are put back in the
-  queue by the live ones (:mod:`.scheduling.upkeep`).
+  queue by the live ones (:mod:`.scheduling.upkeep`). A worker holds at most
+  ``CONCURRENT_REQUESTS`` and a quarter of it in pages not yet acked (see
+  ``Scheduler._full``): what a killed worker costs in pages fetched twice.
 * A new request is checked against the filter and queued by one script
   (:meth:`queue_output`), so no crash leaves a request
   in the filter and in no queue.
@@ -157,6 +159,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: Whether a middleware acks each page once its output is queued (else a page's
         #: lease is let go when this worker is idle, and :meth:`_full` never holds back).
         self._acks_early = False
+        self._acks_sending = False
         #: Whether the last pop got all it asked for (see _prefetch_count).
         self._deep = False
         self._handed: dict[str, Lease] = {}
@@ -831,24 +834,32 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._ack_call = call_later(ACK_DELAY, self._send_acks)
 
     def _send_acks_now(self) -> None:
+        """The pending acks, without waiting for ACK_DELAY; not while a send is on its
+        way (during an outage the engine's asks would pile sends on the Redis thread):
+        its answer sends what came since (see _acks_out)."""
         if self._ack_call is not None:
             self._ack_call.cancel()
             self._ack_call = None
-        if self.queue.pending_acks():
+        if not self._acks_sending and self.queue.pending_acks():
             self._send_acks()
 
     def _send_acks(self) -> None:
         self._ack_call = None
         if not self.jobs.failed():
+            self._acks_sending = True
             sent = self.jobs.run(lambda: self.jobs.outage_call(self.queue.send_acks))
             sent.addCallbacks(self._acks_out, self.jobs.redis_failed)
 
     def _acks_out(self, _: None) -> None:
         """Acks are in Redis: the engine, if it asked in vain while this worker held its
-        limit (see :meth:`_full`), gets a request now."""
-        if self._starved and self._buffer and not self._full():
-            self._starved = False
-            self._wake_engine()
+        limit (see :meth:`_full`), gets a request now, or the acks since go too."""
+        self._acks_sending = False
+        if self._starved and self._buffer:
+            if not self._full():
+                self._starved = False
+                self._wake_engine()
+            else:
+                self._send_acks_now()
 
     def _full(self) -> bool:
         """Whether this worker holds as many unacked pages as it may: those handed to
