@@ -663,6 +663,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self._fill()  # during a crawl, in the background
             request = None
             if self._buffer and self._full():
+                if not self._starved:
+                    self.stats.inc_value("bloomdupe/held_full")
                 self._starved = True  # the acks' answer wakes the engine (see _acks_out)
                 self._send_acks_now()
             elif self._buffer:

@@ -155,6 +155,8 @@ def test_a_killed_worker_whose_callbacks_are_slow_costs_at_most_its_concurrency(
     assert result.extra_fetches <= concurrency + concurrency // 4, about
     assert result.live_exit_codes == [0] and result.live_finish_reasons == ["finished"], about
     assert result.problems == [], about
+    # The live worker waited at its limit, and says so in its stats.
+    assert result.live_held_full and result.live_held_full[0] > 0, about
 
 
 # -- workers started together ----------------------------------------------------------------

@@ -228,6 +228,8 @@ class RunResult:
     dead_leases: int | None = None
     concurrency_bound: int | None = None
     requeued_logged: int = 0
+    #: Each live worker's ``bloomdupe/held_full``: asks it made wait for acks at its limit.
+    live_held_full: list[int] = field(default_factory=list)
     out: str = ""
 
     @property
@@ -401,6 +403,7 @@ def _tally(result: RunResult, crew: list[Worker], site: Site) -> None:
     result.live_finish_reasons = [w.stats().get("finish_reason") for w in live]
     result.live_pages = [int(w.stats().get("downloader/response_count", 0)) for w in live]
     result.requeued_logged = sum(int(w.stats().get("bloomdupe/requeued", 0)) for w in live)
+    result.live_held_full = [int(w.stats().get("bloomdupe/held_full", 0)) for w in live]
     if result.never_fetched:
         result.problems.append(f"{len(result.never_fetched)} page(s) never fetched, e.g. "
                                f"{result.never_fetched[:10]}")
