@@ -75,6 +75,9 @@ WORKER_METRICS = (
      "Leases this worker put back in the queue (dead workers', reclaimed)."),
     ("failed", "bloomdupe_worker_requests_failed", True,
      "Requests that failed for good, recorded by this worker."),
+    ("held_full", "bloomdupe_worker_held_full", True,
+     "Asks for a request that waited for acks: this worker held CONCURRENT_REQUESTS "
+     "and a quarter pages not yet acked."),
     ("in_flight", "bloomdupe_worker_requests_in_flight", False,
      "Requests this worker is downloading now."),
     ("started", "bloomdupe_worker_start_time_seconds", False,
@@ -157,6 +160,7 @@ class WorkerMetrics:
             "items": int(stats.get("item_scraped_count", 0)),
             "requeued": int(stats.get("bloomdupe/requeued", 0)),
             "failed": int(stats.get("bloomdupe/failed", 0)),
+            "held_full": int(stats.get("bloomdupe/held_full", 0)),
             "in_flight": self._in_flight(),
             "started": self.started,
             "responses": {name[len(STATUS_STAT):]: int(value) for name, value in stats.items()

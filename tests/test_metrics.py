@@ -291,7 +291,8 @@ def test_workers_on_one_host_take_the_next_free_port_of_the_range(
     assert families["bloomdupe_worker_requests_in_flight"]["type"] == "gauge"
     for name in ("bloomdupe_worker_requests_checked", "bloomdupe_worker_lock_waits",
                  "bloomdupe_worker_redis_outage_seconds", "bloomdupe_worker_leases_requeued",
-                 "bloomdupe_worker_requests_failed", "bloomdupe_worker_items"):
+                 "bloomdupe_worker_requests_failed", "bloomdupe_worker_items",
+                 "bloomdupe_worker_held_full"):
         assert families[name]["type"] == "counter", name
     assert one.server is None  # stopped at close
 
