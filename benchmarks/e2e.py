@@ -1,14 +1,10 @@
 """End-to-end crawl: N ``scrapy crawl site`` workers on the example project's demo site.
 
-Uses ``example_project/`` as it is (its site server ``demo/site.py``, its spider
-and settings: the shared queue, ``SCHEDULER_PERSIST``) and changes only the dedup settings of a
-contender plus ``DUPEFILTER_CLASS``, set to a timed wrapper
-(:mod:`benchmarks.timed`) of the contender's dupefilter, so each worker
-reports the CPU it spent in dedup.
-
-Not ``run_demo.py``: that script checks and reports this package's filter
-(it opens the Bloom filter at the end), and the comparison needs scrapy-redis's
-own dupefilter and scheduler in the same harness.
+Uses ``example_project/`` as it is (its site ``demo/site.py``, its spider and
+settings) and changes only a contender's dedup settings and ``DUPEFILTER_CLASS``,
+a timed wrapper (:mod:`benchmarks.timed`) of its dupefilter, so each worker
+reports the CPU it spent in dedup. Not ``run_demo.py``, which reports this
+package's filter only: the comparison needs scrapy-redis's own components.
 """
 
 from __future__ import annotations

@@ -19,12 +19,16 @@ check-and-queue), in the same run, and prints:
 Then, unless ``--no-cluster``, the same crawl of this package on a local
 3-master Redis Cluster (``testing_cluster.LocalCluster``, 24 shards): each
 master's share of the crawl's commands (``INFO commandstats`` calls).
+
+Then both contenders with ``--kills 1,2`` working workers SIGKILLed mid-crawl
+(``kill_workers.py``, 600 pages answering in 1 s): pages never fetched and twice.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,6 +42,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import e2e  # noqa: E402
+from harness import kill_workers as kw  # noqa: E402
 from harness.latency_proxy import LatencyProxy, measure_rtt  # noqa: E402
 
 from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
@@ -118,7 +123,17 @@ def cluster_run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None) -> str:
+def kill_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    # The workers import the scrapy-redis contender's extension from benchmarks/.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    scrapy_redis = {**SCRAPY_REDIS[1], "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"}
+    return kw.side_by_side(args.out, [("scrapy-redis", scrapy_redis), ("bloomdupe", {})],
+                           args.kills, workers=args.workers)
+
+
+def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None,
+           kills: list[dict[str, Any]]) -> str:
     local = {r["contender"]: r["crawl_seconds"] for r in rows if not r["delay_ms"]}
     by = {(r["contender"], r["delay_ms"]): r for r in rows}
     lines = ["| contender | added per round trip | crawl s | x its local time | pages/s | "
@@ -141,6 +156,8 @@ def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None) -> str:
                   f"{cluster['fetched_twice']}, never {cluster['never_fetched']}; each "
                   "master's share of the crawl's commands: "
                   + ", ".join(f"{k} {v:.1%}" for k, v in cluster["master_share"].items())]
+    if kills:
+        lines += ["", kw.side_by_side_table(kills)]
     return "\n".join(lines)
 
 
@@ -151,22 +168,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delays", default="0,0.5,2",
                         help="ms added to each round trip, comma-separated (0: local)")
     parser.add_argument("--no-cluster", action="store_true")
+    parser.add_argument("--kills", default="1,2",
+                        help="workers SIGKILLed in the kill runs, comma-separated ('': none)")
     parser.add_argument("--quick", action="store_true", help="300 pages, local and +2 ms")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "latency_crawl")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     args.delays = [float(d) for d in args.delays.split(",")]
+    args.kills = [int(k) for k in args.kills.split(",") if k.strip()]
     if args.quick:
-        args.pages, args.delays = 300, [0.0, 2.0]
+        args.pages, args.delays, args.kills = 300, [0.0, 2.0], args.kills[:1]
     started = time.monotonic()
     rows = latency_runs(args)
     cluster = None if args.no_cluster else cluster_run(args)
-    text = report(rows, cluster)
+    kills = kill_runs(args)
+    text = report(rows, cluster, kills)
     print(f"`python benchmarks/latency_crawl.py`, {args.pages:,} pages, {args.workers} "
           f"workers, {time.monotonic() - started:.0f} s\n\n{text}")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "cluster": cluster}, indent=2,
-                                        default=str))
+        args.json.write_text(json.dumps({"rows": rows, "cluster": cluster, "kills": kills},
+                                        indent=2, default=str))
     return 0
 
 

@@ -137,12 +137,10 @@ def machine(redis_url: str) -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "redis-server": f"{server.get('redis_version')} ({allocator})",
-        "redis-py": version("redis"),
-        "hiredis": version("hiredis"),
-        "Scrapy": version("scrapy"),
-        "scrapy-redis": version("scrapy-redis"),
-        "mmh3": version("mmh3"),
-        "scrapy-bloomdupe": version("scrapy-bloomdupe"),
+        **{name: version(package) for name, package in (
+            ("redis-py", "redis"), ("hiredis", "hiredis"), ("Scrapy", "scrapy"),
+            ("scrapy-redis", "scrapy-redis"), ("mmh3", "mmh3"),
+            ("scrapy-bloomdupe", "scrapy-bloomdupe"))},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load average at start (1/5/15 min)": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
     }

@@ -8,12 +8,8 @@ included (users pay it). When the spider closes, the worker writes
 ``<BENCH_TIMING_DIR>/<pid>.json`` with those totals beside the worker's own
 CPU and wall time over the same window (from the dupefilter's creation, at
 spider open, to spider close), so dedup's share of the worker's CPU is
-``dedup_cpu / worker_cpu``.
-
-It also writes the worker's Redis round trips and what each carried
-(``tests/harness/round_trips.py``).
-
-The classes only wrap the real ones; nothing of the filtering changes.
+``dedup_cpu / worker_cpu``; and its Redis round trips and what each carried
+(``tests/harness/round_trips.py``). Nothing of the filtering changes.
 """
 
 from __future__ import annotations

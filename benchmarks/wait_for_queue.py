@@ -1,24 +1,13 @@
 """``WaitForSharedQueue``: keeps a scrapy-redis worker open while its shared queue may refill.
 
 For the scrapy-redis contender of the end-to-end benchmark only (``e2e.py``):
-scrapy-redis closes a worker the moment its shared queue is empty, so without
-this, workers started together leave within a fraction of a second and the
-comparison would measure fewer workers. This package's own scheduler stays
-until the crawl is done by itself (``BLOOMDUPE_DONE_GRACE``).
-
-with scrapy-redis's shared queue, a worker that finds
-the queue empty is idle, and Scrapy closes an idle spider, even though another
-worker may be about to queue the links of the page it is fetching. This keeps
-the worker open (``DontCloseSpider``) until it has found no work for
+scrapy-redis closes an idle worker as soon as the shared queue is empty, even
+though another worker may be about to queue the links of the page it is
+fetching; workers started together would leave within a fraction of a second.
+This keeps the worker open (``DontCloseSpider``) until it has found no work for
 ``SHARED_QUEUE_IDLE_TIMEOUT`` seconds (default 3), looking at the queue again
-every ``SHARED_QUEUE_POLL_INTERVAL`` seconds (default 0.25).
-
-No page is lost whichever worker closes first: a worker is idle only when it
-has nothing in flight and the queue is empty, and every request lives either
-in the queue or in the worker that took it, which stays open until its
-callbacks have queued their links. The timeout only decides how long an idle
-worker waits to help.
-
+every ``SHARED_QUEUE_POLL_INTERVAL`` seconds (default 0.25). This package's own
+scheduler stays until the crawl is done by itself (``BLOOMDUPE_DONE_GRACE``).
 """
 
 from __future__ import annotations
@@ -79,10 +68,8 @@ class WaitForSharedQueue:
         raise DontCloseSpider
 
     def _wake(self) -> None:
-        # An idle engine asks its scheduler again only on its 5 s heartbeat.
-        # Ask now, so this worker takes work another worker queued (and
-        # spider_idle comes back, if there is none). Scrapy has no public call
-        # for this; without it the heartbeat still does the job, more slowly.
+        # An idle engine asks its scheduler again only on its 5 s heartbeat: ask now
+        # (no public call for it; without one the heartbeat does it, more slowly).
         self.wakeup = None
         slot = getattr(self.crawler.engine, "_slot", None)
         nextcall = getattr(slot, "nextcall", None)

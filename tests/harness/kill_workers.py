@@ -487,6 +487,34 @@ def case_name(kills: int, workers: int) -> str:
     return "no kill (control)" if kills == 0 else f"kill {kills} of {workers}"
 
 
+def side_by_side(out: Path, contenders: list[tuple[str, dict[str, str]]], kills: list[int],
+                 *, workers: int = 4, concurrency: int = 16) -> list[dict[str, Any]]:
+    """One run a contender (its settings) and kill count, contenders in turn (600 pages
+    answering in 1 s): ``benchmarks/latency_crawl.py``'s kill runs."""
+    rows = []
+    for k in kills:
+        for name, settings in contenders:
+            r = run_once(out / f"kill-{k}-{name}", case=name, kills=k, workers=workers,
+                         pages=600, delay=1.0, concurrency=concurrency, lease_timeout=5.0,
+                         extra=settings)
+            rows.append({"contender": name, "kills": k, "never": len(r.never_fetched),
+                         "extra_fetches": r.extra_fetches, "live_ok": r.live_ok,
+                         "bound": (concurrency + max(1, concurrency // 4)) * k,
+                         "problems": r.problems})
+            print(f"  {name:12} kill {k}: never fetched {rows[-1]['never']}, fetched twice "
+                  f"{r.extra_fetches}", file=sys.stderr, flush=True)
+    return rows
+
+
+def side_by_side_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| contender | workers SIGKILLed | pages never fetched | extra fetches | at most "
+             "(CONCURRENT_REQUESTS + a quarter, a kill) | live workers exit 0 |",
+             "|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['contender']} | {r['kills']} | {r['never']} | {r['extra_fetches']} | "
+              f"{r['bound']} | {'yes' if r['live_ok'] else 'no'} |" for r in rows]
+    return "\n".join(lines)
+
+
 def summarize(name: str, runs: list[RunResult]) -> dict[str, Any]:
     never = [len(r.never_fetched) for r in runs]
     twice = [len(r.fetched_twice) for r in runs]
