@@ -830,9 +830,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.queue.ack([lease])
         if self._starved and self._buffer:
             self._send_acks_now()  # the engine waits for them (see _full)
-        elif self._ack_call is None and self._engine() is not None:
-            # Sent with the next round trip, or after ACK_DELAY at the latest: a worker
-            # killed meanwhile has only what it holds, and these few, fetched again.
+        else:
+            self._ack_later()
+
+    def _ack_later(self) -> None:
+        """Sent with the next round trip, or after ACK_DELAY at the latest: a worker
+        killed meanwhile has only what it holds, and these few, fetched again."""
+        if self._ack_call is None and self._engine() is not None:
             self._ack_call = call_later(ACK_DELAY, self._send_acks)
 
     def _send_acks_now(self) -> None:
@@ -854,14 +858,18 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _acks_out(self, _: None) -> None:
         """Acks are in Redis: the engine, if it asked in vain while this worker held its
-        limit (see :meth:`_full`), gets a request now, or the acks since go too."""
+        limit (see :meth:`_full`), gets a request now. Acks that came while these were
+        on their way (:meth:`_send_acks_now` sent none meanwhile) go now if the engine
+        still waits, else within ACK_DELAY."""
         self._acks_sending = False
-        if self._starved and self._buffer:
-            if not self._full():
-                self._starved = False
-                self._wake_engine()
-            else:
+        if self._starved and self._buffer and not self._full():
+            self._starved = False
+            self._wake_engine()
+        if self.queue.pending_acks():
+            if self._starved and self._buffer:
                 self._send_acks_now()
+            else:
+                self._ack_later()
 
     def _full(self) -> bool:
         """Whether this worker holds as many unacked pages as it may: those handed to
