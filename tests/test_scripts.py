@@ -61,8 +61,11 @@ class CheckAdd:
         item_args = [a for item in items for a in self.item_args(item)]
         script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g]] + ([QUEUE] if sink else [])
         sink_args = [a for item in items for a in (item, f"request-{item}")] if sink else []
+        # The Lua engine's calls carry sections (one here): the sink flag, then its count.
+        sections = ["1" if sink else "0"] if self.engine == "lua" else []
         return self.script(keys=script_keys, args=[token, call, ack, 60_000, *gen_args,
-                                                     len(items), *item_args, *sink_args])
+                                                     *sections, len(items), *item_args,
+                                                     *sink_args])
 
     def state(self) -> tuple[Any, ...]:
         """Everything the script may write."""
@@ -192,6 +195,96 @@ def test_a_forget_the_acl_cannot_honour_fails_before_any_write(check_add: CheckA
         limited.close()
     finally:
         c.acl_deluser("nosrem")
+
+
+# -- a Lua engine call of several shards (one Redis node) --------------------------------
+
+SECOND = {"marker": "{u}:gen", "lock": "{u}:lock", "forgot": "{u}:forgot",
+          "bits": ["{u}:bits:0"], "queue": "{u}:queue"}
+
+
+class TwoShards(CheckAdd):
+    """``check_add_bits.lua`` with two sections: shard ``{t}`` (the op log's) and ``{u}``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client, "lua")
+        self.make(SECOND["bits"][0])
+
+    def call2(self, first: list[int], second: list[int], *, call: int = 1, ack: int = 1,
+              token: str = "", g: int = 1) -> Any:
+        script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g], QUEUE,
+                       SECOND["marker"], SECOND["lock"], SECOND["forgot"],
+                       *SECOND["bits"][:g], SECOND["queue"]]
+        args: list[Any] = [token, call, ack, 60_000, g, *([K] * g), "1"]
+        for items in (first, second):
+            args.append(len(items))
+            args.extend(a for item in items for a in self.item_args(item))
+            args.extend(a for item in items for a in (item, f"request-{item}"))
+        return self.script(keys=script_keys, args=args)
+
+    def state(self) -> tuple[Any, ...]:
+        c = self.client
+        return (*super().state(), c.get(SECOND["marker"]), c.get(SECOND["lock"]),
+                c.dump(SECOND["bits"][0]), c.zrange(SECOND["queue"], 0, -1, withscores=True))
+
+
+@pytest.fixture
+def two(client: redis.Redis) -> TwoShards:
+    return TwoShards(client)
+
+
+def test_a_call_of_two_shards_answers_each_in_order_and_queues_each_in_its_own(
+        two: TwoShards) -> None:
+    assert two.call2([1, 2], [3]) == b"111"
+    assert two.call2([2], [3, 4], call=4, ack=4) == b"001"
+    assert two.client.zrange(QUEUE, 0, -1) == [b"request-1", b"request-2"]
+    assert two.client.zrange(SECOND["queue"], 0, -1) == [b"request-3", b"request-4"]
+
+
+def test_a_section_whose_lock_is_busy_is_left_alone_the_others_go_ahead(
+        two: TwoShards) -> None:
+    c = two.client
+    c.set(LOCK, "mine")
+    c.set(SECOND["lock"], "theirs")
+    bits = c.dump(SECOND["bits"][0])
+    assert two.call2([1], [3], token="mine") == b"1B"
+    assert c.get(LOCK) is None and c.get(SECOND["lock"]) == b"theirs"
+    assert c.dump(SECOND["bits"][0]) == bits and not c.exists(SECOND["queue"])
+    # A retry after a lost reply gets the same answer and frees the locks it took again.
+    c.set(LOCK, "mine")
+    assert two.call2([1], [3], token="mine") == b"1B"
+    assert c.get(LOCK) is None
+    # No lock of the call holds its token: refused, nothing written.
+    before = two.state()
+    assert two.call2([5], [6], call=9, ack=9, token="mine") == -1
+    assert two.state() == before
+
+
+def test_a_retried_call_of_two_shards_writes_nothing(two: TwoShards) -> None:
+    assert two.call2([1], [3], call=10, ack=10) == b"11"
+    before = two.state()
+    assert two.call2([1], [3], call=10, ack=10) == b"11"
+    assert two.state() == before
+
+
+def test_a_missing_shard_in_any_section_stops_the_call_before_any_write(
+        two: TwoShards) -> None:
+    c = two.client
+    c.delete(SECOND["bits"][0])
+    c.set(LOCK, "tok")
+    c.set(SECOND["lock"], "tok")
+    assert two.call2([1], [3], token="tok") == -3
+    assert not c.exists(OP_LOG, QUEUE, SECOND["queue"], SECOND["bits"][0])
+    assert c.get(LOCK) is None and c.get(SECOND["lock"]) is None  # released
+
+
+def test_a_shard_ahead_of_the_call_s_generations_refuses_the_whole_call(
+        two: TwoShards) -> None:
+    c = two.client
+    c.set(SECOND["marker"], 2)
+    before = two.state()
+    assert two.call2([1], [3]) == -2
+    assert two.state() == before
 
 
 def as_user(client: redis.Redis, user: str) -> redis.Redis:
@@ -525,15 +618,28 @@ def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() ->
     assert len(texts) >= 2
 
     def shared(text: str) -> tuple[str, str]:
-        start = text.index("local token, call, ack")
-        fence = text.index("\n", text.index("-- The fence")) + 1
-        fence_end = text.index("\n", fence) + 1
+        start = text.index("-- The op log:")
+        replay = text.index("\n", text.index("  if at then", start)) + 1
+        found = text.index("    local from = at + #tag")
+        end = text.index("\nend\n", found) + 5
         record = text.index("redis.call('SET', KEYS[1], log .. call")
-        return text[start:fence_end], text[record:]
+        # The lookup without its line that frees the lock (one lock or several).
+        return text[start:replay] + text[found:end], text[record:text.index("\n", record)]
 
     first = next(iter(texts.values()))
     for name, text in texts.items():
         assert shared(text) == shared(first), name
+
+    # The scripts of one shard a call also share the fence and the end, word for word.
+    def one_shard(text: str) -> tuple[str, str]:
+        start = text.index("local token, call, ack")
+        fence = text.index("\n", text.index("-- The fence")) + 1
+        fence_end = text.index("\n", fence) + 1
+        return text[start:fence_end], text[text.index("redis.call('SET', KEYS[1], log .. call"):]
+
+    single = [t for n, t in texts.items() if n != "check_add_bits.lua"]
+    assert len(single) == 3
+    assert all(one_shard(t) == one_shard(single[0]) for t in single)
 
     # The two windowed scripts also share their slices' part: Redis's time, the record,
     # the generations' check, the ACL checks, and forgetting slices no call looks at.

@@ -53,7 +53,7 @@ SECRETS = (ADMIN_PASSWORD, PASSWORD, WRONG_PASSWORD)
 #: Commands called inside the Lua scripts count: Redis checks them too.
 ACL_COMMANDS = (
     "ping", "evalsha", "script|load", "time",               # health check, scripts, clock
-    "get", "set", "del", "exists",                          # locks, shards, op logs
+    "get", "mget", "set", "del", "exists",                  # locks, shards, op logs
     "strlen", "bitfield", "bitcount", "bitfield_ro", "memory|usage",  # bits
     "hgetall", "hset", "hincrby",                           # meta, crawl-wide stats
     "zadd", "zcard", "zrange", "zremrangebyrank",          # the queue: push and pop

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -227,15 +228,19 @@ def test_a_retried_call_is_answered_from_the_op_log_after_the_slice_changed(
     engine = bf.window_engine
     assert engine is not None
     unit, = bf._group({0: (123, 456)}, [0], 7)
-    first = engine.check_add(unit.shard, b"", 7, 7, unit.args, 1)
+
+    def check_add(call: int) -> Any:
+        return engine.run(engine.check_add_command(b"", call, call, [*unit.sections.values()]))
+
+    first = check_add(7)
     if isinstance(first, list):  # a slice had just started
         engine.clock.adopt(unit.shard, first[0], first[1])
-        first = engine.check_add(unit.shard, b"", 7, 7, unit.args, 1)
+        first = check_add(7)
     assert first == b"1"
-    assert engine.check_add(unit.shard, b"", 7, 7, unit.args, 1) == b"1"
+    assert check_add(7) == b"1"
     time.sleep(WINDOW.slice_ms / 1000 + 0.1)
-    assert engine.check_add(unit.shard, b"", 7, 7, unit.args, 1) == b"1"  # replayed
-    stale = engine.check_add(unit.shard, b"", 8, 8, unit.args, 1)
+    assert check_add(7) == b"1"  # replayed
+    stale = check_add(8)
     assert isinstance(stale, list) and stale[0] > engine.clock.current[unit.shard]
 
 

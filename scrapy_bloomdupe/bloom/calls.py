@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from redis.exceptions import NoScriptError
@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError
 from .. import hashing
 from ..exceptions import BloomDupeError
 from ..transport.outage import TRANSIENT
-from .engine import RidingSink
+from .engine import RidingSink, Section
 from .lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
 
 if TYPE_CHECKING:
@@ -51,18 +51,29 @@ MAX_SCRIPT_RELOADS = 5
 _FULL = 70  # ord("F")
 #: A window's slice grew in the call, which did not look at the item: asked again.
 _GROWN = 71  # ord("G")
+#: The item's shard lock did not hold the call's token (a call of several shards):
+#: not looked at, asked again after a pause.
+_BUSY = 66  # ord("B")
 
 
 @dataclass
 class _Unit:
-    """One script call of a batch: items of one shard, with the lock token it uses."""
+    """One script call of a batch: the items of one shard (or, on an engine whose calls
+    carry several, of several: its sections), with the lock token it uses."""
 
-    shard: int
     token: bytes
     call: int
-    args: list[Any]
-    indexes: list[int]
-    sink_args: list[Any] = field(default_factory=list)
+    sections: dict[int, Section]
+
+    @property
+    def shard(self) -> int:
+        """The first section's shard (whose op log the call uses)."""
+        return next(iter(self.sections))
+
+    @property
+    def indexes(self) -> list[int]:
+        """The items' places in the batch, in the order of the call's reply."""
+        return [i for section in self.sections.values() for i in section.indexes]
 
 
 @dataclass
@@ -109,7 +120,7 @@ class Calls:
 
         def _lost(self, what: str) -> FilterLostError: ...
 
-        def _missing(self, shard: int) -> str: ...
+        def _missing(self, *shards: int) -> str: ...
 
         def _grow_for_full(self, used: int) -> None: ...
 
@@ -130,13 +141,14 @@ class Calls:
             while pending:
                 replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
                 busy = []
+                busy_items: list[int] = []
                 for unit, reply in zip(pending, replies, strict=True):
                     if reply == LOCK_BUSY:
                         busy.append(unit)
                     elif reply == STALE_GENERATION:
                         refused.extend(unit.indexes)
                     elif reply == SHARD_MISSING:
-                        raise self._lost(self._missing(unit.shard))
+                        raise self._lost(self._missing(*unit.sections))
                     elif isinstance(reply, list):  # STALE_SLICE: Redis's slice and time
                         self._adopt_slice(unit.shard, reply)
                         stale.extend(unit.indexes)
@@ -148,11 +160,21 @@ class Calls:
                             elif flag == _GROWN:
                                 grown = True
                                 regrow.append(index)
+                            elif flag == _BUSY:
+                                busy_items.append(index)
                             else:
                                 results[index] = flag == 49  # ord("1")
                         if grown:
                             assert self.window_engine is not None
                             self.window_engine.grew(unit.shard)
+                if busy_items:
+                    # A call of several shards went ahead on those whose lock it held: the
+                    # others' items go again as new calls (the reply is in the op log
+                    # under this call's id).
+                    first = self._next_op
+                    self._next_op += max(busy_items) + 1
+                    busy.extend(self._group(halves, busy_items, first, entry))
+                    ack = first
                 pending = busy
                 pauses = lock_state.pauses
                 if pending and pauses is not None and next(pauses, None) is None:
@@ -203,28 +225,37 @@ class Calls:
     def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
                first_op: int, entry: Callable[[int], Sequence[Any]] | None = None
                ) -> list[_Unit]:
-        """Script calls for these items under the current generations: per shard,
-        in chunks of at most ``MAX_ITEMS_PER_SCRIPT``.
+        """Script calls for these items under the current generations: per shard (or, on
+        an engine whose calls carry several shards, for them all), in chunks of at most
+        ``MAX_ITEMS_PER_SCRIPT`` items.
 
         An item's op id is ``first_op`` plus its index, and a call's id is its
         first item's: the same on every retry.
         """
         shards = self.sizing.shards
         engine = self.engine
+        several = engine.sections
         open_units: dict[int, _Unit] = {}
+        sizes: dict[int, int] = {}
         units: list[_Unit] = []
         for index in indexes:
             h1, h2 = halves[index]
             shard = hashing.shard_of(h1, shards)
-            unit = open_units.get(shard)
-            if unit is None or len(unit.indexes) >= MAX_ITEMS_PER_SCRIPT:
+            group = 0 if several else shard
+            unit = open_units.get(group)
+            if unit is None or sizes[group] >= MAX_ITEMS_PER_SCRIPT:
                 token = self.locks.new_token() if self.use_lock else b""
-                unit = open_units[shard] = _Unit(shard, token, first_op + index, [], [])
+                unit = open_units[group] = _Unit(token, first_op + index, {})
+                sizes[group] = 0
                 units.append(unit)
-            unit.args.extend(engine.item_args(shard, h1, h2))
+            section = unit.sections.get(shard)
+            if section is None:
+                section = unit.sections[shard] = Section(shard)
+            section.args.extend(engine.item_args(shard, h1, h2))
             if entry is not None:
-                unit.sink_args.extend(entry(index))
-            unit.indexes.append(index)
+                section.sink_args.extend(entry(index))
+            section.indexes.append(index)
+            sizes[group] += 1
         return units
 
     def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool,
@@ -244,10 +275,10 @@ class Calls:
         for unit in units:
             token = unit.token if use_lock else b""
             if use_lock:
-                commands.append(("SET", self._lock_keys[unit.shard], token, "NX", "PX", ttl_ms))
-            commands.append(engine.check_add_command(unit.shard, token, unit.call, ack,
-                                                     unit.args, len(unit.indexes), sink,
-                                                     unit.sink_args))
+                commands.extend(("SET", self._lock_keys[shard], token, "NX", "PX", ttl_ms)
+                                for shard in unit.sections)
+            commands.append(engine.check_add_command(token, unit.call, ack,
+                                                     list(unit.sections.values()), sink))
         checks = len(commands)
         riding = sink if isinstance(sink, RidingSink) else None
 
@@ -280,12 +311,19 @@ class Calls:
             return raw
         counters = self.locks.counters
         replies = []
-        for got_lock, reply in zip(raw[::2], raw[1::2], strict=True):
-            if got_lock:
-                counters.acquired += 1
-                if reply == LOCK_BUSY:
+        at = 0
+        for unit in units:
+            got = raw[at:at + len(unit.sections)]
+            reply = raw[at + len(unit.sections)]
+            at += len(unit.sections) + 1
+            offset = 0
+            for got_lock, section in zip(got, unit.sections.values(), strict=True):
+                if got_lock:
+                    counters.acquired += 1
                     # Taken by us, then gone before our script ran: it expired.
-                    counters.lost += 1
+                    counters.lost += (reply[offset:offset + 1] == b"B"
+                                      if isinstance(reply, bytes) else reply == LOCK_BUSY)
+                offset += len(section.indexes)
             replies.append(reply)
         return replies
 
@@ -299,7 +337,8 @@ class Calls:
         op = self._next_op
         self._next_op += 1
         (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
-        reply = self.engine.check_add(unit.shard, token, unit.call, op, unit.args, 1)
+        reply = self.engine.run(self.engine.check_add_command(
+            token, unit.call, op, list(unit.sections.values())))
         if reply == SHARD_MISSING:
             raise self._lost(self._missing(unit.shard))
         if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
@@ -309,8 +348,8 @@ class Calls:
             assert self.window_engine is not None
             self.window_engine.grew(unit.shard)
             return None
-        if reply in (LOCK_BUSY, STALE_GENERATION):
-            self.counters.lock.lost += reply == LOCK_BUSY
+        if reply in (LOCK_BUSY, STALE_GENERATION, b"B"):
+            self.counters.lock.lost += reply in (LOCK_BUSY, b"B")
             return None
         new = bool(reply == b"1")
         self.counters.checked += 1

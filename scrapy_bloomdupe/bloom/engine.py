@@ -2,8 +2,9 @@
 
 An engine holds a filter's bits and runs its check-and-add script: :mod:`.lua`
 (``BITFIELD`` on plain strings) and :mod:`.native` (RedisBloom's ``BF.*``).
-Both scripts (``check_add_bits.lua``, ``check_add_bf.lua``) share their KEYS,
-their first ARGV and their steps (the op log's replay and record, :mod:`.oplog`;
+Both scripts (``check_add_bits.lua``, ``check_add_bf.lua``) share their first
+KEYS and ARGV (the Lua engine's takes several shards' keys in a call on one node:
+its :attr:`~Engine.sections`) and their steps (the op log's replay and record, :mod:`.oplog`;
 the lock's fence, :mod:`.lock`; the generation check; the forgotten items of
 ``bloomdupe forget``, each answered new once; an optional sink) around
 their own body; the reply is one character an item (``'1'`` new, ``'0'`` seen,
@@ -14,6 +15,7 @@ their own body; the reply is one character an item (``'1'`` new, ``'0'`` seen,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .. import keys
@@ -56,6 +58,17 @@ class RidingSink(Sink, Protocol):
 SINK_ARGS = 2
 
 
+@dataclass
+class Section:
+    """The items of one shard in a call: their arguments (``item_args``), their sink
+    arguments, and their places in the batch."""
+
+    shard: int
+    args: list[Any] = field(default_factory=list)
+    sink_args: list[Any] = field(default_factory=list)
+    indexes: list[int] = field(default_factory=list)
+
+
 class Engine(Protocol):
     """One filter's shards in every generation, and the script that checks and adds."""
 
@@ -71,14 +84,17 @@ class Engine(Protocol):
     def item_args(self, shard: int, h1: int, h2: int) -> Sequence[Any]:
         """An item's arguments in a call, from its seeded hash halves."""
 
-    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
-                          args: Sequence[Any], items: int, sink: Sink | None = None,
-                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call, for a round trip."""
+    #: Whether one call may carry the items of several shards (:class:`Section`).
+    sections: bool
 
-    def check_add(self, shard: int, token: bytes, call: int, ack: int,
-                  args: Sequence[Any], items: int) -> Any:
-        """One call on its own."""
+    def check_add_command(self, token: bytes, call: int, ack: int,
+                          sections: Sequence[Section], sink: Sink | None = None
+                          ) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call, for a round trip: one section, or several when
+        :attr:`sections` allows."""
+
+    def run(self, command: tuple[Any, ...]) -> Any:
+        """One :meth:`check_add_command` on its own (loading the script if Redis lacks it)."""
 
     def load_script(self) -> None:
         """Load the scripts into Redis (after a restart flushed them)."""
@@ -113,6 +129,8 @@ class ScriptedEngine:
     about its generations that every call carries."""
 
     CHECK_ADD_SCRIPT: ClassVar[str]
+    #: One shard a call: its script's KEYS are those of one shard.
+    sections = False
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str) -> None:
@@ -133,25 +151,27 @@ class ScriptedEngine:
         """KEYS of a call on ``shard``: the fixed four, then its keys per generation."""
         raise NotImplementedError
 
-    def check_add_command(self, shard: int, token: bytes, call: int, ack: int,
-                          args: Sequence[Any], items: int, sink: Sink | None = None,
-                          sink_args: Sequence[Any] = ()) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call of ``items`` items, for a round trip."""
+    def check_add_command(self, token: bytes, call: int, ack: int,
+                          sections: Sequence[Section], sink: Sink | None = None
+                          ) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call (of one section), for a round trip."""
+        (section,) = sections
+        shard = section.shard
         script_keys = self._script_keys(shard)
         if sink is not None:
             script_keys.append(sink.sink_key(shard))
         return ("EVALSHA", self.sha, len(script_keys), *script_keys,
-                *self._args(shard, token, call, ack, items), *args, *sink_args)
+                *self._args(shard, token, call, ack, len(section.indexes)), *section.args,
+                *section.sink_args)
+
+    def run(self, command: tuple[Any, ...]) -> Any:
+        """One :meth:`check_add_command` on its own (loading the script if Redis lacks it)."""
+        count = command[2]
+        return self.script(keys=command[3:3 + count], args=command[3 + count:])
 
     def _args(self, shard: int, token: bytes, call: int, ack: int, items: int) -> list[Any]:
         """A call's ARGV before its items: the op log's, the generations', the count."""
         return [token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args, items]
-
-    def check_add(self, shard: int, token: bytes, call: int, ack: int,
-                  args: Sequence[Any], items: int) -> Any:
-        """One call on its own (loading the script if Redis lacks it)."""
-        return self.script(keys=self._script_keys(shard),
-                           args=[*self._args(shard, token, call, ack, items), *args])
 
     def load_script(self) -> None:
         for script in self.scripts():

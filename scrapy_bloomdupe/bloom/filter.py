@@ -296,10 +296,16 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.cache.clear()
         return FilterLostError(lost_message(self.key, what))
 
-    def _missing(self, shard: int) -> str:
+    def _missing(self, *shards: int) -> str:
+        """What a call on ``shards`` found gone (SHARD_MISSING), for the error."""
         if self.window_engine is not None:
-            return self.window_engine.missing(shard)
-        names = [self.shard_key(shard, g) for g in range(len(self.generations))]
+            return self.window_engine.missing(shards[0])
+        names = [self.shard_key(shard, g) for shard in shards
+                 for g in range(len(self.generations))]
+        if len(shards) > 1:  # a call of several shards: name one gone, count the others
+            gone = [name for name in names if not self.client.exists(name)] or names
+            more = f" (and {len(gone) - 1} more of its keys)" if len(gone) > 1 else ""
+            return f"{gone[0]} is gone{more}"
         return " or ".join(names) + " is gone"
 
     def verify(self) -> None:

@@ -28,7 +28,8 @@ from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
 from ..transport.diagnose import describe
-from .engine import ScriptedEngine
+from . import oplog
+from .engine import ScriptedEngine, Section, Sink
 from .info import ShardInfo
 
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ class LuaEngine(ScriptedEngine):
                  client_id: str) -> None:
         super().__init__(client, key, shards, client_id)
         self.bits_keys: list[list[str]] = []
+        #: One call carries the items of every shard on one node (not on a cluster,
+        #: where a script's keys must share a slot): the calls' fixed part (the op log,
+        #: the fence, the checks before writing) is paid once a call, not once a shard.
+        self.sections = not is_cluster(client)
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
         count = len(generations)
@@ -87,6 +92,26 @@ class LuaEngine(ScriptedEngine):
 
     def _script_keys(self, shard: int) -> list[str]:
         return [*self._fixed_keys[shard], *self.bits_keys[shard]]
+
+    def check_add_command(self, token: bytes, call: int, ack: int,
+                          sections: Sequence[Section], sink: Sink | None = None
+                          ) -> tuple[Any, ...]:
+        """The ``EVALSHA`` of one call of ``check_add_bits.lua``: the op log of its first
+        section's shard, then each section's keys (marker, lock, forgotten set, bits and
+        the sink's sorted set), then each section's item count and arguments."""
+        script_keys: list[Any] = [self._fixed_keys[sections[0].shard][0]]
+        args: list[Any] = [token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
+                           "1" if sink is not None else "0"]
+        for section in sections:
+            shard = section.shard
+            _, marker, lock, forgotten = self._fixed_keys[shard]
+            script_keys.extend((marker, lock, forgotten, *self.bits_keys[shard]))
+            if sink is not None:
+                script_keys.append(sink.sink_key(shard))
+            args.append(len(section.indexes))
+            args.extend(section.args)
+            args.extend(section.sink_args)
+        return ("EVALSHA", self.sha, len(script_keys), *script_keys, *args)
 
     # -- shards -------------------------------------------------------------
 

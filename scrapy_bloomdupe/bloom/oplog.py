@@ -14,7 +14,8 @@ Both engines' check-and-add scripts (``check_add_bits.lua``,
 ``check_add_bf.lua``) start by looking the call up in the op log and end by
 recording their reply. The protocol they share:
 
-* ``KEYS[1]`` this client's op log for the shard, ``KEYS[3]`` the shard's lock;
+* ``KEYS[1]`` this client's op log for the shard (on one node, a Lua engine call
+  of several shards uses its first shard's), ``KEYS[3]`` the shard's lock;
 * ``ARGV[1]`` the lock token (``''`` in atomic mode), ``ARGV[2]`` this call's
   id, ``ARGV[3]`` the ack, ``ARGV[4]`` the op log's TTL in ms;
 * the body sets the Lua string ``reply`` (one character an item) or returns

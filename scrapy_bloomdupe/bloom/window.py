@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError
 from . import oplog
+from .engine import ScriptedEngine
 from .info import FilterInfo, ShardInfo
 from .lua import LuaEngine, _pipelined, check_room
 from .native import NativeEngine, _one, item, reserve_of
@@ -379,10 +380,13 @@ class WindowLuaEngine(_Slices, LuaEngine):
     """The Lua engine's bits, one string a shard, time slice and generation."""
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_window_bits.lua")
+    #: Its script's calls are one shard each (ScriptedEngine's layout).
+    check_add_command = ScriptedEngine.check_add_command
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str, window: sizing.Window, growth: bool = False) -> None:
         LuaEngine.__init__(self, client, key, shards, client_id)
+        self.sections = False
         self._setup(window, client_id, growth)
 
     def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:

@@ -337,7 +337,7 @@ def probe_commands(key: str, engine: str = "lua", *, window: bool = False
         ("BF.MEXISTS", b, "i"), ("BF.EXISTS", b, "i"), ("BF.INFO", b, "ITEMS"), ("DEL", b),
     ]
     return [
-        ("SET", s, 0, "PX", 60_000), ("GET", s), ("STRLEN", s), ("EXISTS", s),
+        ("SET", s, 0, "PX", 60_000), ("GET", s), ("MGET", s, s), ("STRLEN", s), ("EXISTS", s),
         *bits,
         ("HSET", h, "f", 1), ("HGET", h, "f"), ("HGETALL", h), ("HINCRBY", h, "f", 1),
         ("HLEN", h), ("HDEL", h, "f"),
