@@ -322,6 +322,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     self.jobs.guarded(lambda: self.server.delete(self.queue.key), 0)
             else:
                 self.flush()
+        if isinstance(self.queue, PriorityQueue):
+            merged = self.jobs.guarded(self.queue.merge_shards, 0)
+            if merged:
+                logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
+                            "shards into shard 0 (one queue shard on one Redis node)",
+                            merged, extra={"spider": spider})
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
             adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)

@@ -85,6 +85,50 @@ def test_a_popped_request_stays_leased_until_acked(client: redis.Redis) -> None:
     assert q.status() == (1, 0)
 
 
+def test_on_one_node_the_queue_has_one_shard_whatever_the_filter_has(
+        client: redis.Redis) -> None:
+    """Its pops, heartbeats, reaps and idle looks cost what one shard costs; every filter
+    shard's new requests go into shard 0's queue."""
+    q = queue(client, shards=24)
+    assert q.shards == 1 and q.filter_shards == 24
+    assert {q.sink_key(i) for i in range(24)} == {keys.queue(TAG, 0)}
+    q.push_many([Request(f"http://a.example/{i}") for i in range(30)])
+    q.heartbeat()
+    assert client.keys("*owners*") == [keys.owners(TAG, 0).encode()]
+    assert len(q.pop_leases(40)) == 30
+
+
+def test_an_earlier_versions_queue_shards_are_merged_when_a_worker_starts(
+        redis_url: str, client: redis.Redis) -> None:
+    """A crawl queued on one node by an earlier version (one queue shard a filter shard):
+    the first worker of this version moves what shards 1.. hold into shard 0, leases
+    included (the reap gives them back once their owner is dead)."""
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True, BLOOMDUPE_SHARDS=4)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    tag = scheduler.queue.tag
+    old = PriorityQueue(client, DemoSpider(), "demo:requests", tag=tag, shards=4)
+    entry = old.entry(Request("http://a.example/queued"))
+    client.zadd(keys.queue(tag, 2), {entry[1]: entry[0]})
+    client.hset(keys.leases(tag, 3), "gone:1.0",
+                b"0|" + old.entry(Request("http://a.example/leased"))[1])
+    client.zadd(keys.owners(tag, 3), {"gone": 1})
+    scheduler.close("finished")
+
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True, BLOOMDUPE_SHARDS=4,
+                          BLOOMDUPE_LEASE_TIMEOUT=1)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    queue = scheduler.queue
+    assert not client.exists(keys.queue(tag, 2), keys.leases(tag, 3), keys.owners(tag, 3))
+    assert queue.status() == (1, 1)
+    back = queue.reap()
+    assert [request.url for _, request in back] == ["http://a.example/leased"]
+    assert sorted(urls(queue.pop_leases(5))) == ["http://a.example/leased",
+                                                  "http://a.example/queued"]
+    scheduler.close("finished")
+
+
 def test_higher_priority_first_within_a_shard(client: redis.Redis) -> None:
     q = queue(client)
     q.push_many([Request("http://a.example/low", priority=-1),
@@ -198,9 +242,9 @@ def test_check_and_queue_is_one_script_and_a_retry_queues_nothing_twice(
     new = bf.add_many(fps, q, lambda i: q.entry(requests[i]))
     assert new == [True] * 20 + [False]
     assert q.status() == (20, 0)
-    # Each shard's queue holds exactly the new requests of that shard.
+    # On one node the queue is shard 0's, whichever filter shard checked a request.
     per_shard = [client.zcard(keys.queue(TAG, i)) for i in range(3)]
-    assert sum(per_shard) == 20 and all(per_shard)
+    assert per_shard == [20, 0, 0]
     # A retry of the very same calls (a lost reply) is answered from the op log.
     op = bf._next_op
     halves = {i: bf_halves(bf, fps[i]) for i in range(3)}

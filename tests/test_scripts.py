@@ -426,6 +426,24 @@ def test_heartbeat_and_leave(client: redis.Redis) -> None:
     assert leave(keys=[OWNERS], args=["c", 60_000]) == 1
 
 
+def test_merge_moves_the_other_shards_into_shard_0_and_keeps_the_later_heartbeat(
+        client: redis.Redis) -> None:
+    merge = script(client, FRONTIER, "merge.lua")
+    other = ["{r}:queue", "{r}:leases", "{r}:owners"]
+    client.zadd(Q, {"a": 1})
+    client.zadd(OWNERS, {"w1": 100, "w2": 900})
+    client.zadd(other[0], {"b": -3, "c": 2})
+    client.hset(other[1], "w1:4.0", "0|d")
+    client.zadd(other[2], {"w1": 500, "w2": 400, "w3": 50})
+    assert merge(keys=[Q, LEASES, OWNERS, *other]) == 3
+    assert client.zrange(Q, 0, -1, withscores=True) == [(b"b", -3), (b"a", 1), (b"c", 2)]
+    assert client.hgetall(LEASES) == {b"w1:4.0": b"0|d"}
+    assert client.zrange(OWNERS, 0, -1, withscores=True) == [
+        (b"w3", 50), (b"w1", 500), (b"w2", 900)]
+    assert not client.exists(*other)
+    assert merge(keys=[Q, LEASES, OWNERS, *other]) == 0  # nothing left: a no-op
+
+
 def test_requeue_failed_moves_records_back_once(client: redis.Redis) -> None:
     stream = "{q}:failed"
     one = client.xadd(stream, {"score": -3, "request": "r1", "url": "u", "method": "GET",

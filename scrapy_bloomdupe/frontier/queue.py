@@ -11,10 +11,12 @@ its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
 filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
 loses nothing: what it held is fetched again by the others.
 
-Shards: the queue has one sorted set per filter shard, with the filter shard's
-hash tag (see :mod:`scrapy_bloomdupe.keys`), so on Redis Cluster every master
-carries part of the pushes and pops, and a new request is pushed by the very
-script that checks it against the filter (the sink of
+Shards: on a Redis Cluster the queue has one sorted set per filter shard, with
+the filter shard's hash tag (see :mod:`scrapy_bloomdupe.keys`), so every
+master carries part of the pushes and pops; on one node (or a Sentinel master)
+it has one, shard 0's, whatever the filter's shard count, so an idle worker's
+looks, its pops, heartbeats and reaps cost what one shard costs. A new request
+is pushed by the very script that checks it against the filter (the sink of
 ``bloom/check_add_*.lua``): a request is never in the filter without being in
 the queue or a lease. Within a shard, requests come out by priority (highest
 first, then by their serialized bytes); across shards, a worker takes from the shards in
@@ -42,6 +44,7 @@ from redis.exceptions import NoPermissionError, NoScriptError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
+from ..transport.cluster import is_cluster
 from ..transport.link import Link
 from ..transport.sentinel import master_epoch
 
@@ -96,13 +99,17 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     REAP_SCRIPT = luascript.read(__package__, "reap.lua")
     LEAVE_SCRIPT = luascript.read(__package__, "leave.lua")
     RECLAIM_SCRIPT = luascript.read(__package__, "reclaim.lua")
+    MERGE_SCRIPT = luascript.read(__package__, "merge.lua")
 
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, tag: str | None = None, shards: int = 1,
                  lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0) -> None:
         super().__init__(server, spider, key, serializer)
         self.tag = tag or self.key
-        self.shards = shards
+        #: The filter's shard count; the queue's (:attr:`shards`) is the same on a
+        #: cluster and 1 on one node (see the module's docstring).
+        self.filter_shards = shards
+        self.shards = shards if is_cluster(server) else 1
         self.lease_timeout_ms = max(1, round(lease_timeout * 1000))
         #: This worker, as its leases name it.
         self.owner = secrets.token_hex(6)
@@ -110,8 +117,9 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
             ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
-            ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT))}
-        shard_range = range(shards)
+            ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT),
+            ("merge", self.MERGE_SCRIPT))}
+        shard_range = range(self.shards)
         self._queues = [keys.queue(self.tag, i) for i in shard_range]
         self._leases = [keys.leases(self.tag, i) for i in shard_range]
         self._owners = [keys.owners(self.tag, i) for i in shard_range]
@@ -143,8 +151,20 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
     def sink_key(self, shard: int) -> str:
-        """The queue of ``shard``, where the filter's script pushes new requests."""
-        return self._queues[shard]
+        """The queue of filter shard ``shard`` (shard 0's on one node), where the
+        filter's script pushes new requests."""
+        return self._queues[shard % self.shards]
+
+    def merge_shards(self) -> int:
+        """On one node, move what the queue's other shards hold (a crawl queued by an
+        earlier version, one queue shard a filter shard) into shard 0; one script call,
+        at the worker's start. Returns how many requests and leases moved."""
+        if self.shards == self.filter_shards:
+            return 0
+        others = [name for i in range(1, self.filter_shards) for name in (
+            keys.queue(self.tag, i), keys.leases(self.tag, i), keys.owners(self.tag, i))]
+        return int(self._scripts["merge"](keys=[self._queues[0], self._leases[0],
+                                                self._owners[0], *others]))
 
     def entry(self, request: Request) -> tuple[int, bytes]:
         """What the sink queues for ``request``: its score and its bytes."""
@@ -464,8 +484,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
-        the failed requests' records."""
-        clear(self.server, self.tag, self.shards)
+        the failed requests' records (on every filter shard: an earlier version's too)."""
+        clear(self.server, self.tag, self.filter_shards)
 
 
 def split_requeues(member: bytes) -> tuple[int, bytes]:
