@@ -30,7 +30,8 @@ def available() -> bool:
 
 
 def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, workers: int,
-          out: Path, idle_timeout: float = 3.0, timeout: float = 600.0) -> dict[str, Any]:
+          out: Path, idle_timeout: float = 3.0, timeout: float = 600.0, delay: float = 0.0
+          ) -> dict[str, Any]:
     """One crawl of the demo site by ``workers`` processes; figures from the site and workers."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     directory = out / f"e2e-{slug}"
@@ -40,7 +41,7 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         stale.unlink()
     client = redis.Redis.from_url(redis_url)
     client.flushall()
-    site = start_site(directory, pages=pages)
+    site = start_site(directory, pages=pages, delay=delay)
     site_url = site.url
     procs: list[subprocess.Popen[bytes]] = []
     try:

@@ -26,7 +26,7 @@ Redis's CPU per round trip, the time inside ``EVALSHA``, its commands' part (by
 command) and the rest (the Lua: arguments, loops, converting each call).
 
 Options: ``--pages`` (3000), ``--workers`` (4), ``--no-cluster``, ``--only``,
-``--items`` (5), ``--no-profile``, ``--json PATH``.
+``--items`` (5), ``--no-profile``, ``--json PATH``, ``--delay`` (s a page takes).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Red
     before = [main_thread_cpu(c) for c in clients]
     started = time.monotonic()
     result = e2e.crawl(name, settings, redis_url=url, pages=args.pages, workers=args.workers,
-                       out=args.out)
+                       out=args.out, delay=args.delay)
     fetched = max(1, result["pages"] - result["never_fetched"])
     result.update(figures(clients, before, fetched), contender=name)
     result["idle_us"] = idle_per_s * (time.monotonic() - started) * 1e6 / fetched
@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--no-cluster", "--no-pin", "--no-profile"):
         parser.add_argument(flag, action="store_true")
     parser.add_argument("--items", type=int, default=5)
+    parser.add_argument("--delay", type=float, default=0.0)  # s the site takes a page
     parser.add_argument("--only", help="contenders, separated by ; (default: all)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "redis_cpu")
     parser.add_argument("--json", type=Path)
