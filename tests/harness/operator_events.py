@@ -50,7 +50,7 @@ OUTAGE_TIMEOUT = 4.0
 USER, PASSWORD = "crawler", "crawler-pw"
 #: Every command the crawl needs (docs/security.md), for the ACL rows.
 ACL_COMMANDS = (
-    "ping", "evalsha", "script|load", "time", "get", "set", "del", "exists", "strlen",
+    "ping", "evalsha", "script|load", "time", "get", "mget", "set", "del", "exists", "strlen",
     "bitfield", "bitcount", "bitfield_ro", "memory|usage", "hgetall", "hset", "hincrby",
     "zadd", "zcard", "zrange", "zremrangebyrank", "hget", "hdel", "hlen", "zrangebyscore",
     "zrem", "xadd", "scan", "config|get", "type", "info",
@@ -232,7 +232,7 @@ EVENTS: dict[str, Event] = {
         lambda lab: lab.set_acl(ACL_COMMANDS), acl=True),
 }
 #: ACL rows: the crawl's user lacks one command from the start.
-ACL_LACKING = ("get", "bitfield", "zadd", "del", "zrange")
+ACL_LACKING = ("get", "mget", "bitfield", "zadd", "del", "zrange")
 for _command in ACL_LACKING:
     EVENTS[f"acl-lacking-{_command}"] = Event(
         f"ACL lacking {_command} from the start",
