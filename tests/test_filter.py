@@ -201,6 +201,26 @@ def evalsha_calls(client: redis.Redis) -> int:
 
 
 @pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_on_one_node_a_batch_over_every_shard_is_one_script_call_with_the_lua_engine(
+        client: redis.Redis, use_lock: bool) -> None:
+    """Its fixed part (op log, fence, lost-state and generation checks) is paid once a call:
+    24 shards cost one call, where RedisBloom (whose script takes one shard) makes one a
+    shard the batch touches. Each shard's lock is still taken, once."""
+    bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001, shards=24),
+                          use_lock=use_lock, local_cache=0)
+    items = fps(200)
+    touched = len({bf.lock_key_for(x) for x in items})
+    assert touched == 24
+    client.config_resetstat()
+    assert bf.add_many(items) == [True] * 200
+    calls = evalsha_calls(client)
+    assert calls == (1 if bf.engine_name == "lua" else touched)
+    if use_lock:
+        assert bf.counters.lock.acquired == 24
+    assert bf.add_many(items) == [False] * 200
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
 def test_local_cache_answers_repeats_without_redis(client: redis.Redis, use_lock: bool) -> None:
     bf = BloomFilter.open(client, "t", sizing.plan(100_000, 0.001), use_lock=use_lock,
                           local_cache=1_000)

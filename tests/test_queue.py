@@ -96,6 +96,11 @@ def test_on_one_node_the_queue_has_one_shard_whatever_the_filter_has(
     q.heartbeat()
     assert client.keys("*owners*") == [keys.owners(TAG, 0).encode()]
     assert len(q.pop_leases(40)) == 30
+    # An idle worker's look at an empty queue: one pop, one count; no look at each shard.
+    client.config_resetstat()
+    assert q.pop_leases(16) == [] and q.status() == (0, 30)
+    stats = client.info("commandstats")
+    assert stats["cmdstat_zcard"]["calls"] == 1 and stats["cmdstat_evalsha"]["calls"] == 1
 
 
 def test_an_earlier_versions_queue_shards_are_merged_when_a_worker_starts(
