@@ -182,7 +182,10 @@ def test_ctrl_c_during_a_forget_says_what_holds(redis_url: str, client: redis.Re
     process = subprocess.Popen(
         [sys.executable, "-m", "scrapy_bloomdupe.cli", "forget", "--key", "shop:bloomdupe",
          f"{SITE}/page/1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "REDIS_URL": redis_url})
+        env={**os.environ, "REDIS_URL": redis_url},
+        # Python answers SIGINT only if it was not ignored when it started: a test run
+        # started in the background by a shell without job control ignores it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while client.get(keys.forgets("shop:bloomdupe")) is None:  # it waits from here
