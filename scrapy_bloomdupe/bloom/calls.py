@@ -1,11 +1,13 @@
-"""A check-and-add batch's script calls: grouped per shard, sent in one round trip
-with the shard locks, their replies sorted out.
+"""A check-and-add batch's script calls: grouped, sent in one round trip with the
+shard locks, their replies sorted out.
 
-The items of a batch are grouped into one call per shard (at most
-:data:`MAX_ITEMS_PER_SCRIPT` items each), each with an op id so that a retry after a
-lost reply is answered from the op log (:mod:`.oplog`); one round trip takes each
-shard's lock (``SET NX PX``, :mod:`.lock`) and runs its call; a call refused because
-the lock was busy waits and goes again, one refused for a stale generation or time
+The items of a batch are grouped into one call per shard, or, on an engine whose
+calls carry several shards (the Lua engine on one node: its sections), one call for
+them all (at most :data:`MAX_ITEMS_PER_SCRIPT` items a call), each with an op id so
+that a retry after a lost reply is answered from the op log (:mod:`.oplog`); one
+round trip takes each shard's lock (``SET NX PX``, :mod:`.lock`) and runs the calls;
+a call refused because its lock was busy waits and goes again (a section whose lock
+was busy: its items, as a new call), one refused for a stale generation or time
 slice is redone with the new ones, and one a full shard refused is redone after
 growth, as new calls.
 

@@ -1,8 +1,9 @@
 """The sharded Bloom filter in Redis: open or join, check-and-add in batches, growth, clear.
 
 The engine-neutral front. It turns fingerprints into hashes (a per-filter
-random seed, :mod:`scrapy_bloomdupe.hashing`), groups a batch into one script
-call per shard (at most ``MAX_ITEMS_PER_SCRIPT`` items each), gives each call
+random seed, :mod:`scrapy_bloomdupe.hashing`), groups a batch into script calls
+(one a shard, or one for every shard on one node with the Lua engine; at most
+``MAX_ITEMS_PER_SCRIPT`` items each), gives each call
 an op id so a retry after a lost reply is answered from the op log
 (:mod:`.oplog`), takes the shard locks in the same round trip (:mod:`.lock`),
 answers repeats from this worker's memory (:mod:`scrapy_bloomdupe.localcache`),
