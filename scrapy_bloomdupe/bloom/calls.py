@@ -350,8 +350,8 @@ class Calls:
             assert self.window_engine is not None
             self.window_engine.grew(unit.shard)
             return None
-        if reply in (LOCK_BUSY, STALE_GENERATION, b"B"):
-            self.counters.lock.lost += reply in (LOCK_BUSY, b"B")
+        if reply in (LOCK_BUSY, STALE_GENERATION):  # (one section: never 'B')
+            self.counters.lock.lost += reply == LOCK_BUSY
             return None
         new = bool(reply == b"1")
         self.counters.checked += 1
