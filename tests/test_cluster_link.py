@@ -69,6 +69,59 @@ def test_a_stale_slot_map_is_corrected_by_following_moved(rc: RedisCluster) -> N
         bf.close()
 
 
+@pytest.mark.parametrize("use_lock", [True, False], ids=["lock", "atomic"])
+def test_a_batch_over_every_shard_is_one_script_call_a_master(
+    rc: RedisCluster, local_cluster: LocalCluster, use_lock: bool,
+) -> None:
+    """Redis 7's script flag lets one call reach every shard of its master (the op log
+    declared, the others in ARGV): the call's fixed part is paid once a master, not once
+    a shard. Each shard's lock is still taken, once."""
+    bf = BloomFilter.open(rc, KEY, plan(24), use_lock=use_lock)
+    masters = node_clients(local_cluster)
+    try:
+        assert bf.engine.sections
+        items = fps(300, "sec-")
+        assert len({shard_of(bf, x) for x in items}) == 24
+        for c in masters.values():
+            c.config_resetstat()
+        assert bf.add_many(items) == [True] * 300
+        calls = [c.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+                 for c in masters.values()]
+        assert calls == [1, 1, 1]
+        if use_lock:
+            assert bf.counters.lock.acquired == 24
+            assert not any(c.keys(f"*{KEY}*lock*") for c in masters.values())  # released
+        assert bf.add_many(items) == [False] * 300
+    finally:
+        for c in masters.values():
+            c.close()
+        bf.close()
+
+
+def test_a_call_that_meets_a_moved_slot_is_redone_a_call_a_shard(rc: RedisCluster) -> None:
+    """A master that no longer holds one of its call's shards (the client's slot map is
+    stale: a resharding it has not seen) refuses the call before any write ("non local
+    key"); its items go again, a call a shard routed by their own keys, with the locks
+    the first call took, and the slot map is reloaded."""
+    bf = BloomFilter.open(rc, KEY, plan(24))
+    try:
+        slots = rc.nodes_manager.slots_cache
+        slot = shard_slots(bf)[0]
+        right = slots[slot][0]
+        wrong = next(n for n in rc.get_primaries() if n.name != right.name)
+        slots[slot] = [wrong]  # as after a resharding the client has not seen
+        items = fps(300, "mvd-")
+        assert {shard_of(bf, x) for x in items} >= {0}
+        assert bf.add_many(items) == [True] * 300
+        assert bf.counters.regrouped == 1
+        assert bf.counters.lock.waits == 0  # its own locks: no wait for them to expire
+        assert slots[slot][0].name == right.name  # reloaded
+        assert bf.add_many(items) == [False] * 300
+        assert bf.counters.regrouped == 1
+    finally:
+        bf.close()
+
+
 def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_url: str) -> None:
     settings = cluster_settings(cluster_url, BLOOMDUPE_WAIT_REPLICAS=1)
     assert wait_replicas(settings) == 1

@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 import redis
+from redis.crc import key_slot
 from redis.exceptions import NoPermissionError, ResponseError
 
 from scrapy_bloomdupe import luascript
+from scrapy_bloomdupe.bloom.lua import CROSS_SLOT
 from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 BLOOM = "scrapy_bloomdupe.bloom"
 FRONTIER = "scrapy_bloomdupe.frontier"
@@ -197,40 +200,80 @@ def test_a_forget_the_acl_cannot_honour_fails_before_any_write(check_add: CheckA
         c.acl_deluser("nosrem")
 
 
-# -- a Lua engine call of several shards (one Redis node) --------------------------------
+# -- a Lua engine call of several shards (one Redis node, or one master of a cluster) -----
 
-SECOND = {"marker": "{u}:gen", "lock": "{u}:lock", "forgot": "{u}:forgot",
-          "bits": ["{u}:bits:0"], "queue": "{u}:queue"}
+
+def second_shard(tag: str) -> dict[str, Any]:
+    return {"marker": f"{{{tag}}}:gen", "lock": f"{{{tag}}}:lock", "forgot": f"{{{tag}}}:forgot",
+            "bits": [f"{{{tag}}}:bits:0"], "queue": f"{{{tag}}}:queue"}
 
 
 class TwoShards(CheckAdd):
-    """``check_add_bits.lua`` with two sections: shard ``{t}`` (the op log's) and ``{u}``."""
+    """``check_add_bits.lua`` with two sections: shard ``{t}`` (the op log's) and a second.
 
-    def __init__(self, client: redis.Redis) -> None:
+    On a cluster (``cluster``) the second shard is another slot of ``{t}``'s master, the
+    script carries the cross-slot flag and takes every key but the op log in ARGV, as
+    :class:`~scrapy_bloomdupe.bloom.lua.LuaEngine` sends it there."""
+
+    def __init__(self, client: redis.Redis, second: str = "u", *, cluster: bool = False) -> None:
         super().__init__(client, "lua")
-        self.make(SECOND["bits"][0])
+        self.second = second_shard(second)
+        self.cluster = cluster
+        if cluster:
+            self.script = client.register_script(
+                CROSS_SLOT + luascript.read(BLOOM, "check_add_bits.lua"))
+        self.make(self.second["bits"][0])
 
     def call2(self, first: list[int], second: list[int], *, call: int = 1, ack: int = 1,
-              token: str = "", g: int = 1) -> Any:
+              token: str = "", g: int = 1, other: dict[str, Any] | None = None) -> Any:
+        other = other or self.second
         script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g], QUEUE,
-                       SECOND["marker"], SECOND["lock"], SECOND["forgot"],
-                       *SECOND["bits"][:g], SECOND["queue"]]
+                       other["marker"], other["lock"], other["forgot"],
+                       *other["bits"][:g], other["queue"]]
         args: list[Any] = [token, call, ack, 60_000, g, *([K] * g), "1"]
         for items in (first, second):
             args.append(len(items))
             args.extend(a for item in items for a in self.item_args(item))
             args.extend(a for item in items for a in (item, f"request-{item}"))
+        if self.cluster:
+            return self.script(keys=script_keys[:1],
+                               args=[*args, *script_keys[1:], len(script_keys) - 1])
         return self.script(keys=script_keys, args=args)
 
     def state(self) -> tuple[Any, ...]:
         c = self.client
-        return (*super().state(), c.get(SECOND["marker"]), c.get(SECOND["lock"]),
-                c.dump(SECOND["bits"][0]), c.zrange(SECOND["queue"], 0, -1, withscores=True))
+        return (*super().state(), c.get(self.second["marker"]), c.get(self.second["lock"]),
+                c.dump(self.second["bits"][0]),
+                c.zrange(self.second["queue"], 0, -1, withscores=True))
 
 
-@pytest.fixture
-def two(client: redis.Redis) -> TwoShards:
-    return TwoShards(client)
+def owner(c: redis.Redis, tag: str) -> int:
+    """The port of the master that holds ``{tag}``'s slot."""
+    slot = key_slot(f"{{{tag}}}".encode())
+    return next(int(master[1]) for first, last, master, *_ in
+                c.execute_command("CLUSTER", "SLOTS") if first <= slot <= last)
+
+
+def tag_on(c: redis.Redis, same: bool) -> str:
+    """A hash tag of another slot than ``{t}``'s, on ``{t}``'s master (``same``) or not."""
+    home = owner(c, "t")
+    return next(f"s{i}" for i in range(10_000) if key_slot(f"{{s{i}}}".encode()) !=
+                key_slot(b"{t}") and (owner(c, f"s{i}") == home) == same)
+
+
+@pytest.fixture(params=["node", "cluster"])
+def two(request: pytest.FixtureRequest) -> Iterator[TwoShards]:
+    if request.param == "node":
+        yield TwoShards(request.getfixturevalue("client"))
+        return
+    servers: LocalCluster = request.getfixturevalue("local_cluster")
+    servers.wait_ok()
+    servers.flushall()
+    any_node = servers.node(servers.master_ports()[0]).client()
+    c = servers.node(owner(any_node, "t")).client()
+    any_node.close()
+    yield TwoShards(c, tag_on(c, True), cluster=True)
+    c.close()
 
 
 def test_a_call_of_two_shards_answers_each_in_order_and_queues_each_in_its_own(
@@ -238,18 +281,18 @@ def test_a_call_of_two_shards_answers_each_in_order_and_queues_each_in_its_own(
     assert two.call2([1, 2], [3]) == b"111"
     assert two.call2([2], [3, 4], call=4, ack=4) == b"001"
     assert two.client.zrange(QUEUE, 0, -1) == [b"request-1", b"request-2"]
-    assert two.client.zrange(SECOND["queue"], 0, -1) == [b"request-3", b"request-4"]
+    assert two.client.zrange(two.second["queue"], 0, -1) == [b"request-3", b"request-4"]
 
 
 def test_a_section_whose_lock_is_busy_is_left_alone_the_others_go_ahead(
         two: TwoShards) -> None:
     c = two.client
     c.set(LOCK, "mine")
-    c.set(SECOND["lock"], "theirs")
-    bits = c.dump(SECOND["bits"][0])
+    c.set(two.second["lock"], "theirs")
+    bits = c.dump(two.second["bits"][0])
     assert two.call2([1], [3], token="mine") == b"1B"
-    assert c.get(LOCK) is None and c.get(SECOND["lock"]) == b"theirs"
-    assert c.dump(SECOND["bits"][0]) == bits and not c.exists(SECOND["queue"])
+    assert c.get(LOCK) is None and c.get(two.second["lock"]) == b"theirs"
+    assert c.dump(two.second["bits"][0]) == bits and not c.exists(two.second["queue"])
     # A retry after a lost reply gets the same answer and frees the locks it took again.
     c.set(LOCK, "mine")
     assert two.call2([1], [3], token="mine") == b"1B"
@@ -270,20 +313,35 @@ def test_a_retried_call_of_two_shards_writes_nothing(two: TwoShards) -> None:
 def test_a_missing_shard_in_any_section_stops_the_call_before_any_write(
         two: TwoShards) -> None:
     c = two.client
-    c.delete(SECOND["bits"][0])
+    c.delete(two.second["bits"][0])
     c.set(LOCK, "tok")
-    c.set(SECOND["lock"], "tok")
+    c.set(two.second["lock"], "tok")
     assert two.call2([1], [3], token="tok") == -3
-    assert not c.exists(OP_LOG, QUEUE, SECOND["queue"], SECOND["bits"][0])
-    assert c.get(LOCK) is None and c.get(SECOND["lock"]) is None  # released
+    assert not c.exists(OP_LOG) and not c.exists(QUEUE)
+    assert not c.exists(two.second["queue"]) and not c.exists(two.second["bits"][0])
+    assert c.get(LOCK) is None and c.get(two.second["lock"]) is None  # released
 
 
 def test_a_shard_ahead_of_the_call_s_generations_refuses_the_whole_call(
         two: TwoShards) -> None:
     c = two.client
-    c.set(SECOND["marker"], 2)
+    c.set(two.second["marker"], 2)
     before = two.state()
     assert two.call2([1], [3]) == -2
+    assert two.state() == before
+
+
+@pytest.mark.parametrize("two", ["cluster"], indirect=True)
+def test_on_a_cluster_a_section_of_another_master_fails_the_call_before_any_write(
+        two: TwoShards) -> None:
+    """A shard whose slot moved to another master (the client's slot map is stale): the
+    call reads every key before its first write, so the master refuses it having
+    written nothing (the client then redoes its items a call a shard)."""
+    c = two.client
+    c.set(LOCK, "tok")
+    before = two.state()
+    with pytest.raises(ResponseError, match="non local key"):
+        two.call2([1], [3], token="tok", other=second_shard(tag_on(c, False)))
     assert two.state() == before
 
 

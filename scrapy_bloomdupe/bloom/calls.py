@@ -2,14 +2,16 @@
 shard locks, their replies sorted out.
 
 The items of a batch are grouped into one call per shard, or, on an engine whose
-calls carry several shards (the Lua engine on one node: its sections), one call for
-them all (at most :data:`MAX_ITEMS_PER_SCRIPT` items a call), each with an op id so
+calls carry several shards (the Lua engine: its sections), one call for all those of
+one node (every shard on one Redis, a master's on a Redis Cluster of Redis 7 or later;
+at most :data:`MAX_ITEMS_PER_SCRIPT` items a call), each with an op id so
 that a retry after a lost reply is answered from the op log (:mod:`.oplog`); one
 round trip takes each shard's lock (``SET NX PX``, :mod:`.lock`) and runs the calls;
 a call refused because its lock was busy waits and goes again (a section whose lock
 was busy: its items, as a new call), one refused for a stale generation or time
-slice is redone with the new ones, and one a full shard refused is redone after
-growth, as new calls.
+slice is redone with the new ones, one a full shard refused is redone after
+growth, as new calls, and one a cluster master refused because a slot of its shards
+had moved (it wrote nothing) is redone a call a shard.
 
 :class:`Calls` is mixed into :class:`~.filter.BloomFilter`, whose state it uses.
 """
@@ -21,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from .. import hashing
 from ..exceptions import BloomDupeError
@@ -56,6 +58,8 @@ _GROWN = 71  # ord("G")
 #: The item's shard lock did not hold the call's token (a call of several shards):
 #: not looked at, asked again after a pause.
 _BUSY = 66  # ord("B")
+#: A call's reply: its master no longer holds one of its shards (see _not_local).
+_NOT_LOCAL = object()
 
 
 @dataclass
@@ -97,6 +101,7 @@ class CallCounters(Protocol):
     stale_slice: int
     full: int
     slice_growths: int
+    regrouped: int
     lock: LockCounters
 
 
@@ -144,8 +149,14 @@ class Calls:
                 replies = self._round_trip(pending, ack, lock_state.use_lock, sink)
                 busy = []
                 busy_items: list[int] = []
+                moved: list[int] = []
+                #: The locks a refused call took stay with its items (its token).
+                moved_tokens: dict[int, bytes] = {}
                 for unit, reply in zip(pending, replies, strict=True):
-                    if reply == LOCK_BUSY:
+                    if reply is _NOT_LOCAL:
+                        moved.extend(unit.indexes)
+                        moved_tokens.update(dict.fromkeys(unit.sections, unit.token))
+                    elif reply == LOCK_BUSY:
                         busy.append(unit)
                     elif reply == STALE_GENERATION:
                         refused.extend(unit.indexes)
@@ -169,17 +180,26 @@ class Calls:
                         if grown:
                             assert self.window_engine is not None
                             self.window_engine.grew(unit.shard)
-                if busy_items:
+                waited_for = bool(busy or busy_items)  # locks held by others: pause
+                if busy_items or moved:
                     # A call of several shards went ahead on those whose lock it held: the
                     # others' items go again as new calls (the reply is in the op log
-                    # under this call's id).
+                    # under this call's id). A call of a master that no longer holds
+                    # one of its shards (a slot moved; it wrote nothing) goes again as
+                    # a call a shard, each routed by its own keys, with the slot map
+                    # reloaded.
                     first = self._next_op
-                    self._next_op += max(busy_items) + 1
+                    self._next_op += max(busy_items + moved) + 1
                     busy.extend(self._group(halves, busy_items, first, entry))
+                    if moved:
+                        self.counters.regrouped += 1
+                        self._link.refresh_routes()
+                        busy.extend(self._group(halves, moved, first, entry,
+                                                tokens=moved_tokens))
                     ack = first
                 pending = busy
                 pauses = lock_state.pauses
-                if pending and pauses is not None and next(pauses, None) is None:
+                if waited_for and pauses is not None and next(pauses, None) is None:
                     logger.warning(
                         "Shard lock(s) %s stayed busy for BLOOMDUPE_LOCK_WAIT=%ss; checking "
                         "without the lock (the check-and-add script is atomic on its own)",
@@ -225,28 +245,32 @@ class Calls:
         return call() if self.outage is None else self.outage.call(call)
 
     def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
-               first_op: int, entry: Callable[[int], Sequence[Any]] | None = None
-               ) -> list[_Unit]:
+               first_op: int, entry: Callable[[int], Sequence[Any]] | None = None, *,
+               tokens: Mapping[int, bytes] | None = None) -> list[_Unit]:
         """Script calls for these items under the current generations: per shard (or, on
-        an engine whose calls carry several shards, for them all), in chunks of at most
-        ``MAX_ITEMS_PER_SCRIPT`` items.
+        an engine whose calls carry several shards, for all those of one node: see
+        ``group_of``), in chunks of at most ``MAX_ITEMS_PER_SCRIPT`` items. With
+        ``tokens`` (a shard's lock token), a call a shard, with that token.
 
         An item's op id is ``first_op`` plus its index, and a call's id is its
         first item's: the same on every retry.
         """
         shards = self.sizing.shards
         engine = self.engine
-        several = engine.sections
-        open_units: dict[int, _Unit] = {}
-        sizes: dict[int, int] = {}
+        groups: dict[int, Any] = {}
+        open_units: dict[Any, _Unit] = {}
+        sizes: dict[Any, int] = {}
         units: list[_Unit] = []
         for index in indexes:
             h1, h2 = halves[index]
             shard = hashing.shard_of(h1, shards)
-            group = 0 if several else shard
+            group = groups.get(shard)
+            if group is None:
+                group = groups[shard] = shard if tokens is not None else engine.group_of(shard)
             unit = open_units.get(group)
             if unit is None or sizes[group] >= MAX_ITEMS_PER_SCRIPT:
-                token = self.locks.new_token() if self.use_lock else b""
+                token = (b"" if not self.use_lock else tokens[shard] if tokens is not None
+                         else self.locks.new_token())
                 unit = open_units[group] = _Unit(token, first_op + index, {})
                 sizes[group] = 0
                 units.append(unit)
@@ -303,6 +327,7 @@ class Calls:
             self.counters.script_reloads += 1
             self._guarded(lambda: self._link.load_scripts(engine.scripts()))
             raw = self._guarded(send)
+        raw = [_NOT_LOCAL if _not_local(r) else r for r in raw]
         for r in raw:
             if isinstance(r, Exception):
                 raise r
@@ -363,6 +388,13 @@ class Calls:
         """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
         assert self.window_engine is not None
         self.window_engine.adopt(shard, reply)
+
+
+def _not_local(reply: Any) -> bool:
+    """Whether ``reply`` is a cluster master's refusal of a call that reached a key of a
+    slot it no longer holds (the slot moved); the call read every key before its first
+    write, so it wrote nothing."""
+    return isinstance(reply, ResponseError) and "non local key" in str(reply)
 
 
 def _refusals_raised(replies: list[Any]) -> list[Any]:

@@ -1,10 +1,14 @@
 -- Check-and-add, Lua engine (bloom/lua.py): is each item in the filter? Add the new ones.
 -- Each shard's bits are one plain string per generation, read and set with BITFIELD.
--- One call carries the items of one shard or, on one Redis node, of several (its
--- sections), so a burst of items spread over many shards costs one script call.
+-- One call carries the items of one shard or of several (its sections): on one Redis
+-- node, every shard a burst touches; on a Redis Cluster (Redis 7+), those of one master,
+-- so a burst of items spread over many shards costs one script call a master.
 --
 -- KEYS[1]      this client's op log for the call's first shard (bloom/oplog.py)
--- then per section, in order (KEYS[2] is the first section's):
+-- then per section, in order (KEYS[2] is the first section's), or, when KEYS[1] is the
+-- only key (a Redis Cluster, whose declared keys must share a slot; the script is then
+-- loaded with `#!lua flags=allow-cross-slot-keys` and reaches the other slots of its
+-- master), the same keys at the end of ARGV, followed by their count:
 --   its shard's generation marker: how many generations the shard has seen
 --   its shard's lock (lock mode)
 --   its shard's forgotten items (`bloomdupe forget`): each answered new once
@@ -19,7 +23,8 @@
 -- ARGV[6+G]    '1' with a sink (each section's last key), '0' without
 -- then per section: n, its item count; per item its member (its keyed 16-byte
 -- hash, for the forgotten set) and its k bit offsets in each generation, oldest
--- first; then, with a sink, per item its score and member (two values an item).
+-- first; then, with a sink, per item its score and member (two values an item);
+-- then (KEYS[1] alone) the sections' keys and their count.
 --
 -- Returns a string of one character an item, sections in order: '1' new (now set
 -- in the newest generation, and queued; a forgotten item is new once, whatever its
@@ -33,15 +38,34 @@
 --   a NOPERM error        the ACL does not allow ZADD on a sink, or SREM on a
 --                         forgotten set that holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
--- answer recorded the first time and changes nothing else.
+-- answer recorded the first time and changes nothing else. On a cluster every key
+-- is read before the first write: a key of a slot that moved to another master
+-- fails the call there ("non local key"), having written nothing.
 
 local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
 local G = tonumber(ARGV[5])
 local sinks = ARGV[6 + G] == '1'
 local stride = 3 + G + (sinks and 1 or 0)
-local S = (#KEYS - 1) / stride
-local function key(s, i) return KEYS[1 + (s - 1) * stride + i] end -- i: 1 marker, 2 lock,
--- 3 forgotten, 3+g the bits of generation g, 4+G the sink
+-- nk: the sections' keys passed in ARGV (a cluster), 0 when they are KEYS[2..].
+local nk = #KEYS == 1 and tonumber(ARGV[#ARGV]) or 0
+local S = (nk > 0 and nk or #KEYS - 1) / stride
+local top = #ARGV - nk - 1
+local function key(s, i) -- i: 1 marker, 2 lock, 3 forgotten, 3+g the bits of generation g,
+  -- 4+G the sink
+  if nk == 0 then return KEYS[1 + (s - 1) * stride + i] end
+  return ARGV[top + (s - 1) * stride + i]
+end
+-- MGET, EXISTS (a count) and DEL of keys of several shards: one command on one node, one
+-- a key on a cluster, where a command's keys must share a slot even in this script.
+local function each(command, list)
+  if nk == 0 then return redis.call(command, unpack(list)) end
+  local out, n = {}, 0
+  for i = 1, #list do
+    out[i] = redis.call(command == 'MGET' and 'GET' or command, list[i])
+    if command ~= 'MGET' then n = n + out[i] end
+  end
+  return command == 'MGET' and out or n
+end
 
 -- The fence: a holder paused past the lock's TTL is refused, not trusted; a section
 -- whose lock does not hold this token is left alone. `held`: the locks this call
@@ -52,14 +76,14 @@ if token == '' then
 else
   local locks = {}
   for s = 1, S do locks[s] = key(s, 2) end
-  local values = redis.call('MGET', unpack(locks))
+  local values = each('MGET', locks)
   for s = 1, S do
     mine[s] = values[s] == token
     if mine[s] then held[#held + 1] = locks[s] end
   end
 end
 local function release()
-  if #held > 0 then redis.call('DEL', unpack(held)) end
+  if #held > 0 then each('DEL', held) end
 end
 
 -- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
@@ -94,25 +118,30 @@ for s = 1, S do
     forgotten[#forgotten + 1] = key(s, 3)
   end
 end
-if redis.call('EXISTS', unpack(bits)) < #bits then
+if each('EXISTS', bits) < #bits then
   release()
   return -3
 end
-local stored = redis.call('MGET', unpack(markers))
+local stored = each('MGET', markers)
 for i = 1, #markers do
   if tonumber(stored[i] or '1') > G then
     release()
     return -2
   end
 end
-for i = 1, #markers do
-  if tonumber(stored[i] or '1') < G then redis.call('SET', markers[i], G) end
+if nk > 0 and sinks then
+  -- On a cluster the sinks are read too (EXISTS) before the first write (above).
+  local sunk = {}
+  for s = 1, S do
+    if mine[s] then sunk[#sunk + 1] = key(s, 4 + G) end
+  end
+  each('EXISTS', sunk)
 end
 
 -- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
 -- and SREM refused by the ACL is an error before any write.
 local forgot = {}
-if redis.call('EXISTS', unpack(forgotten)) > 0 then
+if each('EXISTS', forgotten) > 0 then
   for s = 1, S do
     forgot[s] = mine[s] and redis.call('EXISTS', key(s, 3)) == 1
     if forgot[s] and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', key(s, 3), 'x') then
@@ -120,6 +149,10 @@ if redis.call('EXISTS', unpack(forgotten)) > 0 then
       return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
     end
   end
+end
+
+for i = 1, #markers do
+  if tonumber(stored[i] or '1') < G then redis.call('SET', markers[i], G) end
 end
 
 local ks, width = {}, 1

@@ -87,6 +87,11 @@ class Engine(Protocol):
     #: Whether one call may carry the items of several shards (:class:`Section`).
     sections: bool
 
+    def group_of(self, shard: int) -> Any:
+        """Which script call of a batch the items of ``shard`` go in (the shard itself
+        without :attr:`sections`; with them, one for every shard on one node, one a
+        master on a Redis Cluster)."""
+
     def check_add_command(self, token: bytes, call: int, ack: int,
                           sections: Sequence[Section], sink: Sink | None = None
                           ) -> tuple[Any, ...]:
@@ -179,4 +184,8 @@ class ScriptedEngine:
 
     def scripts(self) -> list[str | bytes | memoryview]:
         """The check-and-add script (as :meth:`load_script` loads it)."""
-        return [self.CHECK_ADD_SCRIPT]
+        return [self.script.script]
+
+    def group_of(self, shard: int) -> Any:
+        """Which script call of a batch the items of ``shard`` go in: one a shard."""
+        return shard

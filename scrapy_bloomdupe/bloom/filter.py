@@ -80,6 +80,9 @@ class FilterCounters:
     full: int = 0
     #: Calls in which a window's current slice grew a generation (items redone in it).
     slice_growths: int = 0
+    #: Calls of several shards refused by a cluster master that no longer held one of
+    #: them (a slot moved), redone a call a shard.
+    regrouped: int = 0
     generations_added: int = 0
     lock: LockCounters = field(default_factory=LockCounters)
 

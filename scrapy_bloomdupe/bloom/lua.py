@@ -22,6 +22,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis.crc import key_slot
 from redis.exceptions import NoScriptError, ResponseError
 
 from .. import hashing, keys, luascript, sizing
@@ -54,19 +55,44 @@ PIPELINE_CHUNK = 256
 MEMORY_HEADROOM = 0.1
 
 
+#: The script's first line on a Redis Cluster: it may reach keys of other slots of its
+#: master (Redis 7.0 and later), which it is given in ARGV.
+CROSS_SLOT = "#!lua flags=allow-cross-slot-keys\n"
+
+
 class LuaEngine(ScriptedEngine):
     """The bits of one filter, every generation, and the script that checks and sets them."""
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_bits.lua")
+    #: Whether the script takes sections (a window's takes one shard a call).
+    SECTIONS = True
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str) -> None:
         super().__init__(client, key, shards, client_id)
         self.bits_keys: list[list[str]] = []
-        #: One call carries the items of every shard on one node (not on a cluster,
-        #: where a script's keys must share a slot): the calls' fixed part (the op log,
-        #: the fence, the checks before writing) is paid once a call, not once a shard.
-        self.sections = not is_cluster(client)
+        #: One call carries the items of every shard on one node, and on a Redis Cluster
+        #: of every shard on one master (its keys but the op log in ARGV: declared keys
+        #: must share a slot there): the calls' fixed part (the op log, the fence, the
+        #: checks before writing) is paid once a call, not once a shard. A cluster with
+        #: a master older than Redis 7 (no script flags) gets a call a shard.
+        self.cluster = is_cluster(client)
+        self.sections = self.SECTIONS and (not self.cluster or cross_slot_scripts(client))
+        if self.cluster and self.sections:
+            self.script = client.register_script(CROSS_SLOT + self.CHECK_ADD_SCRIPT)
+            self.sha = self.script.sha
+            self._slots = [key_slot(keys.bits(key, i).encode()) for i in range(shards)]
+
+    def group_of(self, shard: int) -> Any:
+        """Which call a batch's items of ``shard`` go in: one for all on one node, one a
+        master on a cluster (by the slot map known now), one a shard without sections."""
+        if not self.sections:
+            return shard
+        if not self.cluster:
+            return 0
+        node = self.client.nodes_manager.get_node_from_slot(  # type: ignore[union-attr]
+            self._slots[shard])
+        return node.name
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
         count = len(generations)
@@ -111,6 +137,10 @@ class LuaEngine(ScriptedEngine):
             args.append(len(section.indexes))
             args.extend(section.args)
             args.extend(section.sink_args)
+        if self.cluster and self.sections:
+            # The op log is declared (it routes the call); the others ride in ARGV.
+            return ("EVALSHA", self.sha, 1, script_keys[0], *args, *script_keys[1:],
+                    len(script_keys) - 1)
         return ("EVALSHA", self.sha, len(script_keys), *script_keys, *args)
 
     # -- shards -------------------------------------------------------------
@@ -272,6 +302,20 @@ def check_room(client: Redis | RedisCluster, key: str, generation: int, plan: si
             "(with BLOOMDUPE_GROWTH on, the filter grows if a crawl needs more) or raise "
             "BLOOMDUPE_ERROR_RATE, or give Redis more memory (maxmemory)",
         )
+
+
+def cross_slot_scripts(client: Redis | RedisCluster) -> bool:
+    """Whether every master of a cluster runs Redis 7.0 or later (script flags: a call
+    may reach keys of several slots of its master). False when not allowed to look
+    (an ACL without ``INFO``): a call a shard, as on Redis 6."""
+    cluster: Any = client
+    try:
+        versions = [cluster.get_redis_connection(node).info("server").get("redis_version", "")
+                    for node in cluster.get_primaries()]
+    except ResponseError as e:  # NoPermissionError is one
+        logger.debug("Cannot read the masters' Redis versions (%s); a script call a shard", e)
+        return False
+    return bool(versions) and all(int(str(v).split(".")[0] or 0) >= 7 for v in versions)
 
 
 def _server_of(client: Redis | RedisCluster, name: str) -> tuple[Any, str]:

@@ -381,12 +381,12 @@ class WindowLuaEngine(_Slices, LuaEngine):
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_window_bits.lua")
     #: Its script's calls are one shard each (ScriptedEngine's layout).
+    SECTIONS = False
     check_add_command = ScriptedEngine.check_add_command
 
     def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
                  client_id: str, window: sizing.Window, growth: bool = False) -> None:
         LuaEngine.__init__(self, client, key, shards, client_id)
-        self.sections = False
         self._setup(window, client_id, growth)
 
     def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:

@@ -187,7 +187,7 @@ class ClusterLink:
         def attempt() -> list[Any]:
             nonlocal pending
             if self._refresh_due:
-                self._refresh()
+                self.refresh()
             pending = self._attempt(commands, pending, results)
             return results
 
@@ -203,7 +203,7 @@ class ClusterLink:
         self._refresh_due = True
         logger.debug("Cluster round trip incomplete, will retry: %s", self.counters.last_error)
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Reload the slot map (who is master of what) from any node that answers."""
         self._refresh_due = False
         self.counters.refreshes += 1

@@ -124,6 +124,12 @@ class Link:
             return self._cluster.reaches(commands)
         return lambda _command: True
 
+    def refresh_routes(self) -> None:
+        """Reload a cluster's slot map (a call met a slot that moved); nothing on one node."""
+        if self._cluster is not None:
+            with self._lock:
+                self._cluster.refresh()
+
     def load_scripts(self, scripts: Sequence[str | bytes | memoryview]) -> None:
         """``SCRIPT LOAD`` each of ``scripts`` where this link's commands go: on its held
         connection, the server that just answered ``NOSCRIPT`` (mid-failover the
