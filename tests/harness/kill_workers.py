@@ -73,6 +73,7 @@ OWN_SETTINGS = {
     "LOG_FILE": "", "DEMO_STATS_FILE": "",
     "BLOOMDUPE_LEASE_TIMEOUT": "--lease-timeout", "BLOOMDUPE_DONE_GRACE": "--done-grace",
     "CONCURRENT_REQUESTS": "--concurrency", "CONCURRENT_REQUESTS_PER_DOMAIN": "--concurrency",
+    "BLOOMDUPE_REDIS_CLUSTER": "--cluster",
 }
 
 
@@ -257,12 +258,16 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
              lease_timeout: float = 5.0, done_grace: float = 3.0, concurrency: int = 16,
              kill_window: tuple[float, float] = (0.2, 0.7), rng: random.Random | None = None,
              timeout: float = 300.0, log: Any = None,
-             extra: dict[str, str] | None = None) -> RunResult:
+             extra: dict[str, str] | None = None, cluster: bool = False) -> RunResult:
     """One run: fresh Redis, fresh site, ``workers`` workers started together; at a random
     fraction of the pages fetched (in ``kill_window``) SIGKILL ``kills`` working ones;
     wait for the live ones to exit on their own (within lease timeout + 30 s of the kill,
-    or ``timeout`` without a kill). ``extra``: more settings of the workers."""
+    or ``timeout`` without a kill). ``extra``: more settings of the workers. ``cluster``:
+    a local Redis Cluster of 3 masters (AOF on, no replicas) instead of one Redis."""
+    from redis.cluster import RedisCluster
+
     from scrapy_bloomdupe.testing import RedisServer
+    from scrapy_bloomdupe.testing_cluster import LocalCluster
 
     rng = rng or random.Random()
     out.mkdir(parents=True, exist_ok=True)
@@ -271,18 +276,22 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
     if kills:
         result.kill_target = rng.uniform(*kill_window)
         result.concurrency_bound = (concurrency + max(1, concurrency // 4)) * kills
-    server = RedisServer(persist=True, extra=["--appendfsync", "everysec"])
+    server: RedisServer | LocalCluster = (
+        LocalCluster(masters=3, replicas=0) if cluster
+        else RedisServer(persist=True, extra=["--appendfsync", "everysec"]))
     site: Site | None = None
     crew: list[Worker] = []
-    client: redis.Redis | None = None
+    client: Any = None
     try:
         server.start()
-        client = redis.Redis.from_url(server.url)
+        client = (RedisCluster.from_url(server.url) if cluster
+                  else redis.Redis.from_url(server.url))
         site = start_site(out, pages=pages, seed=seed, delay=delay)
+        more = {"BLOOMDUPE_REDIS_CLUSTER": "True"} if cluster else {}
         settings = worker_settings(server.url, site.url, pages=pages,
                                    lease_timeout=lease_timeout, done_grace=done_grace,
                                    concurrency=concurrency,
-                                   extra={**(extra or {}), "LOG_LEVEL": "DEBUG"})
+                                   extra={**more, **(extra or {}), "LOG_LEVEL": "DEBUG"})
         started = time.monotonic()
         crew = [start_worker(i, out, settings) for i in range(1, workers + 1)]
         _watch(result, crew, site, client, started=started, lease_timeout=lease_timeout,
@@ -455,6 +464,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="directory for the runs' logs")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the logs of runs that passed too")
+    parser.add_argument("--cluster", action="store_true",
+                        help="a local Redis Cluster (3 masters, AOF on) instead of one Redis "
+                             "(with --set BLOOMDUPE_SHARDS=24, the shards spread over them)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a Scrapy setting of every worker (repeatable), e.g. "
                              "BLOOMDUPE_SHARDS=24")
@@ -575,7 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="bloomdupe-kill-"))
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
-    print(f"kill_workers: {args.runs} run(s) per case, {args.workers} workers, "
+    print(f"kill_workers: {args.runs} run(s) per case, {args.workers} workers"
+          f"{' on a 3-master Redis Cluster' if args.cluster else ''}, "
           f"{args.pages} pages, delay {args.delay:g}s, lease timeout {args.lease_timeout:g}s, "
           f"CONCURRENT_REQUESTS {args.concurrency}, seed {args.seed}; logs in {out}",
           flush=True)
@@ -595,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              pages=args.pages, delay=args.delay, seed=args.site_seed,
                              lease_timeout=args.lease_timeout, done_grace=args.done_grace,
                              concurrency=args.concurrency, rng=rng, log=sys.stdout,
-                             extra=args.settings)
+                             extra=args.settings, cluster=args.cluster)
                 results[name].append(r)
                 kill = (f"killed {','.join(r.killed)} at {r.kill_fraction:.0%} "
                         f"(target {r.kill_target:.0%}) "
