@@ -24,6 +24,7 @@ from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint, keys
 from .bloom.filter import BloomFilter
+from .bloom.lua import LuaEngine
 from .exceptions import BloomDupeError, FilterFullError, FilterLostError
 from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
@@ -187,17 +188,23 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                            "BLOOMDUPE_KEY names the Bloom filter's keys (here %r). Set "
                            "BLOOMDUPE_KEY instead, and remove SCHEDULER_DUPEFILTER_KEY",
                            ignored_key, bloom.key)
+        lua = bloom.engine
+        calls = ""
+        if isinstance(lua, LuaEngine) and lua.SECTIONS and lua.cluster:
+            calls = (", one script call a master" if lua.sections else
+                     ", one script call a shard (one a master needs Redis 7 or later on every "
+                     "master, and +info in the ACL to see it)")
         logger.info(
             "Bloom filter %(key)s: capacity %(capacity)d at error rate %(rate)g, %(shards)d "
             "shard(s) of %(bytes)d bytes, %(k)d hashes, %(gens)d generation(s), growth %(growth)s, "
-            "%(fp)s fingerprints, %(mode)s mode%(wait)s",
+            "%(fp)s fingerprints, %(mode)s mode%(wait)s%(calls)s",
             {"key": bloom.key, "capacity": bloom.sizing.capacity,
              "rate": bloom.sizing.error_rate, "shards": bloom.sizing.shards,
              "bytes": bloom.sizing.bytes_per_shard, "k": bloom.sizing.hashes,
              "gens": len(bloom.generations), "growth": "on" if bloom.growth else "off",
              "fp": bloom.fingerprint, "mode": "lock" if bloom.use_lock else "atomic",
              "wait": f", WAIT {bloom.replicas_waited} after each write" if bloom.replicas_waited
-             else ""},
+             else "", "calls": calls},
         )
         return instance
 

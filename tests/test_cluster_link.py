@@ -98,6 +98,16 @@ def test_a_batch_over_every_shard_is_one_script_call_a_master(
         bf.close()
 
 
+def test_the_start_line_says_how_many_script_calls_a_batch_costs(
+        cluster_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True, BLOOMDUPE_ENGINE="lua")
+    with caplog.at_level("INFO", logger="scrapy_bloomdupe.dupefilter"):
+        df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    df.close("finished")
+    (line,) = [r.getMessage() for r in caplog.records if "Bloom filter" in r.getMessage()]
+    assert line.endswith("after each write, one script call a master"), line
+
+
 def test_a_call_that_meets_a_moved_slot_is_redone_a_call_a_shard(rc: RedisCluster) -> None:
     """A master that no longer holds one of its call's shards (the client's slot map is
     stale: a resharding it has not seen) refuses the call before any write ("non local
