@@ -132,6 +132,23 @@ def test_a_call_that_meets_a_moved_slot_is_redone_a_call_a_shard(rc: RedisCluste
         bf.close()
 
 
+def test_a_slot_without_a_known_master_gets_a_call_of_its_own(rc: RedisCluster) -> None:
+    """Mid-failover the slot map may lack a slot's master: its shard's items go in a call
+    of their own, which the link retries once the map is reloaded; the others go as
+    usual."""
+    bf = BloomFilter.open(rc, KEY, plan(24))
+    try:
+        del rc.nodes_manager.slots_cache[shard_slots(bf)[0]]
+        items = fps(300, "gap-")
+        assert {shard_of(bf, x) for x in items} >= {0}
+        assert bf.add_many(items) == [True] * 300
+        link = bf._link.counters
+        assert link is not None and link.retries >= 1, link
+        assert bf.add_many(items) == [False] * 300
+    finally:
+        bf.close()
+
+
 def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_url: str) -> None:
     settings = cluster_settings(cluster_url, BLOOMDUPE_WAIT_REPLICAS=1)
     assert wait_replicas(settings) == 1

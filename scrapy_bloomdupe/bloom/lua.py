@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 
 from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
@@ -85,13 +85,18 @@ class LuaEngine(ScriptedEngine):
 
     def group_of(self, shard: int) -> Any:
         """Which call a batch's items of ``shard`` go in: one for all on one node, one a
-        master on a cluster (by the slot map known now), one a shard without sections."""
+        master on a cluster (by the slot map known now), one a shard without sections
+        or while the slot has no known master (mid-failover: that call is routed, and
+        retried, on its own)."""
         if not self.sections:
             return shard
         if not self.cluster:
             return 0
-        node = self.client.nodes_manager.get_node_from_slot(  # type: ignore[union-attr]
-            self._slots[shard])
+        try:
+            node = self.client.nodes_manager.get_node_from_slot(  # type: ignore[union-attr]
+                self._slots[shard])
+        except RedisClusterException:
+            return shard
         return node.name
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
