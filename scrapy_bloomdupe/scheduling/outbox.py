@@ -1,6 +1,7 @@
 """How callbacks' outputs go to Redis together: each waits in the outbox, and one Redis
 job, asked :data:`GATHER_DELAY` after the first output waiting, checks and queues them
-all in one round trip (one script call a shard, one round trip a master), instead of
+all in one round trip (one script call a node with the Lua engine, else a shard; one
+round trip a master), instead of
 one job and one round trip each."""
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ if TYPE_CHECKING:
     from scrapy.http import Request
 
 #: How long a callback's output waits for others' to go to Redis with it (s): callbacks
-#: end in bursts, and one check-and-queue for a burst costs Redis a script call a shard
-#: and a round trip a master, not as many as the callbacks. In the demo crawl 0.02 s
-#: gathers about 5 callbacks' outputs, where 1.5 went together before (Redis CPU a page:
-#: docs/benchmarks.md, section h); a page's lease and its links wait that much longer.
+#: end in bursts, and one check-and-queue for a burst costs Redis a script call a master
+#: (Lua engine; a shard otherwise) and a round trip a master, not as many as the
+#: callbacks. In the demo crawl 0.02 s gathers about 5 callbacks' outputs, where 1.5 went
+#: together before (Redis CPU a page: docs/benchmarks.md, section h); a page's lease and
+#: its links wait that much longer.
 GATHER_DELAY = 0.02
 
 #: What a drain gives back: the outputs it took, and whether each checked item was new
