@@ -11,7 +11,15 @@ import time
 
 import pytest
 import redis
-from helpers import cluster_settings, crawler_for, fps, node_clients, plan, shard_of
+from helpers import (
+    cluster_client,
+    cluster_settings,
+    crawler_for,
+    fps,
+    node_clients,
+    plan,
+    shard_of,
+)
 from redis.cluster import RedisCluster
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
@@ -147,6 +155,34 @@ def test_a_slot_without_a_known_master_gets_a_call_of_its_own(rc: RedisCluster) 
         assert bf.add_many(items) == [False] * 300
     finally:
         bf.close()
+
+
+def test_without_info_in_the_acl_a_batch_is_a_call_a_shard(
+        cluster_url: str, local_cluster: LocalCluster) -> None:
+    """The masters' versions cannot be read: one script call a shard, as on Redis 6 (the
+    same answers)."""
+    masters = node_clients(local_cluster)
+    for c in masters.values():
+        c.acl_setuser("noinfo", enabled=True, passwords=["+pw"], keys=["*"],
+                      commands=["+@all", "-info"])
+    client = cluster_client(cluster_url.replace("redis://", "redis://noinfo:pw@"))
+    try:
+        bf = BloomFilter.open(client, KEY, plan(24))
+        assert not bf.engine.sections
+        items = fps(300, "noinfo-")
+        for c in masters.values():
+            c.config_resetstat()
+        assert bf.add_many(items) == [True] * 300
+        calls = sum(c.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+                    for c in masters.values())
+        assert calls == 24
+        assert bf.add_many(items) == [False] * 300
+        bf.close()
+    finally:
+        client.close()
+        for c in masters.values():
+            c.acl_deluser("noinfo")
+            c.close()
 
 
 def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_url: str) -> None:
