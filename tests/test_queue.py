@@ -327,3 +327,20 @@ def test_failed_requests_are_kept_listed_and_requeued(client: redis.Redis) -> No
     assert failed.requeue(client, TAG, [r.id for r in records[:2]]) == 2
     assert failed.count(client, TAG) == 1
     assert urls(q.pop_leases(5)) == ["http://a.example/1", "http://a.example/0"]
+
+
+def test_scripts_flushed_by_a_restart_are_loaded_again_by_the_link(client: redis.Redis) -> None:
+    """The queue's scripts, like the filter's, are loaded again where a round trip is
+    answered NOSCRIPT (the link does it for both), and the round trip repeated."""
+    q = queue(client)
+    q.push_many([Request("http://a.example/1"), Request("http://a.example/2")])
+    loaded = q._link.script_reloads  # the push loaded its script: a new server lacked it
+    client.script_flush()
+    leases = q.pop_leases(1)
+    assert urls(leases) == ["http://a.example/1"]
+    assert q._link.script_reloads == loaded + 1
+    q.ack(leases)
+    client.script_flush()
+    q.heartbeat()  # the ack and the heartbeat script, after another flush
+    assert q._link.script_reloads == loaded + 2
+    assert q.status() == (1, 0)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from .. import hashing
 from ..exceptions import BloomDupeError
@@ -49,8 +49,6 @@ T = TypeVar("T")
 MAX_ITEMS_PER_SCRIPT = 256
 #: Round trips in a row whose every call was told STALE_SLICE before one is a fault.
 MAX_STALE_ROUNDS = 20
-#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
-MAX_SCRIPT_RELOADS = 5
 #: Per-item reply of an engine whose newest generation's shard refused the item (full).
 _FULL = 70  # ord("F")
 #: A window's slice grew in the call, which did not look at the item: asked again.
@@ -320,13 +318,9 @@ class Calls:
                 return _refusals_raised(self._link.execute(commands))
             return _refusals_raised(self._link.execute_bound(with_riders))
 
-        raw = self._guarded(send)
-        for _ in range(MAX_SCRIPT_RELOADS):
-            if not any(isinstance(r, NoScriptError) for r in raw):
-                break
-            self.counters.script_reloads += 1
-            self._guarded(lambda: self._link.load_scripts(engine.scripts()))
-            raw = self._guarded(send)
+        reloads = self._link.script_reloads
+        raw = self._guarded(send)  # scripts the server lacked are loaded by the link
+        self.counters.script_reloads += self._link.script_reloads - reloads
         raw = [_NOT_LOCAL if _not_local(r) else r for r in raw]
         for r in raw:
             if isinstance(r, Exception):

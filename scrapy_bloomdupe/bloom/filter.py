@@ -155,6 +155,7 @@ class BloomFilter(Calls, Growth, Forgetting):
             self.engine = self.window_engine
             self.cache = TimedCache(local_cache, self.window_engine.clock.now)
         self._link = Link(client, wait_replicas=wait_replicas)
+        self._link.knows(*self.engine.scripts())  # loaded again after a NOSCRIPT
         #: Replicas each round trip waits for (``WAIT``; 0: none).
         self.replicas_waited = wait_replicas
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoPermissionError, NoScriptError
+from redis.exceptions import NoPermissionError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
@@ -58,8 +58,6 @@ if TYPE_CHECKING:
 RECORD_TTL_MS = 3_600_000
 #: How long a worker on a scrapy-redis queue class counts as live without leaving (ms).
 JOINED_MS = 86_400_000
-#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
-MAX_SCRIPT_RELOADS = 5
 #: Default time without a heartbeat after which a worker's leases go back.
 LEASE_TIMEOUT = 30.0
 
@@ -119,6 +117,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
             ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT),
             ("merge", self.MERGE_SCRIPT))}
+        # Loaded again by the link where a round trip is answered NOSCRIPT.
+        self._link.knows(*(script.script for script in self._scripts.values()))
         shard_range = range(self.shards)
         self._queues = [keys.queue(self.tag, i) for i in shard_range]
         self._leases = [keys.leases(self.tag, i) for i in shard_range]
@@ -190,7 +190,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         shard = self._unanswered_push[0]
         commands = [("EVALSHA", self._scripts["push"].sha, 2, self._queues[shard],
                      self._push_records[shard], self._push_number, RECORD_TTL_MS, *args)]
-        self._execute(commands, ["push"])
+        self._execute(commands)
         self._unanswered_push = None
 
     def pop(self, timeout: int = 0) -> Request | None:
@@ -230,10 +230,9 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         pop = ("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard], self._leases[shard],
                self._owners[shard], self.owner, self._pop_number, count)
         # The acks of other masters of a cluster wait for a round trip that goes there.
-        commands, names = self._ack_commands(self._link.reaches([pop]))
+        commands = self._ack_commands(self._link.reaches([pop]))
         commands.append(pop)
-        names.append("pop")
-        entries = self._execute(commands, names)[-1]
+        entries = self._execute(commands)[-1]
         self._acks_sent()  # (and they are idempotent)
         number = self._pop_number
         self._pop_number += 1  # only once the reply is in: a retry replays
@@ -269,18 +268,17 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def send_acks(self) -> None:
         """Send the pending acks now, in one round trip (none: nothing sent)."""
-        commands, names = self._ack_commands()
+        commands = self._ack_commands()
         if commands:
-            self._execute(commands, names)
+            self._execute(commands)
         self._acks_sent()
 
     def heartbeat(self) -> None:
         """Mark this worker alive in every shard, and send the pending acks."""
-        commands, names = self._ack_commands()
+        commands = self._ack_commands()
         for owners in self._owners:
             commands.append(("EVALSHA", self._scripts["heartbeat"].sha, 1, owners, self.owner))
-            names.append("heartbeat")
-        self._execute(commands, names)
+        self._execute(commands)
         self._acks_sent()
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
@@ -289,13 +287,12 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         Returns the dead workers' requests put back, each with how often its lease
         has expired now."""
         own = self.owner if release_own else ""
-        commands, names = self._ack_commands()
+        commands = self._ack_commands()
         for shard in range(self.shards):
             commands.append(("EVALSHA", self._scripts["reap"].sha, 3, self._queues[shard],
                              self._leases[shard], self._owners[shard],
                              self.lease_timeout_ms, own))
-            names.append("reap")
-        replies = self._execute(commands, names)
+        replies = self._execute(commands)
         self._acks_sent()
         back = []
         for members in replies[len(replies) - self.shards:]:
@@ -308,7 +305,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         """Leave the crawl (stop counting as one of its live workers); True when no other
         live worker is left: then this one is the last, and may clear what is shared."""
         (last,) = self._execute([("EVALSHA", self._scripts["leave"].sha, 1, self._owners[0],
-                                  self.owner, self.lease_timeout_ms)], ["leave"])
+                                  self.owner, self.lease_timeout_ms)])
         return bool(last)
 
     def reclaim(self, held: Iterable[Lease] = ()) -> int:
@@ -323,12 +320,11 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         taken.update((lease.field, lease.shard) for lease in held)
         for field, shard in taken.items():
             fields.setdefault(shard, []).append(field)
-        commands, names = self._ack_commands()
+        commands = self._ack_commands()
         for shard in range(self.shards):
             commands.append(("EVALSHA", self._scripts["reclaim"].sha, 2, self._queues[shard],
                              self._leases[shard], self.owner, *fields.get(shard, ())))
-            names.append("reclaim")
-        replies = self._execute(commands, names)
+        replies = self._execute(commands)
         self._acks_sent()
         return sum(int(r) for r in replies[len(replies) - self.shards:])
 
@@ -346,14 +342,14 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         and the master epoch they were built for. Only acks already pending ride: a page
         is acked once its output's check-and-queue has answered, so never in the round
         trip that queues its links."""
-        commands = self._ack_commands(reached)[0]
+        commands = self._ack_commands(reached)
         return commands, self._acks_built[1]
 
     def riders_sent(self) -> None:
         self._acks_sent()
 
     def _ack_commands(self, reached: Callable[[tuple[Any, ...]], bool] | None = None
-                      ) -> tuple[list[tuple[Any, ...]], list[str]]:
+                      ) -> list[tuple[Any, ...]]:
         """``HDEL`` s of the pending acks (only of shards whose ``HDEL`` is ``reached``),
         leading the round trip; an ack is sent only to the master its lease was taken
         from (the round trip is bound to it: see :meth:`_execute`)."""
@@ -370,7 +366,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             if fields:
                 commands.append(("HDEL", self._leases[shard], *fields))
         self._acks_built = (len(commands), epoch if commands else None)
-        return commands, [""] * len(commands)
+        return commands
 
     def _acks_sent(self) -> None:
         """Forget the acks the last round trip carried (not those added since)."""
@@ -385,47 +381,32 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         """Commands of this worker's own (a failure record) in one round trip on the
         queue's link, with its ``WAIT`` if the crawl waits for replicas; an error reply
         is raised."""
-        return self._execute(list(commands), [""] * len(commands), acks=False)
+        return self._execute(list(commands), acks=False)
 
-    def _execute(self, commands: list[tuple[Any, ...]], names: list[str], *,
-                 acks: bool = True) -> list[Any]:
-        """One round trip; scripts flushed from Redis (a restart) are loaded again
-        and the round trip repeated (every command in it is safe to repeat). Its
-        leading acks (:meth:`_ack_commands`) were built for one master: when the
+    def _execute(self, commands: list[tuple[Any, ...]], *, acks: bool = True) -> list[Any]:
+        """One round trip (scripts flushed from Redis are loaded again by the link, which
+        repeats it: every command in it is safe to repeat); an error reply is raised.
+        Its leading acks (:meth:`_ack_commands`) were built for one master: when the
         client has moved to another (a Sentinel failover) they are built again, without
         the acks of leases taken from the old one. Callers read replies from the end.
         ``acks``: the round trip starts with :meth:`_ack_commands` (built just now)."""
-        replies = self._bound(commands, names, acks)
-        for _ in range(MAX_SCRIPT_RELOADS):
-            if not any(isinstance(r, NoScriptError) for r in replies):
-                break
-            # On the link's own connection: the server that answered NOSCRIPT.
-            self._link.load_scripts([self._scripts[name].script for name in {
-                n for n, r in zip(names, replies, strict=True) if isinstance(r, NoScriptError)}])
-            replies = self._bound(commands, names, acks)
+        if not acks:
+            replies = self._link.execute(commands)
+        else:
+            attempts = 0
+
+            def build() -> tuple[list[tuple[Any, ...]], int | None]:
+                nonlocal attempts
+                if attempts:
+                    count = self._acks_built[0]
+                    commands[:count] = self._ack_commands()  # the stale ones left out now
+                attempts += 1
+                return commands, self._acks_built[1]
+            replies = self._link.execute_bound(build)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return replies
-
-    def _bound(self, commands: list[tuple[Any, ...]], names: list[str], acks: bool
-               ) -> list[Any]:
-        """Send ``commands`` to the master their leading acks were built for; after a
-        :class:`~..transport.sentinel.MasterChanged` (nothing was sent) the acks are built
-        again, in place, and the round trip resent."""
-        if not acks:
-            return self._link.execute(commands)
-        attempts = 0
-
-        def build() -> tuple[list[tuple[Any, ...]], int | None]:
-            nonlocal attempts
-            if attempts:
-                count = self._acks_built[0]
-                rebuilt, rebuilt_names = self._ack_commands()  # the stale ones left out now
-                commands[:count], names[:count] = rebuilt, rebuilt_names
-            attempts += 1
-            return commands, self._acks_built[1]
-        return self._link.execute_bound(build)
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
         """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its
@@ -474,7 +455,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         for shard in range(self.shards):  # in one round trip (one a master on a cluster)
             commands += [("ZREM", self._owners[shard], self.owner),
                          ("DEL", self._push_records[shard])]
-        self._execute(commands, [""] * len(commands))
+        self._execute(commands)
         self._link.close()
 
     def detach(self) -> None:

@@ -17,15 +17,21 @@ backoff). Any other client without a connection pool gets redis-py's pipeline.
 
 ``wait_replicas`` (``BLOOMDUPE_WAIT_REPLICAS``, passed in by the filter's
 owner) ends each node's commands with ``WAIT``; see :mod:`.wait`.
+
+The link is also the one place where a script that Redis lost (a restart, a
+failover to a replica that never had it) is loaded again: the filter and the
+queue register their scripts (:meth:`Link.knows`), and a round trip answered
+``NOSCRIPT`` is repeated once they are loaded where it went.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError, MovedError, ResponseError
+from redis.exceptions import ConnectionError, MovedError, NoScriptError, ResponseError
 
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
@@ -36,6 +42,9 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
     from redis.connection import AbstractConnection
+
+#: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
+MAX_SCRIPT_RELOADS = 5
 
 
 class Link:
@@ -56,6 +65,21 @@ class Link:
         #: When to send ``WAIT`` (``wait_replicas``), and how often it came back short.
         self.wait = (self._cluster.wait if self._cluster is not None
                      else WaitPolicy(wait_replicas, wait_timeout_ms))
+        #: The scripts this link's ``EVALSHA`` commands run, by SHA1 (see :meth:`knows`).
+        self._scripts: dict[str, str | bytes | memoryview] = {}
+        #: Round trips repeated after loading scripts the server lacked (``NOSCRIPT``).
+        self.script_reloads = 0
+
+    def knows(self, *scripts: str | bytes | memoryview) -> list[str]:
+        """Register ``scripts`` (their text) for :meth:`execute`, which loads one again
+        where an ``EVALSHA`` of it is answered ``NOSCRIPT``; their SHA1s, in order."""
+        shas = []
+        for script in scripts:
+            text = script.encode() if isinstance(script, str) else bytes(script)
+            sha = hashlib.sha1(text, usedforsecurity=False).hexdigest()
+            self._scripts[sha] = script
+            shas.append(sha)
+        return shas
 
     @property
     def counters(self) -> LinkCounters | None:
@@ -64,9 +88,32 @@ class Link:
 
     def execute(self, commands: Sequence[tuple[Any, ...]], *,
                 built_for: int | None = None) -> list[Any]:
-        """``built_for``: the Sentinel master epoch the batch was built for (the queue's
+        """One reply per command, in order (an error reply as an exception, not raised).
+
+        Scripts flushed from Redis (a restart, a replica promoted by a failover)
+        are loaded again where the round trip went, and the round trip repeated:
+        every command this package sends is safe to repeat (op ids). Only the
+        scripts registered with :meth:`knows` are loaded; an unknown one's
+        ``NOSCRIPT`` is left in its reply.
+
+        ``built_for``: the Sentinel master epoch the batch was built for (the queue's
         acks): if the client has moved to another master, nothing is sent and
         :class:`~.sentinel.MasterChanged` is raised, whatever retry would resend it."""
+        replies = self._bound_round_trip(commands, built_for)
+        for _ in range(MAX_SCRIPT_RELOADS):
+            missing = {str(command[1]) for command, reply in zip(commands, replies, strict=True)
+                       if isinstance(reply, NoScriptError)}
+            known = [self._scripts[sha] for sha in missing if sha in self._scripts]
+            if not known:
+                break
+            self.script_reloads += 1
+            # On the held connection: the server that just answered NOSCRIPT.
+            self.load_scripts(known)
+            replies = self._bound_round_trip(commands, built_for)
+        return replies
+
+    def _bound_round_trip(self, commands: Sequence[tuple[Any, ...]], built_for: int | None
+                          ) -> list[Any]:
         # One round trip at a time on the held connection, whichever thread asks (the
         # scheduler's Redis thread during a crawl, Scrapy's at its start and end).
         with self._lock:
