@@ -15,7 +15,8 @@ before is queued), the page's own lease is acked (:meth:`Scheduler.done`): no
 crash can fall between a page's ack and the queueing of its links. With a
 scrapy-redis queue class, during a crawl, the scheduler checks and then pushes
 the new ones the same way, on its Redis thread (without one script: see
-:meth:`Scheduler.check_and_queue`). Under another scheduler the new requests
+:meth:`~.scheduling.requestpath.RequestPath.check_and_queue`, which the
+middleware reaches through the scheduler's ``path``). Under another scheduler the new requests
 are marked with their fingerprint, and the dupefilter lets a marked request
 through once without a second check.
 
@@ -99,12 +100,13 @@ class BloomDupeBatchMiddleware:
     async def _filter_async(self, outputs: list[Any]) -> list[Any]:
         scheduler = scheduler_module.for_crawler(self.crawler)
         df = dupefilter_module.for_crawler(self.crawler)
-        if scheduler is None or df is None or scheduler.df is not df or not scheduler.buffered:
+        path = scheduler.path if scheduler is not None else None
+        if path is None or df is None or path.df is not df or not path.buffered:
             return self._filter(outputs)
         requests = [o for o in outputs if isinstance(o, Request)]
         if not requests:
             return outputs
-        outcomes = await maybe_deferred_to_future(scheduler.queue_output(requests))
+        outcomes = await maybe_deferred_to_future(path.queue_output(requests))
         return self._drop(outputs, requests, outcomes, df, leased=True)
 
     def _done(self, response: Response | None) -> None:
@@ -121,19 +123,20 @@ class BloomDupeBatchMiddleware:
     def _filter(self, outputs: list[Any]) -> list[Any]:
         df = dupefilter_module.for_crawler(self.crawler)
         scheduler = scheduler_module.for_crawler(self.crawler)
-        ours = scheduler is not None and scheduler.df is df and df is not None
+        path = scheduler.path if scheduler is not None else None
+        ours = path is not None and path.df is df and df is not None
         # The leased queue, or a scrapy-redis one during a crawl: checked and queued here.
-        leased = ours and scheduler is not None and scheduler.buffered
+        leased = ours and path is not None and path.buffered
         requests = [o for o in outputs if isinstance(o, Request)
                     and (leased or not o.dont_filter)]
         if df is None or not requests:
             return outputs
         outcomes: list[bool | None]
-        if ours and scheduler is not None:
+        if ours and path is not None:
             # Checked (and, on the leased queue, queued, dont_filter ones past the filter)
             # in one round trip; a request that cannot be stored is reported there and
             # costs only itself.
-            outcomes = scheduler.check_and_queue(requests)
+            outcomes = path.check_and_queue(requests)
         else:
             outcomes = list(df.requests_seen(requests))
         return self._drop(outputs, requests, outcomes, df, leased=leased)

@@ -29,8 +29,10 @@ it also makes the crawl lose nothing when a worker dies:
   ``CONCURRENT_REQUESTS`` and a quarter of it in pages not yet acked (see
   ``Scheduler._full``): what a killed worker costs in pages fetched twice.
 * A new request is checked against the filter and queued by one script
-  (:meth:`queue_output`), so no crash leaves a request
-  in the filter and in no queue.
+  (:meth:`~.scheduling.requestpath.RequestPath.queue_output`), so no crash leaves a
+  request in the filter and in no queue. The dupefilter, the queue and where their
+  Redis work runs are held by one object, the scheduler's :attr:`Scheduler.path`
+  (:mod:`.scheduling.requestpath`), made when it opens.
 * A worker stays open while the shared queue has requests or any worker holds a
   lease (its page may still yield more), and closes ("finished") once the
   queue has been empty with no lease held for ``BLOOMDUPE_DONE_GRACE``
@@ -61,7 +63,6 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
-from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
@@ -70,13 +71,11 @@ from . import dupefilter as dupefilter_module
 from .bloom import meta
 from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
-from .exceptions import BloomDupeError
 from .frontier import queue as frontier_queue
-from .frontier import storable
 from .frontier.queue import Lease, PriorityQueue
 from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, Stopped, acted_on
-from .scheduling.outbox import Outbox, Output
+from .scheduling.requestpath import LEASE_META, RequestPath
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from .transport.diagnose import check, check_eviction
@@ -99,9 +98,6 @@ QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
 #: ``request.meta`` key of a request the batch middleware has already queued.
 QUEUED_META = "_bloomdupe_queued"
-#: ``request.meta`` key of a request this scheduler handed to Scrapy: its lease. A copy of
-#: it (a redirect, a retry, an errback's) carries it too, and continues its work.
-LEASE_META = "_bloomdupe_lease"
 #: ``request.meta`` key of a leased request handed to ``engine.crawl`` to wake an idle
 #: engine (see _wake): already in this scheduler's buffer.
 WAKE_META = "_bloomdupe_wake"
@@ -171,8 +167,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: during the crawl (so that Scrapy's reactor never waits for Redis), one call at
         #: a time; and what a Redis error there does.
         self.jobs = RedisJobs(lambda: self.df)
-        #: Callbacks' outputs waiting to go to Redis together (see queue_output).
-        self._outbox = Outbox(self.jobs.run, self._check_and_push)
+        #: The request path's owner: the dupefilter, the queue and their Redis work
+        #: (see open).
+        self.path: RequestPath | None = None
         #: Requests given to enqueue_request whose check is on the Redis thread.
         self._enqueuing = 0
         #: Requests that failed for good, recorded in Redis (the leased queue; see open).
@@ -275,7 +272,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     @property
     def buffered(self) -> bool:
         """Whether requests are handed out from a buffer that a fill tops up, and a
-        callback's output is checked and queued together (:meth:`queue_output`):
+        callback's output is checked and queued together (``path.queue_output``):
         always on the leased queue; on a scrapy-redis queue class during a crawl, with
         the Redis thread (else each call is a round trip here and now, as in
         scrapy-redis)."""
@@ -344,6 +341,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                                                       self._member), None)
         if isinstance(self.df, RedisBloomDupeFilter):
             self.df.leased_queue = self.leased
+        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
+                                queued=self._busy)
         _by_crawler[self.crawler] = self
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if isinstance(self.queue, PriorityQueue):
@@ -400,7 +399,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if self.jobs.inline:
             self._close(reason)
             return None
-        self._outbox.flush()  # the outputs gathering go now
+        if self.path is not None:
+            self.path.outbox.flush()  # the outputs gathering go now
         # Once the Redis thread has answered every call asked of it (Scrapy waits).
         drained: Deferred[Any] = self.jobs.io.drained()
         return drained.addCallback(lambda _: self._close(reason))
@@ -482,7 +482,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         One found seen before (or not queued: the crawl stops) is then dropped as
         Scrapy drops it: counted in ``dupefilter/filtered`` and sent with
         ``request_dropped``. A request that cannot be stored is refused here and now."""
-        prepared = self._prepare([request])
+        assert self.path is not None
+        prepared = self.path.prepare([request])
         if prepared is None:
             if parent is not None:
                 self._ack(parent)
@@ -507,19 +508,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._idle_missed()
             return failure
 
-        self._queue_prepared([None], *prepared).addCallbacks(answered, failed)
+        self.path.queue_prepared([None], *prepared).addCallbacks(answered, failed)
         return True
 
     def _enqueue(self, request: Request) -> bool:
+        assert self.path is not None
         if self.leased and isinstance(self.df, RedisBloomDupeFilter):
-            (outcome,) = self.check_and_queue([request])
+            (outcome,) = self.path.check_and_queue([request])
             if outcome is None:
                 return False  # cannot be stored, reported; the engine sends request_dropped
             if outcome:
                 self.df.log(request, self.spider)
                 return False
             return True  # queued by the filter's own script
-        if self.storable([request]) == [None]:
+        if self.path.storable([request]) == [None]:
             return False
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
@@ -530,131 +532,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return True
         logger.error("Could not queue %s: Redis is unavailable", request)
         return False
-
-    def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
-        """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the
-        new ones in the same round trip (one script), and ``dont_filter`` ones past the
-        filter; otherwise mark them for :meth:`enqueue_request`. Returns, in order,
-        whether each was seen before (False: queued), or None for one not queued: it
-        cannot be stored in the queue (reported, counted as
-        ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
-        crawl stops). Runs here and now, on the caller's thread. A scrapy-redis queue
-        class is treated as the leased queue during a crawl (see :attr:`buffered`)."""
-        if not self.buffered:
-            entries = self.storable(requests)
-            good = [i for i, entry in enumerate(entries) if entry is not None]
-            outcomes: list[bool | None] = [None] * len(requests)
-            seen = self.df.requests_seen([requests[i] for i in good]) if good else []
-            for i, was_seen in zip(good, seen, strict=True):
-                outcomes[i] = was_seen
-            return outcomes
-        answer: list[Any] = []
-        self.queue_output(requests, now=True).addBoth(answer.append)  # fired at once
-        if isinstance(answer[0], Failure):
-            answer[0].raiseException()  # not Redis's (that is acted on): a bug, raised
-        done: list[bool | None] = answer[0]
-        return done
-
-    def queue_output(self, requests: list[Request], *, now: bool = False
-                     ) -> Deferred[list[bool | None]]:
-        """:meth:`check_and_queue` as on the leased queue, on the scheduler's Redis thread
-        during a crawl (``now``: on the caller's thread, at once): its answer fires
-        back on Scrapy's reactor, which never waits for Redis meanwhile."""
-        outcomes: list[bool | None] = [None] * len(requests)
-        prepared = self._prepare(requests)
-        if prepared is None:
-            return defer.succeed(outcomes)
-        return self._queue_prepared(outcomes, *prepared, now=now)
-
-    def _prepare(self, requests: list[Request]
-                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
-        """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
-        and of those queued past the filter, the fingerprints and entries of the
-        checked ones (on a scrapy-redis queue, the requests: its push encodes them), the
-        requests pushed; None when there is nothing to send."""
-        entries = self.storable(requests)
-        checked = [i for i, r in enumerate(requests)
-                   if entries[i] is not None and not r.dont_filter]
-        unfiltered = [i for i, r in enumerate(requests)
-                      if entries[i] is not None and r.dont_filter]
-        if not (checked or unfiltered) or self.jobs.failed():
-            return None
-        fingerprint = self.df.fingerprinter.fingerprint
-        queued = entries if self.leased else requests
-        return (checked, unfiltered, [fingerprint(requests[i]) for i in checked],
-                [queued[i] for i in checked], [requests[i] for i in unfiltered])
-
-    def _queue_prepared(self, outcomes: list[bool | None], checked: list[int],
-                        unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
-                        pushed: list[Request], *, now: bool = False
-                        ) -> Deferred[list[bool | None]]:
-        def job() -> list[bool]:
-            return self._check_and_push(fps, checked_entries, pushed)
-
-        def answered(new: list[bool]) -> list[bool | None]:
-            for i, is_new in zip(checked, new, strict=True):
-                outcomes[i] = not is_new
-            for i in unfiltered:
-                outcomes[i] = False
-            queued = new.count(True) + len(unfiltered)
-            if queued:
-                self.stats.inc_value("scheduler/enqueued/redis", queued)
-                self._busy()
-            return outcomes
-
-        def failed(failure: Failure) -> list[bool | None]:
-            error = failure.value
-            if not isinstance(error, (RedisError, BloomDupeError)):
-                failure.raiseException()
-            # Not queued. The page that made them stays leased (no ack from now on), so
-            # it is fetched again by the next workers.
-            if isinstance(error, Stopped):
-                return outcomes
-            self.df.check_failed(error, len(fps))
-            if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
-                self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
-                    "Redis stayed unavailable and the shared queue is in Redis: "
-                    f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
-            return outcomes
-
-        sent = self.jobs.run(job, now=now) if now or self.jobs.inline else self._outbox.send(
-            Output(fps, checked_entries, pushed))
-        return sent.addCallbacks(answered, failed)
-
-    def _check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]
-                        ) -> list[bool]:
-        """Where the Redis work runs: check ``fps`` and queue the new ones' ``entries``,
-        and queue ``pushed`` (``dont_filter``) past the filter; whether each was new.
-        On a scrapy-redis queue the check and each push are separate calls, as in
-        scrapy-redis (a crash between them leaves a request in the filter and in no
-        queue)."""
-        if self.leased:
-            new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
-            if pushed:
-                self.jobs.outage_call(lambda: self.queue.push_many(pushed))
-            return new
-        new = self.df.check_and_queue(fps, None, entries) if fps else []
-        for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
-            self.jobs.outage_call(partial(self.queue.push, request))
-        return new
-
-    def storable(self, requests: list[Request]) -> list[Any]:
-        """Each request as the queue stores it, or None for one that cannot be serialized
-        (see :mod:`.frontier.storable`): that one gets one ERROR and is counted as
-        ``bloomdupe/unserializable``; it costs no other request."""
-        for request in requests:  # a child made with replace() from its parent: not a lease
-            request.meta.pop(LEASE_META, None)
-        encode = self.queue.entry if self.leased else self.queue._encode_request
-        entries, failures = storable.entries(encode, requests)
-        for i, error in failures:
-            request = requests[i]
-            self.stats.inc_value("bloomdupe/unserializable")
-            logger.error("Cannot store %s in the shared queue: %s. Dropped this request "
-                         "only (counted as bloomdupe/unserializable); %s", request,
-                         storable.what_fails(request, self.spider, self.queue.serializer,
-                                             error),
-                         storable.ADVICE, extra={"spider": self.spider})
-        return entries
 
     def next_request(self) -> Request | None:
         if not self.buffered:

@@ -108,7 +108,7 @@ def test_a_refused_command_stops_the_crawl_and_acks_nothing(
                        keys=["*"], reset=False)
     try:
         with caplog.at_level(logging.ERROR):
-            seen = scheduler.check_and_queue([Request("http://a.example/2")])
+            seen = scheduler.path.check_and_queue([Request("http://a.example/2")])
         assert scheduler.next_request() is None  # the pop is refused too, nothing taken
     finally:
         client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all"],

@@ -1,0 +1,198 @@
+"""The request path's owner: the crawl's dupefilter, its shared queue and where their
+Redis work runs (:class:`~.jobs.RedisJobs`: a job at a time, an outage waited out, a
+refusal that stops the crawl), held together by one object that the scheduler makes
+when it opens (:attr:`scrapy_bloomdupe.scheduler.Scheduler.path`).
+
+What reaches Redis during a crawl goes through it: a callback's output (the batch
+middleware's :meth:`RequestPath.queue_output`), a request given to
+``enqueue_request`` (:meth:`RequestPath.prepare` and
+:meth:`RequestPath.queue_prepared`), and, in one script, the check against the
+filter and the queueing of the new requests (:meth:`RequestPath.check_and_push`).
+The scheduler keeps what Scrapy asks of it (handing requests out, acks, idleness).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
+from .. import dupefilter as dupefilter_module
+from ..exceptions import BloomDupeError
+from ..frontier import storable
+from ..frontier.queue import PriorityQueue
+from .jobs import RedisJobs, Stopped
+from .outbox import Outbox, Output
+
+if TYPE_CHECKING:
+    from scrapy.http import Request
+    from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
+
+logger = logging.getLogger(__name__)
+
+#: ``request.meta`` key of a request this scheduler handed to Scrapy: its lease. A copy of
+#: it (a redirect, a retry, an errback's) carries it too, and continues its work.
+LEASE_META = "_bloomdupe_lease"
+
+
+class RequestPath:
+    """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
+    (``jobs``), owned by the scheduler. ``queued`` is called each time requests were
+    queued (the scheduler's work count)."""
+
+    def __init__(self, df: Any, queue: Any, jobs: RedisJobs, *, stats: StatsCollector,
+                 spider: Spider, queued: Callable[[], None]) -> None:
+        self.df = df
+        self.queue = queue
+        self.jobs = jobs
+        self.stats = stats
+        self.spider = spider
+        self._queued = queued
+        #: Callbacks' outputs waiting to go to Redis together (see queue_output).
+        self.outbox = Outbox(jobs.run, self.check_and_push)
+
+    @property
+    def leased(self) -> bool:
+        """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
+        return isinstance(self.queue, PriorityQueue)
+
+    @property
+    def buffered(self) -> bool:
+        """Whether a callback's output is checked and queued together
+        (:meth:`queue_output`): always on the leased queue; on a scrapy-redis queue class
+        during a crawl, with the Redis thread (else each call is a round trip here and
+        now, as in scrapy-redis)."""
+        return self.leased or not self.jobs.inline
+
+    def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
+        """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the
+        new ones in the same round trip (one script), and ``dont_filter`` ones past the
+        filter; otherwise mark them for :meth:`enqueue_request`. Returns, in order,
+        whether each was seen before (False: queued), or None for one not queued: it
+        cannot be stored in the queue (reported, counted as
+        ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
+        crawl stops). Runs here and now, on the caller's thread. A scrapy-redis queue
+        class is treated as the leased queue during a crawl (see :attr:`buffered`)."""
+        if not self.buffered:
+            entries = self.storable(requests)
+            good = [i for i, entry in enumerate(entries) if entry is not None]
+            outcomes: list[bool | None] = [None] * len(requests)
+            seen = self.df.requests_seen([requests[i] for i in good]) if good else []
+            for i, was_seen in zip(good, seen, strict=True):
+                outcomes[i] = was_seen
+            return outcomes
+        answer: list[Any] = []
+        self.queue_output(requests, now=True).addBoth(answer.append)  # fired at once
+        if isinstance(answer[0], Failure):
+            answer[0].raiseException()  # not Redis's (that is acted on): a bug, raised
+        done: list[bool | None] = answer[0]
+        return done
+
+    def queue_output(self, requests: list[Request], *, now: bool = False
+                     ) -> Deferred[list[bool | None]]:
+        """:meth:`check_and_queue` as on the leased queue, on the scheduler's Redis thread
+        during a crawl (``now``: on the caller's thread, at once): its answer fires
+        back on Scrapy's reactor, which never waits for Redis meanwhile."""
+        outcomes: list[bool | None] = [None] * len(requests)
+        prepared = self.prepare(requests)
+        if prepared is None:
+            return defer.succeed(outcomes)
+        return self.queue_prepared(outcomes, *prepared, now=now)
+
+    def prepare(self, requests: list[Request]
+                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
+        """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
+        and of those queued past the filter, the fingerprints and entries of the
+        checked ones (on a scrapy-redis queue, the requests: its push encodes them), the
+        requests pushed; None when there is nothing to send."""
+        entries = self.storable(requests)
+        checked = [i for i, r in enumerate(requests)
+                   if entries[i] is not None and not r.dont_filter]
+        unfiltered = [i for i, r in enumerate(requests)
+                      if entries[i] is not None and r.dont_filter]
+        if not (checked or unfiltered) or self.jobs.failed():
+            return None
+        fingerprint = self.df.fingerprinter.fingerprint
+        queued = entries if self.leased else requests
+        return (checked, unfiltered, [fingerprint(requests[i]) for i in checked],
+                [queued[i] for i in checked], [requests[i] for i in unfiltered])
+
+    def queue_prepared(self, outcomes: list[bool | None], checked: list[int],
+                        unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
+                        pushed: list[Request], *, now: bool = False
+                        ) -> Deferred[list[bool | None]]:
+        def job() -> list[bool]:
+            return self.check_and_push(fps, checked_entries, pushed)
+
+        def answered(new: list[bool]) -> list[bool | None]:
+            for i, is_new in zip(checked, new, strict=True):
+                outcomes[i] = not is_new
+            for i in unfiltered:
+                outcomes[i] = False
+            queued = new.count(True) + len(unfiltered)
+            if queued:
+                self.stats.inc_value("scheduler/enqueued/redis", queued)
+                self._queued()
+            return outcomes
+
+        def failed(failure: Failure) -> list[bool | None]:
+            error = failure.value
+            if not isinstance(error, (RedisError, BloomDupeError)):
+                failure.raiseException()
+            # Not queued. The page that made them stays leased (no ack from now on), so
+            # it is fetched again by the next workers.
+            if isinstance(error, Stopped):
+                return outcomes
+            self.df.check_failed(error, len(fps))
+            if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
+                self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
+                    "Redis stayed unavailable and the shared queue is in Redis: "
+                    f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
+            return outcomes
+
+        sent = self.jobs.run(job, now=now) if now or self.jobs.inline else self.outbox.send(
+            Output(fps, checked_entries, pushed))
+        return sent.addCallbacks(answered, failed)
+
+    def check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]
+                        ) -> list[bool]:
+        """Where the Redis work runs: check ``fps`` and queue the new ones' ``entries``,
+        and queue ``pushed`` (``dont_filter``) past the filter; whether each was new.
+        On a scrapy-redis queue the check and each push are separate calls, as in
+        scrapy-redis (a crash between them leaves a request in the filter and in no
+        queue)."""
+        if self.leased:
+            new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
+            if pushed:
+                self.jobs.outage_call(lambda: self.queue.push_many(pushed))
+            return new
+        new = self.df.check_and_queue(fps, None, entries) if fps else []
+        for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
+            self.jobs.outage_call(partial(self.queue.push, request))
+        return new
+
+    def storable(self, requests: list[Request]) -> list[Any]:
+        """Each request as the queue stores it, or None for one that cannot be serialized
+        (see :mod:`.frontier.storable`): that one gets one ERROR and is counted as
+        ``bloomdupe/unserializable``; it costs no other request."""
+        for request in requests:  # a child made with replace() from its parent: not a lease
+            request.meta.pop(LEASE_META, None)
+        encode = self.queue.entry if self.leased else self.queue._encode_request
+        entries, failures = storable.entries(encode, requests)
+        for i, error in failures:
+            request = requests[i]
+            self.stats.inc_value("bloomdupe/unserializable")
+            logger.error("Cannot store %s in the shared queue: %s. Dropped this request "
+                         "only (counted as bloomdupe/unserializable); %s", request,
+                         storable.what_fails(request, self.spider, self.queue.serializer,
+                                             error),
+                         storable.ADVICE, extra={"spider": self.spider})
+        return entries
+
