@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,16 +60,6 @@ FULL_REASON = "bloomdupe_filter_full"
 #: Not an error: the crawl finished and its last worker deleted its state while this
 #: worker was away (:meth:`RedisBloomDupeFilter.end_finished`).
 FINISHED = "finished"
-
-_by_crawler: weakref.WeakKeyDictionary[Crawler, RedisBloomDupeFilter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def for_crawler(crawler: Crawler) -> RedisBloomDupeFilter | None:
-    """The crawler's dupefilter, once the scheduler has built it."""
-    return _by_crawler.get(crawler)
-
 
 class RedisBloomDupeFilter(BaseDupeFilter):
     """Duplicate filter backed by a sharded Bloom filter in Redis."""
@@ -173,7 +162,6 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             stats_interval=config.stats_interval,
             crawler=crawler,
         )
-        _by_crawler[crawler] = instance
         if cls.request_fingerprint is not RedisBloomDupeFilter.request_fingerprint:
             # Overridden, as scrapy-redis projects do (scrapy-splash): honoured.
             instance.fingerprinter = fingerprint.MethodFingerprinter(

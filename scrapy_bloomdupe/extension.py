@@ -61,7 +61,7 @@ class BloomDupeStats:
             self.task.start(self.interval, now=False)
 
     def log(self) -> None:
-        df = dupefilter_module.for_crawler(self.crawler)
+        df = scheduler_module.dupefilter_for(self.crawler)
         if df is None:
             return
         sched = scheduler_module.for_crawler(self.crawler)

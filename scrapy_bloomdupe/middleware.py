@@ -36,7 +36,6 @@ from scrapy import Request, signals
 from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from . import dupefilter as dupefilter_module
 from . import scheduler as scheduler_module
 from .settings import batch_size
 
@@ -99,7 +98,7 @@ class BloomDupeBatchMiddleware:
 
     async def _filter_async(self, outputs: list[Any]) -> list[Any]:
         scheduler = scheduler_module.for_crawler(self.crawler)
-        df = dupefilter_module.for_crawler(self.crawler)
+        df = scheduler_module.dupefilter_for(self.crawler)
         path = scheduler.path if scheduler is not None else None
         if path is None or df is None or path.df is not df or not path.buffered:
             return self._filter(outputs)
@@ -121,7 +120,7 @@ class BloomDupeBatchMiddleware:
             self._done(response)
 
     def _filter(self, outputs: list[Any]) -> list[Any]:
-        df = dupefilter_module.for_crawler(self.crawler)
+        df = scheduler_module.dupefilter_for(self.crawler)
         scheduler = scheduler_module.for_crawler(self.crawler)
         path = scheduler.path if scheduler is not None else None
         ours = path is not None and path.df is df and df is not None

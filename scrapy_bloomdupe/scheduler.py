@@ -134,8 +134,30 @@ def _enabled(settings: BaseSettings, name: str, path: str) -> bool:
 
 
 def for_crawler(crawler: Crawler) -> Scheduler | None:
-    """The crawler's scheduler, once it is open."""
-    return _by_crawler.get(crawler)
+    """The crawler's scheduler while it is open, if it is this package's (or a subclass):
+    what the middlewares and extensions reach the request path through."""
+    scheduler = _scheduler_of(crawler)
+    return scheduler if isinstance(scheduler, Scheduler) else None
+
+
+def dupefilter_for(crawler: Crawler) -> RedisBloomDupeFilter | None:
+    """The crawl's dupefilter, if it is this package's: its scheduler's ``df`` (this
+    package's scheduler, scrapy-redis's and Scrapy's own all keep it there)."""
+    df = getattr(_scheduler_of(crawler), "df", None)
+    return df if isinstance(df, RedisBloomDupeFilter) else None
+
+
+def _scheduler_of(crawler: Crawler) -> Any:
+    """Scrapy's public ``engine.scheduler`` (Scrapy 2.19 and later); without it (an
+    older Scrapy, or no engine: a tool, a test), the scheduler of this package that
+    opened for ``crawler``, if any."""
+    try:
+        engine = crawler.engine
+    except RuntimeError:  # Scrapy's answer when the crawler is not crawling
+        engine = None
+    if engine is not None and isinstance(getattr(type(engine), "scheduler", None), property):
+        return engine.scheduler
+    return _opened.get(crawler)
 
 
 class Scheduler(RedisScheduler):  # type: ignore[misc]
@@ -343,7 +365,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self.df.leased_queue = self.leased
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
                                 queued=self._busy)
-        _by_crawler[self.crawler] = self
+        _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if isinstance(self.queue, PriorityQueue):
             self.upkeep = LeaseUpkeep(
@@ -1020,4 +1042,4 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return None
 
 
-_by_crawler: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
+_opened: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

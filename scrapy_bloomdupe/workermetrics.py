@@ -28,7 +28,7 @@ import redis
 from scrapy import signals
 from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
 
-from . import connection, crawlstats, dupefilter, keys, prometheus, scheduler
+from . import connection, crawlstats, keys, prometheus, scheduler
 from .exceptions import ConfigError
 from .settings import BloomDupeConfig, MetricsConfig
 
@@ -154,7 +154,7 @@ class WorkerMetrics:
     def figures(self) -> dict[str, Any]:
         """This worker's figures now, from its memory."""
         stats = dict(self.crawler.stats.get_stats()) if self.crawler.stats else {}
-        df = dupefilter.for_crawler(self.crawler)
+        df = scheduler.dupefilter_for(self.crawler)
         found: dict[str, Any] = {
             "pages": int(stats.get("response_received_count", 0)),
             "items": int(stats.get("item_scraped_count", 0)),
@@ -189,7 +189,7 @@ class WorkerMetrics:
         if self.client is None:
             return
         now = time.monotonic()
-        df = dupefilter.for_crawler(self.crawler)
+        df = scheduler.dupefilter_for(self.crawler)
         if df is not None and (df.failure is not None or df.closed):
             # Stopped (an error, the crawl over), or closed (its keys maybe deleted by
             # now, SCHEDULER_PERSIST off): nothing more to Redis.

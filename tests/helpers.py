@@ -55,6 +55,19 @@ def crawler_for(redis_url: str, spider: type[Spider] = DemoSpider, **settings: A
     return crawler
 
 
+class EngineWith:
+    """What this package's components read of Scrapy's engine: its public ``scheduler``
+    (Scrapy 2.19), through which they reach the crawl's dupefilter. For a test that
+    builds components by hand, without a crawl: ``crawler.engine = EngineWith(s)``."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+
+    @property
+    def scheduler(self) -> Any:
+        return self._scheduler
+
+
 # -- fingerprints -------------------------------------------------------------------------
 
 

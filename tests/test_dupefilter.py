@@ -12,20 +12,34 @@ from scrapy import Request
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler
 from scrapy.utils.misc import build_from_crawler
 
-from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter, for_crawler
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError, FilterMismatchError
+from scrapy_bloomdupe.scheduler import Scheduler, dupefilter_for, for_crawler
 
 
 def test_dupefilter_from_crawler(redis_url: str) -> None:
     crawler = crawler_for(redis_url)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
-    assert for_crawler(crawler) is df
     assert df.bloom.key == "demo:bloomdupe"
     assert not df.request_seen(Request("http://a.example/x?b=2&a=1"))
     # Same fingerprint: canonical URL (query order, fragment).
     assert df.request_seen(Request("http://a.example/x?a=1&b=2#frag"))
     assert not df.request_seen(Request("http://a.example/x", method="POST", body=b"1"))
     assert df.request_seen(Request("http://a.example/x", method="POST", body=b"1"))
+
+
+def test_the_middlewares_reach_the_dupefilter_through_the_scheduler(redis_url: str) -> None:
+    """No registry of dupefilters: the scheduler that opened holds it (``df``), and its
+    request path (the dupefilter, the queue and their Redis work)."""
+    crawler = crawler_for(redis_url)
+    assert for_crawler(crawler) is None and dupefilter_for(crawler) is None
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert for_crawler(crawler) is scheduler
+    assert dupefilter_for(crawler) is scheduler.df
+    assert scheduler.path is not None and scheduler.path.df is scheduler.df
+    assert scheduler.path.queue is scheduler.queue and scheduler.path.jobs is scheduler.jobs
+    scheduler.close("finished")
 
 
 def test_from_spider_as_scrapy_redis_calls_it(redis_url: str) -> None:

@@ -5,8 +5,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import DemoSpider, crawler_for
+from helpers import DemoSpider, EngineWith, crawler_for
 from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import Scheduler as ScrapyScheduler
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
@@ -19,6 +20,8 @@ from scrapy_bloomdupe.middleware import BloomDupeBatchMiddleware
 def parts(redis_url: str) -> tuple[Any, RedisBloomDupeFilter, BloomDupeBatchMiddleware]:
     crawler = crawler_for(redis_url, BLOOMDUPE_BATCH_SIZE=3)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    # Under Scrapy's own scheduler, which holds the dupefilter.
+    crawler.engine = EngineWith(ScrapyScheduler(df, crawler=crawler))
     mw = build_from_crawler(BloomDupeBatchMiddleware, crawler)
     return crawler, df, mw
 
