@@ -289,16 +289,13 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     @property
     def leased(self) -> bool:
         """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
-        return isinstance(self.queue, PriorityQueue)
+        return self.path is not None and self.path.leased
 
     @property
     def buffered(self) -> bool:
         """Whether requests are handed out from a buffer that a fill tops up, and a
-        callback's output is checked and queued together (``path.queue_output``):
-        always on the leased queue; on a scrapy-redis queue class during a crawl, with
-        the Redis thread (else each call is a round trip here and now, as in
-        scrapy-redis)."""
-        return self.leased or not self.jobs.inline
+        callback's output is checked and queued together (see ``RequestPath.buffered``)."""
+        return self.path is not None and self.path.buffered
 
     def open(self, spider: Spider) -> None:
         if self.df is None:
@@ -333,6 +330,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             )
         except TypeError as e:
             raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
+        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
+                                queued=self._busy)
         if self.flush_on_start:
             if isinstance(self.df, RedisBloomDupeFilter):
                 # The filter and its queue went before the filter was opened; what is
@@ -363,8 +362,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                                                       self._member), None)
         if isinstance(self.df, RedisBloomDupeFilter):
             self.df.leased_queue = self.leased
-        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
-                                queued=self._busy)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if isinstance(self.queue, PriorityQueue):

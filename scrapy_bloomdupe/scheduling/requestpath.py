@@ -74,7 +74,7 @@ class RequestPath:
     def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
         """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the
         new ones in the same round trip (one script), and ``dont_filter`` ones past the
-        filter; otherwise mark them for :meth:`enqueue_request`. Returns, in order,
+        filter; otherwise mark them for the scheduler's ``enqueue_request``. Returns, in order,
         whether each was seen before (False: queued), or None for one not queued: it
         cannot be stored in the queue (reported, counted as
         ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
@@ -107,7 +107,7 @@ class RequestPath:
         return self.queue_prepared(outcomes, *prepared, now=now)
 
     def prepare(self, requests: list[Request]
-                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
+                ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
         """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
         and of those queued past the filter, the fingerprints and entries of the
         checked ones (on a scrapy-redis queue, the requests: its push encodes them), the
@@ -125,9 +125,9 @@ class RequestPath:
                 [queued[i] for i in checked], [requests[i] for i in unfiltered])
 
     def queue_prepared(self, outcomes: list[bool | None], checked: list[int],
-                        unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
-                        pushed: list[Request], *, now: bool = False
-                        ) -> Deferred[list[bool | None]]:
+                       unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
+                       pushed: list[Request], *, now: bool = False
+                       ) -> Deferred[list[bool | None]]:
         def job() -> list[bool]:
             return self.check_and_push(fps, checked_entries, pushed)
 
@@ -162,7 +162,7 @@ class RequestPath:
         return sent.addCallbacks(answered, failed)
 
     def check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]
-                        ) -> list[bool]:
+                       ) -> list[bool]:
         """Where the Redis work runs: check ``fps`` and queue the new ones' ``entries``,
         and queue ``pushed`` (``dont_filter``) past the filter; whether each was new.
         On a scrapy-redis queue the check and each push are separate calls, as in
