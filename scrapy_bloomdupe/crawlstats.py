@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import keys
+from .transport.link import Link, link_to
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -48,8 +49,9 @@ def this_worker() -> str:
 class CrawlStats:
     """One worker's share of the crawl-wide counters."""
 
-    def __init__(self, client: Redis | RedisCluster, key: str, worker_id: str | None = None
-                 ) -> None:
+    def __init__(self, client: Redis | RedisCluster | Link, key: str,
+                 worker_id: str | None = None) -> None:
+        #: A crawl's link (the filter's: it carries the crawl's commands), or a client.
         self.client = client
         self.key = key
         self.worker_id = worker_id or this_worker()
@@ -62,11 +64,10 @@ class CrawlStats:
         line = {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
                 "last_seen": time.time(), "closed": closed,
                 **{name: counters.get(name, 0) for name in COUNTERS}}
-        pipe = self.client.pipeline(transaction=False)
-        for name in COUNTERS:
-            pipe.hincrby(keys.stats(self.key), name, deltas[name])
-        pipe.hset(keys.workers(self.key), self.worker_id, json.dumps(line))
-        replies = pipe.execute()
+        with link_to(self.client) as link:
+            replies = link.calls([
+                *(("HINCRBY", keys.stats(self.key), name, deltas[name]) for name in COUNTERS),
+                ("HSET", keys.workers(self.key), self.worker_id, json.dumps(line))])
         self._flushed = {name: counters.get(name, 0) for name in COUNTERS}
         return {name: int(total) for name, total in zip(COUNTERS, replies, strict=False)}
 
@@ -82,14 +83,15 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
     return {"totals": totals, "workers": workers}
 
 
-def write_live(client: Redis | RedisCluster, key: str, worker: str,
+def write_live(client: Redis | RedisCluster | Link, key: str, worker: str,
                figures: dict[str, Any], deltas: dict[str, int], ttl: float, *,
                prune: bool = False) -> tuple[list[str], Exception | None]:
     """One pipelined write: ``worker``'s figures (JSON, expiring after ``ttl`` seconds),
     its entry in the index of running workers, and the growth of its
     :data:`LIVE_COUNTERS` (``deltas``) added to the crawl-wide ones. With ``prune``,
     entries of workers silent for :data:`PRUNE_AFTER_TTLS` TTLs leave the index too
-    (one more round trip when there are some).
+    (one more round trip when there are some). ``client``: a crawl's link (see
+    :class:`CrawlStats`), or a client.
 
     Only commands a crawl's least-privilege ACL user has (docs/security.md). Returns
     the counters added, and the first error (the rest of the write is done): a
@@ -97,18 +99,18 @@ def write_live(client: Redis | RedisCluster, key: str, worker: str,
     now = time.time()
     index = keys.live(key)
     names = [name for name, delta in deltas.items() if delta]
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hincrby(keys.stats(key), name, deltas[name])
-    pipe.set(keys.live_worker(key, worker), json.dumps({**figures, "time": now}),
-             px=max(1, round(ttl * 1000)))
-    pipe.zadd(index, {worker: now})
+    commands: list[tuple[Any, ...]] = [
+        *(("HINCRBY", keys.stats(key), name, deltas[name]) for name in names),
+        ("SET", keys.live_worker(key, worker), json.dumps({**figures, "time": now}),
+         "PX", max(1, round(ttl * 1000))),
+        ("ZADD", index, now, worker)]
     if prune:
-        pipe.zrangebyscore(index, "-inf", now - PRUNE_AFTER_TTLS * ttl)
-    replies = pipe.execute(raise_on_error=False)
-    errors = [r for r in replies if isinstance(r, Exception)]
-    if prune and not errors and replies[-1]:
-        client.zrem(index, *replies[-1])
+        commands.append(("ZRANGEBYSCORE", index, "-inf", now - PRUNE_AFTER_TTLS * ttl))
+    with link_to(client) as link:
+        replies = link.execute(commands)
+        errors = [r for r in replies if isinstance(r, Exception)]
+        if prune and not errors and replies[-1]:
+            link.call("ZREM", index, *replies[-1])
     added = [n for n, reply in zip(names, replies, strict=False)
              if not isinstance(reply, Exception)]
     return added, errors[0] if errors else None

@@ -28,6 +28,7 @@ from .exceptions import BloomDupeError, FilterFullError, FilterLostError
 from .frontier.queue import PriorityQueue
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
+from .transport.link import link_to
 from .transport.outage import OutageGuard, RedisUnavailable
 from .transport.wait import replicas_to_wait
 
@@ -123,7 +124,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         wait = replicas_to_wait(wait_replicas(crawler.settings), client)
         # An ACL that lacks a command: one error now, not on page one.
         probe(client, key, engine, window=config.window is not None, wait=wait > 0)
-        check_eviction(client)
+        with link_to(client) as link:
+            check_eviction(link)
         try:
             bloom = BloomFilter.open(
                 client,
@@ -158,7 +160,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             stats=crawler.stats,
             outage=OutageGuard(config.outage_timeout, describe(client)),
             on_outage=config.on_outage,
-            crawl_stats=crawlstats.CrawlStats(client, bloom.key),
+            crawl_stats=crawlstats.CrawlStats(bloom.link, bloom.key),
             stats_interval=config.stats_interval,
             crawler=crawler,
         )

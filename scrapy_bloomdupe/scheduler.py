@@ -650,7 +650,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             verified = verify and not queued and not leased
             if verified:
                 call(self.df.bloom.verify)
-                call(lambda: check_eviction(self.server, warn=False))
+                call(lambda: check_eviction(self.df.bloom.link, warn=False))
             return _Look(queued, leased, verified, work, back)
         return look
 
@@ -897,7 +897,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Whether the filter is still there, unchanged (else the crawl is stopped)."""
         if isinstance(self.df, RedisBloomDupeFilter):
             self.jobs.guarded(self.df.bloom.verify, None)
-            self.jobs.guarded(lambda: check_eviction(self.server, warn=False), None)
+            self.jobs.guarded(lambda: check_eviction(self.df.bloom.link, warn=False), None)
         return not self.jobs.failed()
 
     # -- the end of the crawl -----------------------------------------------------------

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from twisted.internet.task import LoopingCall
     from typing_extensions import Self
 
+    from .transport.link import Link
+
 logger = logging.getLogger(__name__)
 
 #: A line expires after this many write intervals without a write (and never sooner
@@ -208,7 +210,9 @@ class WorkerMetrics:
                 "pages_per_second": round(rate, 3), **figures}
         deltas = {name: figures[name] - self._added[name] for name in crawlstats.LIVE_COUNTERS}
         self._writes += 1
-        client, prune = self.client, self._writes % PRUNE_EVERY == 1
+        # The filter's link during a crawl (it carries the crawl's commands), else a client.
+        client: Redis | RedisCluster | Link = self.client if df is None else df.bloom.link
+        prune = self._writes % PRUNE_EVERY == 1
 
         def send() -> tuple[list[str], Exception | None]:
             try:

@@ -69,7 +69,7 @@ def test_a_stale_slot_map_is_corrected_by_following_moved(rc: RedisCluster) -> N
         slots[slot] = [wrong]  # as after a resharding the client has not seen
         items = [fp for fp in fps(400, "mv-") if shard_of(bf, fp) == 0]
         assert items and all(bf.add_many(items))
-        link = bf._link.counters
+        link = bf.link.counters
         assert link is not None and link.redirects >= 1 and link.retries == 0, link
         assert slots[slot][0].name == right.name
         assert not any(bf.add_many(items))
@@ -150,7 +150,7 @@ def test_a_slot_without_a_known_master_gets_a_call_of_its_own(rc: RedisCluster) 
         items = fps(300, "gap-")
         assert {shard_of(bf, x) for x in items} >= {0}
         assert bf.add_many(items) == [True] * 300
-        link = bf._link.counters
+        link = bf.link.counters
         assert link is not None and link.retries >= 1, link
         assert bf.add_many(items) == [False] * 300
     finally:
@@ -195,8 +195,8 @@ def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_u
             items = fps(2000, "w-")
             for start in range(0, len(items), 100):
                 assert all(bf.add_many(items[start:start + 100]))
-            assert bf._link.wait.replicas == 1
-            assert bf._link.wait.short == 0 and bf._link.wait.skipped == 0
+            assert bf.link.wait.replicas == 1
+            assert bf.link.wait.short == 0 and bf.link.wait.skipped == 0
         finally:
             bf.close()
     finally:
@@ -204,9 +204,9 @@ def test_wait_replicas_costs_one_wait_per_master_and_counts_none_short(cluster_u
     # A crawl's dupefilter passes the setting to its filter.
     crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True, BLOOMDUPE_WAIT_REPLICAS=1)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
-    assert df.bloom._link.wait.replicas == 1
+    assert df.bloom.link.wait.replicas == 1
     assert not df.request_seen(Request("https://a.example/"))
-    assert df.bloom._link.wait.short == 0
+    assert df.bloom.link.wait.short == 0
     df.close("finished")
 
 
@@ -220,16 +220,16 @@ def test_unset_a_cluster_whose_masters_have_replicas_waits_for_one(cluster_url: 
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     try:
-        assert scheduler.df.bloom._link.wait.replicas == 1
+        assert scheduler.df.bloom.link.wait.replicas == 1
         assert scheduler.queue._link.wait.replicas == 1
         assert not scheduler.df.request_seen(Request("https://a.example/"))
-        assert scheduler.df.bloom._link.wait.short == 0
+        assert scheduler.df.bloom.link.wait.short == 0
     finally:
         scheduler.close("finished")
     # Set, the setting decides.
     crawler = crawler_for(cluster_url, BLOOMDUPE_REDIS_CLUSTER=True, BLOOMDUPE_WAIT_REPLICAS=0)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
-    assert df.bloom._link.wait.replicas == 0
+    assert df.bloom.link.wait.replicas == 0
     df.close("finished")
 
 
@@ -237,10 +237,10 @@ def test_unset_a_cluster_without_replicas_or_one_node_waits_for_none(redis_url: 
     with LocalCluster(masters=3, replicas=0) as servers:
         crawler = crawler_for(servers.url, BLOOMDUPE_REDIS_CLUSTER=True)
         df = build_from_crawler(RedisBloomDupeFilter, crawler)
-        assert df.bloom._link.wait.replicas == 0
+        assert df.bloom.link.wait.replicas == 0
         df.close("finished")
     df = build_from_crawler(RedisBloomDupeFilter, crawler_for(redis_url))
-    assert df.bloom._link.wait.replicas == 0
+    assert df.bloom.link.wait.replicas == 0
     df.close("finished")
 
 

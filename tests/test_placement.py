@@ -40,7 +40,7 @@ def test_every_operation_works_on_a_cluster(rc: RedisCluster, local_cluster: Loc
         assert all(bf.contains_many(items))
         others = fps(1000, "other-")
         assert sum(bf.contains_many(others)) <= 5
-        link = bf._link.counters
+        link = bf.link.counters
         assert link is not None and link.retries == 0 and link.round_trips > 0
         info = bf.info()
         assert len(info.shards) == CLUSTER_SHARDS

@@ -149,7 +149,7 @@ def test_the_filter_and_wait_replicas_on_a_sentinel_master(sentinel: LocalSentin
     items = fps(500, "sentinel-wait/")
     assert all(bf.add_many(items[i:i + 50]) == [True] * 50 for i in range(0, 500, 50))
     assert bf.add_many(items[:50]) == [False] * 50
-    assert bf._link.wait.short == 0 and bf._link.wait.skipped == 0
+    assert bf.link.wait.short == 0 and bf.link.wait.skipped == 0
     stats = crawlstats.CrawlStats(client, bf.key)
     stats.flush({"checked": 550, "new": 500}, None)
     (replica,) = [p for p in sentinel.servers if p != sentinel.master_port()]

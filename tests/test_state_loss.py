@@ -22,6 +22,7 @@ from scrapy_bloomdupe.exceptions import BloomDupeError, FilterLostError
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.transport.diagnose import check_eviction
+from scrapy_bloomdupe.transport.link import Link
 from scrapy_bloomdupe.transport.outage import OutageGuard, RedisUnavailable
 
 PLAN = sizing.plan(10_000, 0.001, shards=4)
@@ -197,7 +198,7 @@ def test_a_cluster_master_that_evicts_any_key_is_refused(rc: RedisCluster) -> No
     server.config_set("maxmemory-policy", "allkeys-lru")
     try:
         with pytest.raises(BloomDupeError, match=f"{node.name} evicts any key"):
-            check_eviction(rc)
+            check_eviction(Link(rc))
     finally:
         server.config_set("maxmemory-policy", "noeviction")
-    check_eviction(rc)
+    check_eviction(Link(rc))

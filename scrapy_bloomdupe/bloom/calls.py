@@ -117,7 +117,7 @@ class Calls:
         locks: ShardLocks
         counters: CallCounters
         outage: OutageGuard | None
-        _link: Link
+        link: Link
         _lock_keys: list[str]
         _next_op: int
 
@@ -191,7 +191,7 @@ class Calls:
                     busy.extend(self._group(halves, busy_items, first, entry))
                     if moved:
                         self.counters.regrouped += 1
-                        self._link.refresh_routes()
+                        self.link.refresh_routes()
                         busy.extend(self._group(halves, moved, first, entry,
                                                 tokens=moved_tokens))
                     ack = first
@@ -310,17 +310,17 @@ class Calls:
             # Built for each attempt: an outage's retry, or a new master, may leave out
             # acks the last one carried.
             assert riding is not None
-            riders, built_for = riding.riders(self._link.reaches(commands))
+            riders, built_for = riding.riders(self.link.reaches(commands))
             return [*commands, *riders], built_for
 
         def send() -> list[Any]:
             if riding is None:
-                return _refusals_raised(self._link.execute(commands))
-            return _refusals_raised(self._link.execute_bound(with_riders))
+                return _refusals_raised(self.link.execute(commands))
+            return _refusals_raised(self.link.execute_bound(with_riders))
 
-        reloads = self._link.script_reloads
+        reloads = self.link.script_reloads
         raw = self._guarded(send)  # scripts the server lacked are loaded by the link
-        self.counters.script_reloads += self._link.script_reloads - reloads
+        self.counters.script_reloads += self.link.script_reloads - reloads
         raw = [_NOT_LOCAL if _not_local(r) else r for r in raw]
         for r in raw:
             if isinstance(r, Exception):

@@ -22,10 +22,8 @@ from .. import keys
 from . import oplog
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.cluster import RedisCluster
-
     from .. import sizing
+    from ..transport.link import Link
     from .info import ShardInfo
 
 
@@ -72,8 +70,7 @@ class Section:
 class Engine(Protocol):
     """One filter's shards in every generation, and the script that checks and adds."""
 
-    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str) -> None: ...
+    def __init__(self, link: Link, key: str, shards: int, client_id: str) -> None: ...
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
         """Use these generations (oldest first) from now on."""
@@ -137,9 +134,10 @@ class ScriptedEngine:
     #: One shard a call: its script's KEYS are those of one shard.
     sections = False
 
-    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str) -> None:
-        self.client = client
+    def __init__(self, link: Link, key: str, shards: int, client_id: str) -> None:
+        #: Carries the engine's commands during a crawl (the filter's link).
+        self.link = link
+        self.client = client = link.client
         self.key = key
         self.shards = shards
         self.script = client.register_script(self.CHECK_ADD_SCRIPT)
@@ -171,8 +169,7 @@ class ScriptedEngine:
 
     def run(self, command: tuple[Any, ...]) -> Any:
         """One :meth:`check_add_command` on its own (loading the script if Redis lacks it)."""
-        count = command[2]
-        return self.script(keys=command[3:3 + count], args=command[3 + count:])
+        return self.link.call(*command)  # the link loads the script again if Redis lost it
 
     def _args(self, shard: int, token: bytes, call: int, ack: int, items: int) -> list[Any]:
         """A call's ARGV before its items: the op log's, the generations', the count."""

@@ -137,7 +137,10 @@ class BloomFilter(Calls, Growth, Forgetting):
         #: The client's master epoch the cache is valid for (a Sentinel failover can
         #: lose what the old master had not passed on: the cache would answer for it).
         self._epoch = master_epoch(client)
-        self.locks = ShardLocks(client, lock_ttl, lock_wait, counters=self.counters.lock)
+        #: Carries the filter's commands (:mod:`..transport.link`): the check-and-adds and,
+        #: during a crawl, every read and write of the filter's (none through the client).
+        self.link = Link(client, wait_replicas=wait_replicas)
+        self.locks = ShardLocks(self.link, lock_ttl, lock_wait, counters=self.counters.lock)
         self.client_id = secrets.token_hex(6)
         self._next_op = 1
         #: The engine's name (``BLOOMDUPE_ENGINE``, as stored with the filter).
@@ -147,15 +150,14 @@ class BloomFilter(Calls, Growth, Forgetting):
         #: when they are sure to be in a live slice); see localcache.
         self.cache: LocalCache | TimedCache
         if window is None:
-            self.engine = ENGINES[engine](client, key, plan.shards, self.client_id)
+            self.engine = ENGINES[engine](self.link, key, plan.shards, self.client_id)
             self.cache = LocalCache(local_cache)
         else:
-            self.window_engine = WINDOW_ENGINES[engine](client, key, plan.shards,
+            self.window_engine = WINDOW_ENGINES[engine](self.link, key, plan.shards,
                                                         self.client_id, window, growth)
             self.engine = self.window_engine
             self.cache = TimedCache(local_cache, self.window_engine.clock.now)
-        self._link = Link(client, wait_replicas=wait_replicas)
-        self._link.knows(*self.engine.scripts())  # loaded again after a NOSCRIPT
+        self.link.knows(*self.engine.scripts())  # loaded again after a NOSCRIPT
         #: Replicas each round trip waits for (``WAIT``; 0: none).
         self.replicas_waited = wait_replicas
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
@@ -273,7 +275,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         )
         if read_only:
             if bloom.window_engine is not None:
-                bloom.window_engine.clock.start(client)
+                bloom.window_engine.clock.start(bloom.link)
             return bloom
         # Once the first worker has made every shard ("ready"), a missing one is lost.
         ready = bool(stored.get("ready"))
@@ -309,7 +311,8 @@ class BloomFilter(Calls, Growth, Forgetting):
         names = [self.shard_key(shard, g) for shard in shards
                  for g in range(len(self.generations))]
         if len(shards) > 1:  # a call of several shards: name one gone, count the others
-            gone = [name for name in names if not self.client.exists(name)] or names
+            there = self.link.calls([("EXISTS", name) for name in names])
+            gone = [name for name, n in zip(names, there, strict=True) if not n] or names
             more = f" (and {len(gone) - 1} more of its keys)" if len(gone) > 1 else ""
             return f"{gone[0]} is gone{more}"
         return " or ".join(names) + " is gone"
@@ -319,15 +322,19 @@ class BloomFilter(Calls, Growth, Forgetting):
         another filter's (a new seed): deleted, evicted, flushed, or Redis restarted
         empty. One ``HGETALL`` (of a dozen fields); the scheduler calls it every few
         seconds and before it calls a crawl done."""
-        stored = meta.read(self.client, self.key)
+        stored = self._stored()
         if not stored:
             raise self._lost(f"its metadata {keys.meta(self.key)} is gone")
         if stored.get("seed") != self.seed or stored.get("created") != self.created:
             raise self._lost(f"its metadata {keys.meta(self.key)} was replaced (a new seed)")
 
+    def _stored(self) -> dict[str, Any]:
+        """The stored fields, decoded (:func:`.meta.read`, through the link)."""
+        return meta.decode(self.link.call("HGETALL", keys.meta(self.key)))
+
     def _reload(self) -> None:
         """Adopt the generation count stored in Redis (another worker grew the filter)."""
-        count = meta.read(self.client, self.key).get("generations", 1)
+        count = self._stored().get("generations", 1)
         if count != len(self.generations):
             logger.info("Bloom filter %s now has %d generations", self.key, count)
             self._set_generations(count)
@@ -473,4 +480,4 @@ class BloomFilter(Calls, Growth, Forgetting):
 
     def close(self) -> None:
         """Give the held connection back to the client's pool."""
-        self._link.close()
+        self.link.close()

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..localcache import LocalCache, TimedCache
     from ..sizing import Sizing
+    from ..transport.link import Link
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Forgetting:
 
     if TYPE_CHECKING:
         client: Redis | RedisCluster
+        link: Link
         key: str
         seed: int
         sizing: Sizing
@@ -93,7 +95,7 @@ class Forgetting:
         once). A failed read leaves the cache unable to answer until a read succeeds."""
         started = time.monotonic()  # the read may see the counter as of any later moment
         try:
-            now: Any = self.client.get(keys.forgets(self.key))
+            now: Any = self.link.call("GET", keys.forgets(self.key))
         except RedisError as e:  # the items go to Redis meanwhile (_cache_may_answer)
             logger.debug("Could not look at %s: %s", keys.forgets(self.key), e)
             return

@@ -28,10 +28,8 @@ from .. import keys, sizing
 from ..exceptions import ConfigError, FilterFullError
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.cluster import RedisCluster
-
     from ..sizing import Sizing
+    from ..transport.link import Link
     from .engine import Engine
     from .lock import ShardLocks
 
@@ -57,7 +55,7 @@ class Growth:
     """Adds a generation when the newest one is full (see the module's docstring)."""
 
     if TYPE_CHECKING:
-        client: Redis | RedisCluster
+        link: Link
         key: str
         sizing: Sizing
         growth: bool
@@ -133,7 +131,7 @@ class Growth:
         self._room = 0
         lock = keys.growlock(self.key)
         token = self.locks.new_token()
-        if not self.client.set(lock, token, nx=True, px=GROW_LOCK_TTL_MS):
+        if not self.link.call("SET", lock, token, "NX", "PX", GROW_LOCK_TTL_MS):
             return  # another worker is adding it; the generation marker tells us when
         try:
             self._reload()
@@ -152,7 +150,7 @@ class Growth:
                     self._cannot_grow = why
                     logger.warning("Bloom filter %s is full and cannot grow: %s", self.key, e)
                 return
-            self.client.hset(keys.meta(self.key), "generations", newest + 2)
+            self.link.call("HSET", keys.meta(self.key), "generations", newest + 2)
             self._set_generations(newest + 2)
             self._room = following.capacity
             self.counters.generations_added += 1

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 from .. import luascript
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.cluster import RedisCluster
+    from ..transport.link import Link
 
 #: First pause when a lock is busy, and the most any one pause lasts (seconds).
 FIRST_PAUSE = 0.0005
@@ -44,7 +43,7 @@ class ShardLocks:
 
     def __init__(
         self,
-        client: Redis | RedisCluster,
+        link: Link,
         ttl: float,
         wait: float,
         *,
@@ -52,13 +51,14 @@ class ShardLocks:
         sleep: Callable[[float], None] = time.sleep,
         counters: LockCounters | None = None,
     ) -> None:
-        self.client = client
+        #: Carries the lock's commands (the filter's link).
+        self.link = link
         self.ttl_ms = max(1, round(ttl * 1000))
         self.wait = wait
         self.counters = counters if counters is not None else LockCounters()
         self._clock = clock
         self._sleep = sleep
-        self._release = client.register_script(self.RELEASE_SCRIPT)
+        (self._release,) = link.knows(self.RELEASE_SCRIPT)  # its SHA1, loaded when missing
 
     @staticmethod
     def new_token() -> bytes:
@@ -66,14 +66,14 @@ class ShardLocks:
 
     def acquire(self, name: str, token: bytes) -> bool:
         """One attempt, no waiting: True when this token now holds the lock."""
-        got = bool(self.client.set(name, token, nx=True, px=self.ttl_ms))
+        got = bool(self.link.call("SET", name, token, "NX", "PX", self.ttl_ms))
         if got:
             self.counters.acquired += 1
         return got
 
     def release(self, name: str, token: bytes) -> bool:
         """Delete the lock only if it still holds ``token``."""
-        return bool(self._release(keys=[name], args=[token]))
+        return bool(self.link.call("EVALSHA", self._release, 1, name, token))
 
     def pauses(self) -> Iterator[float]:
         """Yield after each pause while the wait budget lasts; count the waiting.

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
+from redis.exceptions import RedisClusterException, ResponseError
 
 from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError, FilterMismatchError
 from ..transport.cluster import is_cluster
-from ..transport.diagnose import describe
+from ..transport.link import Link, link_to
 from . import oplog
 from .engine import ScriptedEngine, Section, Sink
 from .info import ShardInfo
@@ -67,9 +67,9 @@ class LuaEngine(ScriptedEngine):
     #: Whether the script takes sections (a window's takes one shard a call).
     SECTIONS = True
 
-    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str) -> None:
-        super().__init__(client, key, shards, client_id)
+    def __init__(self, link: Link, key: str, shards: int, client_id: str) -> None:
+        super().__init__(link, key, shards, client_id)
+        client = link.client
         self.bits_keys: list[list[str]] = []
         #: One call carries the items of every shard on one node, and on a Redis Cluster
         #: of every shard on one master (its keys but the op log in ARGV: declared keys
@@ -163,13 +163,13 @@ class LuaEngine(ScriptedEngine):
         """
         names = generation_names(self.key, generation, plan.shards)
         size = plan.bytes_per_shard
-        lengths = _pipelined(self.client, [("STRLEN", n) for n in names])
+        lengths = self.link.calls([("STRLEN", n) for n in names])
         missing = [n for n, length in zip(names, lengths, strict=True) if not length]
         if missing and existing:
             raise FilterLostError(f"{len(missing)} of its {len(names)} shard(s) of generation "
                                   f"{generation} are gone ({missing[0]}, ...)")
         if missing:
-            check_room(self.client, self.key, generation, plan, lengths)
+            check_room(self.link, self.key, generation, plan, lengths)
             created = self._create(missing, size)
             made = dict(zip(missing, created, strict=True))
             lengths = [made.get(n, length) for n, length in zip(names, lengths, strict=True)]
@@ -181,14 +181,14 @@ class LuaEngine(ScriptedEngine):
 
     def _create(self, names: Sequence[str], size: int) -> list[int]:
         """Run :data:`CREATE_SHARD_SCRIPT` on each of ``names``: their lengths after.
-        ``EVALSHA`` only (no ``EVAL``, ``SCRIPT EXISTS``: the least-privilege ACL)."""
-        sha = self.client.script_load(CREATE_SHARD_SCRIPT)
-        commands = [("EVALSHA", sha, 1, n, size) for n in names]
-        try:
-            return _pipelined(self.client, commands)
-        except NoScriptError:  # flushed since (a restart): creating is idempotent
-            self.client.script_load(CREATE_SHARD_SCRIPT)
-            return _pipelined(self.client, commands)
+        ``EVALSHA`` only (no ``EVAL``, ``SCRIPT EXISTS``: the least-privilege ACL); the
+        link loads the script where Redis lacks it (creating is idempotent)."""
+        (sha,) = self.link.knows(CREATE_SHARD_SCRIPT)
+        replies: list[int] = []
+        for start in range(0, len(names), PIPELINE_CHUNK):
+            replies += self.link.calls([("EVALSHA", sha, 1, n, size)
+                                        for n in names[start:start + PIPELINE_CHUNK]])
+        return replies
 
     def shard_names(self) -> list[str]:
         """Every key of this engine's shards, for deleting the filter."""
@@ -205,15 +205,13 @@ class LuaEngine(ScriptedEngine):
         """Estimated items in the newest generation (``BITCOUNT`` of its shards)."""
         g = len(self.generations) - 1
         plan = self.generations[g]
-        pipe = self.client.pipeline(transaction=False)
-        for bits in self.bits_keys:
-            pipe.bitcount(bits[g])
+        counts = self.link.calls([("BITCOUNT", bits[g]) for bits in self.bits_keys])
         return sum(sizing.estimate_items(plan.modulus, plan.hashes, int(n or 0))
-                   for n in pipe.execute())
+                   for n in counts)
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         """Whether every bit of each item is set in some generation. Writes nothing."""
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         for h1, h2 in halves:
             shard = hashing.shard_of(h1, self.shards)
             for g, plan in enumerate(self.generations):
@@ -222,8 +220,8 @@ class LuaEngine(ScriptedEngine):
                 args: list[Any] = []
                 for offset in hashing.offsets(pos, plan.hashes, m):
                     args.extend(("GET", "u1", offset))
-                pipe.execute_command("BITFIELD_RO", self.bits_keys[shard][g], *args)
-        replies = pipe.execute()
+                commands.append(("BITFIELD_RO", self.bits_keys[shard][g], *args))
+        replies = self.link.calls(commands)
         count = len(self.generations)
         return [
             any(all(bits) for bits in replies[i * count:(i + 1) * count])
@@ -233,12 +231,9 @@ class LuaEngine(ScriptedEngine):
     def shard_infos(self) -> list[list[ShardInfo]]:
         """Per generation, each shard's set bits and memory (``BITCOUNT``: O(shard size),
         a few milliseconds for 64 MiB)."""
-        pipe = self.client.pipeline(transaction=False)
-        for g in range(len(self.generations)):
-            for bits in self.bits_keys:
-                pipe.bitcount(bits[g])
-                pipe.memory_usage(bits[g], samples=0)
-        raw = iter(pipe.execute())
+        raw = iter(self.link.calls([
+            command for g in range(len(self.generations)) for bits in self.bits_keys
+            for command in (("BITCOUNT", bits[g]), ("MEMORY USAGE", bits[g], "SAMPLES", 0))]))
         return [
             [ShardInfo(i, g, bits[g], int(next(raw) or 0), plan.modulus, int(next(raw) or 0))
              for i, bits in enumerate(self.bits_keys)]
@@ -265,8 +260,8 @@ def _pipelined(client: Redis | RedisCluster, commands: Sequence[tuple[Any, ...]]
     return replies
 
 
-def check_room(client: Redis | RedisCluster, key: str, generation: int, plan: sizing.Sizing,
-               lengths: Sequence[int] | None = None) -> None:
+def check_room(client: Redis | RedisCluster | Link, key: str, generation: int,
+               plan: sizing.Sizing, lengths: Sequence[int] | None = None) -> None:
     """Refuse, with a :class:`ConfigError`, shards that would not fit in Redis's memory.
 
     The shards of ``generation`` that do not exist yet (``lengths``: each one's
@@ -278,21 +273,20 @@ def check_room(client: Redis | RedisCluster, key: str, generation: int, plan: si
     nothing.
     """
     names = generation_names(key, generation, plan.shards)
-    if lengths is None:
-        lengths = _pipelined(client, [("STRLEN", n) for n in names])
-    needs: dict[str, list[Any]] = {}  # where -> [server, bytes, shards]
-    for name, length in zip(names, lengths, strict=True):
-        if length:
+    needs: dict[str, list[int]] = {}  # where -> [bytes, shards]
+    with link_to(client) as link:
+        if lengths is None:
+            lengths = link.calls([("STRLEN", n) for n in names])
+        for name, length in zip(names, lengths, strict=True):
+            if not length:
+                need = needs.setdefault(link.where(name), [0, 0])
+                need[0] += plan.bytes_per_shard
+                need[1] += 1
+        limits = _memory_limits(link) if needs else {}
+    for where, (needed, count) in needs.items():
+        if where not in limits:
             continue
-        server, where = _server_of(client, name)
-        need = needs.setdefault(where, [server, 0, 0])
-        need[1] += plan.bytes_per_shard
-        need[2] += 1
-    for where, (server, needed, count) in needs.items():
-        limits = _memory_limits(server)
-        if limits is None:
-            continue
-        maxmemory, used = limits
+        maxmemory, used = limits[where]
         room = maxmemory - int(maxmemory * MEMORY_HEADROOM) - used
         if needed <= room:
             continue
@@ -323,25 +317,19 @@ def cross_slot_scripts(client: Redis | RedisCluster) -> bool:
     return bool(versions) and all(int(str(v).split(".")[0] or 0) >= 7 for v in versions)
 
 
-def _server_of(client: Redis | RedisCluster, name: str) -> tuple[Any, str]:
-    """The server that holds ``name`` (a plain client on it) and where it is, for people."""
-    if not is_cluster(client):
-        return client, describe(client)
-    cluster: Any = client
-    node = cluster.get_node_from_key(name)
-    return cluster.get_redis_connection(node), node.name
-
-
-def _memory_limits(server: Any) -> tuple[int, int] | None:
-    """``maxmemory`` and the memory in use; None without a ``maxmemory``, or when not
-    allowed to look (an ACL without ``CONFIG GET``, a provider that renamed it)."""
+def _memory_limits(link: Link) -> dict[str, tuple[int, int]]:
+    """``maxmemory`` and the memory in use of each master with a ``maxmemory``, by where
+    it is (:meth:`~..transport.link.Link.on_masters`); none when not allowed to look (an
+    ACL without ``CONFIG GET`` or ``INFO``, a provider that renamed them)."""
     try:
-        value = server.config_get("maxmemory").get("maxmemory")
-        maxmemory = int(value or 0)
-        if not maxmemory:
-            return None
-        used = int(server.info("memory").get("used_memory", 0))
+        limits = {where: int(config.get("maxmemory") or 0)
+                  for where, config in link.on_masters("CONFIG GET", "maxmemory")}
+        if not any(limits.values()):
+            return {}
+        used = {where: int(info.get("used_memory", 0))
+                for where, info in link.on_masters("INFO", "memory")}
     except ResponseError as e:  # NoPermissionError is one
         logger.debug("Cannot look at Redis's maxmemory (%s); not checking the filter fits", e)
-        return None
-    return maxmemory, used
+        return {}
+    return {where: (maxmemory, used.get(where, 0)) for where, maxmemory in limits.items()
+            if maxmemory}

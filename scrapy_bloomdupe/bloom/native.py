@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
+    from ..transport.link import Link
+
 logger = logging.getLogger(__name__)
 
 NAME = "redisbloom"
@@ -163,9 +165,8 @@ class NativeEngine(ScriptedEngine):
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_bf.lua")
 
-    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str) -> None:
-        super().__init__(client, key, shards, client_id)
+    def __init__(self, link: Link, key: str, shards: int, client_id: str) -> None:
+        super().__init__(link, key, shards, client_id)
         self.reserves: list[Reserve] = []
         self.bf_keys: list[list[str]] = []
 
@@ -199,27 +200,24 @@ class NativeEngine(ScriptedEngine):
         empty."""
         reserve = reserve_of(plan)
         names = [keys.bloom(self.key, i, generation) for i in range(plan.shards)]
-        present = _pipelined(self.client, [("EXISTS", n) for n in names])
+        present = self.link.calls([("EXISTS", n) for n in names])
         missing = [n for n, there in zip(names, present, strict=True) if not there]
         if missing and existing:
             raise FilterLostError(f"{len(missing)} of its {len(names)} shard(s) of generation "
                                   f"{generation} are gone ({missing[0]}, ...)")
         if missing:
-            check_room(self.client, self.key, generation, plan,
+            check_room(self.link, self.key, generation, plan,
                        [int(bool(there)) for there in present])
             commands = [("BF.RESERVE", n, repr(reserve.error_rate), reserve.capacity,
                          "NONSCALING") for n in missing]
             for start in range(0, len(commands), 256):
-                pipe = self.client.pipeline(transaction=False)
-                for command in commands[start:start + 256]:
-                    pipe.execute_command(*command)
-                for reply in pipe.execute(raise_on_error=False):
+                for reply in self.link.execute(commands[start:start + 256]):
                     # Another worker reserved it first: the capacity check below decides.
                     if isinstance(reply, Exception) and "exists" not in str(reply):
                         raise reply
             logger.info("Reserved %d RedisBloom shard(s) of %d bits for %s generation %d",
                         len(missing), reserve.bits, self.key, generation)
-        capacities = _pipelined(self.client, [("BF.INFO", n, "CAPACITY") for n in names])
+        capacities = self.link.calls([("BF.INFO", n, "CAPACITY") for n in names])
         for name, got in zip(names, capacities, strict=True):
             if _one(got) != reserve.capacity:
                 raise FilterMismatchError(self.key, {f"capacity of {name}":
@@ -239,11 +237,9 @@ class NativeEngine(ScriptedEngine):
     def inserted(self, generation: int) -> list[int]:
         """Items added to each shard of ``generation`` (``BF.INFO ... ITEMS``: exact); 0 for
         a missing shard (``info`` reports those, and the check-and-add refuses them)."""
-        pipe = self.client.pipeline(transaction=False)
-        for bf_keys in self.bf_keys:
-            pipe.execute_command("BF.INFO", bf_keys[generation], "ITEMS")
         counts = []
-        for reply in pipe.execute(raise_on_error=False):
+        for reply in self.link.execute([("BF.INFO", bf_keys[generation], "ITEMS")
+                                        for bf_keys in self.bf_keys]):
             if isinstance(reply, ResponseError) and "not found" in str(reply):
                 counts.append(0)
             elif isinstance(reply, Exception):
@@ -258,12 +254,8 @@ class NativeEngine(ScriptedEngine):
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         """Whether each item is in some generation. Writes nothing."""
-        pipe = self.client.pipeline(transaction=False)
-        for h1, h2 in halves:
-            shard = hashing.shard_of(h1, self.shards)
-            for bf_key in self.bf_keys[shard]:
-                pipe.execute_command("BF.EXISTS", bf_key, item(h1, h2))
-        replies = pipe.execute()
+        replies = self.link.calls([("BF.EXISTS", bf_key, item(h1, h2)) for h1, h2 in halves
+                                   for bf_key in self.bf_keys[hashing.shard_of(h1, self.shards)]])
         count = len(self.generations)
         return [any(replies[i * count:(i + 1) * count]) for i in range(len(halves))]
 
@@ -274,8 +266,8 @@ class NativeEngine(ScriptedEngine):
         infos = []
         for g, (plan, reserve) in enumerate(zip(self.generations, self.reserves, strict=True)):
             counts = self.inserted(g)
-            memory = _pipelined(self.client, [("MEMORY", "USAGE", bf_keys[g], "SAMPLES", "0")
-                                              for bf_keys in self.bf_keys])
+            memory = self.link.calls([("MEMORY USAGE", bf_keys[g], "SAMPLES", 0)
+                                      for bf_keys in self.bf_keys])
             bits = reserve.bits
             infos.append([
                 ShardInfo(i, g, bf_keys[g],

@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
+    from ..transport.link import Link
+
 #: How far this machine's clock may be from Redis's: 1 s, plus 0.1% of the time
 #: since it was last compared (clocks drift, NTP slews).
 CLOCK_MARGIN_MS = 1000.0
@@ -103,9 +105,9 @@ class SliceClock:
         self.current[shard] = slice_id
         self.sync(redis_ms)
 
-    def start(self, client: Redis | RedisCluster) -> None:
+    def start(self, link: Link) -> None:
         """Ask Redis its time: every shard's slice, until a script says otherwise."""
-        seconds, micros = client.time()
+        seconds, micros = max(reply for _, reply in link.on_masters("TIME"))
         now = seconds * 1000 + micros // 1000
         self.sync(now)
         self.current = [self.window.slice_of(now)] * len(self.current)
@@ -122,6 +124,7 @@ class _Slices:
     key: str
     shards: int
     client: Redis | RedisCluster
+    link: Link
     sha: str
     script: Any
     clock: SliceClock
@@ -250,10 +253,10 @@ class _Slices:
         but each shard's record: ``made``, so that the record's loss is lost state (with
         ``existing`` a missing record is :class:`FilterLostError`). The live slices must
         fit in the server's ``maxmemory``."""
-        self.clock.start(self.client)
+        self.clock.start(self.link)
         records = [keys.slice_record(self.key, i) for i in range(self.shards)]
         if existing:
-            there = _pipelined(self.client, [("EXISTS", r) for r in records])
+            there = self.link.calls([("EXISTS", r) for r in records])
             gone = [r for r, is_there in zip(records, there, strict=True) if not is_there]
             if gone:
                 raise FilterLostError(f"{len(gone)} of its {len(records)} slice record(s) "
@@ -261,13 +264,12 @@ class _Slices:
             return
         whole = sizing.Sizing(plan.capacity * self.window.live, plan.error_rate, plan.shards,
                               plan.bits_per_shard * self.window.live, plan.hashes)
-        check_room(self.client, self.key, 0, whole, [0] * plan.shards)
-        _pipelined(self.client, [("HSET", r, "made", 1) for r in records])
+        check_room(self.link, self.key, 0, whole, [0] * plan.shards)
+        self.link.calls([("HSET", r, "made", 1) for r in records])
 
     def _records(self, shards: Sequence[int]) -> dict[int, dict[int, int]]:
         """Shards' records, as {slice: generations}."""
-        got = _pipelined(self.client, [("HGETALL", keys.slice_record(self.key, i))
-                                       for i in shards])
+        got = self.link.calls([("HGETALL", keys.slice_record(self.key, i)) for i in shards])
         out: dict[int, dict[int, int]] = {}
         for i, record in zip(shards, got, strict=True):
             pairs = (record.items() if isinstance(record, dict)
@@ -308,7 +310,7 @@ class _Slices:
     def lost_keys(self) -> list[str]:
         """Slice keys the records hold that are gone before their time, and records that
         are gone (lost state). Reads only."""
-        seconds, micros = self.client.time()
+        seconds, micros = max(reply for _, reply in self.link.on_masters("TIME"))
         current = self.window.slice_of(seconds * 1000 + micros // 1000)
         records = [keys.slice_record(self.key, i) for i in range(self.shards)]
         there = _pipelined(self.client, [("EXISTS", r) for r in records])
@@ -384,9 +386,9 @@ class WindowLuaEngine(_Slices, LuaEngine):
     SECTIONS = False
     check_add_command = ScriptedEngine.check_add_command
 
-    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str, window: sizing.Window, growth: bool = False) -> None:
-        LuaEngine.__init__(self, client, key, shards, client_id)
+    def __init__(self, link: Link, key: str, shards: int, client_id: str,
+                 window: sizing.Window, growth: bool = False) -> None:
+        LuaEngine.__init__(self, link, key, shards, client_id)
         self._setup(window, client_id, growth)
 
     def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
@@ -420,7 +422,7 @@ class WindowLuaEngine(_Slices, LuaEngine):
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         """Whether each item is in a live slice (read from Redis's records first)."""
         self.refresh([hashing.shard_of(h1, self.shards) for h1, _ in halves])
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         counts = []
         for h1, h2 in halves:
             shard = hashing.shard_of(h1, self.shards)
@@ -434,9 +436,8 @@ class WindowLuaEngine(_Slices, LuaEngine):
                         hashing.Position(shard, *hashing.coefficients(h1, h2, m)),
                         plan.hashes, m):
                     args.extend(("GET", "u1", offset))
-                pipe.exists(name)
-                pipe.execute_command("BITFIELD_RO", name, *args)
-        replies = pipe.execute()
+                commands += [("EXISTS", name), ("BITFIELD_RO", name, *args)]
+        replies = self.link.calls(commands)
         out, at = [], 0
         for count in counts:
             part = replies[at:at + 2 * count]
@@ -447,11 +448,8 @@ class WindowLuaEngine(_Slices, LuaEngine):
 
     def _figures(self, names: Sequence[str], generations: Sequence[int]
                  ) -> list[tuple[int, int, int]]:
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.bitcount(name)
-            pipe.memory_usage(name, samples=0)
-        raw = pipe.execute()
+        raw = self.link.calls([command for name in names for command in
+                               (("BITCOUNT", name), ("MEMORY USAGE", name, "SAMPLES", 0))])
         return [(int(n or 0), self._bits_of(g), int(m or 0))
                 for n, m, g in zip(raw[::2], raw[1::2], generations, strict=True)]
 
@@ -464,9 +462,9 @@ class WindowNativeEngine(_Slices, NativeEngine):
 
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_window_bf.lua")
 
-    def __init__(self, client: Redis | RedisCluster, key: str, shards: int,
-                 client_id: str, window: sizing.Window, growth: bool = False) -> None:
-        NativeEngine.__init__(self, client, key, shards, client_id)
+    def __init__(self, link: Link, key: str, shards: int, client_id: str,
+                 window: sizing.Window, growth: bool = False) -> None:
+        NativeEngine.__init__(self, link, key, shards, client_id)
         self._setup(window, client_id, growth)
 
     def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
@@ -481,24 +479,20 @@ class WindowNativeEngine(_Slices, NativeEngine):
 
     def _counts(self, names: Sequence[str]) -> list[int]:
         """Items in each of these BF keys; 0 for one that is gone (expired)."""
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.execute_command("BF.INFO", name, "ITEMS")
         counts = []
-        for reply in pipe.execute(raise_on_error=False):
+        for reply in self.link.execute([("BF.INFO", name, "ITEMS") for name in names]):
             counts.append(0 if isinstance(reply, Exception) else _one(reply))
         return counts
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
         self.refresh([hashing.shard_of(h1, self.shards) for h1, _ in halves])
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         counts = []
         for h1, h2 in halves:
             live = self.live_keys(hashing.shard_of(h1, self.shards))
             counts.append(len(live))
-            for name in live:
-                pipe.execute_command("BF.EXISTS", name, item(h1, h2))
-        replies = pipe.execute(raise_on_error=False)
+            commands += [("BF.EXISTS", name, item(h1, h2)) for name in live]
+        replies = self.link.execute(commands)
         out, at = [], 0
         for count in counts:
             out.append(any(r == 1 for r in replies[at:at + count]))
@@ -508,8 +502,7 @@ class WindowNativeEngine(_Slices, NativeEngine):
     def _figures(self, names: Sequence[str], generations: Sequence[int]
                  ) -> list[tuple[int, int, int]]:
         counts = self._counts(names)
-        memory = _pipelined(self.client, [("MEMORY", "USAGE", name, "SAMPLES", "0")
-                                          for name in names])
+        memory = self.link.calls([("MEMORY USAGE", name, "SAMPLES", 0) for name in names])
         out = []
         for n, m, g in zip(counts, memory, generations, strict=True):
             bits = self._bits_of(g)

@@ -55,7 +55,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         info = bloom.info()
         nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
         missing = missing_shards(ctx, bloom)
-        queue = shard_status(ctx.client, bloom.key, bloom.sizing.shards)
+        queue = shard_status(bloom.link, bloom.key, bloom.sizing.shards)
     finally:
         bloom.close()
     status = EXIT_FAILED if missing else EXIT_OK

@@ -45,7 +45,7 @@ from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
 from ..transport.cluster import is_cluster
-from ..transport.link import Link
+from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
 
 if TYPE_CHECKING:
@@ -215,10 +215,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         leases = self._pop_from(first, count)
         if leases or self.shards == 1:
             return leases
-        pipe = self.server.pipeline(transaction=False)
-        for name in self._queues:
-            pipe.zcard(name)
-        self._waiting = [i for i, n in enumerate(pipe.execute()) if n and i != first]
+        sizes = self._link.calls([("ZCARD", name) for name in self._queues])
+        self._waiting = [i for i, n in enumerate(sizes) if n and i != first]
         while self._waiting:
             leases = self._pop_from(self._waiting.pop(0), count)
             if leases:
@@ -330,7 +328,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def status(self) -> tuple[int, int]:
         """(requests waiting, requests leased) over every shard, in one round trip."""
-        return status(self.server, self.tag, self.shards)
+        return status(self._link, self.tag, self.shards)
 
     def __len__(self) -> int:
         return self.status()[0]
@@ -502,19 +500,18 @@ def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:
             client.delete(name)
 
 
-def shard_status(client: Redis | RedisCluster, tag: str, shards: int
+def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
                  ) -> list[tuple[int, int]]:
     """(requests waiting, requests leased) of each shard of the queue tagged ``tag``
-    (the filter's key), for tools. Reads only."""
-    pipe = client.pipeline(transaction=False)
-    for shard in range(shards):
-        pipe.zcard(keys.queue(tag, shard))
-        pipe.hlen(keys.leases(tag, shard))
-    replies = pipe.execute()
+    (the filter's key), in one round trip of ``target``'s link. Reads only."""
+    with link_to(target) as link:
+        replies = link.calls([
+            command for shard in range(shards)
+            for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)))])
     return [(int(replies[2 * i]), int(replies[2 * i + 1])) for i in range(shards)]
 
 
-def status(client: Redis | RedisCluster, tag: str, shards: int) -> tuple[int, int]:
+def status(target: Redis | RedisCluster | Link, tag: str, shards: int) -> tuple[int, int]:
     """(requests waiting, requests leased) of the whole queue tagged ``tag``."""
-    per_shard = shard_status(client, tag, shards)
+    per_shard = shard_status(target, tag, shards)
     return sum(q for q, _ in per_shard), sum(leased for _, leased in per_shard)

@@ -119,7 +119,7 @@ class LeaseUpkeep:
             # (a pop answered on this thread whose leases the reactor has yet to see).
             reclaimed = call(self.queue.reclaim) if reclaim else 0
             call(df.bloom.verify)
-            call(lambda: check_eviction(self.server, warn=False))
+            call(lambda: check_eviction(df.bloom.link, warn=False))
             df.flush_crawl_stats_due()
             return beat, back, reclaimed
 

@@ -319,5 +319,34 @@ class ClusterLink:
         left.sort()
         return left, error, moved and error is None
 
+    def where(self, key: Any) -> str:
+        """The name of the master of ``key``'s slot (by the slot map known now)."""
+        return self._master(self._slot(("GET", key))).name
+
+    def on_masters(self, command: tuple[Any, ...]) -> list[tuple[str, Any]]:
+        """A command without a key on every master (one round trip each, in turn): each
+        master's name and raw reply, error replies raised; retried as :meth:`execute`
+        is, with the slot map reloaded between attempts."""
+        def attempt() -> list[tuple[str, Any]]:
+            if self._refresh_due:
+                self.refresh()
+            replies = []
+            for node in self.client.get_primaries():
+                pool = self.client.get_redis_connection(node).connection_pool
+                conn = pool.get_connection()
+                try:
+                    conn.send_packed_command(conn.pack_commands([command]))
+                    replies.append((node.name, conn.read_response()))
+                except (ConnectionError, TimeoutError):
+                    conn.disconnect()
+                    self._failed_node = node.name
+                    raise
+                finally:
+                    pool.release(conn)
+            return replies
+
+        result: list[tuple[str, Any]] = self._retry.call_with_retry(attempt, self._failed)
+        return result
+
     def close(self) -> None:
         """Nothing is held between round trips."""

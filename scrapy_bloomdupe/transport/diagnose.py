@@ -11,7 +11,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import redis
@@ -395,25 +395,28 @@ _PROBE_SCRIPT = "return 1"
 _PROBE_SHA = hashlib.sha1(_PROBE_SCRIPT.encode()).hexdigest()
 
 
-def check_eviction(client: Redis | RedisCluster, *, warn: bool = True) -> None:
+class Masters(Protocol):
+    """What :func:`check_eviction` asks of a :class:`~.link.Link` (named here by what it
+    does: the link imports this module)."""
+
+    def on_masters(self, *command: Any) -> list[tuple[str, Any]]: ...
+
+
+def check_eviction(link: Masters, *, warn: bool = True) -> None:
     """Refuse a Redis that may evict any key when full (``maxmemory-policy allkeys-*``):
     it would evict the filter's bits or the queue, and pages would be fetched twice or
     never. Warn about ``volatile-*``, which may evict the op logs (they expire). The
     scheduler checks again every few seconds (``warn`` off): a policy changed under
     a running crawl stops it before anything is evicted.
-    Not checked where ``CONFIG GET`` is denied or there is no ``maxmemory``."""
-    servers: list[tuple[Any, str]]
-    if is_cluster(client):
-        cluster: Any = client
-        servers = [(cluster.get_redis_connection(n), n.name) for n in cluster.get_primaries()]
-    else:
-        servers = [(client, describe(client))]
-    for server, where in servers:
-        try:
-            config = server.config_get("maxmemory*")
-        except redis.ResponseError as e:
-            logger.debug("Cannot read Redis's maxmemory-policy (%s); not checked", e)
-            return
+    Not checked where ``CONFIG GET`` is denied or there is no ``maxmemory``. One
+    ``CONFIG GET`` a master, through ``link`` (a crawl's, or
+    :func:`~.link.link_to` a client)."""
+    try:
+        configs = link.on_masters("CONFIG GET", "maxmemory*")
+    except redis.ResponseError as e:
+        logger.debug("Cannot read Redis's maxmemory-policy (%s); not checked", e)
+        return
+    for where, config in configs:
         policy = str(config.get("maxmemory-policy", ""))
         if not int(config.get("maxmemory", 0) or 0) or policy == "noeviction":
             continue

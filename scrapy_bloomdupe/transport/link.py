@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, ResponseError
@@ -69,6 +70,8 @@ class Link:
         self._scripts: dict[str, str | bytes | memoryview] = {}
         #: Round trips repeated after loading scripts the server lacked (``NOSCRIPT``).
         self.script_reloads = 0
+        #: redis-py's reply parsers of the client, by command (see :meth:`calls`).
+        self._parsers: Mapping[str, Callable[..., Any]] | None = None
 
     def knows(self, *scripts: str | bytes | memoryview) -> list[str]:
         """Register ``scripts`` (their text) for :meth:`execute`, which loads one again
@@ -111,6 +114,54 @@ class Link:
             self.load_scripts(known)
             replies = self._bound_round_trip(commands, built_for)
         return replies
+
+    def calls(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`execute`, each reply parsed as redis-py's own method for the command
+        parses it (``HGETALL`` a dict, ``TIME`` a pair, ``CONFIG GET`` a dict of str,
+        whatever the protocol), the first error reply raised. The filter's and the
+        queue's reads and small writes go through here rather than through the client,
+        so that the link carries every command of a crawl."""
+        replies = self.execute(commands)
+        callbacks = self._callbacks()
+        parsed = []
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            callback = callbacks.get(str(command[0]))
+            parsed.append(reply if callback is None else callback(reply))
+        return parsed
+
+    def call(self, *command: Any) -> Any:
+        """One command's parsed reply (see :meth:`calls`): ``link.call("GET", key)``. A
+        command of two words is one string (``"CONFIG GET"``, ``"MEMORY USAGE"``), as
+        redis-py spells it, so that a key is always the second item."""
+        return self.calls([command])[0]
+
+    def on_masters(self, *command: Any) -> list[tuple[str, Any]]:
+        """A command without a key (``TIME``, ``CONFIG GET``) on every master this link
+        reaches (one on one node, each of a cluster's): where, and its parsed reply."""
+        if self._cluster is None:
+            return [(describe(self.client), self.call(*command))]
+        with self._lock:
+            replies = self._cluster.on_masters(command)
+        callback = self._callbacks().get(str(command[0]))
+        return [(where, reply if callback is None else callback(reply))
+                for where, reply in replies]
+
+    def where(self, key: Any) -> str:
+        """The server that holds ``key``, as :meth:`on_masters` names it."""
+        if self._cluster is None:
+            return describe(self.client)
+        return self._cluster.where(key)
+
+    def _callbacks(self) -> Mapping[str, Callable[..., Any]]:
+        if self._parsers is None:
+            client: Any = self.client
+            if self._cluster is not None:  # each node's client parses its replies
+                nodes = client.get_nodes()
+                client = client.get_redis_connection(nodes[0]) if nodes else None
+            self._parsers = getattr(client, "response_callbacks", None) or {}
+        return self._parsers
 
     def _bound_round_trip(self, commands: Sequence[tuple[Any, ...]], built_for: int | None
                           ) -> list[Any]:
@@ -224,3 +275,17 @@ class Link:
             if self._conn is not None and self._pool is not None:
                 self._pool.release(self._conn)
                 self._conn = None
+
+
+@contextmanager
+def link_to(target: Redis | RedisCluster | Link) -> Iterator[Link]:
+    """``target`` itself if it is a link (a crawl's: it carries the crawl's commands),
+    else a link over the client, closed after (a tool's, a test's)."""
+    if isinstance(target, Link):
+        yield target
+        return
+    link = Link(target)
+    try:
+        yield link
+    finally:
+        link.close()

@@ -74,11 +74,11 @@ def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
         done.append(time.monotonic())
         for i, flag in zip(chunk, flags, strict=True):
             new[i] += flag
-    link = bf._link.counters
+    link = bf.link.counters
     assert link is not None
     results.put((worker, bytes(new), done, errors, {
         "retries": link.retries, "refreshes": link.refreshes,
-        "wait_short": bf._link.wait.short, "wait_skipped": bf._link.wait.skipped,
+        "wait_short": bf.link.wait.short, "wait_skipped": bf.link.wait.skipped,
         "script_reloads": bf.counters.script_reloads, "last_error": link.last_error,
     }))
     bf.close()

@@ -59,7 +59,7 @@ def race_worker(url: str, key: str, worker: int, shuffle: bool,
                     if flag:
                         new[i] = 1
             c = bf.counters
-            link = bf._link.counters
+            link = bf.link.counters
             return bytes(new), {
                 "checked": c.checked, "new": c.new, "lock_acquired": c.lock.acquired,
                 "retries": link.retries if link else -1, "pid": os.getpid(),

@@ -24,6 +24,7 @@ from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.lock import FIRST_PAUSE, MAX_PAUSE, ShardLocks
 from scrapy_bloomdupe.bloom.oplog import parse_op_log
+from scrapy_bloomdupe.transport.link import Link
 
 KEY = "fence"
 TTL = 0.3
@@ -291,7 +292,7 @@ def test_stale_holder_cannot_write_or_free_the_new_holders_lock(engine_url: str)
 
 
 def test_release_only_own_token(engine_client: redis.Redis) -> None:
-    locks = ShardLocks(engine_client, 10.0, 0.1)
+    locks = ShardLocks(Link(engine_client), 10.0, 0.1)
     assert locks.acquire("some:lock", b"mine")
     assert not locks.release("some:lock", b"theirs")
     assert engine_client.get("some:lock") == b"mine"
@@ -321,7 +322,7 @@ class FakeTime:
 
 def test_pauses_double_up_to_the_cap_and_stop_at_the_budget(engine_client: redis.Redis) -> None:
     t = FakeTime()
-    locks = ShardLocks(engine_client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(Link(engine_client), 1.0, 0.2, clock=t.clock, sleep=t.sleep)
     start = t.now
     steps = list(locks.pauses())
     expected = [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, *[0.02] * 8, 0.0085]
@@ -338,7 +339,7 @@ def test_pauses_stay_bounded_when_sleeps_overrun(engine_client: redis.Redis) -> 
     # Each sleep takes three times as long as asked (a loaded machine): the wait
     # still ends at the first check past the budget, one pause late at most.
     t = FakeTime(drag=3.0)
-    locks = ShardLocks(engine_client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(Link(engine_client), 1.0, 0.2, clock=t.clock, sleep=t.sleep)
     start = t.now
     steps = list(locks.pauses())
     waited = t.now - start
@@ -351,7 +352,7 @@ def test_pauses_stay_bounded_when_sleeps_overrun(engine_client: redis.Redis) -> 
 
 def test_no_budget_means_no_wait(engine_client: redis.Redis) -> None:
     t = FakeTime()
-    locks = ShardLocks(engine_client, 1.0, 0.0, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(Link(engine_client), 1.0, 0.0, clock=t.clock, sleep=t.sleep)
     assert list(locks.pauses()) == []
     assert t.slept == []
     assert (locks.counters.waits, locks.counters.timeouts) == (0, 1)
@@ -359,7 +360,7 @@ def test_no_budget_means_no_wait(engine_client: redis.Redis) -> None:
 
 def test_pauses_counted_only_when_taken(engine_client: redis.Redis) -> None:
     t = FakeTime()
-    locks = ShardLocks(engine_client, 1.0, 0.2, clock=t.clock, sleep=t.sleep)
+    locks = ShardLocks(Link(engine_client), 1.0, 0.2, clock=t.clock, sleep=t.sleep)
     pauses = locks.pauses()
     assert next(pauses) == pytest.approx(FIRST_PAUSE)
     assert next(pauses) == pytest.approx(2 * FIRST_PAUSE)
