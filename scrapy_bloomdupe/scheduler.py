@@ -61,6 +61,7 @@ from scrapy.utils.asyncio import call_later
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.reactor import is_asyncio_reactor_installed
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet.defer import Deferred
@@ -408,7 +409,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         from twisted.internet import reactor
 
         if isinstance(self.df, RedisBloomDupeFilter):
-            self.jobs.io.start(reactor)
+            # On the loop when every round trip of the jobs has a redis.asyncio twin: the
+            # filter's and the leased queue's (scrapy-redis's queues use the client).
+            self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
+                            and self.df.bloom.link.asynchronous)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
             self.upkeep.start()
 

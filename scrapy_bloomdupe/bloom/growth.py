@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from .. import keys, sizing
 from ..exceptions import ConfigError, FilterFullError
+from ..transport.greenio import pause
 
 if TYPE_CHECKING:
     from ..sizing import Sizing
@@ -107,7 +108,7 @@ class Growth:
             if not self.growth or self._room == _NO_LIMIT or time.monotonic() > deadline:
                 raise FilterFullError(self.key, self.generations[-1].capacity, self.growth,
                                       self._cannot_grow[0] if self._cannot_grow else None)
-            time.sleep(0.05)  # another worker holds the grow lock
+            pause(0.05)  # another worker holds the grow lock
 
     def _maybe_grow(self, full: int | None = None) -> None:
         """Add a generation when the newest one has reached its capacity (or, with

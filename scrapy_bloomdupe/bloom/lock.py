@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import luascript
+from ..transport.greenio import pause
 
 if TYPE_CHECKING:
     from ..transport.link import Link
@@ -48,7 +49,7 @@ class ShardLocks:
         wait: float,
         *,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = pause,
         counters: LockCounters | None = None,
     ) -> None:
         #: Carries the lock's commands (the filter's link).

@@ -1,7 +1,9 @@
 """Where the scheduler's Redis work runs: the filter's and the queue's calls, one at a
-time, under one lock; on a thread of its own during a crawl (:mod:`..frontier.iothread`),
-so that Scrapy's reactor never waits for Redis, and here and at once otherwise (a tool,
-a test, or a crawl whose dupefilter is not this package's).
+time, under one lock; during a crawl on Scrapy's asyncio loop with ``redis.asyncio``
+(:mod:`..frontier.ioloop`: one Redis node) or on a thread of its own
+(:mod:`..frontier.iothread`: Sentinel, a cluster, another reactor), so that Scrapy's
+reactor never waits for Redis; here and at once otherwise (a tool, a test, or a crawl
+whose dupefilter is not this package's).
 
 The one place that acts on what a call meets: an outage is waited out (the
 dupefilter's :class:`~scrapy_bloomdupe.transport.outage.OutageGuard`), a refusal or a
@@ -22,6 +24,7 @@ from twisted.python.failure import Failure
 
 from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError
+from ..frontier.ioloop import IOLoop
 from ..frontier.iothread import IOThread
 from ..transport.outage import RedisUnavailable
 
@@ -55,11 +58,20 @@ class RedisJobs:
 
     def __init__(self, dupefilter: Callable[[], Any]) -> None:
         self._dupefilter = dupefilter
-        #: The Redis thread, started once the engine runs (see start).
-        self.io = IOThread()
+        #: Where the jobs run once the engine runs (see start): the asyncio loop or the
+        #: Redis thread; until then, here and at once.
+        self.io: IOThread | IOLoop = IOThread()
         #: Serializes the Redis work: the thread's jobs and what runs here and now (the
         #: crawl's start and end, a tool) never interleave.
         self.lock = threading.RLock()
+
+    def start(self, reactor: Any, *, on_loop: bool) -> None:
+        """Run the jobs off the reactor's blocking path from now on: on its asyncio loop
+        (``on_loop``: the reactor is asyncio's and the links have ``redis.asyncio``
+        twins) or on the Redis thread."""
+        if self.io.inline and on_loop:
+            self.io = IOLoop()
+        self.io.start(reactor)
 
     @property
     def inline(self) -> bool:

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, ResponseError
 
+from .asyncnode import AsyncNode
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
+from .greenio import await_only, bridged
 from .sentinel import MAX_MASTER_CHANGES, MasterChanged, MasterConnection
 from .wait import WaitPolicy
 
@@ -57,8 +59,10 @@ class Link:
         self._lock = threading.RLock()
         self._pool = getattr(client, "connection_pool", None)
         self._conn: AbstractConnection | None = None
-        self._moved = False
         self._cluster: ClusterLink | None = None
+        #: The node's ``redis.asyncio`` twin of the held connection (one node, not
+        #: Sentinel): the crawl's round trips on Scrapy's asyncio reactor.
+        self._aio = AsyncNode.of(self._pool) if self._pool is not None else None
         if self._pool is None and is_cluster(client):
             self._cluster = ClusterLink(client,  # type: ignore[arg-type]
                                         wait_replicas=wait_replicas,
@@ -83,6 +87,12 @@ class Link:
             self._scripts[sha] = script
             shas.append(sha)
         return shas
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether round trips inside a job of :func:`~.greenio.run_bridged` are awaited
+        on ``redis.asyncio`` (one node, not Sentinel, not a cluster)."""
+        return self._aio is not None
 
     @property
     def counters(self) -> LinkCounters | None:
@@ -200,19 +210,28 @@ class Link:
             for command in commands:
                 pipe.execute_command(*command)
             return pipe.execute(raise_on_error=False)
-        conn = self._connection()
         wait = self.wait.command("")  # one node: one key
         if wait is not None:
             commands = [*commands, wait]
+        replies = self._on_node(commands)
+        if wait is not None:
+            self.wait.answered("", replies.pop())
+        if any(isinstance(reply, MovedError) for reply in replies):
+            # A single-node client on a Redis Cluster node: say what to set.
+            raise not_a_cluster_client(describe(self.client))
+        return replies
+
+    def _on_node(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """One round trip to the single node: awaited on ``redis.asyncio`` inside a job of
+        :func:`~.greenio.run_bridged` (the crawl: nothing blocks the loop, and a failure
+        goes straight to the outage guard), else on the held blocking connection with
+        the client's ``Retry``."""
+        if self._aio is not None and bridged():
+            return await_only(self._aio.round_trip(commands))
+        conn = self._connection()
         replies: list[Any] = conn.retry.call_with_retry(
             lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
         )
-        if wait is not None:
-            self.wait.answered("", replies.pop())
-        if self._moved:
-            # A single-node client on a Redis Cluster node: say what to set.
-            self._moved = False
-            raise not_a_cluster_client(describe(self.client))
         return replies
 
     def reaches(self, commands: Sequence[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], bool]:
@@ -242,12 +261,7 @@ class Link:
             for script in scripts:
                 self.client.script_load(script)
             return
-        conn = self._connection()
-        commands = [("SCRIPT", "LOAD", script) for script in scripts]
-        replies: list[Any] = conn.retry.call_with_retry(
-            lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
-        )
-        for reply in replies:
+        for reply in self._on_node([("SCRIPT", "LOAD", script) for script in scripts]):
             if isinstance(reply, Exception):
                 raise reply
 
@@ -263,15 +277,14 @@ class Link:
         for _ in commands:
             try:
                 replies.append(conn.read_response())
-            except MovedError as e:
-                self._moved = True
-                replies.append(e)
             except ResponseError as e:
                 replies.append(e)
         return replies
 
     def close(self) -> None:
         with self._lock:
+            if self._aio is not None:
+                self._aio.close()
             if self._conn is not None and self._pool is not None:
                 self._pool.release(self._conn)
                 self._conn = None

@@ -7,15 +7,18 @@ drains, an operator raises ``maxmemory``), and a refused write changed nothing,
 so it is retried like a lost connection; when it lasts, the crawl stops with
 the reason.
 
-redis-py's own ``Retry`` absorbs blips (a reset connection, a server that is
-loading its AOF for a second). What outlasts it reaches this module, which
+A dropped connection is sent again at once, in silence: a Redis restarted since
+the last round trip, an idle connection the server closed. On the blocking client
+redis-py's own ``Retry`` absorbs other blips (a server that is loading its AOF for
+a second) first; the crawl's round trips on ``redis.asyncio`` (one node) have no
+other retry than this module's. What outlasts them reaches this module's wait, which
 keeps retrying with growing pauses for up to ``BLOOMDUPE_OUTAGE_TIMEOUT``
 seconds, logging one ERROR when the outage starts and one INFO when Redis is
 back, and counting both. Retrying is safe because every command this package
 sends is idempotent (the check-and-add by op id).
 
-During a crawl the pauses run on the scheduler's Redis thread
-(``frontier/iothread.py``), never on Scrapy's reactor: downloads already
+During a crawl the pauses run on the loop (``asyncio.sleep``, :mod:`.greenio`) or
+on the scheduler's Redis thread, never blocking Scrapy's reactor: downloads already
 started finish, and their callbacks' outputs wait for Redis with the rest of its
 work; no request is handed out, acked or dropped until Redis answers, so every
 request stays in hand (or leased in Redis). Elsewhere (the command line, a
@@ -39,6 +42,7 @@ from redis.exceptions import (
 )
 
 from ..exceptions import BloomDupeError
+from .greenio import pause
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class OutageGuard:
 
     def __init__(self, timeout: float, where: str, *,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = pause) -> None:
         self.timeout = timeout
         self.where = where
         self.outages = 0
@@ -74,6 +78,13 @@ class OutageGuard:
         try:
             return fn()
         except TRANSIENT as error:
+            if type(error) is ConnectionError:  # not a refused password, not a timeout
+                # A dropped connection (a restart since the last round trip, an idle
+                # one the server closed): sent again at once, on a new one, in silence.
+                try:
+                    return fn()
+                except TRANSIENT as again:
+                    error = again
             return self._wait_out(fn, error)
 
     def _wait_out(self, fn: Callable[[], T], error: Exception) -> T:

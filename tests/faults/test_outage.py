@@ -48,11 +48,27 @@ def failing(times: int, error: Exception) -> Any:
     return call
 
 
+def test_a_dropped_connection_is_sent_again_at_once_in_silence(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A Redis restarted since the last round trip: its connections are gone, and a
+    # new one answers. Not an outage (no pause, no ERROR); a timeout is (no new
+    # connection makes a slow Redis answer sooner).
+    t = FakeTime()
+    guard = OutageGuard(60, "here", clock=t.clock, sleep=t.sleep)
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe.transport.outage"):
+        assert guard.call(failing(1, redis.ConnectionError("closed by server"))) == "ok"
+        assert t.sleeps == [] and guard.outages == 0 and not caplog.records
+        assert guard.call(failing(1, redis.TimeoutError("timed out"))) == "ok"
+    assert t.sleeps == [0.25] and guard.outages == 1
+
+
 def test_guard_waits_out_an_outage_with_growing_pauses(caplog: pytest.LogCaptureFixture) -> None:
     t = FakeTime()
     guard = OutageGuard(60, "here", clock=t.clock, sleep=t.sleep)
     with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe.transport.outage"):
-        assert guard.call(failing(5, redis.ConnectionError("refused"))) == "ok"
+        # Six failures: the first is sent again at once (a dropped connection), then
+        # the wait.
+        assert guard.call(failing(6, redis.ConnectionError("refused"))) == "ok"
     assert t.sleeps == [0.25, 0.5, 1.0, 2.0, 4.0]
     assert guard.outages == 1 and guard.outage_time == pytest.approx(7.75)
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]

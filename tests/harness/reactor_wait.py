@@ -29,6 +29,7 @@ from typing import Any
 
 from redis.connection import AbstractConnection
 
+from scrapy_bloomdupe.frontier.ioloop import IOLoop
 from scrapy_bloomdupe.frontier.iothread import IOThread
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
@@ -178,21 +179,23 @@ def _timed_next(next_request: Any) -> Any:
     return timed
 
 
-_start, _stop = IOThread.start, IOThread.stop
+def _flagged(runner: type) -> None:
+    """``_CRAWLING`` on while ``runner`` (the Redis thread or the asyncio loop's) runs."""
+    start, stop = runner.start, runner.stop  # type: ignore[attr-defined]
+
+    def started(self: Any, reactor: Any) -> None:
+        start(self, reactor)
+        _CRAWLING[0] = True
+
+    def stopped(self: Any) -> None:
+        _CRAWLING[0] = False
+        stop(self)
+
+    runner.start, runner.stop = started, stopped  # type: ignore[attr-defined]
 
 
-def _started(self: Any, reactor: Any) -> None:
-    _start(self, reactor)
-    _CRAWLING[0] = True
-
-
-def _stopped(self: Any) -> None:
-    _CRAWLING[0] = False
-    _stop(self)
-
-
-IOThread.start = _started  # type: ignore[method-assign]
-IOThread.stop = _stopped  # type: ignore[method-assign]
+_flagged(IOThread)
+_flagged(IOLoop)
 RedisJobs.run = _timed_run(RedisJobs.run)  # type: ignore[method-assign]
 Scheduler.next_request = _timed_next(Scheduler.next_request)  # type: ignore[method-assign]
 _figures = figures

@@ -2,7 +2,8 @@
 
 A developer's instrument, imported by :mod:`benchmarks.timed` (so every benchmark
 worker has it): it counts every command or pipeline the process writes to a redis-py
-connection (``send_packed_command``, through any client, from when it is imported):
+connection, blocking or ``redis.asyncio`` (``send_packed_command``, through any
+client, from when it is imported):
 its round trips, and by server port what each carried (``"pop+HDEL"``: the package's
 scripts by file name, other commands by name), so that ``benchmarks/redis_cpu.py`` can
 say where a cluster's round trips go. It only wraps the real method.
@@ -17,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.connection import AbstractConnection
 
 #: Writes of commands to Redis by this process: its round trips.
@@ -46,6 +48,17 @@ def _counted_send(self: Any, packed: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 AbstractConnection.send_packed_command = _counted_send  # type: ignore[method-assign]
+_send_packed_async = AsyncConnection.send_packed_command
+
+
+async def _counted_send_async(self: Any, packed: Any, *args: Any, **kwargs: Any) -> Any:
+    ROUND_TRIPS[0] += 1
+    CARRIED[f"{getattr(self, 'port', '-')} {_carried(packed)}"] += 1
+    return await _send_packed_async(self, packed, *args, **kwargs)
+
+
+# The crawl's round trips on redis.asyncio (one node, the asyncio reactor).
+AsyncConnection.send_packed_command = _counted_send_async  # type: ignore[method-assign]
 
 
 def carried(directory: Path, ports: dict[str, str], pages: int) -> dict[str, dict[str, float]]:

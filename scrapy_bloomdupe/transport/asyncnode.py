@@ -1,0 +1,105 @@
+"""One node's round trips on ``redis.asyncio``: the link's held connection, awaitable.
+
+A :class:`~.link.Link` on a single Redis (not Sentinel, not a cluster) holds one of
+these beside its blocking connection. Inside a job of
+:func:`~.greenio.run_bridged` (the crawl, on Scrapy's asyncio reactor) the link
+awaits :meth:`AsyncNode.round_trip` instead of writing on the blocking connection:
+the same packed commands, one reply read per command, error replies returned, not
+raised. The connection is made from the client's own pool settings (address, TLS,
+credentials, timeouts, protocol), as redis-py's asynchronous class of the same
+kind. It does not retry: a failed round trip reaches the outage guard, which
+sends it again after a pause (every command this package sends is safe to
+repeat), without blocking the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio.connection as aio
+import redis.connection as blocking
+from redis.exceptions import ResponseError
+
+#: The blocking connection classes whose asynchronous twins redis-py has.
+_TWINS: dict[type, type[aio.AbstractConnection]] = {
+    blocking.Connection: aio.Connection,
+    blocking.SSLConnection: aio.SSLConnection,
+    blocking.UnixDomainSocketConnection: aio.UnixDomainSocketConnection,
+}
+#: Settings of the blocking pool that do not carry over: its ``Retry`` (blocking;
+#: the outage guard waits instead) and what redis-py's blocking client adds itself.
+_DROPPED = frozenset({"retry", "retry_on_error", "retry_on_timeout", "redis_connect_func"})
+
+
+def _accepted(cls: type) -> frozenset[str]:
+    """The keyword arguments ``cls`` (and its bases) take."""
+    names: set[str] = set()
+    for base in cls.__mro__:
+        init = base.__dict__.get("__init__")
+        if init is not None:
+            names.update(inspect.signature(init).parameters)
+    return frozenset(names - {"self", "args", "kwargs"})
+
+
+_ACCEPTED = {twin: _accepted(twin) for twin in _TWINS.values()}
+
+
+class AsyncNode:
+    """One ``redis.asyncio`` connection to the node of a blocking pool, made on first use."""
+
+    def __init__(self, cls: type[aio.AbstractConnection], kwargs: dict[str, Any]) -> None:
+        self._cls = cls
+        self._kwargs = kwargs
+        self._conn: aio.AbstractConnection | None = None
+
+    @classmethod
+    def of(cls, pool: Any) -> AsyncNode | None:
+        """The asynchronous twin of ``pool``'s connections; None when redis-py has none
+        (a Sentinel client's, a class of the user's)."""
+        twin = _TWINS.get(getattr(pool, "connection_class", None))  # type: ignore[arg-type]
+        if twin is None:
+            return None
+        accepted = _ACCEPTED[twin]
+        kwargs = {name: value for name, value in pool.connection_kwargs.items()
+                  if name in accepted and name not in _DROPPED}
+        return cls(twin, kwargs)
+
+    async def round_trip(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """One reply per command, error replies as exceptions (returned, not raised). A
+        connection that failed mid-way is dropped (the next round trip reconnects)."""
+        if self._conn is None:
+            self._conn = self._cls(**self._kwargs)
+        conn = self._conn
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as e:
+                    replies.append(e)
+            return replies
+        except BaseException:  # a lost connection, a timeout, a cancelled job
+            self._conn = None
+            await conn.disconnect(nowait=True)
+            raise
+
+    def close(self) -> None:
+        """Drop the connection: closed on the running loop, if any (a crawl's end);
+        without one, the loop that held it is gone and its transports with it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(conn.disconnect(nowait=True))
+        _closing.add(task)  # held until done (the loop keeps only a weak reference)
+        task.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task[None]] = set()

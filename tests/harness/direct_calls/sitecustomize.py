@@ -1,0 +1,106 @@
+"""Loaded by a worker whose ``PYTHONPATH`` has this folder (tests/e2e/test_off_the_reactor.py).
+While the scheduler's jobs run off the reactor (``RedisJobs.start`` to the crawl's
+end) it records:
+
+* ``direct``: each redis-py client or pipeline call made where the jobs run (the
+  Redis thread, or the reactor's thread when they run on its asyncio loop): there
+  should be none, the link carries the crawl's commands;
+* ``blocking``: each round trip written on a blocking connection from the reactor's
+  thread: there should be none (Scrapy's reactor never waits for Redis);
+* ``awaited``: round trips awaited on ``redis.asyncio`` (``AsyncNode.round_trip``),
+  and ``io``: where the jobs ran (``IOLoop`` or ``IOThread``).
+
+It writes them as JSON to ``$DIRECT_CALLS_DIR/<pid>.json`` when the worker exits. It
+observes; it changes no reply and no command."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import traceback
+from collections import Counter
+from typing import Any
+
+OUT = os.environ.get("DIRECT_CALLS_DIR")
+#: The name of the scheduler's Redis thread (frontier/iothread.py's ThreadPool).
+REDIS_THREAD = "PoolThread-bloomdupe-redis"
+found: dict[str, Any] = {"direct": Counter(), "blocking": Counter(), "awaited": 0, "io": None}
+running = {"jobs": False}
+
+
+def _caller() -> str:
+    for frame in reversed(traceback.extract_stack(limit=40)[:-2]):
+        if "scrapy_bloomdupe" in frame.filename and "sitecustomize" not in frame.filename:
+            return f"{os.path.basename(frame.filename)}:{frame.lineno} {frame.name}"
+    return "?"
+
+
+def _where_jobs_run() -> bool:
+    name = threading.current_thread().name
+    if name.startswith(REDIS_THREAD):
+        return True
+    return running["jobs"] and found["io"] == "IOLoop" and name == "MainThread"
+
+
+def _wrap(owner: Any, name: str, record: Any) -> None:
+    original = getattr(owner, name)
+
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        record(self, args)
+        return original(self, *args, **kwargs)
+
+    setattr(owner, name, wrapped)
+
+
+def _direct(what: Any) -> Any:
+    def record(self: Any, args: Any) -> None:
+        if _where_jobs_run():
+            found["direct"][f"{what(self, args)} from {_caller()}"] += 1
+    return record
+
+
+def _blocking(self: Any, args: Any) -> None:
+    if running["jobs"] and threading.current_thread().name == "MainThread":
+        found["blocking"][_caller()] += 1
+
+
+def _awaited(self: Any, args: Any) -> None:
+    found["awaited"] += 1
+
+
+if OUT:
+    import redis.client
+    import redis.cluster
+    import redis.connection
+
+    from scrapy_bloomdupe.scheduling import jobs
+    from scrapy_bloomdupe.transport import asyncnode
+
+    _wrap(redis.client.Redis, "execute_command", _direct(lambda _s, args: str(args[0])))
+    _wrap(redis.cluster.RedisCluster, "execute_command", _direct(lambda _s, args: str(args[0])))
+    _wrap(redis.client.Pipeline, "execute", _direct(lambda self, _a: "a pipeline of " + ",".join(
+        sorted({str(c[0][0]) for c in self.command_stack}))))
+    _wrap(redis.cluster.ClusterPipeline, "execute", _direct(lambda _s, _a: "a cluster pipeline"))
+    _wrap(redis.connection.AbstractConnection, "send_packed_command", _blocking)
+    _wrap(asyncnode.AsyncNode, "round_trip", _awaited)
+
+    start = jobs.RedisJobs.start
+
+    def started(self: Any, reactor: Any, **kwargs: Any) -> None:
+        start(self, reactor, **kwargs)
+        found["io"] = type(self.io).__name__
+        running["jobs"] = True
+
+    jobs.RedisJobs.start = started  # type: ignore[method-assign]
+
+    from scrapy_bloomdupe.frontier import ioloop, iothread
+
+    for runner in (ioloop.IOLoop, iothread.IOThread):
+        _wrap(runner, "stop", lambda _self, _args: running.update(jobs=False))
+
+    @atexit.register
+    def _write() -> None:
+        with open(os.path.join(OUT, f"{os.getpid()}.json"), "w") as out:
+            json.dump(found, out)
