@@ -169,6 +169,16 @@ def spawn_pool(workers: int) -> Iterator[Any]:
         p.join()
 
 
+
+def run_python(source: str) -> str:
+    """The output of ``python -c source`` in a process of its own (one that installs a
+    reactor, which a test process must not share), from the repository's root; its
+    exit status must be 0."""
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
 # -- the example project's demo site ----------------------------------------------------
 
 

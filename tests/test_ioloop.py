@@ -4,10 +4,7 @@ others then share)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from helpers import ROOT
+from helpers import run_python
 
 IN_ORDER_WITHOUT_BLOCKING = '''
 from twisted.internet import asyncioreactor
@@ -54,9 +51,7 @@ def test_jobs_run_in_order_and_their_pauses_leave_the_reactor_running() -> None:
     """One job at a time, in the order asked (b waits for a, even while a pauses);
     the reactor runs during a's pause (a looping call ticks); drained() fires after
     the callbacks, despite a caller whose chain pauses for good."""
-    done = subprocess.run([sys.executable, "-c", IN_ORDER_WITHOUT_BLOCKING],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == [
+    out = run_python(IN_ORDER_WITHOUT_BLOCKING)
+    assert out.split("\n")[:2] == [
         "['a starts', 'a ends', 'b starts', 'b ends', 'callback b', 'drained'] True",
-        "True"], done.stdout + done.stderr
+        "True"], out

@@ -3,10 +3,7 @@ process of its own (a test process must not install a reactor others then share)
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from helpers import ROOT
+from helpers import run_python
 
 DRAINED_DESPITE_A_PAUSED_CHAIN = '''
 import time
@@ -44,7 +41,5 @@ def test_drained_fires_after_the_callbacks_even_when_a_chain_pauses_for_good() -
     keep drained() from firing: a worker stopping on a Redis error waits for drained()
     at close, and one such periodic job asked meanwhile kept it open until SIGKILL. It
     still fires only after the callers' callbacks have run."""
-    done = subprocess.run([sys.executable, "-c", DRAINED_DESPITE_A_PAUSED_CHAIN],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['callback', 'drained']", done.stdout + done.stderr
+    out = run_python(DRAINED_DESPITE_A_PAUSED_CHAIN)
+    assert out.strip() == "['callback', 'drained']", out

@@ -23,18 +23,18 @@ from typing import Any, TypeVar
 from twisted.internet import defer
 
 from ..transport.greenio import run_bridged
+from .iothread import IOThread
 
 T = TypeVar("T")
 
 
-class IOLoop:
-    """Runs the Redis calls asked by the reactor on its asyncio loop, one at a time."""
+class IOLoop(IOThread):
+    """Runs the Redis calls asked by the reactor on its asyncio loop, one at a time (what
+    the Redis thread's calls wait for, and :meth:`drained`, as :class:`IOThread`)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock: asyncio.Lock | None = None
-        self._reactor: Any = None
-        #: One Deferred per call asked and not yet answered (see drained).
-        self._pending: set[defer.Deferred[None]] = set()
 
     @property
     def inline(self) -> bool:
@@ -47,32 +47,16 @@ class IOLoop:
             self._reactor = reactor
             self._lock = asyncio.Lock()
 
-    def run(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
-        """``call(*args)`` on the loop, after the calls asked before it; its answer (or
-        error) as a Deferred."""
+    def _dispatch(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
         lock = self._lock
-        if lock is None:
-            return defer.maybeDeferred(call, *args)
+        assert lock is not None
 
         async def in_turn() -> T:
-            async with lock:
+            async with lock:  # after the calls asked before it
                 return await run_bridged(partial(call, *args))
 
         d: defer.Deferred[T] = defer.Deferred.fromFuture(asyncio.ensure_future(in_turn()))
-        done: defer.Deferred[None] = defer.Deferred()
-        self._pending.add(done)
-        d.addBoth(self._answered, done)
         return d
-
-    def _answered(self, result: T, done: defer.Deferred[None]) -> T:
-        # As IOThread's: fired in the reactor's next turn, after the caller's callbacks.
-        self._pending.discard(done)
-        self._reactor.callLater(0, done.callback, None)
-        return result
-
-    def drained(self) -> defer.Deferred[Any]:
-        """Fires once every call asked so far is answered and its callbacks have run."""
-        return defer.DeferredList(list(self._pending), consumeErrors=True)
 
     def stop(self) -> None:
         """Later calls run inline (once drained)."""

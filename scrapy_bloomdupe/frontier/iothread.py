@@ -49,12 +49,18 @@ class IOThread:
 
     def run(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
         """``call(*args)`` on the thread; its answer (or error) back on the reactor."""
-        if self._pool is None:
+        if self.inline:
             return defer.maybeDeferred(call, *args)
-        d: defer.Deferred[T] = threads.deferToThreadPool(self._reactor, self._pool, call, *args)
+        d = self._dispatch(call, *args)
         done: defer.Deferred[None] = defer.Deferred()
         self._pending.add(done)
         d.addBoth(self._answered, done)
+        return d
+
+    def _dispatch(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """``call(*args)`` where the calls run (here: the thread), as a Deferred."""
+        assert self._pool is not None
+        d: defer.Deferred[T] = threads.deferToThreadPool(self._reactor, self._pool, call, *args)
         return d
 
     def _answered(self, result: T, done: defer.Deferred[None]) -> T:
