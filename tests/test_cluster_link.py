@@ -221,7 +221,7 @@ def test_unset_a_cluster_whose_masters_have_replicas_waits_for_one(cluster_url: 
     scheduler.open(crawler.spider)
     try:
         assert scheduler.df.bloom.link.wait.replicas == 1
-        assert scheduler.queue._link.wait.replicas == 1
+        assert scheduler.queue.link.wait.replicas == 1
         assert not scheduler.df.request_seen(Request("https://a.example/"))
         assert scheduler.df.bloom.link.wait.short == 0
     finally:

@@ -270,11 +270,11 @@ def test_pending_acks_ride_on_the_check_and_queue_round_trip(client: redis.Redis
     leases = q.pop_leases(6) + q.pop_leases(6) + q.pop_leases(6)
     assert q.status() == (0, 6)
     q.ack(leases)
-    sends = q._link.execute
-    q._link.execute = None  # type: ignore[assignment]  # the queue sends nothing itself
+    sends = q.link.execute
+    q.link.execute = None  # type: ignore[assignment]  # the queue sends nothing itself
     requests = [Request("http://b.example/1")]
     assert bf.add_many([b"b1"], q, lambda i: q.entry(requests[i])) == [True]
-    q._link.execute = sends  # type: ignore[method-assign]
+    q.link.execute = sends  # type: ignore[method-assign]
     assert q.status() == (1, 0)
     assert not q._acks
     bf.close()
@@ -334,13 +334,13 @@ def test_scripts_flushed_by_a_restart_are_loaded_again_by_the_link(client: redis
     answered NOSCRIPT (the link does it for both), and the round trip repeated."""
     q = queue(client)
     q.push_many([Request("http://a.example/1"), Request("http://a.example/2")])
-    loaded = q._link.script_reloads  # the push loaded its script: a new server lacked it
+    loaded = q.link.script_reloads  # the push loaded its script: a new server lacked it
     client.script_flush()
     leases = q.pop_leases(1)
     assert urls(leases) == ["http://a.example/1"]
-    assert q._link.script_reloads == loaded + 1
+    assert q.link.script_reloads == loaded + 1
     q.ack(leases)
     client.script_flush()
     q.heartbeat()  # the ack and the heartbeat script, after another flush
-    assert q._link.script_reloads == loaded + 2
+    assert q.link.script_reloads == loaded + 2
     assert q.status() == (1, 0)

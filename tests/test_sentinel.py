@@ -5,6 +5,7 @@ the stats and the command line on a real master, replica and three sentinels
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -12,8 +13,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -29,7 +30,12 @@ from scrapy_bloomdupe.settings import RedisSettings
 from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 from scrapy_bloomdupe.transport.diagnose import check, describe
+from scrapy_bloomdupe.transport.greenio import run_bridged
+from scrapy_bloomdupe.transport.link import Link
+from scrapy_bloomdupe.transport.outage import OutageGuard
 from scrapy_bloomdupe.transport.sentinel import is_sentinel_client, master_epoch
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +235,29 @@ def test_a_plain_redis_is_not_mistaken_for_a_sentinel() -> None:
 # -- a failover between building a round trip and sending it -----------------------------
 
 
+def on(where: str, call: Callable[[], T], *links: Link) -> T:
+    """``call()`` blocking, or as the crawl runs it on Scrapy's asyncio reactor: in a
+    job on a loop (its round trips on redis.asyncio), behind the outage guard; the
+    ``links``' asynchronous connections closed on that loop after."""
+    if where == "blocking":
+        return call()
+    guard = OutageGuard(30, "test")
+
+    async def job() -> T:
+        try:
+            return await run_bridged(lambda: guard.call(call))
+        finally:
+            for link in links:
+                link.close()
+            await asyncio.sleep(0.01)  # the closes run
+
+    return asyncio.run(job())
+
+
+@pytest.mark.parametrize("where", ["blocking", "on the loop"])
 @pytest.mark.parametrize("route", ["own round trip", "riding on a check-and-queue"])
 def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
-        route: str, caplog: pytest.LogCaptureFixture) -> None:
+        route: str, where: str, caplog: pytest.LogCaptureFixture) -> None:
     """A page's lease may be acked only on the master its work was written to. The
     worker drops an ack whose lease it took before the master changed; but a round
     trip built while the worker still knew the old master can reach the new one
@@ -260,10 +286,11 @@ def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
         client.connection_pool._bloomdupe_checked = time.monotonic() + 3600
         old_client.client_kill_filter(_type="normal", skipme=True)
         if route == "own round trip":
-            queue.send_acks()
+            on(where, queue.send_acks, queue.link)
         else:
-            assert bf.add_many([b"link"], queue,
-                               lambda _: queue.entry(Request("http://a.example/link"))) == [True]
+            assert on(where, lambda: bf.add_many(
+                [b"link"], queue, lambda _: queue.entry(Request("http://a.example/link"))),
+                queue.link, bf.link) == [True]
         new_client = servers.client(new)
         assert new_client.hlen(keys.leases(tag, 0)) == 1, "the ack reached the new master"
         assert queue.stale == 1

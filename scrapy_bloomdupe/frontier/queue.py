@@ -111,14 +111,15 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.lease_timeout_ms = max(1, round(lease_timeout * 1000))
         #: This worker, as its leases name it.
         self.owner = secrets.token_hex(6)
-        self._link = Link(server, wait_replicas=wait_replicas)
+        #: The queue's round trips (and its WAIT): see :class:`~..transport.link.Link`.
+        self.link = Link(server, wait_replicas=wait_replicas)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
             ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
             ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT),
             ("merge", self.MERGE_SCRIPT))}
         # Loaded again by the link where a round trip is answered NOSCRIPT.
-        self._link.knows(*(script.script for script in self._scripts.values()))
+        self.link.knows(*(script.script for script in self._scripts.values()))
         shard_range = range(self.shards)
         self._queues = [keys.queue(self.tag, i) for i in shard_range]
         self._leases = [keys.leases(self.tag, i) for i in shard_range]
@@ -215,7 +216,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         leases = self._pop_from(first, count)
         if leases or self.shards == 1:
             return leases
-        sizes = self._link.calls([("ZCARD", name) for name in self._queues])
+        sizes = self.link.calls([("ZCARD", name) for name in self._queues])
         self._waiting = [i for i, n in enumerate(sizes) if n and i != first]
         while self._waiting:
             leases = self._pop_from(self._waiting.pop(0), count)
@@ -228,7 +229,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         pop = ("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard], self._leases[shard],
                self._owners[shard], self.owner, self._pop_number, count)
         # The acks of other masters of a cluster wait for a round trip that goes there.
-        commands = self._ack_commands(self._link.reaches([pop]))
+        commands = self._ack_commands(self.link.reaches([pop]))
         commands.append(pop)
         entries = self._execute(commands)[-1]
         self._acks_sent()  # (and they are idempotent)
@@ -328,7 +329,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def status(self) -> tuple[int, int]:
         """(requests waiting, requests leased) over every shard, in one round trip."""
-        return status(self._link, self.tag, self.shards)
+        return status(self.link, self.tag, self.shards)
 
     def __len__(self) -> int:
         return self.status()[0]
@@ -389,7 +390,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         the acks of leases taken from the old one. Callers read replies from the end.
         ``acks``: the round trip starts with :meth:`_ack_commands` (built just now)."""
         if not acks:
-            replies = self._link.execute(commands)
+            replies = self.link.execute(commands)
         else:
             attempts = 0
 
@@ -400,7 +401,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                     commands[:count] = self._ack_commands()  # the stale ones left out now
                 attempts += 1
                 return commands, self._acks_built[1]
-            replies = self._link.execute_bound(build)
+            replies = self.link.execute_bound(build)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -454,12 +455,12 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             commands += [("ZREM", self._owners[shard], self.owner),
                          ("DEL", self._push_records[shard])]
         self._execute(commands)
-        self._link.close()
+        self.link.close()
 
     def detach(self) -> None:
         """Let go of the connection without a word to Redis (a worker stopped on an
         error: what it holds comes back after the lease timeout)."""
-        self._link.close()
+        self.link.close()
 
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and

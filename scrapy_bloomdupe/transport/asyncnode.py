@@ -1,7 +1,7 @@
 """One node's round trips on ``redis.asyncio``: the link's held connection, awaitable.
 
-A :class:`~.link.Link` on a single Redis (not Sentinel, not a cluster) holds one of
-these beside its blocking connection. Inside a job of
+A :class:`~.link.Link` on a single Redis or a Sentinel master (not a cluster) holds
+one of these beside its blocking connection. Inside a job of
 :func:`~.greenio.run_bridged` (the crawl, on Scrapy's asyncio reactor) the link
 awaits :meth:`AsyncNode.round_trip` instead of writing on the blocking connection:
 the same packed commands, one reply read per command, error replies returned, not
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio.connection as aio
@@ -58,18 +58,34 @@ class AsyncNode:
     @classmethod
     def of(cls, pool: Any) -> AsyncNode | None:
         """The asynchronous twin of ``pool``'s connections; None when redis-py has none
-        (a Sentinel client's, a class of the user's)."""
-        twin = _TWINS.get(getattr(pool, "connection_class", None))  # type: ignore[arg-type]
+        (a class of the user's). A connection class of this package names its twin in
+        ``async_twin`` (a Sentinel master's: its address is given by each round trip)."""
+        connection_class = getattr(pool, "connection_class", None)
+        twin = _TWINS.get(connection_class)  # type: ignore[arg-type]
         if twin is None:
-            return None
+            twin = connection_class.__dict__.get("async_twin") if connection_class else None
+            if twin is None:
+                return None
         accepted = _ACCEPTED[twin]
         kwargs = {name: value for name, value in pool.connection_kwargs.items()
                   if name in accepted and name not in _DROPPED}
         return cls(twin, kwargs)
 
-    async def round_trip(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is held (None yet, or dropped after a failure)."""
+        return self._conn is not None
+
+    async def round_trip(self, commands: Sequence[tuple[Any, ...]],
+                         address: tuple[str, int] | None = None) -> list[Any]:
         """One reply per command, error replies as exceptions (returned, not raised). A
-        connection that failed mid-way is dropped (the next round trip reconnects)."""
+        connection that failed mid-way is dropped (the next round trip reconnects).
+        ``address``: where to send them (host, port); a connection to another address
+        is dropped first."""
+        if address is not None and (self._kwargs.get("host"), self._kwargs.get("port")) \
+                != address:
+            self._kwargs = {**self._kwargs, "host": address[0], "port": address[1]}
+            self.close()
         if self._conn is None:
             self._conn = self._cls(**self._kwargs)
         conn = self._conn
@@ -91,15 +107,21 @@ class AsyncNode:
         """Drop the connection: closed on the running loop, if any (a crawl's end);
         without one, the loop that held it is gone and its transports with it."""
         conn, self._conn = self._conn, None
-        if conn is None:
-            return
+        if conn is not None:
+            self.closing(conn.disconnect(nowait=True))
+
+    @staticmethod
+    def closing(closed: Coroutine[Any, Any, Any]) -> None:
+        """Run ``closed`` (a connection's or a client's close) on the running loop, held
+        until done; without a running loop it is dropped (its loop is gone)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            closed.close()
             return
-        task = loop.create_task(conn.disconnect(nowait=True))
+        task = loop.create_task(closed)
         _closing.add(task)  # held until done (the loop keeps only a weak reference)
         task.add_done_callback(_closing.discard)
 
 
-_closing: set[asyncio.Task[None]] = set()
+_closing: set[asyncio.Task[Any]] = set()

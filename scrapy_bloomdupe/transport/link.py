@@ -38,7 +38,13 @@ from .asyncnode import AsyncNode
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
 from .greenio import await_only, bridged
-from .sentinel import MAX_MASTER_CHANGES, MasterChanged, MasterConnection
+from .sentinel import (
+    MAX_MASTER_CHANGES,
+    AsyncMaster,
+    MasterChanged,
+    MasterConnection,
+    is_sentinel_client,
+)
 from .wait import WaitPolicy
 
 if TYPE_CHECKING:
@@ -60,9 +66,11 @@ class Link:
         self._pool = getattr(client, "connection_pool", None)
         self._conn: AbstractConnection | None = None
         self._cluster: ClusterLink | None = None
-        #: The node's ``redis.asyncio`` twin of the held connection (one node, not
-        #: Sentinel): the crawl's round trips on Scrapy's asyncio reactor.
+        #: The node's ``redis.asyncio`` twin of the held connection (one node, or a
+        #: Sentinel master it follows): the crawl's round trips on Scrapy's asyncio reactor.
         self._aio = AsyncNode.of(self._pool) if self._pool is not None else None
+        self._master = (AsyncMaster(self._pool, self._aio)
+                        if self._aio is not None and is_sentinel_client(client) else None)
         if self._pool is None and is_cluster(client):
             self._cluster = ClusterLink(client,  # type: ignore[arg-type]
                                         wait_replicas=wait_replicas,
@@ -91,7 +99,7 @@ class Link:
     @property
     def asynchronous(self) -> bool:
         """Whether round trips inside a job of :func:`~.greenio.run_bridged` are awaited
-        on ``redis.asyncio`` (one node, not Sentinel, not a cluster)."""
+        on ``redis.asyncio``."""
         return self._aio is not None
 
     @property
@@ -178,15 +186,7 @@ class Link:
         # One round trip at a time on the held connection, whichever thread asks (the
         # scheduler's Redis thread during a crawl, Scrapy's at its start and end).
         with self._lock:
-            conn = (self._connection() if built_for is not None and self._cluster is None
-                    and self._pool is not None else None)
-            if not isinstance(conn, MasterConnection):
-                return self._execute(commands)
-            conn.built_for = built_for
-            try:
-                return self._execute(commands)
-            finally:
-                conn.built_for = None
+            return self._execute(commands, built_for)
 
     def execute_bound(self, build: Callable[[], tuple[Sequence[tuple[Any, ...]], int | None]]
                       ) -> list[Any]:
@@ -202,7 +202,8 @@ class Link:
         raise ConnectionError(f"the Redis master changed {MAX_MASTER_CHANGES} times while a "
                               "round trip was built")
 
-    def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _execute(self, commands: Sequence[tuple[Any, ...]], built_for: int | None = None
+                 ) -> list[Any]:
         if self._cluster is not None:
             return self._cluster.execute(commands)
         if self._pool is None:
@@ -213,7 +214,7 @@ class Link:
         wait = self.wait.command("")  # one node: one key
         if wait is not None:
             commands = [*commands, wait]
-        replies = self._on_node(commands)
+        replies = self._on_node(commands, built_for)
         if wait is not None:
             self.wait.answered("", replies.pop())
         if any(isinstance(reply, MovedError) for reply in replies):
@@ -221,17 +222,26 @@ class Link:
             raise not_a_cluster_client(describe(self.client))
         return replies
 
-    def _on_node(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _on_node(self, commands: Sequence[tuple[Any, ...]], built_for: int | None = None
+                 ) -> list[Any]:
         """One round trip to the single node: awaited on ``redis.asyncio`` inside a job of
         :func:`~.greenio.run_bridged` (the crawl: nothing blocks the loop, and a failure
         goes straight to the outage guard), else on the held blocking connection with
-        the client's ``Retry``."""
+        the client's ``Retry``. ``built_for``: see :meth:`execute` (Sentinel only)."""
         if self._aio is not None and bridged():
+            if self._master is not None:
+                return self._master.round_trip(commands, built_for)
             return await_only(self._aio.round_trip(commands))
         conn = self._connection()
-        replies: list[Any] = conn.retry.call_with_retry(
-            lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
-        )
+        if isinstance(conn, MasterConnection):
+            conn.built_for = built_for
+        try:
+            replies: list[Any] = conn.retry.call_with_retry(
+                lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
+            )
+        finally:
+            if isinstance(conn, MasterConnection):
+                conn.built_for = None
         return replies
 
     def reaches(self, commands: Sequence[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], bool]:
@@ -283,7 +293,9 @@ class Link:
 
     def close(self) -> None:
         with self._lock:
-            if self._aio is not None:
+            if self._master is not None:
+                self._master.close()
+            elif self._aio is not None:
                 self._aio.close()
             if self._conn is not None and self._pool is not None:
                 self._pool.release(self._conn)

@@ -20,17 +20,26 @@ are separate, as Sentinel's ``requirepass`` usually differs from the master's.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio.connection as aio_connection
+import redis.asyncio.sentinel as aio_sentinel
 from redis.connection import SSLConnection, parse_url
+from redis.exceptions import ReadOnlyError
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from ..exceptions import ConfigError
 from ..settings import SENTINELS_SETTING
+from .greenio import await_only, bridged
+
+if TYPE_CHECKING:
+    from .asyncnode import AsyncNode
 
 if TYPE_CHECKING:
     from ..settings import RedisSettings
@@ -84,6 +93,8 @@ class MasterConnection(SentinelManagedConnection):
     #: The master epoch the batch being sent was built for (None: any master). Set by
     #: :class:`~.link.Link` around one round trip.
     built_for: int | None = None
+    #: redis-py's asynchronous class that :class:`AsyncMaster` connects with.
+    async_twin = aio_connection.Connection
 
     def connect_check_health(self, check_health: bool = True,
                              retry_socket_connect: bool = True) -> None:
@@ -149,11 +160,88 @@ def _refresh(pool: Any) -> tuple[str, int] | None:
     if time.monotonic() - getattr(pool, "_bloomdupe_checked", 0.0) >= MASTER_CHECK_INTERVAL:
         pool._bloomdupe_checked = time.monotonic()
         try:
-            _learn(pool, pool.get_master_address())
+            _learn(pool, _ask(pool))
         except (redis.ConnectionError, redis.TimeoutError) as e:
             logger.debug("The sentinels did not say where the master is: %s", e)
     known: tuple[str, int] | None = getattr(pool, "_bloomdupe_master", None)
     return known
+
+
+def _ask(pool: Any) -> Any:
+    """Where the sentinels say the master is: awaited on ``redis.asyncio`` inside a job
+    of :func:`~.greenio.run_bridged` (the crawl on Scrapy's asyncio reactor), else
+    asked with the pool's own blocking sentinel clients."""
+    if not bridged():
+        return pool.get_master_address()
+    return await_only(_async_sentinels(pool).discover_master(pool.service_name))
+
+
+def _async_sentinels(pool: Any) -> aio_sentinel.Sentinel:
+    """redis-py's asynchronous twin of the pool's ``Sentinel`` (same sentinels, same
+    arguments), made once for the running loop."""
+    loop = asyncio.get_running_loop()
+    made: tuple[Any, aio_sentinel.Sentinel] | None = getattr(pool, "_bloomdupe_aio", None)
+    if made is None or made[0] is not loop:
+        manager = pool.sentinel_manager
+        addresses = [(s.connection_pool.connection_kwargs.get("host", "localhost"),
+                      s.connection_pool.connection_kwargs.get("port", 26379))
+                     for s in manager.sentinels]
+        twin = aio_sentinel.Sentinel(addresses, min_other_sentinels=manager.min_other_sentinels,
+                                     sentinel_kwargs=dict(manager.sentinel_kwargs),
+                                     force_master_ip=getattr(manager, "_force_master_ip", None))
+        made = (loop, twin)
+        pool._bloomdupe_aio = made
+    return made[1]
+
+
+class AsyncMaster:
+    """:class:`MasterConnection`'s twin on ``redis.asyncio``: a link's round trips to
+    the master, inside a job of :func:`~.greenio.run_bridged`.
+
+    Before each round trip the pool asks the sentinels where the master is (awaited,
+    on every connect and at most every :data:`MASTER_CHECK_INTERVAL` seconds between,
+    sharing what it learns and its epoch with the blocking connections); the
+    connection follows the address they name. A batch built for another epoch raises
+    :class:`MasterChanged` before anything is sent. A lost connection, or ``READONLY``
+    from a demoted master, is a ``ConnectionError`` (as redis-py's
+    ``SentinelManagedConnection`` makes it) after which the next round trip asks the
+    sentinels first."""
+
+    def __init__(self, pool: Any, node: AsyncNode) -> None:
+        self._pool = pool
+        self._node = node
+
+    def round_trip(self, commands: Sequence[tuple[Any, ...]], built_for: int | None
+                   ) -> list[Any]:
+        pool = self._pool
+        if not self._node.connected:  # as MasterConnection: every connect asks the sentinels
+            pool._bloomdupe_checked = 0.0
+        address = _refresh(pool)
+        if address is None:  # the sentinels did not answer yet: ask once more, or fail
+            address = _learn(pool, _ask(pool))
+        epoch = int(getattr(pool, "_bloomdupe_epoch", 0))
+        if built_for is not None and epoch != built_for:
+            raise MasterChanged(f"the Redis master changed (epoch {built_for} -> {epoch}) "
+                                "between building a round trip and sending it")
+        try:
+            replies = await_only(self._node.round_trip(commands, address))
+        except (redis.ConnectionError, redis.TimeoutError):
+            pool._bloomdupe_checked = 0.0  # ask the sentinels before the next one
+            raise
+        if any(isinstance(reply, ReadOnlyError) for reply in replies):
+            pool._bloomdupe_checked = 0.0
+            self._node.close()
+            raise redis.ConnectionError(f"{address[0]}:{address[1]} is no longer the master "
+                                        "(READONLY); asking the sentinels again")
+        return replies
+
+    def close(self) -> None:
+        self._node.close()
+        made = getattr(self._pool, "_bloomdupe_aio", None)
+        self._pool._bloomdupe_aio = None
+        if made is not None:
+            for sentinel in made[1].sentinels:
+                self._node.closing(sentinel.aclose())
 
 
 def master_epoch(client: Any) -> int:
@@ -168,6 +256,8 @@ def master_epoch(client: Any) -> int:
 
 class MasterSSLConnection(MasterConnection, SSLConnection):
     """:class:`MasterConnection` over TLS (``rediss://``)."""
+
+    async_twin = aio_connection.SSLConnection
 
 
 def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:

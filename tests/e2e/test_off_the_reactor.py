@@ -1,7 +1,7 @@
-"""End to end: during a crawl on one Redis and Scrapy's asyncio reactor, the scheduler's
-Redis jobs run on the reactor's loop with ``redis.asyncio``; no round trip blocks the
-reactor, and every command goes through the link (``transport/link.py``), none
-through the client.
+"""End to end: during a crawl on one Redis (or a Sentinel master) and Scrapy's asyncio
+reactor, the scheduler's Redis jobs run on the reactor's loop with ``redis.asyncio``;
+no round trip blocks the reactor, and every command goes through the link
+(``transport/link.py``), none through the client.
 
 The link is where a round trip is sent, a lost script loaded again, a Sentinel master
 followed and a cluster's failover retried, and where ``redis.asyncio`` takes over
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from helpers import run_workers, take_fetches
+
+from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 
 PAGES = 400
 PROBE = Path(__file__).resolve().parents[1] / "harness" / "direct_calls"
@@ -44,6 +46,19 @@ def test_the_crawl_sends_every_command_through_the_link_with_a_window(
     crawl(engine_url, site, tmp_path, "BLOOMDUPE_WINDOW=3600", "BLOOMDUPE_CAPACITY=1e6")
 
 
+def test_the_crawl_follows_a_sentinel_master_on_the_loop(
+        site: Any, tmp_path: Path) -> None:
+    """A master found through Redis Sentinel: the sentinels are asked on the loop too
+    (redis.asyncio's Sentinel), and the round trips go to the master they name."""
+    with LocalSentinel() as servers:
+        crawl("redis:///0", site, tmp_path,
+              f"BLOOMDUPE_SENTINELS={','.join(servers.sentinel_addresses)}",
+              f"BLOOMDUPE_SENTINEL_MASTER={servers.master_name}")
+        master = servers.client(servers.master_port())
+        assert master.dbsize() > 0, "the crawl wrote to the master the sentinels name"
+        master.close()
+
+
 def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
     """Two workers crawl the site with ``settings``; checks that every page was fetched
     once and that no Redis command bypassed the link; the workers' logs."""
@@ -63,7 +78,8 @@ def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
     for found in recorded:
         assert found["direct"] == {}, "client calls where the jobs run, not through the link"
         assert found["blocking"] == {}, "round trips that blocked the reactor"
-        # One Redis, the asyncio reactor (Scrapy's default): redis.asyncio on the loop.
+        # One Redis or a Sentinel master, the asyncio reactor (Scrapy's default):
+        # redis.asyncio on the loop.
         assert found["io"] == "IOLoop"
         assert found["awaited"] > 0
     return [log for _, log in results]
