@@ -32,11 +32,12 @@ cost of one replication round trip per batch.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.backoff import EqualJitterBackoff
 from redis.crc import key_slot
@@ -56,12 +57,16 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
+from .asyncnode import AsyncNode
+from .greenio import await_only, bridged
 from .wait import WaitPolicy
 
 if TYPE_CHECKING:
     from redis.cluster import ClusterNode, RedisCluster
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Retries of a cluster client made by :func:`scrapy_bloomdupe.transport.client.build`
 #: (``BLOOMDUPE_REDIS_CLUSTER = True``) unless ``REDIS_PARAMS`` has a ``retry``: pauses of
@@ -112,6 +117,20 @@ class LinkCounters:
     last_error: str = ""
 
 
+@dataclass
+class _Batch:
+    """One master's share of a round trip: what goes there, and what came back."""
+
+    node: ClusterNode
+    #: The indexes of its commands in the round trip (its WAIT, if any, has none).
+    indexes: list[int]
+    commands: list[tuple[Any, ...]]
+    waited: bool
+    replies: list[Any] = field(default_factory=list)
+    #: The connection error or timeout that left replies unread.
+    failure: Exception | None = None
+
+
 class _Attempt(Exception):
     """Some commands are still without an answer; ``error`` is the first reason."""
 
@@ -139,6 +158,8 @@ class ClusterLink:
         self._refresh_due = False
         self._failed_node: str | None = None
         self._slots: dict[Any, int] = {}
+        #: The ``redis.asyncio`` connection to each master (by name), made on first use.
+        self._aio: dict[str, AsyncNode] = {}
 
     # -- routing --------------------------------------------------------------
 
@@ -175,11 +196,21 @@ class ClusterLink:
 
     # -- the round trip -------------------------------------------------------
 
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the masters' connections have ``redis.asyncio`` twins (redis-py's own
+        classes), so that round trips inside a job can be awaited."""
+        nodes = self.client.get_nodes()
+        return bool(nodes) and AsyncNode.of(
+            self.client.get_redis_connection(nodes[0]).connection_pool) is not None
+
     def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Send ``commands``; return one reply each, error replies as exceptions.
 
         Raises the last connection or cluster error once the client's retries
-        are spent.
+        are spent; inside a job of :func:`~.greenio.run_bridged` (the crawl on the
+        asyncio reactor) after one attempt, for the outage guard to retry (the slot
+        map is reloaded before the next attempt).
         """
         results: list[Any] = [None] * len(commands)
         pending: list[int] = list(range(len(commands)))
@@ -191,8 +222,20 @@ class ClusterLink:
             pending = self._attempt(commands, pending, results)
             return results
 
+        return self._retried(attempt)
+
+    def _retried(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, retried with the client's ``Retry`` (blocking), or once (in a
+        job: the outage guard is the crawl's retry layer, and pauses on the loop)."""
         try:
-            return self._retry.call_with_retry(attempt, self._failed)
+            if bridged():
+                try:
+                    return attempt()
+                except (_Attempt, ConnectionError, TimeoutError) as e:
+                    self._failed(e)
+                    raise
+            result: T = self._retry.call_with_retry(attempt, self._failed)
+            return result
         except _Attempt as e:
             raise e.error from None
 
@@ -204,15 +247,23 @@ class ClusterLink:
         logger.debug("Cluster round trip incomplete, will retry: %s", self.counters.last_error)
 
     def refresh(self) -> None:
-        """Reload the slot map (who is master of what) from any node that answers."""
+        """Reload the slot map (who is master of what) from any node that answers; in a
+        job on a thread of the loop's, awaited (redis-py's cluster client reloads it
+        with blocking calls)."""
         self._refresh_due = False
         self.counters.refreshes += 1
         try:
-            self.client.nodes_manager.initialize(last_failed_node_name=self._failed_node)
+            if bridged():
+                await_only(asyncio.to_thread(self._reload))
+            else:
+                self._reload()
         except (RedisError, RedisClusterException) as e:
             # No node answered, or the map has holes: the next attempt fails and retries.
             logger.debug("Cluster slot map reload failed: %s", e)
         self._failed_node = None
+
+    def _reload(self) -> None:
+        self.client.nodes_manager.initialize(last_failed_node_name=self._failed_node)
 
     def _attempt(self, commands: Sequence[tuple[Any, ...]], pending: list[int],
                  results: list[Any]) -> list[int]:
@@ -246,107 +297,147 @@ class ClusterLink:
                 error = error or e
                 continue
             groups.setdefault(node.name, (node, []))[1].append(i)
-        sent: list[tuple[ClusterNode, Any, Any, list[int], bool]] = []
+        batches: list[_Batch] = []
         for node, indexes in groups.values():
-            redis_node = self.client.get_redis_connection(node)
             batch: list[tuple[Any, ...]] = [commands[i] for i in indexes]
             wait = self.wait.command(node.name)
             if wait is not None:
                 batch.append(wait)
-            conn: Any = None
-            try:
-                conn = redis_node.connection_pool.get_connection()
-                conn.send_packed_command(conn.pack_commands(batch))
-            except (ConnectionError, TimeoutError) as e:
-                if conn is not None:
-                    conn.disconnect()
-                    redis_node.connection_pool.release(conn)
-                self._failed_node = node.name
-                left.extend(indexes)
-                error = error or e
-                continue
-            sent.append((node, redis_node, conn, indexes, wait is not None))
+            batches.append(_Batch(node, indexes, batch, wait is not None))
+        self.counters.round_trips += 1
+        if bridged():
+            await_only(self._exchange_async(batches))
+        else:
+            self._exchange(batches)
         moved = False
         asks: list[int] = []
-        self.counters.round_trips += 1
-        for node, redis_node, conn, indexes, waited in sent:
-            read = 0
-            try:
-                for i in indexes:
-                    try:
-                        reply = conn.read_response()
-                    except ResponseError as e:
-                        reply = e
-                    read += 1
-                    if isinstance(reply, MovedError):
-                        self.client.nodes_manager.move_slot(reply)
-                        moved = True
-                        left.append(i)
-                    elif isinstance(reply, AskError):
-                        asks.append(i)
-                    elif isinstance(reply, (ClusterDownError, TryAgainError, ReadOnlyError)):
-                        left.append(i)
-                        error = error or reply
-                    else:
-                        results[i] = reply
-                if waited:
-                    self.wait.answered(node.name, conn.read_response())
-            except (ConnectionError, TimeoutError) as e:
+        for sent in batches:
+            answered = sent.replies[:len(sent.indexes)]
+            if sent.failure is not None:
                 # Replies not read: those commands may or may not have run. Send again
                 # (all of them when a WAIT was pending: their writes are unconfirmed).
-                conn.disconnect()
-                self._failed_node = node.name
-                unanswered = indexes if waited else indexes[read:]
-                for i in unanswered:
-                    results[i] = None
-                left.extend(unanswered)
-                error = error or e
-            except ResponseError as e:
-                # Only WAIT can get here (a replica cannot WAIT): keep the replies.
-                logger.debug("WAIT failed on %s: %s", node.name, e)
-            finally:
-                redis_node.connection_pool.release(conn)
+                self._failed_node = sent.node.name
+                error = error or sent.failure
+                if sent.waited:
+                    answered = []
+            for i, reply in zip(sent.indexes, answered, strict=False):
+                if isinstance(reply, MovedError):
+                    self.client.nodes_manager.move_slot(reply)
+                    moved = True
+                    left.append(i)
+                elif isinstance(reply, AskError):
+                    asks.append(i)
+                elif isinstance(reply, (ClusterDownError, TryAgainError, ReadOnlyError)):
+                    left.append(i)
+                    error = error or reply
+                else:
+                    results[i] = reply
+            left.extend(sent.indexes[len(answered):])
+            if sent.waited and sent.failure is None:
+                reply = sent.replies[-1]
+                if isinstance(reply, ResponseError):  # a replica cannot WAIT: keep the replies
+                    logger.debug("WAIT failed on %s: %s", sent.node.name, reply)
+                else:
+                    self.wait.answered(sent.node.name, reply)
         for i in asks:
-            # A slot being migrated: let the cluster client follow ASK (rare).
+            # A slot being migrated: let the cluster client follow ASK (rare; in a job on
+            # a thread of the loop's, as its calls block).
             self.counters.asks += 1
             try:
-                results[i] = self.client.execute_command(*commands[i])
+                results[i] = (await_only(asyncio.to_thread(self.client.execute_command,
+                                                           *commands[i]))
+                              if bridged() else self.client.execute_command(*commands[i]))
             except RETRY_ERRORS as e:
                 left.append(i)
                 error = error or e
             except RedisError as e:
                 results[i] = e
-        left.sort()
+        left = sorted(set(left))
         return left, error, moved and error is None
+
+    def _exchange(self, batches: list[_Batch]) -> None:
+        """Each master's batch written before any reply is read (the masters work in
+        parallel), on blocking connections from the client's pools."""
+        sent: list[tuple[_Batch, Any, Any]] = []
+        for batch in batches:
+            redis_node = self.client.get_redis_connection(batch.node)
+            conn: Any = None
+            try:
+                conn = redis_node.connection_pool.get_connection()
+                conn.send_packed_command(conn.pack_commands(batch.commands))
+            except (ConnectionError, TimeoutError) as e:
+                if conn is not None:
+                    conn.disconnect()
+                    redis_node.connection_pool.release(conn)
+                batch.failure = e
+                continue
+            sent.append((batch, redis_node, conn))
+        for batch, redis_node, conn in sent:
+            try:
+                for _ in batch.commands:
+                    try:
+                        batch.replies.append(conn.read_response())
+                    except ResponseError as e:
+                        batch.replies.append(e)
+            except (ConnectionError, TimeoutError) as e:
+                conn.disconnect()
+                batch.failure = e
+            finally:
+                redis_node.connection_pool.release(conn)
+
+    async def _exchange_async(self, batches: list[_Batch]) -> None:
+        """:meth:`_exchange` on ``redis.asyncio``: the masters' round trips awaited
+        together (a failed one's replies are all sent again)."""
+        async def one(batch: _Batch) -> None:
+            try:
+                batch.replies = await self._async_node(batch.node).round_trip(batch.commands)
+            except (ConnectionError, TimeoutError) as e:
+                batch.failure = e
+        await asyncio.gather(*(one(batch) for batch in batches))
+
+    def _async_node(self, node: ClusterNode) -> AsyncNode:
+        """The ``redis.asyncio`` connection to ``node`` (made from its pool's settings)."""
+        twin = self._aio.get(node.name)
+        if twin is None:
+            twin = AsyncNode.of(self.client.get_redis_connection(node).connection_pool)
+            if twin is None:
+                raise RedisClusterException(f"no redis.asyncio twin for {node.name}'s "
+                                            "connection class")
+            self._aio[node.name] = twin
+        return twin
 
     def where(self, key: Any) -> str:
         """The name of the master of ``key``'s slot (by the slot map known now)."""
         return self._master(self._slot(("GET", key))).name
 
     def on_masters(self, command: tuple[Any, ...]) -> list[tuple[str, Any]]:
-        """A command without a key on every master (one round trip each, in turn): each
-        master's name and raw reply, error replies raised; retried as :meth:`execute`
-        is, with the slot map reloaded between attempts."""
+        """A command without a key on every master (one round trip each: in turn, or
+        together in a job): each master's name and raw reply, error replies raised;
+        retried as :meth:`execute` is, with the slot map reloaded between attempts."""
         def attempt() -> list[tuple[str, Any]]:
             if self._refresh_due:
                 self.refresh()
-            replies = []
-            for node in self.client.get_primaries():
-                pool = self.client.get_redis_connection(node).connection_pool
-                conn = pool.get_connection()
-                try:
-                    conn.send_packed_command(conn.pack_commands([command]))
-                    replies.append((node.name, conn.read_response()))
-                except (ConnectionError, TimeoutError):
-                    conn.disconnect()
-                    self._failed_node = node.name
-                    raise
-                finally:
-                    pool.release(conn)
+            batches = [_Batch(node, [0], [command], False)
+                       for node in self.client.get_primaries()]
+            if bridged():
+                await_only(self._exchange_async(batches))
+            else:
+                self._exchange(batches)
+            for batch in batches:
+                if batch.failure is not None:
+                    self._failed_node = batch.node.name
+                    raise batch.failure
+            replies = [(batch.node.name, batch.replies[0]) for batch in batches]
+            for _, reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
             return replies
 
-        result: list[tuple[str, Any]] = self._retry.call_with_retry(attempt, self._failed)
-        return result
+        return self._retried(attempt)
 
     def close(self) -> None:
-        """Nothing is held between round trips."""
+        """Drop the ``redis.asyncio`` connections (the blocking ones go back to the
+        client's pools after each round trip)."""
+        for twin in self._aio.values():
+            twin.close()
+        self._aio.clear()

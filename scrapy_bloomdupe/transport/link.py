@@ -100,6 +100,8 @@ class Link:
     def asynchronous(self) -> bool:
         """Whether round trips inside a job of :func:`~.greenio.run_bridged` are awaited
         on ``redis.asyncio``."""
+        if self._cluster is not None:
+            return self._cluster.asynchronous
         return self._aio is not None
 
     @property
@@ -267,7 +269,11 @@ class Link:
             self._load_scripts(scripts)
 
     def _load_scripts(self, scripts: Sequence[str | bytes | memoryview]) -> None:
-        if self._cluster is not None or self._pool is None:
+        if self._cluster is not None:
+            for script in scripts:
+                self._cluster.on_masters(("SCRIPT", "LOAD", script))
+            return
+        if self._pool is None:
             for script in scripts:
                 self.client.script_load(script)
             return
@@ -297,6 +303,8 @@ class Link:
                 self._master.close()
             elif self._aio is not None:
                 self._aio.close()
+            if self._cluster is not None:
+                self._cluster.close()
             if self._conn is not None and self._pool is not None:
                 self._pool.release(self._conn)
                 self._conn = None

