@@ -2,8 +2,8 @@
 
 The same calls as :class:`~.iothread.IOThread`'s, with the same interface, on
 Scrapy's asyncio reactor (its default since 2.13) and a link that has a
-``redis.asyncio`` twin (:mod:`..transport.asyncnode`: one Redis, not Sentinel, not
-a cluster). Each call runs in a greenlet (:func:`~..transport.greenio.run_bridged`):
+``redis.asyncio`` twin (:mod:`..transport.asyncnode`: one Redis, a Sentinel master,
+each master of a cluster). Each call runs in a greenlet (:func:`~..transport.greenio.run_bridged`):
 its round trips are awaited on ``redis.asyncio`` and its pauses are
 ``asyncio.sleep``, so downloads, callbacks and heartbeats go on meanwhile. One call
 at a time, in the order asked (an ack before the pop that carries it): an

@@ -1,8 +1,8 @@
 """Where the scheduler's Redis work runs: the filter's and the queue's calls, one at a
 time, under one lock; during a crawl on Scrapy's asyncio loop with ``redis.asyncio``
-(:mod:`..frontier.ioloop`: one Redis node) or on a thread of its own
-(:mod:`..frontier.iothread`: Sentinel, a cluster, another reactor), so that Scrapy's
-reactor never waits for Redis; here and at once otherwise (a tool, a test, or a crawl
+(:mod:`..frontier.ioloop`: one node, Sentinel or a cluster) or on a thread of its own
+(:mod:`..frontier.iothread`: another reactor, a scrapy-redis queue class), so that
+Scrapy's reactor never waits for Redis; here and at once otherwise (a tool, a test, or a crawl
 whose dupefilter is not this package's).
 
 The one place that acts on what a call meets: an outage is waited out (the

@@ -12,7 +12,9 @@ are dropped (``health_check_interval``, ``retry_on_timeout``,
 client's own, which :class:`~scrapy_bloomdupe.transport.cluster.ClusterLink`
 honours (count and backoff) so a check-and-add rides out a master's failover;
 the default, :func:`~scrapy_bloomdupe.transport.cluster.default_retry`, waits
-10-19 s in all.
+10-19 s in all. These retries serve the command line and other callers without
+an outage guard: a crawl's Redis jobs run inside the guard, which is their one
+retry layer (:mod:`.outage`).
 """
 
 from __future__ import annotations

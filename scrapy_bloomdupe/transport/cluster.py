@@ -10,7 +10,15 @@ command without pausing: while a killed master's replica is being promoted
 spent in milliseconds. :class:`ClusterLink` instead follows the client's
 ``Retry`` object (``RedisCluster(retry=...)``): the count and the backoff
 between attempts. Before each new attempt it reloads the slot map, so the
-promoted replica is found as soon as the cluster has elected it.
+promoted replica is found as soon as the cluster has elected it. Inside the
+outage guard (a crawl's jobs, :func:`~.outage.guarded`) it makes one attempt and
+the guard retries (the slot map reloaded all the same): one retry layer.
+
+In a job on Scrapy's asyncio loop (:mod:`.greenio`) each master's share of a
+round trip is awaited on a ``redis.asyncio`` connection (:mod:`.asyncnode`, made
+from that master's pool settings), all of them together; the slot map, which
+redis-py's blocking cluster client reloads, is reloaded on a thread of the
+loop's (it is needed only after a failed attempt), as is a rare ``ASK``.
 
 What is retried: connection errors and timeouts (reconnect to the slot's
 master, whoever it now is), ``CLUSTERDOWN`` (no master for some slots yet),
@@ -59,6 +67,7 @@ from redis.retry import Retry
 
 from .asyncnode import AsyncNode
 from .greenio import await_only, bridged
+from .outage import guarded
 from .wait import WaitPolicy
 
 if TYPE_CHECKING:
@@ -208,9 +217,8 @@ class ClusterLink:
         """Send ``commands``; return one reply each, error replies as exceptions.
 
         Raises the last connection or cluster error once the client's retries
-        are spent; inside a job of :func:`~.greenio.run_bridged` (the crawl on the
-        asyncio reactor) after one attempt, for the outage guard to retry (the slot
-        map is reloaded before the next attempt).
+        are spent; inside the outage guard (a crawl's jobs) after one attempt, for
+        the guard to retry (the slot map is reloaded before the next attempt).
         """
         results: list[Any] = [None] * len(commands)
         pending: list[int] = list(range(len(commands)))
@@ -225,10 +233,11 @@ class ClusterLink:
         return self._retried(attempt)
 
     def _retried(self, attempt: Callable[[], T]) -> T:
-        """``attempt()``, retried with the client's ``Retry`` (blocking), or once (in a
-        job: the outage guard is the crawl's retry layer, and pauses on the loop)."""
+        """``attempt()``, retried with the client's ``Retry``, or once inside the outage
+        guard (:func:`~.outage.guarded`: a crawl's jobs, on the loop or the Redis
+        thread), which is then the one retry layer."""
         try:
-            if bridged():
+            if bridged() or guarded():
                 try:
                     return attempt()
                 except (_Attempt, ConnectionError, TimeoutError) as e:

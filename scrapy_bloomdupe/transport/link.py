@@ -32,12 +32,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, ResponseError
+from redis.retry import Retry
 
 from .asyncnode import AsyncNode
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
 from .greenio import await_only, bridged
+from .outage import guarded
 from .sentinel import (
     MAX_MASTER_CHANGES,
     AsyncMaster,
@@ -54,6 +57,8 @@ if TYPE_CHECKING:
 
 #: Times a round trip is repeated after loading scripts its server lacked (NOSCRIPT).
 MAX_SCRIPT_RELOADS = 5
+#: One attempt, no pause: a blocking connection's ``Retry`` inside the outage guard.
+_ONCE = Retry(NoBackoff(), 0)
 
 
 class Link:
@@ -228,8 +233,10 @@ class Link:
                  ) -> list[Any]:
         """One round trip to the single node: awaited on ``redis.asyncio`` inside a job of
         :func:`~.greenio.run_bridged` (the crawl: nothing blocks the loop, and a failure
-        goes straight to the outage guard), else on the held blocking connection with
-        the client's ``Retry``. ``built_for``: see :meth:`execute` (Sentinel only)."""
+        goes straight to the outage guard), else on the held blocking connection: with
+        the client's ``Retry``, or once inside the outage guard (:func:`~.outage.guarded`:
+        a crawl's jobs on the Redis thread), which is then the one retry layer.
+        ``built_for``: see :meth:`execute` (Sentinel only)."""
         if self._aio is not None and bridged():
             if self._master is not None:
                 return self._master.round_trip(commands, built_for)
@@ -237,11 +244,15 @@ class Link:
         conn = self._connection()
         if isinstance(conn, MasterConnection):
             conn.built_for = built_for
+        retry = conn.retry
+        if guarded():  # the guard retries: one attempt, connecting included
+            conn.retry = _ONCE
         try:
             replies: list[Any] = conn.retry.call_with_retry(
                 lambda: self._attempt(conn, commands), lambda _error: conn.disconnect()
             )
         finally:
+            conn.retry = retry
             if isinstance(conn, MasterConnection):
                 conn.built_for = None
         return replies

@@ -8,12 +8,13 @@ so it is retried like a lost connection; when it lasts, the crawl stops with
 the reason.
 
 A dropped connection is sent again at once, in silence: a Redis restarted since
-the last round trip, an idle connection the server closed. On the blocking client
-redis-py's own ``Retry`` absorbs other blips (a server that is loading its AOF for
-a second) first; the crawl's round trips on ``redis.asyncio`` (one node) have no
-other retry than this module's. What outlasts them reaches this module's wait, which
-keeps retrying with short pauses for up to ``BLOOMDUPE_OUTAGE_TIMEOUT``
-seconds, logging one ERROR when the outage starts and one INFO when Redis is
+the last round trip, an idle connection the server closed. Inside a guard's call
+(:func:`guarded`: a crawl's Redis jobs, on the loop or the Redis thread) the
+link makes one attempt a round trip, without redis-py's ``Retry`` or the cluster
+link's failover retries: this module is the crawl's one retry layer (the command
+line and other callers without a guard keep those). What outlasts the silent
+resend reaches this module's wait, which keeps retrying with short pauses for up
+to ``BLOOMDUPE_OUTAGE_TIMEOUT`` seconds, logging one ERROR when the outage starts and one INFO when Redis is
 back, and counting both. Retrying is safe because every command this package
 sends is idempotent (the check-and-add by op id).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TypeVar
 
 from redis.exceptions import (
@@ -65,6 +67,17 @@ FIRST_PAUSE = 0.25
 MAX_PAUSE = 0.5
 
 
+#: Whether the running code is inside :meth:`OutageGuard.call` (per thread, per job).
+_inside: ContextVar[bool] = ContextVar("bloomdupe_guarded", default=False)
+
+
+def guarded() -> bool:
+    """Whether the running code is inside an outage guard's call: then the link makes
+    one attempt a round trip and leaves every retry to the guard (one retry layer);
+    elsewhere (the command line, a tool) it keeps redis-py's ``Retry``."""
+    return _inside.get()
+
+
 class RedisUnavailable(BloomDupeError):
     """Redis stayed unreachable for ``BLOOMDUPE_OUTAGE_TIMEOUT`` seconds."""
 
@@ -83,6 +96,13 @@ class OutageGuard:
         self._sleep = sleep
 
     def call(self, fn: Callable[[], T]) -> T:
+        token = _inside.set(True)
+        try:
+            return self._call(fn)
+        finally:
+            _inside.reset(token)
+
+    def _call(self, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except TRANSIENT as error:

