@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """The end-to-end crawl with Redis on another machine: local, +0.5 ms and +2 ms a round trip.
 
-``python benchmarks/latency_crawl.py`` (``--pages``, ``--workers``,
-``--delays 0,0.5,2``, ``--no-cluster``, ``--json PATH``; ``--quick`` for a small
-smoke run). For each added delay (a TCP proxy in front of Redis,
-``latency_proxy.py``) it runs the example project's crawl (4 ``scrapy crawl``
-workers, the demo site, ``e2e.py``) with scrapy-redis (its scheduler, queue and
-SET dupefilter; ``wait_for_queue.py`` keeps its workers as long as ours stay)
-and with this package (the add-on's components: leased queue, batched
+``python benchmarks/latency_crawl.py`` (``--pages``, ``--workers``, ``--delays
+0,0.5,2``, ``--repeat N`` rounds with each cell's median shown, ``--no-cluster``,
+``--json PATH``; ``--quick`` for a small smoke run). For each added delay (a TCP
+proxy in front of Redis, ``latency_proxy.py``) it runs the example project's crawl
+(4 ``scrapy crawl`` workers, the demo site, ``e2e.py``) with scrapy-redis (its
+scheduler, queue and SET dupefilter; ``wait_for_queue.py`` keeps its workers as long
+as ours stay) and with this package (the add-on's components: leased queue, batched
 check-and-queue), in the same run, and prints:
 
 * the crawl's time (first to last fetch, from the site's own counts), its
@@ -82,23 +82,33 @@ def one_crawl(name: str, settings: dict[str, str], url: str,
 
 
 def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every delay for both contenders, ``args.repeat`` rounds of them in turn (so that
+    a slow spell of the machine falls on all of them alike)."""
     rows: list[dict[str, Any]] = []
     with RedisServer(persist=True, extra=["--appendfsync", "everysec"]) as server:
         base_rtt = measure_rtt(server.url)
-        for delay in args.delays:
-            proxy = LatencyProxy(server.port, delay).start() if delay else None
-            try:
-                url = proxy.url if proxy is not None else server.url
-                rtt = measure_rtt(url)
-                label = f"+{delay:g} ms" if delay else "local"
-                for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
-                    result = one_crawl(name, settings, url, args, label)
-                    result.update({"contender": name, "delay_ms": delay,
-                                   "added_rtt_us": (rtt - base_rtt) * 1e6})
-                    rows.append(result)
-            finally:
-                if proxy is not None:
-                    proxy.stop()
+        for round_ in range(args.repeat):
+            rows += one_round(args, server, base_rtt, round_)
+    return rows
+
+
+def one_round(args: argparse.Namespace, server: RedisServer, base_rtt: float,
+              round_: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for delay in args.delays:
+        proxy = LatencyProxy(server.port, delay).start() if delay else None
+        try:
+            url = proxy.url if proxy is not None else server.url
+            rtt = measure_rtt(url)
+            label = f"+{delay:g} ms" if delay else "local"
+            for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
+                result = one_crawl(name, settings, url, args, label)
+                result.update({"contender": name, "delay_ms": delay, "round": round_,
+                               "added_rtt_us": (rtt - base_rtt) * 1e6})
+                rows.append(result)
+        finally:
+            if proxy is not None:
+                proxy.stop()
     return rows
 
 
@@ -132,12 +142,30 @@ def kill_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
                            args.kills, workers=args.workers)
 
 
+def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per contender and delay: the round with the median crawl time (the
+    lower middle of an even count), with every round's time in ``rounds``."""
+    cells: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["contender"], r["delay_ms"]), []).append(r)
+    out = []
+    for runs in cells.values():
+        ordered = sorted(runs, key=lambda r: r["crawl_seconds"])
+        out.append({**ordered[(len(ordered) - 1) // 2],
+                    "rounds": [r["crawl_seconds"] for r in runs]})
+    return out
+
+
 def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None,
            kills: list[dict[str, Any]]) -> str:
+    rows = medians(rows)
     local = {r["contender"]: r["crawl_seconds"] for r in rows if not r["delay_ms"]}
     by = {(r["contender"], r["delay_ms"]): r for r in rows}
-    lines = ["| contender | added per round trip | crawl s | x its local time | pages/s | "
-             "scrapy-redis s / bloomdupe s | Redis round trips per page | fetched twice / never |",
+    repeated = any(len(r["rounds"]) > 1 for r in rows)
+    lines = ["| contender | added per round trip | crawl s"
+             + (" (median; each round)" if repeated else "") + " | x its local time | "
+             "pages/s | scrapy-redis s / bloomdupe s | Redis round trips per page | "
+             "fetched twice / never |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         theirs = by.get(("scrapy-redis", r["delay_ms"]))
@@ -146,8 +174,9 @@ def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None,
         base = local.get(r["contender"]) or r["crawl_seconds"]
         label = (f"+{r['delay_ms']:g} ms (measured +{r['added_rtt_us'] / 1000:.2f} ms)"
                  if r["delay_ms"] else "local")
+        each = (" (" + ", ".join(f"{t:.1f}" for t in r["rounds"]) + ")") if repeated else ""
         lines.append(
-            f"| {r['contender']} | {label} | {r['crawl_seconds']:.1f} | "
+            f"| {r['contender']} | {label} | {r['crawl_seconds']:.1f}{each} | "
             f"{r['crawl_seconds'] / base:.2f} | {r['pages_per_second']:.0f} | {vs} | "
             f"{r['round_trips_per_page']:.2f} | {r['fetched_twice']} / {r['never_fetched']} |")
     if cluster is not None:
@@ -170,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cluster", action="store_true")
     parser.add_argument("--kills", default="1,2",
                         help="workers SIGKILLed in the kill runs, comma-separated ('': none)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every delay and contender, in turn; the table "
+                             "shows each cell's median")
     parser.add_argument("--quick", action="store_true", help="300 pages, local and +2 ms")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "latency_crawl")
     parser.add_argument("--json", type=Path)
