@@ -1,15 +1,15 @@
 """One node's round trips on ``redis.asyncio``: the link's held connection, awaitable.
 
-A :class:`~.link.Link` on a single Redis or a Sentinel master (not a cluster) holds
-one of these beside its blocking connection. Inside a job of
-:func:`~.greenio.run_bridged` (the crawl, on Scrapy's asyncio reactor) the link
+A :class:`~.link.Link` on a single Redis or a Sentinel master holds one of these
+beside its blocking connection (a cluster's link, one for each master). Inside a job
+of :func:`~.greenio.run_bridged` (the crawl, on Scrapy's asyncio reactor) the link
 awaits :meth:`AsyncNode.round_trip` instead of writing on the blocking connection:
 the same packed commands, one reply read per command, error replies returned, not
 raised. The connection is made from the client's own pool settings (address, TLS,
-credentials, timeouts, protocol), as redis-py's asynchronous class of the same
-kind. It does not retry: a failed round trip reaches the outage guard, which
-sends it again after a pause (every command this package sends is safe to
-repeat), without blocking the loop.
+credentials, timeouts, protocol), as redis-py's asynchronous class of the same kind.
+It does not retry: a failed round trip reaches the outage guard, which sends it
+again after a pause (every command this package sends is safe to repeat), without
+blocking the loop.
 """
 
 from __future__ import annotations

@@ -7,16 +7,16 @@ drains, an operator raises ``maxmemory``), and a refused write changed nothing,
 so it is retried like a lost connection; when it lasts, the crawl stops with
 the reason.
 
-A dropped connection is sent again at once, in silence: a Redis restarted since
-the last round trip, an idle connection the server closed. Inside a guard's call
-(:func:`guarded`: a crawl's Redis jobs, on the loop or the Redis thread) the
-link makes one attempt a round trip, without redis-py's ``Retry`` or the cluster
-link's failover retries: this module is the crawl's one retry layer (the command
-line and other callers without a guard keep those). What outlasts the silent
-resend reaches this module's wait, which keeps retrying with short pauses for up
-to ``BLOOMDUPE_OUTAGE_TIMEOUT`` seconds, logging one ERROR when the outage starts and one INFO when Redis is
-back, and counting both. Retrying is safe because every command this package
-sends is idempotent (the check-and-add by op id).
+A dropped connection is sent again at once, in silence: a Redis restarted since the
+last round trip, an idle connection the server closed. Inside a guard's call
+(:func:`guarded`: a crawl's Redis jobs, on the loop or the Redis thread) the link
+makes one attempt a round trip, without redis-py's ``Retry`` or the cluster link's
+failover retries: this module is the crawl's one retry layer (the command line and
+other callers without a guard keep those). What outlasts the silent resend reaches
+this module's wait, which keeps retrying with short pauses for up to
+``BLOOMDUPE_OUTAGE_TIMEOUT`` seconds, logging one ERROR when the outage starts and
+one INFO when Redis is back, and counting both. Retrying is safe because every
+command this package sends is idempotent (the check-and-add by op id).
 
 During a crawl the pauses run on the loop (``asyncio.sleep``, :mod:`.greenio`) or
 on the scheduler's Redis thread, never blocking Scrapy's reactor: downloads already

@@ -39,10 +39,8 @@ from ..settings import SENTINELS_SETTING
 from .greenio import await_only, bridged
 
 if TYPE_CHECKING:
-    from .asyncnode import AsyncNode
-
-if TYPE_CHECKING:
     from ..settings import RedisSettings
+    from .asyncnode import AsyncNode
 
 logger = logging.getLogger(__name__)
 
@@ -187,8 +185,7 @@ def _async_sentinels(pool: Any) -> aio_sentinel.Sentinel:
                       s.connection_pool.connection_kwargs.get("port", 26379))
                      for s in manager.sentinels]
         twin = aio_sentinel.Sentinel(addresses, min_other_sentinels=manager.min_other_sentinels,
-                                     sentinel_kwargs=dict(manager.sentinel_kwargs),
-                                     force_master_ip=getattr(manager, "_force_master_ip", None))
+                                     sentinel_kwargs=dict(manager.sentinel_kwargs))
         made = (loop, twin)
         pool._bloomdupe_aio = made
     return made[1]
