@@ -21,8 +21,9 @@ it also makes the crawl lose nothing when a worker dies:
   middleware recorded it, or it was dropped). Scrapy's public hooks say when
   (:meth:`Scheduler.done`, called by this package's middlewares, and
   ``spider_idle``); the ack rides on the next round trip, within
-  :data:`ACK_DELAY`. During a crawl this Redis work runs on a thread of its own
-  (:mod:`.scheduling.jobs`), never on Scrapy's reactor. A heartbeat every few
+  :data:`ACK_DELAY`. During a crawl this Redis work runs on the reactor's loop with
+  ``redis.asyncio`` (or a thread of its own, :mod:`.scheduling.jobs`), never blocking
+  Scrapy's reactor. A heartbeat every few
   seconds keeps this worker's leases; the leases of a worker that stops
   heartbeating for ``BLOOMDUPE_LEASE_TIMEOUT`` seconds are put back in the
   queue by the live ones (:mod:`.scheduling.upkeep`). A worker holds at most
@@ -186,9 +187,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.upkeep: LeaseUpkeep | None = None
         self._wakeup: Any = None
         self._ack_call: Any = None
-        #: Where the Redis work of the filter and the queue runs: on a thread of its own
-        #: during the crawl (so that Scrapy's reactor never waits for Redis), one call at
-        #: a time; and what a Redis error there does.
+        #: Where the Redis work of the filter and the queue runs: on the reactor's loop
+        #: or a thread of its own during the crawl (so that Scrapy's reactor never waits
+        #: for Redis), one call at a time; and what a Redis error there does.
         self.jobs = RedisJobs(lambda: self.df)
         #: The request path's owner: the dupefilter, the queue and their Redis work
         #: (see open).
@@ -927,12 +928,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             raise DontCloseSpider
         if not self._verify():
             return  # an empty queue of a filter that is gone is no finished crawl
+        self._crawl_is_done(now - self._idle_since, spider)
+
+    def _crawl_is_done(self, idle: float, spider: Spider) -> None:
+        """The shared queue has been empty, with no lease held, for ``idle`` seconds:
+        the grace is over, and this worker may close."""
         self.crawl_done = True
         if not self._done_logged:  # once an idle spell: a spider kept open comes back here
             self._done_logged = True
             logger.info("The crawl is done: the shared queue is empty and no worker holds a "
                         "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE)",
-                        now - self._idle_since, extra={"spider": spider})
+                        idle, extra={"spider": spider})
 
     def _stay(self, queued: int, leased: int, spider: Spider) -> NoReturn:
         """The crawl has work left: stay (once a change, one INFO line saying why)."""
@@ -968,12 +974,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._wake_later(min(self._idle_poll,
                                  max(0.0, self._idle_since + self.done_grace - now)))
             raise DontCloseSpider
-        self.crawl_done = True
-        if not self._done_logged:
-            self._done_logged = True
-            logger.info("The crawl is done: the shared queue is empty and no worker holds a "
-                        "lease (for %.1fs, BLOOMDUPE_DONE_GRACE or SCHEDULER_IDLE_BEFORE_CLOSE)",
-                        now - self._idle_since, extra={"spider": spider})
+        self._crawl_is_done(now - self._idle_since, spider)
 
     @property
     def done_grace(self) -> float:
