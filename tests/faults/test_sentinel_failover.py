@@ -61,15 +61,20 @@ def timed_site() -> Iterator[Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("event", "wait"), [
-    pytest.param("failover", 0, id="SENTINEL-FAILOVER-wait0"),
-    pytest.param("failover", 1, id="SENTINEL-FAILOVER-wait1", marks=ALL_ONLY),
-    pytest.param("sigkill", 0, id="SIGKILL-wait0", marks=ALL_ONLY),
-    pytest.param("sigkill", 1, id="SIGKILL-wait1"),
+@pytest.mark.parametrize(("event", "wait", "reactor"), [
+    pytest.param("failover", 0, "", id="SENTINEL-FAILOVER-wait0"),
+    pytest.param("failover", 1, "", id="SENTINEL-FAILOVER-wait1", marks=ALL_ONLY),
+    pytest.param("sigkill", 0, "", id="SIGKILL-wait0", marks=ALL_ONLY),
+    pytest.param("sigkill", 1, "", id="SIGKILL-wait1"),
+    # Another reactor: the Redis work on the scheduler's thread, blocking, behind the guard.
+    pytest.param("sigkill", 1, "twisted.internet.epollreactor.EPollReactor",
+                 id="SIGKILL-wait1-epoll-thread", marks=ALL_ONLY),
 ])
 def test_a_crawl_follows_the_master_through_a_failover(
-        sentinel: LocalSentinel, timed_site: Any, tmp_path: Path, event: str, wait: int) -> None:
-    settings = [f"BLOOMDUPE_SENTINELS={','.join(sentinel.sentinel_addresses)}",
+        sentinel: LocalSentinel, timed_site: Any, tmp_path: Path, event: str, wait: int,
+        reactor: str) -> None:
+    settings = [*([f"TWISTED_REACTOR={reactor}"] if reactor else []),
+                f"BLOOMDUPE_SENTINELS={','.join(sentinel.sentinel_addresses)}",
                 f"BLOOMDUPE_SENTINEL_MASTER={sentinel.master_name}",
                 f"BLOOMDUPE_WAIT_REPLICAS={wait}", "CONCURRENT_REQUESTS=8",
                 "BLOOMDUPE_DONE_GRACE=2", "BLOOMDUPE_LEASE_TIMEOUT=10"]
@@ -118,6 +123,7 @@ def test_a_crawl_follows_the_master_through_a_failover(
         with open(figures_file, "a", encoding="utf-8") as f:
             f.write(message + "\n")
     for log in logs:
+        assert reactor.rsplit(".", 1)[-1] in log  # the reactor it was given (or "")
         assert "Spider closed (finished)" in log, message + "\n" + log[-3000:]
         assert "Traceback" not in log, message + "\n" + log[-3000:]
     assert codes == [0] * WORKERS, message
