@@ -75,6 +75,11 @@ UNHANDLED_LOGGERS = ("asyncio",)
 LOGGER_NAME = "scrapy_bloomdupe"
 
 
+def start_error_line(error: BaseException) -> str:
+    """The one line a crawl that cannot start shows for ``error`` (one of ours)."""
+    return f"Cannot start the crawl: {' '.join(str(error).split())}"
+
+
 class StartErrorFilter(logging.Filter):
     """Shows an uncaught :class:`BloomDupeError` (also one chained under another
     exception) as one CRITICAL line, its message, without the traceback.
@@ -92,7 +97,7 @@ class StartErrorFilter(logging.Filter):
         record.name = LOGGER_NAME
         record.levelno, record.levelname = logging.CRITICAL, logging.getLevelName(
             logging.CRITICAL)
-        record.msg, record.args = "Cannot start the crawl: %s", (str(error),)
+        record.msg, record.args = "%s", (start_error_line(error),)
         record.exc_info = record.exc_text = record.stack_info = None
         return True
 

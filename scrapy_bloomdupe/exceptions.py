@@ -4,19 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from . import redaction
+
 
 class BloomDupeError(Exception):
     """Base class of every error this package raises."""
 
 
 class ConfigError(BloomDupeError, ValueError):
-    """A setting has a value that cannot work; the message names both."""
+    """A setting has a value that cannot work; the message names both.
+
+    Of a setting that may hold a password, the value is shown redacted (a URL)
+    or not at all (client arguments, a password: the reason names the key):
+    :func:`~.redaction.shown`. ``value`` keeps only what the message shows.
+    """
 
     def __init__(self, setting: str, value: object, reason: str) -> None:
         self.setting = setting
-        self.value = value
         self.reason = reason
-        super().__init__(f"{setting}={value!r}: {reason}")
+        self.value = redaction.safe_value(setting, value)
+        shown = redaction.shown(setting, value)
+        super().__init__(f"{setting}: {reason}" if shown is None
+                         else f"{setting}={shown}: {reason}")
 
 
 class FilterMismatchError(BloomDupeError):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
 
-from . import sizing
+from . import redisargs, sizing
 from .exceptions import ConfigError
 from .keys import validate_key
 
@@ -77,6 +77,8 @@ WAIT_SETTING = "BLOOMDUPE_WAIT_REPLICAS"
 #: Redis Sentinel: the sentinels (``host:port``) and the name of the master they watch.
 SENTINELS_SETTING = "BLOOMDUPE_SENTINELS"
 SENTINEL_MASTER_SETTING = "BLOOMDUPE_SENTINEL_MASTER"
+#: The schemes of a Redis URL, as redis-py's ``parse_url`` has them.
+URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -394,25 +396,35 @@ class RedisSettings:
     #: Arguments of the connections to the sentinels themselves
     #: (``BLOOMDUPE_SENTINEL_PARAMS``, with ``BLOOMDUPE_SENTINEL_PASSWORD``).
     sentinel_params: dict[str, Any] = field(default_factory=dict)
+    #: The setting ``url`` came from, for errors: ``BLOOMDUPE_REDIS_URL`` or ``REDIS_URL``.
+    url_setting: str = "REDIS_URL"
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisSettings:
         params = redis_params(settings)
-        for setting, name in (("REDIS_HOST", "host"), ("REDIS_PORT", "port"),
-                              ("REDIS_DB", "db")):
-            if settings.get(setting):
-                params[name] = settings.get(setting)
-        url = settings.get("BLOOMDUPE_REDIS_URL") or settings.get("REDIS_URL") or None
-        if url is not None and not isinstance(url, str):
-            raise ConfigError("REDIS_URL", url, "must be a redis:// or rediss:// URL string")
+        url_setting = "BLOOMDUPE_REDIS_URL" if settings.get("BLOOMDUPE_REDIS_URL") \
+            else "REDIS_URL"
+        url = settings.get(url_setting) or None
+        if url is not None and (not isinstance(url, str) or not url.startswith(URL_SCHEMES)):
+            raise ConfigError(url_setting, url, "must be a URL that starts with "
+                              f"{', '.join(URL_SCHEMES)} (what redis-py reads)")
         redis_cls = _load_class(params.pop("redis_cls", None))
         cluster = cluster_mode(settings, redis_cls)
         sentinels = parse_sentinels(_get(settings, SENTINELS_SETTING))
+        # Checked before REDIS_HOST/PORT/DB join them: the keys are the user's.
+        redisargs.check("REDIS_PARAMS", params, redisargs.sentinel_master() if sentinels
+                        else redisargs.cluster() if cluster
+                        else redisargs.from_url(url) if url else redisargs.client(redis_cls))
+        params.update(_address(settings))
         master = _get(settings, SENTINEL_MASTER_SETTING)
         sentinel_params = parse_dict("BLOOMDUPE_SENTINEL_PARAMS",
                                      settings.get("BLOOMDUPE_SENTINEL_PARAMS"))
+        redisargs.check("BLOOMDUPE_SENTINEL_PARAMS", sentinel_params, redisargs.sentinels())
         password = _get(settings, "BLOOMDUPE_SENTINEL_PASSWORD")
         if password is not None:
+            if not isinstance(password, (str, int)) or isinstance(password, bool):
+                raise ConfigError("BLOOMDUPE_SENTINEL_PASSWORD", password,
+                                  f"must be a string, not {type(password).__name__}")
             sentinel_params["password"] = str(password)
         if sentinels:
             if cluster:
@@ -431,7 +443,25 @@ class RedisSettings:
                               f"{SENTINEL_MASTER_SETTING}, BLOOMDUPE_SENTINEL_PASSWORD or "
                               "BLOOMDUPE_SENTINEL_PARAMS is set")
         return cls(url, params, redis_cls, cluster, wait_replicas(settings), sentinels,
-                   master if sentinels else None, sentinel_params)
+                   master if sentinels else None, sentinel_params, url_setting)
+
+
+def _address(settings: BaseSettings) -> dict[str, Any]:
+    """scrapy-redis's ``REDIS_HOST``, ``REDIS_PORT`` and ``REDIS_DB``, those set."""
+    out: dict[str, Any] = {}
+    host = settings.get("REDIS_HOST")
+    if host:
+        if not isinstance(host, str) or any(c in host for c in "@/"):
+            raise ConfigError("REDIS_HOST", host, "must be a host name or address; put a "
+                              "URL, with any user and password, in REDIS_URL")
+        out["host"] = host
+    if settings.get("REDIS_PORT"):
+        out["port"] = parse_int("REDIS_PORT", settings.get("REDIS_PORT"))
+        if out["port"] > 65535:
+            raise ConfigError("REDIS_PORT", out["port"], "must be a port, 1-65535")
+    if settings.get("REDIS_DB"):
+        out["db"] = parse_int("REDIS_DB", settings.get("REDIS_DB"), minimum=0)
+    return out
 
 
 def parse_sentinels(value: Any) -> tuple[tuple[str, int], ...]:
@@ -464,8 +494,9 @@ def _sentinel_address(item: Any) -> tuple[str, int]:
         host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]
     else:
         raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port"')
-    if not isinstance(host, str) or not host.strip():
-        raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port"')
+    if not isinstance(host, str) or not host.strip() or any(c in host for c in "@/"):
+        raise ConfigError(SENTINELS_SETTING, item, 'each sentinel must be "host:port" (a '
+                          "password goes in BLOOMDUPE_SENTINEL_PASSWORD)")
     try:
         number = int(port)
     except (TypeError, ValueError):
@@ -490,7 +521,7 @@ def parse_dict(name: str, value: Any) -> dict[str, Any]:
         value = value.copy_to_dict()
     if not isinstance(value, dict):
         raise ConfigError(name, value, "must be a dict (or a JSON object) of redis client "
-                          "arguments")
+                          f"arguments, not {type(value).__name__}")
     return dict(value)
 
 
@@ -507,8 +538,8 @@ def _load_class(value: Any) -> Any:
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError("REDIS_PARAMS", {"redis_cls": value},
-                          f"cannot be imported ({e})") from None
+        raise ConfigError("REDIS_PARAMS", None,
+                          f"its redis_cls cannot be imported ({e})") from None
 
 
 def wait_replicas(settings: BaseSettings) -> int | None:

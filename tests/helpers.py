@@ -292,3 +292,38 @@ class FeedSpider(RedisSpider):
         yield {"url": response.url}
         yield from response.follow_all(css="a")
 '''
+
+
+# -- bad values of every setting (scrapy_bloomdupe.settingstable) ---------------------------
+
+#: In every bad value of a setting that may hold one: never to be shown.
+BAD_PASSWORD = "Hunter2-Zq8v"
+_PW = BAD_PASSWORD
+
+#: Bad values by kind of setting, as ``-s NAME=VALUE`` gives them (strings).
+BAD_BY_KIND: dict[str, tuple[str, ...]] = {
+    "whole number": ("abc",),
+    "number": ("abc",),
+    "bool": ("maybe",),
+    "choice": ("bogus",),
+    "key template": ("%(name)s",),
+    "string": ("mymaster",),  # a master without sentinels
+    "URL": (f"http://:{_PW}@127.0.0.1:6379/0", f"redis//:{_PW}@127.0.0.1/0"),
+    "host": (f"redis://:{_PW}@127.0.0.1",),
+    "client arguments": (
+        f'{{"password": "{_PW}", socket_timeout: 3}}',  # not JSON
+        f'{{"password": "{_PW}", "socket_timeout": "3s"}}',  # a wrong type
+        f'{{"pasword": "{_PW}"}}',  # an unknown key
+        f'["password", "{_PW}"]',  # not an object
+    ),
+    "password": (_PW,),  # without sentinels
+    "sentinels": (f"redis://:{_PW}@127.0.0.1:26379", f":{_PW}@127.0.0.1:26379"),
+    "port": ("94x0",),
+}
+#: Where a setting's kind has no bad value that fits it (a host to listen on).
+BAD_BY_NAME: dict[str, tuple[str, ...]] = {"BLOOMDUPE_METRICS_HOST": ("",)}
+
+
+def bad_values(name: str, kind: str) -> tuple[str, ...]:
+    """Bad values of the setting ``name`` (of ``kind``, its row in the settings table)."""
+    return BAD_BY_NAME.get(name) or BAD_BY_KIND[kind]

@@ -37,9 +37,9 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError
+from scrapy_bloomdupe.redaction import redacted
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.testing import RedisServer, free_port, redisbloom_module
-from scrapy_bloomdupe.transport.diagnose import redacted
 
 ADMIN_PASSWORD = "admin-Pw-7f3a9c1e"
 USER = "crawler"

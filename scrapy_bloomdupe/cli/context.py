@@ -24,9 +24,10 @@ from .. import connection, fingerprint, keys, migrate, sizing
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..exceptions import BloomDupeError, ConfigError
+from ..redaction import redacted
 from ..settings import DEFAULTS, FINGERPRINT_MODES, BloomDupeConfig, RedisSettings
 from ..transport.cluster import is_cluster
-from ..transport.diagnose import describe, redacted
+from ..transport.diagnose import describe
 from ..transport.sentinel import is_sentinel_client
 from .output import emit_json
 

@@ -19,6 +19,7 @@ retry layer (:mod:`.outage`).
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -29,9 +30,10 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import ConfigError
+from ..redaction import scrub, split_userinfo
 from . import sentinel
 from .cluster import default_retry
-from .diagnose import cluster_start_error, redacted, url_problem
+from .diagnose import cluster_start_error, url_problem
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -89,20 +91,36 @@ def build(config: RedisSettings) -> Redis | RedisCluster:
     """A new client: a ``RedisCluster`` in cluster mode, else ``redis_cls`` or ``redis.Redis``."""
     url, params = config.url, client_params(config)
     if url and (problem := url_problem(url)):
-        raise ConfigError("REDIS_URL", redacted(url), problem)
+        raise ConfigError(config.url_setting, url, problem)
     if config.sentinels:
         return sentinel.build(config, params)
     if config.cluster:
         return _cluster_client(url, params, config.redis_cls or RedisClusterClient,
-                               user_retry="retry" in config.params)
+                               user_retry="retry" in config.params,
+                               url_setting=config.url_setting)
     redis_cls: Any = config.redis_cls or redis.Redis
     try:
         if url:
             return redis_cls.from_url(url, **params)  # type: ignore[no-any-return]
         return redis_cls(**params)  # type: ignore[no-any-return]
     except ValueError as e:
-        shown = redacted(url) if url else repr(params.get("host", "localhost"))
-        raise ConfigError("REDIS_URL", shown, str(e)) from None
+        if url:
+            raise ConfigError(config.url_setting, url, scrub(str(e), *secrets(url, params))
+                              ) from None
+        raise ConfigError("REDIS_PARAMS", None, scrub(str(e), *secrets(url, params))) from None
+    except TypeError as e:  # what redisargs could not see: a redis_cls of the user's
+        raise ConfigError("REDIS_PARAMS", None, "the client refused its arguments ("
+                          f"{scrub(str(e), *secrets(url, params))})") from None
+
+
+def secrets(url: str | None, params: dict[str, Any]) -> list[Any]:
+    """The passwords in ``url`` and ``params``: what an error of redis-py's must not show."""
+    found = [params.get("password"), params.get("ssl_password")]
+    if url:
+        with suppress(ValueError):
+            found.append(urlsplit(url).password)
+        found.append(split_userinfo(url)[1])
+    return found
 
 
 def cluster_params(params: dict[str, Any], *, user_retry: bool = False) -> dict[str, Any]:
@@ -134,7 +152,7 @@ def cluster_params(params: dict[str, Any], *, user_retry: bool = False) -> dict[
 
 
 def _cluster_client(url: str | None, params: dict[str, Any], redis_cls: Any, *,
-                    user_retry: bool) -> RedisCluster:
+                    user_retry: bool, url_setting: str = "REDIS_URL") -> RedisCluster:
     params = cluster_params(params, user_retry=user_retry)
     if not url:  # as redis.Redis(): localhost:6379 unless REDIS_HOST / REDIS_PORT say
         params.setdefault("host", "localhost")
@@ -152,6 +170,9 @@ def _cluster_client(url: str | None, params: dict[str, Any], redis_cls: Any, *,
             return redis_cls.from_url(url, **params)  # type: ignore[no-any-return]
         return redis_cls(**params)  # type: ignore[no-any-return]
     except ValueError as e:
-        raise ConfigError("REDIS_URL", where, str(e)) from None
+        raise ConfigError(url_setting, where, scrub(str(e), *secrets(url, params))) from None
+    except TypeError as e:
+        raise ConfigError("REDIS_PARAMS", None, "the cluster client refused its arguments ("
+                          f"{scrub(str(e), *secrets(url, params))})") from None
     except RedisClusterException as e:
         raise cluster_start_error(where, e) from None

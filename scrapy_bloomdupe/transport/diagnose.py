@@ -1,8 +1,8 @@
 """Looking at a Redis before using it, and saying clearly what is wrong with it.
 
-Where a client points (without credentials), a ping that turns what a user can
-fix into one clear error, the server's mode, a persistence warning, and the
-one error for a cluster client that could not start.
+Where a client points (without credentials: :func:`~..redaction.redacted`), a
+ping that turns what a user can fix into one clear error, the server's mode, a
+persistence warning, and the one error for a cluster client that could not start.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from redis.sentinel import MasterNotFoundError
 
 from .. import keys
 from ..exceptions import BloomDupeError, ConfigError
+from ..redaction import AUTHORITY_ENDS, redacted, scrub, split_userinfo
 from ..settings import CLUSTER_SETTING, SENTINEL_MASTER_SETTING, SENTINELS_SETTING
 from . import sentinel
 from .cluster import is_cluster
@@ -29,64 +30,6 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
 logger = logging.getLogger(__name__)
-
-_SECRET_QUERY = "password"
-#: Characters that end a URL's authority (``user:password@host:port``) for a URL parser.
-_AUTHORITY_ENDS = "/?#"
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(.*)", re.DOTALL)
-
-
-def _split(url: str) -> tuple[str, str | None, str]:
-    """``url`` as ``scheme://``, user info, the rest, reading the user info up to the
-    *last* ``@``: what a person who wrote a password with ``/``, ``?`` or ``#`` in it
-    meant (a URL parser, redis-py's included, stops the authority at the first of
-    them). User info None when there is no ``@``."""
-    match = _SCHEME.fullmatch(url)
-    prefix, body = match.groups() if match else ("", url)
-    if "@" not in body:
-        return prefix, None, body
-    userinfo, _, rest = body.rpartition("@")
-    return prefix, userinfo, rest
-
-
-def _redact_query(rest: str) -> str:
-    """``rest`` (host, path, query, fragment) with a ``?password=`` value and everything
-    after it, and any fragment, replaced by ``***``.
-
-    Everything after the value goes too: a password holding ``&`` or ``#`` ends
-    up, in part, in the next parameter or the fragment.
-    """
-    head, sep, query = rest.partition("?")
-    if sep:
-        params = query.split("&")
-        for i, param in enumerate(params):
-            name = param.split("=", 1)[0]
-            if name.split("#", 1)[0].strip().lower() == _SECRET_QUERY:
-                return head + sep + "&".join([*params[:i], f"{_SECRET_QUERY}=***"])
-        rest = head + sep + query
-    if "#" in rest:
-        rest = rest.split("#", 1)[0] + "#***"
-    return rest
-
-
-def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, whatever characters it holds.
-
-    The password is what lies between the user name's ``:`` and the last
-    ``@`` (so an unencoded ``#``, ``/``, ``?`` or ``@`` in it is hidden too, as
-    much as any URL parser would show), or a ``?password=`` value to the end of
-    the URL. A fragment (``#...``) is hidden too.
-    """
-    prefix, userinfo, rest = _split(url)
-    rest = _redact_query(rest)
-    if userinfo is None:
-        return prefix + rest
-    user, colon, _ = userinfo.partition(":")
-    if any(c in user for c in _AUTHORITY_ENDS):
-        return f"{prefix}***@{rest}"
-    if colon:
-        return f"{prefix}{user}:***@{rest}"
-    return f"{prefix}{userinfo}@{rest}"
 
 
 def url_problem(url: str) -> str | None:
@@ -99,8 +42,8 @@ def url_problem(url: str) -> str | None:
     refused before it is used, so no part of its password can be shown as a host
     or a port.
     """
-    _, userinfo, _ = _split(url)
-    if userinfo is None or not any(c in userinfo for c in _AUTHORITY_ENDS):
+    _, userinfo, _ = split_userinfo(url)
+    if userinfo is None or not any(c in userinfo for c in AUTHORITY_ENDS):
         return None
     try:
         netloc = urlsplit(url).netloc
@@ -122,9 +65,10 @@ def describe(client: Redis | RedisCluster) -> str:
         return sentinel.describe(client)
     kwargs = getattr(client, "connection_pool", None)
     kw = kwargs.connection_kwargs if kwargs is not None else {}
+    # redacted: a host written as a URL with its password (REDIS_HOST = "u:pw@h")
     if "path" in kw:
-        return f"unix://{kw['path']}"
-    return f"{kw.get('host', '?')}:{kw.get('port', '?')} db {kw.get('db', 0)}"
+        return redacted(f"unix://{kw['path']}")
+    return redacted(f"{kw.get('host', '?')}:{kw.get('port', '?')} db {kw.get('db', 0)}")
 
 
 def _describe_cluster(client: Any) -> str:
@@ -192,6 +136,13 @@ def check(client: Redis | RedisCluster) -> None:
         ) from None
     except RedisClusterException as e:
         raise BloomDupeError(f"Redis Cluster at {where} cannot be used: {e}") from None
+    except (TypeError, ValueError) as e:  # an argument redis-py took but cannot use
+        pool = getattr(client, "connection_pool", None)
+        kw = getattr(pool, "connection_kwargs", {})
+        text = scrub(str(e), kw.get("password"), kw.get("ssl_password"))
+        raise ConfigError("REDIS_PARAMS", None, f"redis-py cannot connect with these client "
+                          f"arguments ({type(e).__name__}: {text}); check their names and "
+                          "types") from None
     mode = None if is_cluster(client) else server_mode(client)
     if mode == "cluster":
         raise not_a_cluster_client(where)

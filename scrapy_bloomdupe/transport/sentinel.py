@@ -264,9 +264,9 @@ def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
     for name in _ADDRESS_PARAMS:
         if name in kwargs:
             setting = {"host": "REDIS_HOST", "port": "REDIS_PORT"}.get(name, "REDIS_PARAMS")
-            raise ConfigError(setting, kwargs[name] if setting != "REDIS_PARAMS" else
-                              {name: "..."}, f"cannot be used with {SENTINELS_SETTING}: the "
-                              "sentinels say where the master is")
+            raise ConfigError(setting, kwargs[name] if setting != "REDIS_PARAMS" else None,
+                              f"{name} cannot be used with {SENTINELS_SETTING}: the "
+                              "sentinels say where the master is; remove it")
     if config.url:
         kwargs = {**url_params(config.url), **kwargs}
     sentinel_kwargs = {"socket_timeout": SENTINEL_SOCKET_TIMEOUT,
@@ -287,7 +287,7 @@ def url_params(url: str) -> dict[str, Any]:
     try:
         parsed = parse_url(url)
     except ValueError as e:
-        raise ConfigError("REDIS_URL", "(hidden)", str(e)) from None
+        raise ConfigError("REDIS_URL", url, str(e)) from None
     out = {name: parsed[name] for name in ("username", "password", "db") if name in parsed}
     connection_class = parsed.get("connection_class")
     if isinstance(connection_class, type) and issubclass(connection_class, SSLConnection):
