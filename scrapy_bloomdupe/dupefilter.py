@@ -26,6 +26,7 @@ from .bloom.filter import BloomFilter
 from .bloom.lua import LuaEngine
 from .exceptions import BloomDupeError, FilterFullError, FilterLostError
 from .frontier.queue import PriorityQueue
+from .persistence import CLEAR, KEEP_IF_FINISHED, keeps_filter
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.link import link_to
@@ -85,6 +86,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.base_fingerprinter = fingerprinter
         self.debug = debug
         self.persist = persist
+        #: The dupefilter alone without JOBDIR (:mod:`.persistence`): a crawl that stops
+        #: before its end deletes the filter, lest its queued requests be skipped.
+        self.keep_if_finished = False
         self.stats = stats
         self.outage = outage or OutageGuard(0, describe(bloom.client))
         # The filter waits outages out around each round trip, so that a retry
@@ -149,7 +153,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 f"cannot be read ({type(e).__name__}: {e}); `bloomdupe info --key {key}` names "
                 "the damaged fields. Restore them, or use another BLOOMDUPE_KEY."
             ) from None
-        persist = crawler.settings.getbool("SCHEDULER_PERSIST")
+        keep = keeps_filter(crawler.settings)
+        persist = keep != CLEAR
         if persist:
             warn_if_not_durable(client)
         instance = cls(
@@ -164,6 +169,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             stats_interval=config.stats_interval,
             crawler=crawler,
         )
+        instance.keep_if_finished = keep == KEEP_IF_FINISHED
         if cls.request_fingerprint is not RedisBloomDupeFilter.request_fingerprint:
             # Overridden, as scrapy-redis projects do (scrapy-splash): honoured.
             instance.fingerprinter = fingerprint.MethodFingerprinter(
@@ -537,11 +543,18 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.bloom.clear(finished=True)
 
     def close(self, reason: str = "", *, clear: bool | None = None) -> None:
-        """Write the final figures; delete the filter when ``clear`` (by default, when
-        ``SCHEDULER_PERSIST`` is off: the scheduler decides for a shared crawl)."""
+        """Write the final figures; delete the filter when ``clear`` (by default, as
+        :mod:`.persistence` says: the scheduler decides for a shared crawl)."""
         self.closed = True
         if clear is None:
             clear = not self.persist and self.failure is None
+            if self.keep_if_finished and reason != FINISHED and self.failure is None:
+                clear = True
+                logger.warning(
+                    "The crawl stopped before its end (%s) and Scrapy's scheduler keeps its "
+                    "queue only with JOBDIR: the Bloom filter %s is deleted, so that the "
+                    "requests still queued are not skipped next run (every page will be "
+                    "fetched again). Set JOBDIR to resume a crawl", reason, self.bloom.key)
         try:
             # After an error stop, only this worker's own figures (Redis may be gone).
             self.update_stats(with_fill=self.failure is None)

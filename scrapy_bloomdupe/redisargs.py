@@ -152,13 +152,19 @@ def sentinels() -> Target:
 # -- types ---------------------------------------------------------------------------------
 
 
-def _annotations() -> dict[str, inspect.Parameter]:
-    """Every argument redis-py's constructors name, with its best-annotated parameter
-    (``redis.Redis`` first: its annotations are the fullest)."""
+def _annotations() -> dict[str, list[inspect.Parameter]]:
+    """Every argument redis-py's constructors name, with each constructor's parameter of
+    that name (``redis.Redis``'s first: its annotations are the fullest). A value any of
+    them takes passes: ``retry=None`` is no ``Retry`` to ``redis.Redis`` but is to a
+    connection."""
     classes = (redis.Redis, redis.connection.SSLConnection,
                redis.connection.UnixDomainSocketConnection, redis.connection.ConnectionPool,
                redis.cluster.RedisCluster, redis.sentinel.SentinelConnectionPool)
-    return _parameters(*(init for cls in classes for init in _inits(cls)))
+    out: dict[str, list[inspect.Parameter]] = {}
+    for init in (init for cls in classes for init in _inits(cls)):
+        for name, parameter in _parameters(init).items():
+            out.setdefault(name, []).append(parameter)
+    return out
 
 
 _KNOWN = _annotations()
@@ -199,7 +205,7 @@ def _expected(parameter: inspect.Parameter) -> list[Any] | None:
     if kinds is None and parameter.annotation is inspect.Parameter.empty:
         default = parameter.default
         if isinstance(default, (bool, int, float, str)):
-            kinds = [type(default), type(None)]
+            kinds = [type(default)]
     return kinds
 
 
@@ -251,8 +257,10 @@ def check(setting: str, params: dict[str, Any], target: Target) -> None:
                 hint += target.ssl_hint
             raise ConfigError(setting, None, f"{key!r} is not an argument of {target.name}"
                               f"{hint}; correct its name or remove it")
-        parameter = _KNOWN.get(key)
-        kinds = None if parameter is None else _expected(parameter)
-        if kinds is not None and not any(_fits(key, value, kind) for kind in kinds):
+        kinds: list[Any] | None = []
+        for parameter in _KNOWN.get(key, ()):
+            more = _expected(parameter)
+            kinds = None if more is None or kinds is None else kinds + more
+        if kinds and not any(_fits(key, value, kind) for kind in kinds):
             raise ConfigError(setting, None, f"{key!r} must be {_describe(key, kinds)}, not "
                               f"{type(value).__name__} (an argument of {target.name})")

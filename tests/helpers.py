@@ -1,5 +1,5 @@
 """What several test files need: paths, a demo spider, fingerprints, cluster clients, a
-pool of spawned workers.
+pool of spawned workers, bad values of every setting and a crawl that cannot start.
 
 Importable as ``helpers`` from every test directory (``pythonpath = ["tests"]`` in
 pyproject.toml), also in the worker processes the tests spawn (they inherit
@@ -29,6 +29,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # -- paths ------------------------------------------------------------------------------
@@ -327,3 +328,32 @@ BAD_BY_NAME: dict[str, tuple[str, ...]] = {"BLOOMDUPE_METRICS_HOST": ("",)}
 def bad_values(name: str, kind: str) -> tuple[str, ...]:
     """Bad values of the setting ``name`` (of ``kind``, its row in the settings table)."""
     return BAD_BY_NAME.get(name) or BAD_BY_KIND[kind]
+
+
+# -- a crawl that cannot start -------------------------------------------------------------
+
+
+def example_crawl(redis_url: str, *settings: str) -> subprocess.CompletedProcess[str]:
+    """``scrapy crawl site -s ...`` in the example project (its site is not running: a
+    crawl that starts would fail on the first page, not at start)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(REDIS_URL=redis_url, DEMO_SITE_URL=f"http://127.0.0.1:{free_port()}/")
+    args = [a for s in settings for a in ("-s", s)]
+    return subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", *args],
+                          cwd=EXAMPLE_PROJECT, capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def assert_start_error_line(result: subprocess.CompletedProcess[str], says: str) -> str:
+    """``result`` (of :func:`example_crawl`) exited 1 with one CRITICAL line that says
+    ``says``, and nothing else at ERROR or above, no traceback; its output."""
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    lines = [line for line in output.splitlines() if "CRITICAL" in line or "ERROR" in line]
+    assert len(lines) == 1, output
+    assert "[scrapy_bloomdupe] CRITICAL: Cannot start the crawl: " in lines[0], output
+    assert says in lines[0], output
+    for noise in ("Traceback", "Engine slot not assigned", "Task exception was never retrieved",
+                  "During handling"):
+        assert noise not in output, output
+    return output

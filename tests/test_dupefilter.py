@@ -122,6 +122,31 @@ def test_close_honours_scheduler_persist(redis_url: str, client: redis.Redis,
     assert stats["bloomdupe/estimated_items"] == 1
 
 
+@pytest.mark.parametrize(("settings", "reason", "kept"), [
+    # The dupefilter alone (Scrapy's own scheduler): kept as a JOBDIR's requests.seen...
+    ({}, "finished", True),
+    # ... but not after a crawl stopped early without JOBDIR: its queue is gone.
+    ({}, "shutdown", False),
+    ({"JOBDIR": "crawls/1"}, "shutdown", True),
+    ({"SCHEDULER_PERSIST": False}, "finished", False),
+    ({"SCHEDULER_PERSIST": "True"}, "shutdown", True),
+    # A shared queue: SCHEDULER_PERSIST, off by default as in scrapy-redis.
+    ({"SCHEDULER": "scrapy_redis.scheduler.Scheduler"}, "finished", False),
+])
+def test_what_the_dupefilter_alone_keeps(redis_url: str, client: redis.Redis,
+                                         caplog: pytest.LogCaptureFixture,
+                                         settings: dict[str, object], reason: str,
+                                         kept: bool) -> None:
+    crawler = crawler_for(redis_url, **settings)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    df.request_seen(Request("http://a.example/"))
+    with caplog.at_level(logging.WARNING):
+        df.close(reason)
+    assert bool(client.exists("demo:bloomdupe:meta")) is kept
+    assert ("Set JOBDIR to resume" in caplog.text) is (reason != "finished" and not kept)
+    client.delete(*client.keys("*"))
+
+
 def test_warns_when_persisting_into_a_redis_without_persistence(
         redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):

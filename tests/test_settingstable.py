@@ -4,7 +4,8 @@ Driven by :data:`scrapy_bloomdupe.settingstable.SETTINGS`: each row's bad values
 (by its kind, ``helpers.bad_values``) go through the row's parser, the one the
 crawl calls, and the error through the line a crawl shows
 (:func:`~scrapy_bloomdupe.connection.start_error_line`). The same walk with real
-``scrapy crawl`` processes is in ``e2e/test_start_errors.py``.
+``scrapy crawl`` processes is in ``e2e/test_start_errors.py`` (slow); three of its
+crawls run here, in the fast lane: the two of issue 37 and a URL.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import traceback
 from pathlib import Path
 
 import pytest
-from helpers import BAD_PASSWORD, bad_values
+from helpers import BAD_PASSWORD, assert_start_error_line, bad_values, example_crawl
 from scrapy.settings import Settings
 
 from scrapy_bloomdupe.connection import start_error_line
@@ -96,3 +97,18 @@ def test_what_a_bad_redis_setting_says(name: str, value: str, says: str) -> None
 def test_what_redis_py_takes_passes(params: dict[str, object], settings: dict[str, object]
                                     ) -> None:
     check(Settings({"REDIS_PARAMS": params, **settings}))
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    pytest.param("REDIS_PARAMS", bad_values("REDIS_PARAMS", "client arguments")[0],
+                 "REDIS_PARAMS: is not valid JSON", id="params-json"),
+    pytest.param("REDIS_PARAMS", bad_values("REDIS_PARAMS", "client arguments")[1],
+                 "REDIS_PARAMS: 'socket_timeout' must be a number or None, not str",
+                 id="params-type"),
+    pytest.param("REDIS_URL", bad_values("REDIS_URL", "URL")[0],
+                 "REDIS_URL='http://:***@127.0.0.1:6379/0': must be a URL", id="url"),
+])
+def test_a_real_crawl_shows_one_line_without_the_password(redis_url: str, name: str,
+                                                          value: str, says: str) -> None:
+    output = assert_start_error_line(example_crawl(redis_url, f"{name}={value}"), says)
+    assert BAD_PASSWORD not in output, output

@@ -239,7 +239,8 @@ def warn_if_not_durable(client: Redis | RedisCluster) -> None:
         return  # a cluster client answers per node
     if str(config.get("appendonly")) in ("no", "b'no'") and not config.get("save"):
         logger.warning(
-            "SCHEDULER_PERSIST is on but Redis keeps nothing on disk (appendonly no, no save "
+            "The filter is kept for the next run (SCHEDULER_PERSIST, or the dupefilter "
+            "alone) but Redis keeps nothing on disk (appendonly no, no save "
             "points): a Redis restart forgets the filter and the queue, and the crawl stops "
             "(it cannot resume) and must start over. Turn on AOF (appendonly yes) or RDB "
             "snapshots."

@@ -1,9 +1,11 @@
-"""A crawl that cannot start says why in one line and exits non-zero: real ``scrapy crawl``.
+"""A crawl that cannot start says why in one line and exits 1: real ``scrapy crawl``.
 
-``scrapy crawl site`` in ``example_project`` with a setting that cannot work, a
-refused password, an unreachable Redis and a password that redis-py would
-misread: exit status 1, the error's one line (CRITICAL), no traceback, no
-"Engine slot not assigned", and no part of the password anywhere.
+``scrapy crawl site`` in ``example_project`` with a setting that cannot work (a
+bad value of every setting of the settings table: a few in the fast lane, all
+with ``slow``), a refused password, an unreachable Redis and a password that
+redis-py would misread: exit status 1, the error's one line (CRITICAL) naming
+the setting, no traceback, no "Engine slot not assigned", and no part of the
+password anywhere.
 """
 
 from __future__ import annotations
@@ -11,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
-from helpers import EXAMPLE_PROJECT
+from helpers import BAD_PASSWORD, assert_start_error_line, bad_values, example_crawl
 
 from scrapy_bloomdupe.connection import StartErrorFilter
 from scrapy_bloomdupe.exceptions import ConfigError
+from scrapy_bloomdupe.settingstable import SETTINGS
 from scrapy_bloomdupe.testing import RedisServer, free_port
 
 #: A password with every character that ends a URL's host part, in distinctive pieces.
@@ -35,61 +36,85 @@ def auth_redis() -> Iterator[RedisServer]:
         yield server
 
 
-def crawl(redis_url: str, *settings: str) -> subprocess.CompletedProcess[str]:
-    """``scrapy crawl site -s ...`` in the example project (its site is not running: a
-    crawl that starts would fail on the first page, not at start)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(REDIS_URL=redis_url, DEMO_SITE_URL=f"http://127.0.0.1:{free_port()}/")
-    args = [a for s in settings for a in ("-s", s)]
-    return subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", *args],
-                          cwd=EXAMPLE_PROJECT, capture_output=True, text=True, timeout=120,
-                          env=env)
-
-
-def assert_one_line(result: subprocess.CompletedProcess[str], says: str) -> str:
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    lines = [line for line in output.splitlines() if "CRITICAL" in line or "ERROR" in line]
-    assert len(lines) == 1, output
-    assert "[scrapy_bloomdupe] CRITICAL: Cannot start the crawl: " in lines[0], output
-    assert says in lines[0], output
-    for noise in ("Traceback", "Engine slot not assigned", "Task exception was never retrieved",
-                  "During handling"):
-        assert noise not in output, output
-    return output
-
-
 @pytest.mark.parametrize(("setting", "says"), [
     ("BLOOMDUPE_CAPACITY=abc", "BLOOMDUPE_CAPACITY='abc': must be a whole number"),
     ("BLOOMDUPE_ERROR_RATE=2", "BLOOMDUPE_ERROR_RATE='2': must be in (0, 1)"),
     ("BLOOMDUPE_ON_OUTAGE=retry", "BLOOMDUPE_ON_OUTAGE='retry': must be one of close, allow"),
 ])
 def test_a_bad_setting_is_one_line(redis_url: str, setting: str, says: str) -> None:
-    assert_one_line(crawl(redis_url, setting), says)
+    assert_start_error_line(example_crawl(redis_url, setting), says)
 
 
 def test_a_bad_setting_read_by_the_addon_is_one_line(redis_url: str) -> None:
-    result = crawl(redis_url, 'ADDONS={"scrapy_bloomdupe.addon.BloomDupeAddon": 100}',
+    result = example_crawl(redis_url, 'ADDONS={"scrapy_bloomdupe.addon.BloomDupeAddon": 100}',
                    "BLOOMDUPE_SCHEDULER=maybe")
-    assert_one_line(result, "BLOOMDUPE_SCHEDULER='maybe': must be true or false")
+    assert_start_error_line(result, "BLOOMDUPE_SCHEDULER='maybe': must be true or false")
+
+
+ADDON = 'ADDONS={"scrapy_bloomdupe.addon.BloomDupeAddon": 100}'
+
+
+def _walk() -> list[Any]:
+    """A bad value of every setting of the table (``tests/test_settingstable.py`` runs a
+    few of them in the fast lane)."""
+    return [pytest.param(setting.name, value, id=f"{setting.name}-{i}")
+            for setting in SETTINGS.values()
+            for i, value in enumerate(bad_values(setting.name, setting.kind))]
+
+
+@pytest.mark.parametrize(("name", "value"), _walk())
+def test_a_bad_value_of_each_setting_is_one_line(redis_url: str, name: str, value: str
+                                                 ) -> None:
+    output = assert_start_error_line(example_crawl(redis_url, ADDON, f"{name}={value}"), name)
+    assert BAD_PASSWORD not in output, output
+
+
+#: The password in a setting of each kind that holds one (PORT: the Redis's port).
+PASSWORD_SETTINGS = {
+    "params": (f'REDIS_PARAMS={{"password": "{BAD_PASSWORD}"}}',),
+    "params-user": (f'REDIS_PARAMS={{"username": "u", "password": "{BAD_PASSWORD}"}}',),
+    "url": (f"BLOOMDUPE_REDIS_URL=redis://:{BAD_PASSWORD}@127.0.0.1:PORT/0",),
+}
+
+
+@pytest.mark.parametrize("case", list(PASSWORD_SETTINGS))
+def test_a_password_refused_is_never_shown(auth_redis: RedisServer, case: str) -> None:
+    settings = [s.replace("PORT", str(auth_redis.port)) for s in PASSWORD_SETTINGS[case]]
+    output = assert_start_error_line(example_crawl(auth_redis.url, ADDON, *settings),
+                                     "refused the credentials")
+    assert BAD_PASSWORD not in output, output
+
+
+@pytest.mark.parametrize("case", ["params", "url", "sentinel", "cluster"])
+def test_an_unreachable_redis_never_shows_a_password(case: str) -> None:
+    port = free_port()
+    settings = {
+        "sentinel": (f"BLOOMDUPE_SENTINELS=127.0.0.1:{port}", "BLOOMDUPE_SENTINEL_MASTER=m",
+                     f"BLOOMDUPE_SENTINEL_PASSWORD={BAD_PASSWORD}",
+                     f'BLOOMDUPE_SENTINEL_PARAMS={{"username": "{BAD_PASSWORD}"}}'),
+        "cluster": ("BLOOMDUPE_REDIS_CLUSTER=True", *PASSWORD_SETTINGS["params"]),
+    }.get(case) or tuple(s.replace("PORT", str(port)) for s in PASSWORD_SETTINGS[case])
+    output = assert_start_error_line(example_crawl(f"redis://127.0.0.1:{port}/0", ADDON, *settings),
+                             f"127.0.0.1:{port}")
+    assert BAD_PASSWORD not in output, output
 
 
 def test_a_refused_password_is_one_line(auth_redis: RedisServer) -> None:
-    output = assert_one_line(crawl(f"redis://:Wrong-pw-1234@127.0.0.1:{auth_redis.port}/0"),
+    output = assert_start_error_line(example_crawl(f"redis://:Wrong-pw-1234@127.0.0.1:{auth_redis.port}/0"),
                              "refused the credentials")
     assert "Wrong-pw-1234" not in output
 
 
 def test_an_unreachable_redis_is_one_line() -> None:
     port = free_port()
-    assert_one_line(crawl(f"redis://:Secret-pw-1234@127.0.0.1:{port}/0"),
+    assert_start_error_line(example_crawl(f"redis://:Secret-pw-1234@127.0.0.1:{port}/0"),
                     f"Cannot reach Redis at 127.0.0.1:{port}")
 
 
 def test_a_password_redis_py_would_misread_is_refused_without_showing_it(
         auth_redis: RedisServer) -> None:
     url = f"redis://crawler:{PASSWORD}@127.0.0.1:{auth_redis.port}/0"
-    output = assert_one_line(crawl(url), f"REDIS_URL='redis://crawler:***@127.0.0.1:"
+    output = assert_start_error_line(example_crawl(url), f"REDIS_URL='redis://crawler:***@127.0.0.1:"
                                          f"{auth_redis.port}/0': the user name or password "
                                          "holds '/', '?' or '#' unencoded")
     assert "Percent-encode" in output
@@ -100,7 +125,7 @@ def test_a_password_redis_py_would_misread_is_refused_without_showing_it(
 def test_the_same_password_percent_encoded_is_used(auth_redis: RedisServer) -> None:
     """Encoded, it gets in: the crawl starts (and then fails on the site, which is not up)."""
     url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{auth_redis.port}/0"
-    result = crawl(url, "BLOOMDUPE_DONE_GRACE=0.5", "RETRY_ENABLED=False",
+    result = example_crawl(url, "BLOOMDUPE_DONE_GRACE=0.5", "RETRY_ENABLED=False",
                    "SCHEDULER_PERSIST=False")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output

@@ -1,0 +1,71 @@
+"""The dupefilter alone (the add-on with ``BLOOMDUPE_SCHEDULER = False``: Scrapy's own
+scheduler): its filter outlives the crawl as a ``JOBDIR``'s ``requests.seen`` does.
+
+Real consecutive ``scrapy runspider`` crawls of the demo site, no project settings
+(so no ``SCHEDULER_PERSIST`` but the test's): the second fetches nothing the
+first fetched; ``SCHEDULER_PERSIST = False`` deletes the filter at close, and the
+crawl after that fetches every page again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import redis
+from helpers import start_runspider, take_fetches, wait_workers
+
+PAGES = 60
+
+SPIDER = '''
+import scrapy
+
+
+class OneMachineSpider(scrapy.Spider):
+    name = "onemachine"
+    custom_settings = {
+        "ADDONS": {"scrapy_bloomdupe.addon.BloomDupeAddon": 100},
+        "BLOOMDUPE_SCHEDULER": False,
+        "BLOOMDUPE_CAPACITY": 10_000,
+    }
+
+    async def start(self):
+        yield scrapy.Request(self.settings["DEMO_SITE_URL"])
+
+    def parse(self, response):
+        yield from response.follow_all(css="a")
+'''
+
+
+def test_the_filter_outlives_the_crawl_as_a_jobdir(durable_redis: str, site: Any,
+                                                   tmp_path: Path) -> None:
+    spider = tmp_path / "onemachine.py"
+    spider.write_text(SPIDER)
+    client = redis.Redis.from_url(durable_redis)
+
+    def crawl(run: int, **settings: str) -> str:
+        logs = tmp_path / f"run-{run}"
+        logs.mkdir()
+        processes = start_runspider(spider, logs, 1, {
+            "REDIS_URL": durable_redis, "DEMO_SITE_URL": site.url, **settings})
+        [code] = wait_workers(processes, timeout=90)
+        log = (logs / "worker-0.log").read_text()
+        assert code == 0, log[-3000:]
+        for bad in ("Traceback", "] ERROR:", "] CRITICAL:"):
+            assert bad not in log, log[-3000:]
+        return log
+
+    crawl(1)
+    assert take_fetches(site) == [1] * PAGES
+    assert client.exists("onemachine:bloomdupe:meta") == 1  # kept, as a JOBDIR would
+    log = crawl(2)
+    assert take_fetches(site) == [0] * PAGES, "the second crawl fetched pages again"
+    assert "'dupefilter/filtered': 1" in log  # the home page, seen in the first crawl
+    # Asked to clear: this crawl still finds everything seen, then deletes the filter.
+    crawl(3, SCHEDULER_PERSIST="False")
+    assert take_fetches(site) == [0] * PAGES
+    assert client.exists("onemachine:bloomdupe:meta") == 0
+    crawl(4)
+    assert take_fetches(site) == [1] * PAGES
+    client.delete(*client.keys("onemachine:bloomdupe*"), *client.keys("{onemachine:*"))
+    client.close()
