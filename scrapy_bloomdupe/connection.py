@@ -20,9 +20,12 @@ CRITICAL line: the error's message, which names the setting and the fix.
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from scrapy import signals
 
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _clients: weakref.WeakKeyDictionary[Crawler, Redis | RedisCluster] = weakref.WeakKeyDictionary()
 
@@ -69,8 +75,9 @@ def from_settings(settings: BaseSettings) -> Redis | RedisCluster:
 # -- a crawl that cannot start: one line ------------------------------------------------
 
 #: Loggers that report an exception nobody caught (asyncio: "Task exception was never
-#: retrieved", the crawl's task under ``scrapy crawl``).
-UNHANDLED_LOGGERS = ("asyncio",)
+#: retrieved", the crawl's task under ``scrapy crawl``; Twisted: "Unhandled error in
+#: Deferred", the same under a non-asyncio reactor).
+UNHANDLED_LOGGERS = ("asyncio", "twisted")
 #: The logger name the one line is shown under.
 LOGGER_NAME = "scrapy_bloomdupe"
 
@@ -80,6 +87,38 @@ def start_error_line(error: BaseException) -> str:
     return f"Cannot start the crawl: {' '.join(str(error).split())}"
 
 
+def mark_failed(crawler: Crawler | None, error: BloomDupeError) -> None:
+    """Fail the crawl of ``crawler`` on ``error`` (``scrapy crawl`` exits with status 1),
+    if it is crawling: Scrapy before 2.19 marks a crawl failed only when its crawler has
+    no spider at the end (CrawlerProcess's ``bootstrap_failed``), whatever the error;
+    there is no public way. A tool's or a test's crawler (not crawling) is left alone."""
+    if crawler is not None and getattr(crawler, "crawling", False):
+        crawler.spider = None
+        _START_ERRORS.append(start_error_line(error))
+
+
+#: The lines of the start errors of crawls of this process (:func:`mark_failed`), for
+#: Twisted's report of the failed start. Lines, not the errors: an error kept would keep
+#: its traceback's frames, and with them the failed Deferred that Twisted reports when
+#: it is collected.
+_START_ERRORS: list[str] = []
+
+
+def fails_the_crawl(build: Callable[P, R]) -> Callable[P, R]:
+    """Decorates a component's ``from_crawler(cls, crawler)`` (under ``@classmethod``):
+    an error of ours while building it fails the crawl (:func:`mark_failed`), and
+    :class:`StartErrorFilter` shows it in one line."""
+    @functools.wraps(build)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return build(*args, **kwargs)
+        except BloomDupeError as e:
+            mark_failed(args[1] if len(args) > 1 else kwargs.get("crawler"), e)  # type: ignore[arg-type]
+            raise
+
+    return wrapper
+
+
 class StartErrorFilter(logging.Filter):
     """Shows an uncaught :class:`BloomDupeError` (also one chained under another
     exception) as one CRITICAL line, its message, without the traceback.
@@ -87,19 +126,50 @@ class StartErrorFilter(logging.Filter):
     Only reports of exceptions nobody caught pass through the loggers it is
     put on, so a traceback the user asked for (a caught error logged with
     ``exc_info``) is left alone. Any other exception keeps its traceback.
+    Under a non-asyncio reactor Twisted reports the failed start twice, as
+    text: first "Unhandled error in Deferred" with Scrapy's "Engine slot not
+    assigned" (the error :func:`mark_failed` recorded is shown instead), then
+    the whole chain (ours in it: dropped, shown already).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Lines shown for Twisted's reports.
+        self.shown: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if isinstance(record.exc_info, tuple) else None
         error = find_cause(exc, BloomDupeError) if exc is not None else None
-        if error is None:
+        if error is not None:
+            line = start_error_line(error)
+            if line in _START_ERRORS:
+                _START_ERRORS.remove(line)
+        elif record.name != "twisted":
             return True
+        elif record.getMessage().startswith("Unhandled error in Deferred") and _START_ERRORS:
+            line = _START_ERRORS.pop()
+        elif found := _OURS.search(record.getMessage()):
+            line = start_error_line(BloomDupeError(found.group(1)))
+        else:
+            return True
+        if record.name == "twisted":
+            if line in self.shown:
+                return False
+            self.shown.add(line)
+        return self._show(record, line)
+
+    @staticmethod
+    def _show(record: logging.LogRecord, line: str) -> bool:
         record.name = LOGGER_NAME
         record.levelno, record.levelname = logging.CRITICAL, logging.getLevelName(
             logging.CRITICAL)
-        record.msg, record.args = "%s", (start_error_line(error),)
+        record.msg, record.args = "%s", (line,)
         record.exc_info = record.exc_text = record.stack_info = None
         return True
+
+
+#: A line of a traceback (as text) naming one of our errors, its message in group 1.
+_OURS = re.compile(r"^scrapy_bloomdupe\.exceptions\.\w+: (.+)$", re.M)
 
 
 def install_start_error_filter() -> None:

@@ -115,6 +115,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self._next_flush = time.monotonic() + stats_interval
 
     @classmethod
+    @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = BloomDupeConfig.from_settings(crawler.settings)
         client = connection.get_client(crawler)

@@ -19,6 +19,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
 from scrapy.utils.misc import load_object
 
+from . import connection
 from . import dupefilter as dupefilter_module
 from . import scheduler as scheduler_module
 from .settings import BloomDupeConfig
@@ -45,6 +46,7 @@ class BloomDupeStats:
         self._last_time = 0.0
 
     @classmethod
+    @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = BloomDupeConfig.from_settings(crawler.settings)
         if not _is_bloom_dupefilter(crawler.settings.get("DUPEFILTER_CLASS")):

@@ -36,6 +36,7 @@ from scrapy import Request, signals
 from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 
+from . import connection
 from . import scheduler as scheduler_module
 from .settings import batch_size
 
@@ -55,6 +56,7 @@ class BloomDupeBatchMiddleware:
         crawler.signals.connect(self._spider_error, signal=signals.spider_error)
 
     @classmethod
+    @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
         # BLOOMDUPE_BATCH off: each request checked on its own, as scrapy-redis does; the
         # middleware still queues them and tells the scheduler when a page is done.

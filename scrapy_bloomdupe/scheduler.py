@@ -220,6 +220,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._member = secrets.token_hex(6)
 
     @classmethod
+    @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         idle = settings.getint("SCHEDULER_IDLE_BEFORE_CLOSE")

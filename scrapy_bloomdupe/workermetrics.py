@@ -109,6 +109,7 @@ class WorkerMetrics:
         self._writing = False
 
     @classmethod
+    @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = MetricsConfig.from_settings(crawler.settings)
         if config.ports is not None and not prometheus.AVAILABLE:

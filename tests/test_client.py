@@ -6,18 +6,21 @@ The cluster cases run on the session's local cluster (3 masters, 3 replicas;
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 import redis
-from helpers import cluster_client, cluster_settings
+from helpers import cluster_client, cluster_settings, crawler_for
 from redis.backoff import EqualJitterBackoff
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 from scrapy.settings import Settings
+from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_bloomdupe import connection
+from scrapy_bloomdupe.addon import BloomDupeAddon
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
 from scrapy_bloomdupe.settings import cluster_mode, wait_replicas
 from scrapy_bloomdupe.testing import free_port
@@ -148,3 +151,64 @@ def owned_slots(plain: redis.Redis, port: int) -> set[int]:
         if int(master[1]) == port:
             owned.update(range(int(start), int(end) + 1))
     return owned
+
+
+# -- a crawl that cannot start fails (scrapy crawl exits with status 1) ---------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_start_errors_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start errors recorded by another test's crawler are not this one's."""
+    monkeypatch.setattr(connection, "_START_ERRORS", [])
+
+
+@pytest.mark.parametrize(("component", "setting"), [
+    ("scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter", "BLOOMDUPE_CAPACITY"),
+    ("scrapy_bloomdupe.scheduler.Scheduler", "BLOOMDUPE_LEASE_TIMEOUT"),
+    ("scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware", "BLOOMDUPE_BATCH_SIZE"),
+    ("scrapy_bloomdupe.extension.BloomDupeStats", "BLOOMDUPE_LOG_INTERVAL"),
+    ("scrapy_bloomdupe.workermetrics.WorkerMetrics", "BLOOMDUPE_LIVE_INTERVAL"),
+])
+@pytest.mark.parametrize("crawling", [True, False])
+def test_a_start_error_fails_the_crawl_it_starts(redis_url: str, component: str, setting: str,
+                                                 crawling: bool) -> None:
+    """Scrapy before 2.19 fails a crawl (exit status 1) only when its crawler has no
+    spider: a component's start error drops it, in a crawl only (not a tool's crawler)."""
+    crawler = crawler_for(redis_url, **{setting: "abc"})
+    crawler.crawling = crawling
+    with pytest.raises(ConfigError, match=setting):
+        build_from_crawler(load_object(component), crawler)
+    assert (crawler.spider is None) is crawling
+
+
+def test_the_addon_fails_the_crawl_on_a_bad_setting(redis_url: str) -> None:
+    crawler = crawler_for(redis_url)
+    crawler.crawling = True
+    addon = build_from_crawler(BloomDupeAddon, crawler)
+    with pytest.raises(ConfigError, match="BLOOMDUPE_SCHEDULER"):
+        addon.update_settings(Settings({"BLOOMDUPE_SCHEDULER": "maybe"}))
+    assert crawler.spider is None
+
+
+def test_twisted_s_two_reports_of_a_failed_start_are_one_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Under a non-asyncio reactor Twisted logs "Unhandled error in Deferred" (Scrapy's
+    "Engine slot not assigned", as text), then the chain with ours in it."""
+    crawler = crawler_for("redis://127.0.0.1:1/0")
+    crawler.crawling = True
+    error = ConfigError("BLOOMDUPE_CAPACITY", "abc", "must be a whole number")
+    connection.mark_failed(crawler, error)
+    twisted = logging.getLogger("twisted")
+    with caplog.at_level(logging.DEBUG):
+        twisted.critical("Unhandled error in Deferred:")
+        twisted.critical("\nTraceback (most recent call last):\n  File \"x\"\nscrapy_bloomdupe."
+                         "exceptions.ConfigError: %s\n\nDuring handling of the above exception, "
+                         "another exception occurred:\n\nRuntimeError: Engine slot not assigned",
+                         error)
+        twisted.critical("Unhandled error in Deferred:")  # another, not ours: left alone
+    records = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert records == [
+        ("scrapy_bloomdupe", "CRITICAL", "Cannot start the crawl: BLOOMDUPE_CAPACITY='abc': "
+                                         "must be a whole number"),
+        ("twisted", "CRITICAL", "Unhandled error in Deferred:"),
+    ]
