@@ -55,6 +55,7 @@ _FRONTIER = FrontierConfig.from_settings
 _METRICS = MetricsConfig.from_settings
 _REDIS = RedisSettings.from_settings
 
+#: Every setting this package reads, by name: its :class:`Setting` (kind, parser).
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     # the filter (the dupefilter, the stats extension)
     Setting("BLOOMDUPE_CAPACITY", "whole number", _FILTER),
