@@ -59,7 +59,7 @@ from ..exceptions import ConfigError, FilterLostError
 from . import oplog
 from .engine import ScriptedEngine
 from .info import FilterInfo, ShardInfo
-from .lua import LuaEngine, _pipelined, check_room
+from .lua import LuaEngine, check_room
 from .native import NativeEngine, _one, item, reserve_of
 
 if TYPE_CHECKING:
@@ -303,8 +303,8 @@ class _Slices:
         records = self._records(range(self.shards))
         found = sorted((s, i, [self.slice_key(i, s, g) for g in range(gens)])
                        for i, record in records.items() for s, gens in record.items())
-        there = _pipelined(self.client, [("EXISTS", name) for _, _, names in found
-                                         for name in names[:1]])
+        there = self.link.calls([("EXISTS", name) for _, _, names in found
+                                 for name in names[:1]])
         return [f for f, is_there in zip(found, there, strict=True) if is_there]
 
     def lost_keys(self) -> list[str]:
@@ -313,13 +313,13 @@ class _Slices:
         seconds, micros = max(reply for _, reply in self.link.on_masters("TIME"))
         current = self.window.slice_of(seconds * 1000 + micros // 1000)
         records = [keys.slice_record(self.key, i) for i in range(self.shards)]
-        there = _pipelined(self.client, [("EXISTS", r) for r in records])
+        there = self.link.calls([("EXISTS", r) for r in records])
         lost = [r for r, is_there in zip(records, there, strict=True) if not is_there]
         names = [self.slice_key(i, s, g)
                  for i, record in self._records(range(self.shards)).items()
                  for s, gens in record.items() if s >= current - self.window.slices
                  for g in range(gens)]
-        there = _pipelined(self.client, [("EXISTS", n) for n in names])
+        there = self.link.calls([("EXISTS", n) for n in names])
         return lost + [n for n, is_there in zip(names, there, strict=True) if not is_there]
 
     def _figures(self, names: Sequence[str], generations: Sequence[int]
