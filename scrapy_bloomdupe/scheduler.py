@@ -671,7 +671,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._deep = self.leased and len(leases) >= count
         self._buffer.extend(lease for lease in leases
                             if not (self.leased and self._came_back_too_often(lease)))
-        if not leases:
+        # Entries it could not decode (retired): the queue is not empty, take more now.
+        retired = self.failed_requests.report_retired() if self.failed_requests else 0
+        if retired:
+            self._refill = True
+        elif not leases:
             self._empty_until = time.monotonic() + self._idle_poll
         elif self._buffer and self._starved:
             self._starved = False

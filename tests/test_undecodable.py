@@ -182,15 +182,17 @@ def test_the_scheduler_counts_and_logs_it_once_and_no_failover_is_blamed(
         redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """Measured before: the worker that popped such an entry logged "Leasing requests
     failed", the lease stayed, and the reclaim put it back blaming a failover that never
-    happened; the next worker took it, for ever."""
-    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+    happened; the next worker took it, for ever. A pop that took only such entries is not
+    taken for an empty queue: the scheduler pops again at once."""
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True, CONCURRENT_REQUESTS=1)
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     try:
         scheduler.enqueue_request(Request("http://a.example/1"))
         client = redis.Redis.from_url(redis_url)
         tag = scheduler.queue.tag
-        client.zadd(keys.queue(tag, 0), {bad_entries()["callback"]: 0})
+        # Ahead of the request (a higher priority): the first pop takes it alone.
+        client.zadd(keys.queue(tag, 0), {bad_entries()["callback"]: -10})
         client.close()
         caplog.set_level(logging.INFO)
         request = scheduler.next_request()

@@ -99,12 +99,13 @@ class FailedRequests:
                    extra={"spider": self.spider})
         return recorded
 
-    def report_retired(self) -> None:
+    def report_retired(self) -> int:
         """Count and log (one ERROR) the queue entries retired since the last call: they
-        cannot be decoded into requests, and are in the failed requests' record."""
+        cannot be decoded into requests, and are in the failed requests' record. Returns
+        how many."""
         retired = self.queue.take_retired()
         if not retired:
-            return
+            return 0
         self.stats.inc_value("bloomdupe/undecodable", len(retired))
         self.stats.inc_value("bloomdupe/failed", len(retired))
         named = "; ".join(f"{r.url or '(no URL readable)'} ({r.error})"
@@ -117,3 +118,4 @@ class FailedRequests:
                      "failed --requeue` queues them again",
                      len(retired), "y" if len(retired) == 1 else "ies", named, more,
                      extra={"spider": self.spider})
+        return len(retired)

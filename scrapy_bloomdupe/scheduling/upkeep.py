@@ -59,7 +59,7 @@ class LeaseUpkeep:
                  dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
                  frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
                  settle: Callable[[], None], held: Callable[[], list[Lease]],
-                 verify: Callable[[], bool], retired: Callable[[], None] = lambda: None
+                 verify: Callable[[], bool], retired: Callable[[], object] = lambda: 0
                  ) -> None:
         self.jobs, self.queue, self.df, self.server = jobs, queue, dupefilter, server
         self.frontier, self.stats, self.spider = frontier, stats, spider
