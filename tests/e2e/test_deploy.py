@@ -35,7 +35,7 @@ from scrapy_bloomdupe.frontier import undecodable
 
 ADDON = json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100})
 KEY = "deploy:bloomdupe"
-PAGES = 240
+PAGES = 180
 CONCURRENCY = 4
 #: An entry another serializer wrote (JSON, not the crawl's pickle).
 JSON_PATH = "written-as-json"
@@ -126,7 +126,7 @@ def assert_clean_exit(codes: list[int], texts: list[str]) -> None:
 def test_entries_a_deploy_made_undecodable_are_retired_and_the_crawl_ends(
         durable_redis: str, tmp_path: Path) -> None:
     client = redis.Redis.from_url(durable_redis)
-    with demo_site(PAGES, delay=0.1) as site:
+    with demo_site(PAGES, delay=0.05) as site:
         values = settings(durable_redis, site)
         # Run 1: the old spider, stopped mid-crawl (Ctrl-C: graceful, the queue kept).
         before = spider(tmp_path, "before", "parse_item", ["parse_item"])
