@@ -476,6 +476,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:
                 self.jobs.guarded(close_queue, None)
+        if self.failed_requests is not None:
+            self.failed_requests.report_retired()  # what the closing reap could not decode
         if isinstance(self.df, RedisBloomDupeFilter):
             # The scheduler's persist decides, also when set on the instance after
             # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
