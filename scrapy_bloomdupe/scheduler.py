@@ -322,7 +322,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                     spider.name), 1
                 wait = replicas_to_wait(wait_replicas(self.crawler.settings), self.server)
             extra = {"tag": tag, "shards": shards,
-                     "lease_timeout": self.frontier.lease_timeout, "wait_replicas": wait}
+                     "lease_timeout": self.frontier.lease_timeout, "wait_replicas": wait,
+                     "failed_limit": self.frontier.failed_limit}
         try:
             self.queue = queue_cls(
                 server=self.server,
@@ -368,16 +369,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         if isinstance(self.queue, PriorityQueue):
+            self.failed_requests = FailedRequests(
+                jobs=self.jobs, queue=self.queue, limit=self.frontier.failed_limit,
+                stats=self.stats, spider=spider, ack=self._ack)
             self.upkeep = LeaseUpkeep(
                 jobs=self.jobs, queue=self.queue,
                 dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
                 server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
                 settle=self._settle, held=lambda: [*self._buffer, *self._handed.values()],
-                verify=self._verify)
+                verify=self._verify, retired=self.failed_requests.report_retired)
             self.upkeep.beat()
-            self.failed_requests = FailedRequests(
-                jobs=self.jobs, queue=self.queue, limit=self.frontier.failed_limit,
-                stats=self.stats, spider=spider, ack=self._ack)
         if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
 
@@ -476,6 +477,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:
                 self.jobs.guarded(close_queue, None)
+        if self.failed_requests is not None:
+            self.failed_requests.report_retired()  # what the closing reap could not decode
         if isinstance(self.df, RedisBloomDupeFilter):
             # The scheduler's persist decides, also when set on the instance after
             # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
@@ -671,7 +674,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._deep = self.leased and len(leases) >= count
         self._buffer.extend(lease for lease in leases
                             if not (self.leased and self._came_back_too_often(lease)))
-        if not leases:
+        # Entries it could not decode (retired): the queue is not empty, take more now.
+        retired = self.failed_requests.report_retired() if self.failed_requests else 0
+        if retired:
+            self._refill = True
+        elif not leases:
             self._empty_until = time.monotonic() + self._idle_poll
         elif self._buffer and self._starved:
             self._starved = False
@@ -679,6 +686,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     def _fill_over(self, result: Any, then: Callable[[], None] | None) -> None:
         self._filling = False
+        if self.failed_requests is not None:
+            self.failed_requests.report_retired()  # what the pop could not decode
         if isinstance(result, Failure):
             self._look = None
             if not isinstance(result.value, Stopped):
