@@ -15,11 +15,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from helpers import EXAMPLE_PROJECT
 
+from scrapy_bloomdupe import versions
 from scrapy_bloomdupe.connection import StartErrorFilter
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.testing import RedisServer, free_port
@@ -35,11 +37,14 @@ def auth_redis() -> Iterator[RedisServer]:
         yield server
 
 
-def crawl(redis_url: str, *settings: str) -> subprocess.CompletedProcess[str]:
+def crawl(redis_url: str, *settings: str,
+          pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``scrapy crawl site -s ...`` in the example project (its site is not running: a
     crawl that starts would fail on the first page, not at start)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(REDIS_URL=redis_url, DEMO_SITE_URL=f"http://127.0.0.1:{free_port()}/")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     args = [a for s in settings for a in ("-s", s)]
     return subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", *args],
                           cwd=EXAMPLE_PROJECT, capture_output=True, text=True, timeout=120,
@@ -95,6 +100,32 @@ def test_a_password_redis_py_would_misread_is_refused_without_showing_it(
     assert "Percent-encode" in output
     for piece in PIECES:
         assert piece not in output, output
+
+
+#: Loaded at the worker's start (PYTHONPATH): mmh3 reads as 3.1.0, below every floor it
+#: had, as after ``pip install --no-deps mmh3==3.1.0``, without a venv to build.
+OLD_MMH3 = """\
+import importlib.metadata as metadata
+
+_real = metadata.version
+
+
+def version(name):
+    return "3.1.0" if name == "mmh3" else _real(name)
+
+
+metadata.version = version
+"""
+
+
+def test_a_dependency_below_its_floor_is_one_line(redis_url: str, tmp_path: Path) -> None:
+    """Not a crawl that fetches nothing and exits 0: exit status 1, one line naming the
+    package, the version installed and the floor (read from the installed metadata)."""
+    (tmp_path / "sitecustomize.py").write_text(OLD_MMH3)
+    result = crawl(redis_url, pythonpath=tmp_path)
+    floor = next(r for r in versions.runtime_requirements() if r.name == "mmh3").specifier
+    output = assert_one_line(result, f"mmh3 3.1.0 installed, needs mmh3{floor}")
+    assert result.returncode == 1, output
 
 
 def test_the_same_password_percent_encoded_is_used(auth_redis: RedisServer) -> None:
