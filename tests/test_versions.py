@@ -3,11 +3,14 @@ at start (scrapy_bloomdupe/versions.py): a worker below a floor refuses to start
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from importlib import metadata
 
 import pytest
+from helpers import ROOT
 from packaging.requirements import Requirement
+from packaging.version import Version
 from scrapy.settings import Settings
 
 from scrapy_bloomdupe import connection, versions
@@ -94,3 +97,26 @@ def test_a_dependency_below_its_floor_stops_the_client(monkeypatch: pytest.Monke
     floor = next(r for r in versions.runtime_requirements() if r.name == "mmh3").specifier
     assert info.value.problems == [f"mmh3 3.1.0 installed, needs mmh3{floor}"]
     assert f"pip install 'mmh3{floor}'" in str(info.value)
+
+
+def floor_of(requirement: Requirement) -> Version:
+    (floor,) = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+    return floor
+
+
+def test_the_floor_lane_pins_every_floor_at_the_floor_python() -> None:
+    """constraints-floor.txt (scripts/floor-lane) pins each runtime requirement at the
+    floor pyproject.toml declares, and the lane runs on the lowest Python it allows."""
+    pins = {}
+    for line in (ROOT / "constraints-floor.txt").read_text().splitlines():
+        if line.split("#")[0].strip():
+            pin = Requirement(line)
+            (spec,) = pin.specifier
+            assert spec.operator == "==", line
+            pins[pin.name] = Version(spec.version)
+    for requirement in versions.runtime_requirements():
+        assert pins.get(requirement.name) == floor_of(requirement), requirement
+    declared = metadata.metadata(versions.DISTRIBUTION)["Requires-Python"]
+    requires_python = Requirement(f"python{declared}")
+    lane = re.search(r"^want=(\S+)$", (ROOT / "scripts" / "floor-lane").read_text(), re.M)
+    assert lane is not None and Version(lane.group(1)) == floor_of(requires_python)
