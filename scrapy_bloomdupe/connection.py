@@ -8,7 +8,7 @@ Settings, as in scrapy-redis: ``REDIS_URL`` (overridden by
 :mod:`scrapy_bloomdupe.transport.client`.
 
 Also how a crawl that cannot start says so: one line. A setting that cannot
-work or a Redis that cannot be used raises a
+work, a Redis that cannot be used or a dependency below its floor raises a
 :class:`~scrapy_bloomdupe.exceptions.BloomDupeError` from one of the package's
 components while Scrapy builds it. Scrapy then marks the crawl failed (``scrapy
 crawl`` exits with status 1), and asyncio reports the crawl's task with a
@@ -33,6 +33,7 @@ from .exceptions import BloomDupeError
 from .settings import RedisSettings
 from .transport import client as client_module
 from .transport.diagnose import find_cause
+from .versions import check_installed
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -68,7 +69,9 @@ def close_client(crawler: Crawler) -> None:
 
 def from_settings(settings: BaseSettings) -> Redis | RedisCluster:
     """A new client built from Scrapy ``settings`` (for tools and tests; a crawl shares
-    :func:`get_client`'s)."""
+    :func:`get_client`'s). Every component and tool builds its client here, so this is
+    where a dependency below its floor stops the worker (:mod:`.versions`)."""
+    check_installed()
     return client_module.build(RedisSettings.from_settings(settings))
 
 

@@ -77,3 +77,17 @@ class LockNotOwnedError(LockError):
 class FilterLostError(BloomDupeError):
     """The filter's state in Redis is gone or was replaced under the crawl (deleted,
     evicted, flushed, a restart without persistence): the crawl cannot go on with it."""
+
+
+class DependencyVersionError(BloomDupeError):
+    """An installed dependency is outside the versions this package declares and is
+    tested with; ``problems`` says which, one entry each, ``requirements`` what to install."""
+
+    def __init__(self, problems: list[str], requirements: list[str]) -> None:
+        self.problems = list(problems)
+        self.requirements = list(requirements)
+        wanted = " ".join(f"'{r}'" for r in requirements)
+        super().__init__(
+            f"{'; '.join(problems)} (the versions scrapy-bloomdupe is tested with: "
+            f"docs/install.md). Install them with `pip install {wanted}`."
+        )

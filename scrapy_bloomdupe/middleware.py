@@ -29,7 +29,7 @@ Output order is kept.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -62,25 +62,11 @@ class BloomDupeBatchMiddleware:
         # middleware still queues them and tells the scheduler when a page is done.
         return cls(crawler, batch_size(crawler.settings) or 1)
 
-    def process_spider_output(self, response: Response | None,
-                              result: Iterable[Any]) -> Iterator[Any]:
-        chunk: list[Any] = []
-        try:
-            for o in result:
-                chunk.append(o)
-                if len(chunk) >= self.batch_size:
-                    yield from self._filter(chunk)
-                    chunk = []
-        except Exception:
-            yield from self._filter(chunk)  # what the callback yielded before it raised
-            raise
-        yield from self._filter(chunk)
-        self._done(response)
-
-    async def process_spider_output_async(self, response: Response | None,
-                                          result: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        # What Scrapy calls during a crawl: each chunk's Redis round trip runs on the
-        # scheduler's Redis thread, and the reactor goes on meanwhile.
+    async def process_spider_output(self, response: Response | None,
+                                    result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        # Scrapy 2.16 and later hand every callback's output here as an async iterable
+        # (a sync callback's too): each chunk's Redis round trip runs on the scheduler's
+        # Redis thread, and the reactor goes on meanwhile.
         chunk: list[Any] = []
         try:
             async for o in result:
@@ -122,25 +108,22 @@ class BloomDupeBatchMiddleware:
             self._done(response)
 
     def _filter(self, outputs: list[Any]) -> list[Any]:
+        """Without the leased queue (a scrapy-redis queue outside a crawl, or another
+        scheduler): the requests checked here and now, ``dont_filter`` ones left alone."""
         df = scheduler_module.dupefilter_for(self.crawler)
         scheduler = scheduler_module.for_crawler(self.crawler)
         path = scheduler.path if scheduler is not None else None
-        ours = path is not None and path.df is df and df is not None
-        # The leased queue, or a scrapy-redis one during a crawl: checked and queued here.
-        leased = ours and path is not None and path.buffered
-        requests = [o for o in outputs if isinstance(o, Request)
-                    and (leased or not o.dont_filter)]
+        requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
         if df is None or not requests:
             return outputs
         outcomes: list[bool | None]
-        if ours and path is not None:
-            # Checked (and, on the leased queue, queued, dont_filter ones past the filter)
-            # in one round trip; a request that cannot be stored is reported there and
-            # costs only itself.
+        if path is not None and path.df is df:
+            # Checked in one round trip; a request that cannot be stored is reported
+            # there and costs only itself.
             outcomes = path.check_and_queue(requests)
         else:
             outcomes = list(df.requests_seen(requests))
-        return self._drop(outputs, requests, outcomes, df, leased=leased)
+        return self._drop(outputs, requests, outcomes, df, leased=False)
 
     def _drop(self, outputs: list[Any], requests: list[Request],
               outcomes: Sequence[bool | None], df: RedisBloomDupeFilter, *,

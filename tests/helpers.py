@@ -333,11 +333,15 @@ def bad_values(name: str, kind: str) -> tuple[str, ...]:
 # -- a crawl that cannot start -------------------------------------------------------------
 
 
-def example_crawl(redis_url: str, *settings: str) -> subprocess.CompletedProcess[str]:
+def example_crawl(redis_url: str, *settings: str, pythonpath: Path | None = None
+                  ) -> subprocess.CompletedProcess[str]:
     """``scrapy crawl site -s ...`` in the example project (its site is not running: a
-    crawl that starts would fail on the first page, not at start)."""
+    crawl that starts would fail on the first page, not at start); ``pythonpath``: a
+    folder put on the worker's PYTHONPATH (a ``sitecustomize.py``, say)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(REDIS_URL=redis_url, DEMO_SITE_URL=f"http://127.0.0.1:{free_port()}/")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     args = [a for s in settings for a in ("-s", s)]
     return subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", *args],
                           cwd=EXAMPLE_PROJECT, capture_output=True, text=True, timeout=120,

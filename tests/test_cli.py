@@ -108,13 +108,21 @@ def scrapy_redis_set(client: redis.Redis, key: str, urls: Sequence[str]) -> None
 
 
 def write_requests_seen(directory: Path, urls: Sequence[str]) -> Path:
-    """A JOBDIR written by Scrapy's own RFPDupeFilter, as a crawl with JOBDIR writes it."""
+    """A JOBDIR written by Scrapy's own RFPDupeFilter, as a crawl with JOBDIR writes it,
+    in Scrapy's binary format (2.18 and later: a 2-byte length, then the fingerprint).
+    An older Scrapy (the floor lane's) writes one hex line each: those are rewritten
+    here in the binary format, the same bytes a newer Scrapy writes."""
     path = job_dir(Settings({"JOBDIR": str(directory)}))
     df = RFPDupeFilter(path)
     for url in [*urls, *urls[:5]]:  # the duplicates are not written twice
         df.request_seen(Request(url))
     df.close("finished")
-    return directory / "requests.seen"
+    seen = directory / "requests.seen"
+    written = seen.read_bytes()
+    if written and not written.startswith(b"\x00"):
+        fps = [bytes.fromhex(line.decode()) for line in written.split()]
+        seen.write_bytes(b"".join(len(fp).to_bytes(2, "big") + fp for fp in fps))
+    return seen
 
 
 def info_json(redis_url: str, key: str) -> dict[str, Any]:

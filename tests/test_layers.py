@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     "": 0,  # the package's __init__: its version only
     # 1: pure logic, no I/O
     "exceptions": 1, "keys": 1, "sizing": 1, "hashing": 1, "localcache": 1, "settings": 1,
+    "versions": 1,
     "luascript": 1, "redaction": 1, "redisargs": 1, "settingstable": 1,
     # 2: redis-py only
     "transport": 2,

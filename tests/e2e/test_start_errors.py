@@ -14,12 +14,14 @@ import asyncio
 import gc
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from helpers import BAD_PASSWORD, assert_start_error_line, bad_values, example_crawl
 
+from scrapy_bloomdupe import versions
 from scrapy_bloomdupe.connection import StartErrorFilter
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.settingstable import SETTINGS
@@ -137,6 +139,31 @@ def test_a_password_redis_py_would_misread_is_refused_without_showing_it(
     assert "Percent-encode" in output
     for piece in PIECES:
         assert piece not in output, output
+
+
+#: Loaded at the worker's start (PYTHONPATH): mmh3 reads as 3.1.0, below every floor it
+#: had, as after ``pip install --no-deps mmh3==3.1.0``, without a venv to build.
+OLD_MMH3 = """\
+import importlib.metadata as metadata
+
+_real = metadata.version
+
+
+def version(name):
+    return "3.1.0" if name == "mmh3" else _real(name)
+
+
+metadata.version = version
+"""
+
+
+def test_a_dependency_below_its_floor_is_one_line(redis_url: str, tmp_path: Path) -> None:
+    """Not a crawl that fetches nothing and exits 0: exit status 1, one line naming the
+    package, the version installed and the floor (read from the installed metadata)."""
+    (tmp_path / "sitecustomize.py").write_text(OLD_MMH3)
+    result = example_crawl(redis_url, pythonpath=tmp_path)
+    floor = next(r for r in versions.runtime_requirements() if r.name == "mmh3").specifier
+    assert_start_error_line(result, f"mmh3 3.1.0 installed, needs mmh3{floor}")
 
 
 def test_the_same_password_percent_encoded_is_used(auth_redis: RedisServer) -> None:
