@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 #: ``request.meta`` key of a request this scheduler handed to Scrapy: its lease. A copy of
 #: it (a redirect, a retry, an errback's) carries it too, and continues its work.
 LEASE_META = "_bloomdupe_lease"
+#: ``request.meta`` key of a request the batch middleware has already queued.
+QUEUED_META = "_bloomdupe_queued"
 
 
 class RequestPath:
