@@ -10,47 +10,32 @@ dupefilter, counts stats without the deprecated ``spider=`` argument, and
 closes the dupefilter so its figures reach the stats.
 
 With its default queue (:class:`scrapy_bloomdupe.frontier.queue.PriorityQueue`)
-it also makes the crawl lose nothing when a worker dies:
+it also makes the crawl lose nothing when a worker dies. This module is Scrapy's
+adapter; the parts, one module each in :mod:`.scheduling`, are made when it opens:
 
-* It leases as many requests in one round trip as the worker has free
-  download slots (``CONCURRENT_REQUESTS`` less the requests in progress), a
-  quarter of ``CONCURRENT_REQUESTS`` more while the queue is deep, and hands
-  them to Scrapy one by one.
-* A request it hands to Scrapy stays leased in Redis until Scrapy is done with
-  it: its callback's output is queued (or it failed for good and the failure
-  middleware recorded it, or it was dropped). Scrapy's public hooks say when
-  (:meth:`Scheduler.done`, called by this package's middlewares, and
-  ``spider_idle``); the ack rides on the next round trip, within
-  :data:`ACK_DELAY`. During a crawl this Redis work runs on the reactor's loop with
-  ``redis.asyncio`` (or a thread of its own, :mod:`.scheduling.jobs`), never blocking
-  Scrapy's reactor. A heartbeat every few
-  seconds keeps this worker's leases; the leases of a worker that stops
-  heartbeating for ``BLOOMDUPE_LEASE_TIMEOUT`` seconds are put back in the
-  queue by the live ones (:mod:`.scheduling.upkeep`). A worker holds at most
-  ``CONCURRENT_REQUESTS`` and a quarter of it in pages not yet acked (see
-  ``Scheduler._full``): what a killed worker costs in pages fetched twice.
-* A new request is checked against the filter and queued by one script
-  (:meth:`~.scheduling.requestpath.RequestPath.queue_output`), so no crash leaves a
-  request in the filter and in no queue. The dupefilter, the queue and where their
-  Redis work runs are held by one object, the scheduler's :attr:`Scheduler.path`
-  (:mod:`.scheduling.requestpath`), made when it opens.
-* A worker stays open while the shared queue has requests or any worker holds a
-  lease (its page may still yield more), and closes ("finished") once the
-  queue has been empty with no lease held for ``BLOOMDUPE_DONE_GRACE``
-  seconds. Only such a worker clears the queue and the filter when
-  ``SCHEDULER_PERSIST`` is off; one that leaves early never does.
+* :attr:`Scheduler.path` (:mod:`.scheduling.requestpath`): the dupefilter, the queue and
+  where their Redis work runs (:mod:`.scheduling.jobs`: the reactor's loop with
+  ``redis.asyncio``, or a thread of its own, never blocking Scrapy's reactor); a new
+  request is checked against the filter and queued by one script.
+* :attr:`Scheduler.leases` (:mod:`.scheduling.leases`): the lease's whole life, from
+  the pop to the ack. A request handed to Scrapy stays leased until Scrapy is done
+  with it (:meth:`Scheduler.done`, called by this package's middlewares, and
+  ``spider_idle``); :attr:`Scheduler.upkeep` (:mod:`.scheduling.upkeep`) heartbeats,
+  and puts back the leases of workers that stopped heartbeating.
+* :attr:`Scheduler.end` (:mod:`.scheduling.ending`): a worker stays open while the
+  shared queue has requests or any worker holds a lease, and closes ("finished") once
+  the queue has been empty with no lease held for ``BLOOMDUPE_DONE_GRACE`` seconds.
+  Only such a worker clears the queue and the filter when ``SCHEDULER_PERSIST`` is
+  off (:mod:`.scheduling.shared`); one that leaves early never does.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import secrets
 import weakref
-from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.settings import Settings
 from scrapy.utils.conf import build_component_list
@@ -59,24 +44,19 @@ from scrapy.utils.reactor import is_asyncio_reactor_installed
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
 
 from . import connection
-from . import dupefilter as dupefilter_module
-from .bloom import meta
-from .bloom.filter import BloomFilter
 from .dupefilter import RedisBloomDupeFilter
-from .frontier import queue as frontier_queue
 from .frontier.queue import PriorityQueue
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
+from .scheduling.shared import SharedCrawl, flush_before_open, make_queue
 from .scheduling.upkeep import LeaseUpkeep
-from .settings import BloomDupeConfig, FrontierConfig, wait_replicas
-from .transport.diagnose import check, check_eviction
-from .transport.wait import replicas_to_wait
+from .settings import FrontierConfig
+from .transport.diagnose import check
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
@@ -160,12 +140,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         #: its view of the crawl's end (:mod:`.scheduling.ending`): made when it opens.
         self.leases: Leases | None = None
         self.end: CrawlEnd | None = None
-        #: Requests given to enqueue_request whose check is on the Redis thread.
-        self._enqueuing = 0
         #: Requests that failed for good, recorded in Redis (the leased queue; see open).
         self.failed_requests: FailedRequests | None = None
-        #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
-        self._member = secrets.token_hex(6)
+        #: This worker's part in the crawl's shared state (see open).
+        self.shared: SharedCrawl | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -214,27 +192,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         dupefilter_cls = load_object(instance.dupefilter_cls)
         if issubclass(dupefilter_cls, RedisBloomDupeFilter):
             if instance.flush_on_start:
-                instance._flush_before_open()
+                assert crawler.spider is not None, "built once the spider exists"
+                flush_before_open(instance.server, settings, crawler.spider.name)
             instance.df = build_from_crawler(dupefilter_cls, crawler)
         return instance
-
-    def _flush_before_open(self) -> None:
-        """``SCHEDULER_FLUSH_ON_START``: delete the crawl's filter and queue *before* the
-        filter is opened, so this worker opens (and every later one joins) a new filter.
-        Deleting them after it was opened, as scrapy-redis's ``open()`` does, left this
-        worker with the old filter's seed and sizes over keys that no longer existed."""
-        assert self.crawler.spider is not None, "built once the spider exists"
-        config = BloomDupeConfig.from_settings(self.crawler.settings)
-        key = config.key_for(self.crawler.spider.name)
-        shards = config.plan.shards
-        if meta.read(self.server, key):
-            old = BloomFilter.open(self.server, key, None, read_only=True)
-            shards = max(shards, old.sizing.shards)
-            old.clear()
-            old.close()
-        frontier_queue.clear(self.server, key, shards)
-        logger.info("SCHEDULER_FLUSH_ON_START: deleted the Bloom filter %s and its shared "
-                    "queue; this crawl starts afresh", key)
 
     @property
     def leased(self) -> bool:
@@ -258,91 +219,37 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self.df = dupefilter_cls.from_spider(spider)
         # What scrapy-redis's open() does, without its deprecated spider.log().
         self.spider = spider
-        queue_cls = load_object(self.queue_cls)
-        extra: dict[str, Any] = {}
-        if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue):
-            if isinstance(self.df, RedisBloomDupeFilter):
-                tag, shards = self.df.bloom.key, self.df.bloom.sizing.shards
-                wait = self.df.bloom.replicas_waited  # the filter's decision, not another
-            else:
-                tag, shards = BloomDupeConfig.from_settings(self.crawler.settings).key_for(
-                    spider.name), 1
-                wait = replicas_to_wait(wait_replicas(self.crawler.settings), self.server)
-            extra = {"tag": tag, "shards": shards,
-                     "lease_timeout": self.frontier.lease_timeout, "wait_replicas": wait}
-        try:
-            self.queue = queue_cls(
-                server=self.server,
-                spider=spider,
-                key=self.queue_key % {"spider": spider.name},
-                serializer=self.serializer,
-                **extra,
-            )
-        except TypeError as e:
-            raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
+        self.queue = make_queue(
+            self.queue_cls, server=self.server, spider=spider,
+            key=self.queue_key % {"spider": spider.name}, serializer=self.serializer,
+            df=self.df, settings=self.crawler.settings, frontier=self.frontier)
+        self.shared = SharedCrawl(server=self.server, df=self.df, queue=self.queue,
+                                  jobs=self.jobs, frontier=self.frontier, spider=spider)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
-                                queued=lambda: self._end().busy())
+                                queued=lambda: self._end().busy(), signals=self.crawler.signals)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,
                              acks_early=self._acks_early, engine=self._engine,
                              idle_poll=lambda: self._end().idle_poll,
                              idle_missed=lambda: self._end().idle_missed())
         self.failed_requests = self.leases.failed
-        if self.flush_on_start:
-            if isinstance(self.df, RedisBloomDupeFilter):
-                # The filter and its queue went before the filter was opened; what is
-                # left is a scrapy-redis queue that this one would otherwise take over.
-                if self.queue.key != getattr(self.queue, "tag", None):
-                    self.jobs.guarded(lambda: self.server.delete(self.queue.key), 0)
-            else:
-                self.flush()
-        if isinstance(self.queue, PriorityQueue):
-            merged = self.jobs.guarded(self.queue.merge_shards, 0)
-            if merged:
-                logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
-                            "shards into shard 0 (one queue shard on one Redis node)",
-                            merged, extra={"spider": spider})
-        if self.leased and self.queue.key != self.queue.tag:
-            # A crawl moving over from scrapy-redis: its queue's requests go on here.
-            adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)
-            if adopted:
-                logger.info("Took over %d request(s) from scrapy-redis's queue %r",
-                            adopted, self.queue.key, extra={"spider": spider})
-        pending = self.jobs.guarded(lambda: len(self.queue), 0)
-        if pending:
-            logger.info("Resuming crawl (%d requests scheduled)", pending,
-                        extra={"spider": spider})
-        if not self.leased and isinstance(self.df, RedisBloomDupeFilter):
-            # Counted among the crawl's workers, so that the last one out clears (close).
-            self.jobs.guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
-                                                      self._member), None)
-        if isinstance(self.df, RedisBloomDupeFilter):
-            self.df.leased_queue = self.leased
-        _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         if isinstance(self.queue, PriorityQueue):
             self.upkeep = LeaseUpkeep(
                 jobs=self.jobs, queue=self.queue,
                 dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
                 server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
-                settle=self.leases.settle, held=self.leases.held, verify=self._verify)
+                settle=self.leases.settle, held=self.leases.held, verify=self.path.verify)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
-                            verify=self._verify, enqueuing=lambda: self._enqueuing,
                             done_grace=self.done_grace)
+        self.shared.join(flush=self.flush if self.flush_on_start else None)
+        if isinstance(self.df, RedisBloomDupeFilter):
+            self.df.leased_queue = self.leased
+        _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:
             self.upkeep.beat()
         if self.leased or isinstance(self.df, RedisBloomDupeFilter):
             self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
-
-    def _leave(self) -> bool:
-        """Leave the crawl's workers; whether this one was the last (see close)."""
-        if self.leased:
-            return bool(self.jobs.guarded(self.queue.leave, True))
-        if isinstance(self.df, RedisBloomDupeFilter):
-            return bool(self.jobs.guarded(lambda: frontier_queue.leave(
-                self.server, self.df.bloom.key, self._member,
-                round(self.frontier.lease_timeout * 1000)), True))
-        return True
 
     def _start_heartbeat(self) -> None:
         # Once the engine runs (the looping call needs its reactor or loop). Imported
@@ -381,44 +288,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             end.close()
             self.crawler.signals.disconnect(end.spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
-        if not self.leased and leases is not None and leases.buffer and not self.jobs.failed():
-            # Popped and never handed out (the spider closed meanwhile): back in the
-            # queue, before it is judged empty.
-            back, leases.buffer = [lease.request for lease in leases.buffer], []
-            self.jobs.guarded(lambda: [self.queue.push(request) for request in back], None)
-        clear = not self.persist and not self.jobs.failed() and end is not None \
-            and end.done_now()
-        if not self.persist and not clear and not self.jobs.failed():
-            logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
-                        "done: the shared queue and the filter are kept for the others",
-                        extra={"spider": self.spider})
-        if leases is not None:
-            leases.settle()
-        last = self._leave() if not self.jobs.failed() else False
-        if clear and not last:
-            # The others are closing too: the last one out deletes what is shared (the
-            # first would delete the filter under them, which they take for lost state).
-            clear = False
-            logger.info("SCHEDULER_PERSIST is off and the crawl is done: the last worker "
-                        "to close deletes the shared queue and the filter",
-                        extra={"spider": self.spider})
-        if self.jobs.failed():
-            # Stopped on an error: touch nothing more in Redis. The leases held come back
-            # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
-            detach = getattr(self.queue, "detach", None)
-            if self.df.failure == dupefilter_module.FINISHED and self.leased:
-                # The crawl is over and gone: only this worker's name, which its
-                # heartbeat or a pop may have written again, is taken out.
-                detach = self.queue.forget
-            if detach is not None:
-                with suppress(RedisError):
-                    detach()
-        elif clear:
-            self.jobs.guarded(self.queue.clear, None)
-        else:
-            close_queue = getattr(self.queue, "close", None)
-            if close_queue is not None:
-                self.jobs.guarded(close_queue, None)
+        assert leases is not None and end is not None and self.shared is not None, "opened"
+        leases.give_back()
+        clear = self.shared.close(persist=self.persist, done_now=end.done_now,
+                                  settle=leases.settle)
         if isinstance(self.df, RedisBloomDupeFilter):
             # The scheduler's persist decides, also when set on the instance after
             # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
@@ -427,79 +300,25 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         elif clear:
             self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting
 
-    # -- queueing -------------------------------------------------------------------
-
     def enqueue_request(self, request: Request) -> bool:
-        if request.meta.pop(WAKE_META, False):  # see _wake: it is in the buffer already
+        if request.meta.pop(WAKE_META, False):  # see CrawlEnd._wake: already in the buffer
             return True
         if request.meta.pop(QUEUED_META, False):  # checked, queued and counted by the middleware
             return True
         parent = request.meta.pop(LEASE_META, None)
+        leases = self._leases()
+
+        def done() -> None:
+            # A copy of a request handed out here (a redirect, a retry, an errback's): its
+            # work goes on in the copy, now queued (or dropped).
+            if parent is not None:
+                leases.ack(parent)
+
         if isinstance(self.df, RedisBloomDupeFilter) and not self.jobs.inline:
-            return self._enqueue_async(request, parent)
-        queued = self._enqueue(request)
-        if parent is not None:
-            # A copy of a request handed out here, scheduled from outside the spider's
-            # output (a redirect, a retry, an errback's): its work goes on in the copy.
-            self._ack(parent)
+            return leases.path.enqueue_async(request, done=done, over=self._end().idle_missed)
+        queued = leases.path.enqueue(request)
+        done()
         return queued
-
-    def _enqueue_async(self, request: Request, parent: str | None) -> bool:
-        """:meth:`enqueue_request` during a crawl: the check-and-queue goes with the next
-        Redis round trip, and the engine hears at once that the request is scheduled.
-        One found seen before (or not queued: the crawl stops) is then dropped as
-        Scrapy drops it: counted in ``dupefilter/filtered`` and sent with
-        ``request_dropped``. A request that cannot be stored is refused here and now."""
-        assert self.path is not None
-        prepared = self.path.prepare([request])
-        if prepared is None:
-            if parent is not None:
-                self._ack(parent)
-            return False  # cannot be stored (reported), or the crawl has stopped
-        self._enqueuing += 1
-
-        def answered(outcomes: list[bool | None]) -> None:
-            self._enqueuing -= 1
-            (outcome,) = outcomes
-            if outcome is not False:
-                if outcome:
-                    self.df.log(request, self.spider)
-                self.crawler.signals.send_catch_log(signals.request_dropped, request=request,
-                                                    spider=self.spider)
-            if parent is not None:
-                # Its work goes on in this copy, now queued (or done: a duplicate).
-                self._ack(parent)
-            self._end().idle_missed()
-
-        def failed(failure: Failure) -> Failure:
-            self._enqueuing -= 1
-            self._end().idle_missed()
-            return failure
-
-        self.path.queue_prepared([None], *prepared).addCallbacks(answered, failed)
-        return True
-
-    def _enqueue(self, request: Request) -> bool:
-        assert self.path is not None
-        if self.leased and isinstance(self.df, RedisBloomDupeFilter):
-            (outcome,) = self.path.check_and_queue([request])
-            if outcome is None:
-                return False  # cannot be stored, reported; the engine sends request_dropped
-            if outcome:
-                self.df.log(request, self.spider)
-                return False
-            return True  # queued by the filter's own script
-        if self.path.storable([request]) == [None]:
-            return False
-        if not request.dont_filter and self.df.request_seen(request):
-            self.df.log(request, self.spider)
-            return False
-        if self.jobs.guarded(lambda: self.queue.push(request) or True, False):
-            self.stats.inc_value("scheduler/enqueued/redis")
-            self._end().busy()
-            return True
-        logger.error("Could not queue %s: Redis is unavailable", request)
-        return False
 
     def next_request(self) -> Request | None:
         if not self.buffered:
@@ -524,14 +343,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         not hand out is ignored."""
         field = request.meta.get(LEASE_META)
         if field is not None:
-            self._ack(field)
-
-    def _ack(self, field: str) -> None:
-        self._leases().ack(field)
+            self._leases().ack(field)
 
     def has_pending_requests(self) -> bool:
         leases = self._leases()
-        if self.buffered and (leases.buffer or leases.filling or self._enqueuing):
+        if self.buffered and (leases.buffer or leases.filling or leases.path.enqueuing):
             return True
         if not self.jobs.inline:
             # Asked by the engine whenever it looks idle: no round trip here. With nothing
@@ -562,13 +378,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Seconds since this worker's last heartbeat went through (0 before the first,
         and on a scrapy-redis queue class, which has none)."""
         return 0.0 if self.upkeep is None else self.upkeep.silence()
-
-    def _verify(self) -> bool:
-        """Whether the filter is still there, unchanged (else the crawl is stopped)."""
-        if isinstance(self.df, RedisBloomDupeFilter):
-            self.jobs.guarded(self.df.bloom.verify, None)
-            self.jobs.guarded(lambda: check_eviction(self.df.bloom.link, warn=False), None)
-        return not self.jobs.failed()
 
     def _leases(self) -> Leases:
         assert self.leases is not None, "made when the scheduler opens"

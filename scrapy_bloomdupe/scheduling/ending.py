@@ -66,14 +66,12 @@ class CrawlEnd:
     where the Redis work runs; ``leases`` is this worker's (:class:`.leases.Leases`);
     ``upkeep`` the leased queue's heartbeat and reaps (None on a scrapy-redis queue);
     ``signals`` the crawler's (the idle round it runs, see :meth:`_after_poll`);
-    ``engine`` gives Scrapy's engine once it runs (None: a tool, a test); ``verify``
-    checks the filter is still there (else the crawl is stopped); ``enqueuing`` counts
-    the requests whose check is on its way; ``done_grace`` is the grace period (s).
+    ``engine`` gives Scrapy's engine once it runs (None: a tool, a test);
+    ``done_grace`` is the grace period (s).
     ``clock`` and ``later`` are the time and the delayed calls."""
 
     def __init__(self, path: RequestPath, leases: Leases, *, upkeep: LeaseUpkeep | None,
                  signals: SignalManager, engine: Callable[[], ExecutionEngine | None],
-                 verify: Callable[[], bool], enqueuing: Callable[[], int],
                  done_grace: float, clock: Callable[[], float] = time.monotonic,
                  later: Later = call_later) -> None:
         self.path = path
@@ -83,8 +81,6 @@ class CrawlEnd:
         self.upkeep = upkeep
         self.signals = signals
         self._engine = engine
-        self._verify = verify
-        self._enqueuing = enqueuing
         #: Seconds the shared queue must stay empty, with no lease held, before this
         #: worker closes: ``BLOOMDUPE_DONE_GRACE``, or scrapy-redis's
         #: ``SCHEDULER_IDLE_BEFORE_CLOSE`` when it is longer.
@@ -140,7 +136,7 @@ class CrawlEnd:
         if now - self._idle_since < self.done_grace:
             self.wake_later()
             raise DontCloseSpider
-        if not self._verify():
+        if not self.path.verify():
             return  # an empty queue of a filter that is gone is no finished crawl
         self._crawl_is_done(now - self._idle_since, spider)
 
@@ -171,7 +167,7 @@ class CrawlEnd:
         look at the shared queue that the idle poll took on the Redis thread (see
         _wake), and, with none at hand, asks for one and stays."""
         failed = self.leases.failed
-        if self._enqueuing() or (failed is not None and failed.pending):
+        if self.path.enqueuing or (failed is not None and failed.pending):
             # A request's check or a failure's record is on its way: its lease is held.
             self.wake_later()
             raise DontCloseSpider
@@ -291,7 +287,7 @@ class CrawlEnd:
         never closed. If the engine is idle now, the idle round it missed runs here (the
         idle poll, at once)."""
         if self._wakeup is not None or self.leases.buffer or self.leases.filling \
-                or self._enqueuing() or self.jobs.failed():
+                or self.path.enqueuing or self.jobs.failed():
             return
         engine = self._engine()
         if engine is None or engine.spider is None:

@@ -380,6 +380,13 @@ class Leases:
             else:
                 self._ack_later()
 
+    def give_back(self) -> None:
+        """On a scrapy-redis queue, the requests popped and never handed out (the spider
+        closed meanwhile): back in the queue, before it is judged empty."""
+        if not self.leased and self.buffer and not self.jobs.failed():
+            back, self.buffer = [lease.request for lease in self.buffer], []
+            self.jobs.guarded(lambda: [self.queue.push(request) for request in back], None)
+
     def close(self) -> None:
         """No ack is sent later (the scheduler closes and settles what it holds)."""
         if self._ack_call is not None:
