@@ -214,7 +214,7 @@ class CrawlEnd:
             return Look(queued, leased, verified, work, back)
         return look
 
-    def _looked(self, look: Look | None) -> None:
+    def looked(self, look: Look | None) -> None:
         """What the idle poll's look found (None: the poll failed)."""
         if look is not None and self.upkeep is not None:
             self.upkeep.reaped(look.back)
@@ -244,7 +244,7 @@ class CrawlEnd:
         if self.path.buffered and not self.leases.buffer:
             self.leases.starved = True  # what the pop brings wakes the engine (see fill)
             self.leases.fill(poll=True, then=self._after_poll, look=self.look_job,
-                             looked=self._looked)
+                             looked=self.looked)
         else:
             self._after_poll()
 
