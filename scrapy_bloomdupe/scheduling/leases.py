@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from scrapy.utils.asyncio import CallLaterResult, call_later
 from twisted.python.failure import Failure
@@ -265,7 +265,7 @@ class Leases:
             self.starved = False
             self.wake_engine()
 
-    def _fill_over(self, result: Any, then: Callable[[], None] | None,
+    def _fill_over(self, result: Failure | None, then: Callable[[], None] | None,
                    looked: Callable[[T | None], None] | None) -> None:
         self.filling = False
         if isinstance(result, Failure):

@@ -55,8 +55,8 @@ def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
                 "queue; this crawl starts afresh", key)
 
 
-def make_queue(queue_cls: Any, *, server: Redis | RedisCluster, spider: Spider, key: str,
-               serializer: Any, df: Any, settings: BaseSettings,
+def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spider: Spider,
+               key: str, serializer: Any, df: Any, settings: BaseSettings,
                frontier: FrontierConfig) -> Any:
     """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
     one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``df``, sharded as
