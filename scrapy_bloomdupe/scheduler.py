@@ -281,17 +281,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.jobs.io.stop()
         if self.upkeep is not None:
             self.upkeep.stop()
-        leases, end = self.leases, self.end
-        if leases is not None:
-            leases.close()
-        if end is not None:
-            end.close()
-            self.crawler.signals.disconnect(end.spider_idle, signal=signals.spider_idle)
+        leases, end, shared = self.leases, self.end, self.shared
+        assert leases is not None and end is not None and shared is not None, "made with the queue"
+        leases.close()
+        end.close()
+        self.crawler.signals.disconnect(end.spider_idle, signal=signals.spider_idle)
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
-        assert leases is not None and end is not None and self.shared is not None, "opened"
         leases.give_back()
-        clear = self.shared.close(persist=self.persist, done_now=end.done_now,
-                                  settle=leases.settle)
+        clear = shared.close(persist=self.persist, done_now=end.done_now, settle=leases.settle)
         if isinstance(self.df, RedisBloomDupeFilter):
             # The scheduler's persist decides, also when set on the instance after
             # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
