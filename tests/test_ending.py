@@ -159,17 +159,17 @@ def test_done_now_asks_the_queue_again(setup: Setup) -> None:
 def test_the_look_counts_the_queue_puts_dead_workers_leases_back_and_verifies(
         redis_url: str) -> None:
     """What the idle poll asks of Redis, in one job on the Redis thread during a crawl."""
-    setup = Setup(redis_url, lease_timeout=0.1)
+    setup = Setup(redis_url, lease_timeout=0.5)
     try:
         client = setup.df.bloom.client
         setup.queue.push_many([Request(f"http://a.example/{i}") for i in range(3)])
         dead = PriorityQueue(client, DemoSpider(), "demo:requests", tag=setup.tag,
-                             lease_timeout=0.1)
+                             lease_timeout=0.5)
         dead.pop_leases(1)
         look = setup.end.look_job()()
         assert (look.queued, look.leased, look.verified, look.work) == (2, 1, False, 0)
         assert look.back == []  # its holder heartbeat just now
-        time.sleep(0.15)  # it stops heartbeating; half a lease timeout passes
+        time.sleep(0.6)  # it stops heartbeating for a lease timeout
         look = setup.end.look_job()()
         assert [(n, r.url) for n, r in look.back] == [(1, "http://a.example/0")]
         assert (look.queued, look.leased) == (3, 0)
