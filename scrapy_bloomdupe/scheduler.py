@@ -237,7 +237,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 jobs=self.jobs, queue=self.queue,
                 dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
                 server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
-                settle=self.leases.settle, held=self.leases.held, verify=self.path.verify)
+                settle=self.leases.settle, held=self.leases.held, verify=self.path.verify,
+                retired=self.leases.report_retired)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
                             done_grace=self.done_grace)
@@ -289,6 +290,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
         leases.give_back()
         clear = shared.close(persist=self.persist, done_now=end.done_now, settle=leases.settle)
+        leases.report_retired()  # what the closing reap could not decode
         if isinstance(self.df, RedisBloomDupeFilter):
             # The scheduler's persist decides, also when set on the instance after
             # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).

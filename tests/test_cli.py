@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -932,3 +933,37 @@ def test_every_command_on_both_engines(engine: str, engine_url: str) -> None:
         assert client.keys(f"*{key}*") == []
     finally:
         client.close()
+
+
+class ItemSpider(DemoSpider):
+    """The spider whose ``parse_item`` a deploy renamed, once it is restored."""
+
+    def parse_item(self, response: Any) -> None:
+        pass
+
+
+def test_failed_lists_undecodable_entries_and_requeue_queues_them_again(
+        client: redis.Redis, redis_url: str) -> None:
+    """An entry naming a callback the spider lost is retired by the pop that meets it;
+    ``bloomdupe failed`` lists it with its reason, and ``--requeue`` (the callback
+    restored) queues it again, past the filter."""
+    key = "demo:bloomdupe"
+    url = f"{SITE}/item?id=7"
+    entry = pickle.dumps({**Request(url).to_dict(), "callback": "parse_item"}, protocol=-1)
+    client.zadd(keys.queue(key, 0), {entry: -3})
+    assert PriorityQueue(client, DemoSpider(), "demo:requests", tag=key).pop_leases(5) == []
+
+    listed = run_cli("failed", "--key", key, "--json", redis_url=redis_url)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    (record,) = json.loads(listed.stdout)["failed"]
+    assert record["url"] == url and record["method"] == "GET"
+    assert "cannot be decoded" in record["reason"] and "parse_item" in record["reason"]
+    table = run_cli("failed", "--key", key, redis_url=redis_url)
+    assert url in table.stdout and "cannot be decoded" in table.stdout
+
+    moved = run_cli("failed", "--key", key, "--requeue", "--json", redis_url=redis_url)
+    assert json.loads(moved.stdout)["requeued"] == 1
+    assert failed.count(client, key) == 0
+    assert client.zscore(keys.queue(key, 0), entry) == -3  # as it was, its priority kept
+    (lease,) = PriorityQueue(client, ItemSpider(), "demo:requests", tag=key).pop_leases(5)
+    assert lease.request.url == url and lease.request.callback.__name__ == "parse_item"

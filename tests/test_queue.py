@@ -179,7 +179,7 @@ def test_a_request_counts_each_time_its_lease_expires(client: redis.Redis) -> No
     (lease,) = q.pop_leases(1)
     assert lease.requeues == 3
     q._taken.clear()  # as if that pop's reply had been lost (a failover)
-    assert q.reclaim() == 1  # not held: back, not counted
+    assert q.reclaim().total == 1  # not held: back, not counted
     (lease,) = q.pop_leases(1)
     assert lease.requeues == 3
 
@@ -204,10 +204,10 @@ def test_reclaim_puts_back_this_workers_leases_it_does_not_hold(client: redis.Re
     theirs = other.pop_leases(1)
     q.ack(done)
     del q._taken[orphan[0].field]  # as if the orphan's pop reply had been lost
-    assert q.reclaim(held) == 1
+    assert q.reclaim(held).total == 1
     assert q.status() == (1, 2)  # the orphan is back; held and theirs stay leased
     assert urls(other.pop_leases(5)) == urls(orphan)
-    assert theirs and q.reclaim(held) == 0
+    assert theirs and q.reclaim(held).total == 0
 
 
 def test_a_retried_pop_gets_the_same_leases_and_takes_nothing_more(client: redis.Redis) -> None:

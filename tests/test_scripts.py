@@ -447,14 +447,14 @@ def test_reap_gives_back_a_dead_owners_leases_counted(queued: redis.Redis) -> No
     pop(keys=[Q, LEASES, OWNERS], args=["live", 1, 1])
     assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == []  # both alive
     queued.zadd(OWNERS, {"dead": 0})  # its last heartbeat long ago
-    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == [b"\x00rq1\x00high"]
+    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == [b"-5|\x00rq1\x00high"]
     assert queued.zscore(Q, b"\x00rq1\x00high") == -5
     assert list(queued.hgetall(LEASES)) == [b"live:1.0"]
     assert queued.zscore(OWNERS, "dead") is None
     # Taken and expired again: counted twice.
     pop(keys=[Q, LEASES, OWNERS], args=["dead", 2, 1])
     queued.zadd(OWNERS, {"dead": 0})
-    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == [b"\x00rq2\x00high"]
+    assert reap(keys=[Q, LEASES, OWNERS], args=[60_000, ""]) == [b"-5|\x00rq2\x00high"]
 
 
 def test_reap_gives_back_a_closing_owners_leases_uncounted(queued: redis.Redis) -> None:
@@ -468,7 +468,7 @@ def test_reap_gives_back_a_closing_owners_leases_uncounted(queued: redis.Redis) 
 def test_reclaim_puts_back_what_the_worker_does_not_hold(queued: redis.Redis) -> None:
     script(queued, FRONTIER, "pop.lua")(keys=[Q, LEASES, OWNERS], args=["me", 1, 3])
     reclaim = script(queued, FRONTIER, "reclaim.lua")
-    assert reclaim(keys=[Q, LEASES], args=["me", "me:1.0"]) == 2
+    assert sorted(reclaim(keys=[Q, LEASES], args=["me", "me:1.0"])) == [b"me:1.1", b"me:1.2"]
     assert queued.zrange(Q, 0, -1) == [b"mid", b"low"]
     assert list(queued.hgetall(LEASES)) == [b"me:1.0"]
 

@@ -21,12 +21,15 @@ import redis
 from helpers import DemoSpider, fps
 from scrapy import Request
 from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
 
 from scrapy_bloomdupe import connection, crawlstats, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
-from scrapy_bloomdupe.frontier.queue import PriorityQueue
-from scrapy_bloomdupe.settings import RedisSettings
+from scrapy_bloomdupe.frontier.queue import PriorityQueue, Reclaimed
+from scrapy_bloomdupe.scheduling.jobs import RedisJobs
+from scrapy_bloomdupe.scheduling.upkeep import RECLAIMED_FAILOVER, LeaseUpkeep
+from scrapy_bloomdupe.settings import FrontierConfig, RedisSettings
 from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 from scrapy_bloomdupe.transport.diagnose import check, describe
@@ -254,6 +257,14 @@ def on(where: str, call: Callable[[], T], *links: Link) -> T:
     return asyncio.run(job())
 
 
+def reclaiming_upkeep(queue: PriorityQueue, client: redis.Redis) -> LeaseUpkeep:
+    """The lease upkeep of ``queue``'s worker outside a crawl (a reclaim due now)."""
+    return LeaseUpkeep(jobs=RedisJobs(lambda: None), queue=queue, dupefilter=None,
+                       server=client, frontier=FrontierConfig.from_settings(Settings()),
+                       stats=get_crawler(DemoSpider).stats, spider=DemoSpider(),
+                       settle=lambda: None, held=list, verify=lambda: True)
+
+
 @pytest.mark.parametrize("where", ["blocking", "on the loop"])
 @pytest.mark.parametrize("route", ["own round trip", "riding on a check-and-queue"])
 def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
@@ -299,8 +310,17 @@ def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
         assert master_epoch(client) == 1
         changes = [r for r in caplog.records if "the master of 'mymaster' is now" in r.message]
         assert len(changes) == 1, [r.message for r in changes]
-        # The worker puts the lease back in the queue: the page is fetched again.
-        assert queue.reclaim() == 1
+        # The worker puts the lease back in the queue: the page is fetched again. Its
+        # WARNING says why: the master changed (and no other reason is given).
+        caplog.clear()
+        upkeep = reclaiming_upkeep(queue, client)
+        upkeep._reclaim()
+        put_back = [r.getMessage() for r in caplog.records if "back in the shared" in r.message]
+        assert put_back == [f"Put 1 request(s) back in the shared queue: leased to this "
+                            f"worker in Redis but not held by it: {RECLAIMED_FAILOVER}; they "
+                            f"are fetched again"], put_back
+        assert upkeep.stats.get_value("bloomdupe/requeued") == 1
+        assert queue.reclaim() == Reclaimed()  # nothing more of this worker's
         urls = {lease.request.url for lease in queue.pop_leases(5)}
         assert "http://a.example/page" in urls
         for c in (old_client, new_client):

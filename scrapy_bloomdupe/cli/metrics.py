@@ -39,7 +39,8 @@ COUNTERS = (
     ("requeued", "bloomdupe_leases_requeued",
      "Leases put back in the queue (workers that stopped heartbeating, reclaimed leases)."),
     ("failed", "bloomdupe_requests_failed",
-     "Requests that failed for good (after retries, or an HTTP error status)."),
+     "Requests that failed for good (after retries, or an HTTP error status) and queue "
+     "entries that cannot be decoded."),
     ("redis_errors", "bloomdupe_redis_errors", "Redis errors the workers gave up on."),
 )
 

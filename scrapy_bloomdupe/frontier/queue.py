@@ -47,6 +47,7 @@ from .. import keys, luascript
 from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
+from . import undecodable
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -60,10 +61,12 @@ RECORD_TTL_MS = 3_600_000
 JOINED_MS = 86_400_000
 #: Default time without a heartbeat after which a worker's leases go back.
 LEASE_TIMEOUT = 30.0
+#: Default length limit of the failed requests' record (BLOOMDUPE_FAILED_LIMIT's).
+FAILED_LIMIT = 100_000
 
 #: How a queued request whose lease expired ``n`` times starts: NUL, ``rq``, ``n``, NUL,
 #: then its serialized bytes (no serializer's output starts with a NUL and "rq").
-REQUEUED = b"\x00rq"
+REQUEUED = undecodable.REQUEUED
 
 @dataclass(frozen=True)
 class Lease:
@@ -78,6 +81,23 @@ class Lease:
     epoch: int = 0
     #: How often this request's lease expired before (its holder stopped heartbeating).
     requeues: int = 0
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What :meth:`PriorityQueue.reclaim` put back in the queue, by why this worker no
+    longer held it."""
+
+    #: Acks dropped: the master changed (its epoch) since the lease was taken.
+    failover: int = 0
+    #: Leases of pops whose replies this worker never read (an error on the way).
+    lost_pops: int = 0
+    #: Acked, yet still in Redis: the ack went to a master a failover replaced.
+    lost_acks: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.failover + self.lost_pops + self.lost_acks
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
@@ -98,10 +118,12 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     LEAVE_SCRIPT = luascript.read(__package__, "leave.lua")
     RECLAIM_SCRIPT = luascript.read(__package__, "reclaim.lua")
     MERGE_SCRIPT = luascript.read(__package__, "merge.lua")
+    RETIRE_SCRIPT = undecodable.RETIRE_SCRIPT
 
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, tag: str | None = None, shards: int = 1,
-                 lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0) -> None:
+                 lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0,
+                 failed_limit: int = FAILED_LIMIT) -> None:
         super().__init__(server, spider, key, serializer)
         self.tag = tag or self.key
         #: The filter's shard count; the queue's (:attr:`shards`) is the same on a
@@ -109,6 +131,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.filter_shards = shards
         self.shards = shards if is_cluster(server) else 1
         self.lease_timeout_ms = max(1, round(lease_timeout * 1000))
+        self.failed_limit = failed_limit
         #: This worker, as its leases name it.
         self.owner = secrets.token_hex(6)
         #: The queue's round trips (and its WAIT): see :class:`~..transport.link.Link`.
@@ -117,7 +140,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
             ("heartbeat", self.HEARTBEAT_SCRIPT), ("reap", self.REAP_SCRIPT),
             ("reclaim", self.RECLAIM_SCRIPT), ("leave", self.LEAVE_SCRIPT),
-            ("merge", self.MERGE_SCRIPT))}
+            ("merge", self.MERGE_SCRIPT), ("retire", self.RETIRE_SCRIPT))}
         # Loaded again by the link where a round trip is answered NOSCRIPT.
         self.link.knows(*(script.script for script in self._scripts.values()))
         shard_range = range(self.shards)
@@ -148,6 +171,14 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._taken: dict[str, int] = {}
         #: Acks not sent because the master changed since their lease was taken.
         self.stale = 0
+        #: Their fields (until a reclaim puts them back), and those of the last round
+        #: trip's acks (see _ack_commands).
+        self._stale_fields: set[str] = set()
+        self._stale_built: list[str] = []
+        #: Numbers of pops sent whose replies this worker never read (see reclaim).
+        self._unanswered_pops: set[int] = set()
+        #: Entries retired since the scheduler last asked (see take_retired).
+        self._retired: list[undecodable.Retired] = []
 
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
@@ -226,24 +257,35 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def _pop_from(self, shard: int, count: int) -> list[Lease]:
         self._pop_shard = shard  # a retry after a lost reply: the same shard, the same number
+        number = self._pop_number
         pop = ("EVALSHA", self._scripts["pop"].sha, 3, self._queues[shard], self._leases[shard],
-               self._owners[shard], self.owner, self._pop_number, count)
+               self._owners[shard], self.owner, number, count)
         # The acks of other masters of a cluster wait for a round trip that goes there.
         commands = self._ack_commands(self.link.reaches([pop]))
         commands.append(pop)
+        with self._acks_lock:
+            self._unanswered_pops.add(number)
         entries = self._execute(commands)[-1]
         self._acks_sent()  # (and they are idempotent)
-        number = self._pop_number
         self._pop_number += 1  # only once the reply is in: a retry replays
         self._pop_shard = None
         epoch = master_epoch(self.server)
-        leases = []
+        leases: list[Lease] = []
+        bad: list[undecodable.Bad] = []
         for j, entry in enumerate(entries):
-            requeues, payload = split_requeues(entry.split(b"|", 1)[1])
-            leases.append(Lease(shard, f"{self.owner}:{number}.{j}",
-                                self._decode_request(payload), epoch, requeues))
+            field = f"{self.owner}:{number}.{j}"
+            score, member = entry.split(b"|", 1)
+            try:  # each on its own: one that cannot be decoded costs only itself
+                requeues, payload = undecodable.split_requeues(member)
+                leases.append(Lease(shard, field, self._decode_request(payload), epoch,
+                                    requeues))
+            except Exception as e:  # the serializer's or request_from_dict's, whatever it is
+                bad.append((field, int(score), member, e))
+        if bad:
+            self._retire(shard, "lease", bad)
         with self._acks_lock:
             self._taken.update((lease.field, shard) for lease in leases)
+            self._unanswered_pops.discard(number)
         return leases
 
     # -- leases ----------------------------------------------------------------------
@@ -294,10 +336,17 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         replies = self._execute(commands)
         self._acks_sent()
         back = []
-        for members in replies[len(replies) - self.shards:]:
-            for member in members:
-                requeues, payload = split_requeues(member)
-                back.append((requeues, self._decode_request(payload)))
+        for shard, members in enumerate(replies[len(replies) - self.shards:]):
+            bad: list[undecodable.Bad] = []
+            for entry in members:
+                score, member = entry.split(b"|", 1)
+                try:
+                    requeues, payload = undecodable.split_requeues(member)
+                    back.append((requeues, self._decode_request(payload)))
+                except Exception as e:  # back in the queue, undecodable: retired there
+                    bad.append((member, int(score), member, e))
+            if bad:
+                self._retire(shard, "queued", bad)
         return back
 
     def leave(self) -> bool:
@@ -307,12 +356,13 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                                   self.owner, self.lease_timeout_ms)])
         return bool(last)
 
-    def reclaim(self, held: Iterable[Lease] = ()) -> int:
+    def reclaim(self, held: Iterable[Lease] = ()) -> Reclaimed:
         """Put back in the queue this worker's leases in Redis that it does not hold:
         neither taken by a pop whose reply came and not acked since, nor in ``held``
         (the pending acks are sent first). After a failover the new master can hold
-        leases whose acks, or whose pop's reply, went to the old one: unclaimed, they
-        would keep the crawl open for ever. Returns how many went back."""
+        leases whose acks, or whose pop's reply, went to the old one; a pop that failed
+        on its way back leaves its leases too: unclaimed, they would keep the crawl
+        open for ever. Returns how many went back, by why they were not held."""
         fields: dict[int, list[str]] = {}
         with self._acks_lock:
             taken = dict(self._taken)
@@ -325,7 +375,38 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                              self._leases[shard], self.owner, *fields.get(shard, ())))
         replies = self._execute(commands)
         self._acks_sent()
-        return sum(int(r) for r in replies[len(replies) - self.shards:])
+        failover = lost_pops = lost_acks = 0
+        with self._acks_lock:
+            for reply in replies[len(replies) - self.shards:]:
+                for raw in reply:
+                    field = raw.decode() if isinstance(raw, bytes) else str(raw)
+                    if field in self._stale_fields:
+                        failover += 1
+                    elif pop_number(field) in self._unanswered_pops:
+                        lost_pops += 1
+                    else:
+                        lost_acks += 1
+            # Whatever of theirs Redis held is back in the queue now.
+            self._stale_fields.clear()
+            self._unanswered_pops.clear()
+        return Reclaimed(failover, lost_pops, lost_acks)
+
+    def take_retired(self) -> list[undecodable.Retired]:
+        """The entries retired since the last call (for the scheduler to count and log)."""
+        with self._acks_lock:
+            retired, self._retired = self._retired, []
+        return retired
+
+    def _retire(self, shard: int, where: str, bad: Sequence[undecodable.Bad]) -> None:
+        """Retire entries that cannot be decoded (see :mod:`.undecodable`)."""
+        retired, round_trips = undecodable.retire_round_trips(
+            serializer=self.serializer, tag=self.tag, shard=shard,
+            same_slot=self.shards == 1 or shard == 0, script=self._scripts["retire"].sha,
+            limit=self.failed_limit, where=where, bad=bad)
+        for commands in round_trips:
+            self._execute(commands, acks=False)
+        with self._acks_lock:
+            self._retired.extend(retired)
 
     def status(self) -> tuple[int, int]:
         """(requests waiting, requests leased) over every shard, in one round trip."""
@@ -359,9 +440,11 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                        if reached is None or reached(("HDEL", self._leases[shard]))}
         self._acks_carried = {shard: len(acks) for shard, acks in pending.items()}
         self._acks_stale = 0
+        self._stale_built = []
         for shard, acks in pending.items():
             fields = [field for field, taken in acks if taken == epoch]
             self._acks_stale += len(acks) - len(fields)
+            self._stale_built += [field for field, taken in acks if taken != epoch]
             if fields:
                 commands.append(("HDEL", self._leases[shard], *fields))
         self._acks_built = (len(commands), epoch if commands else None)
@@ -373,7 +456,9 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             for shard, count in self._acks_carried.items():
                 del self._acks.get(shard, [])[:count]
             self._acks = {shard: acks for shard, acks in self._acks.items() if acks}
+            self._stale_fields.update(self._stale_built)
         self.stale += self._acks_stale
+        self._stale_built = []
         self._acks_carried, self._acks_stale, self._acks_built = {}, 0, (0, None)
 
     def send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -468,12 +553,9 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         clear(self.server, self.tag, self.filter_shards)
 
 
-def split_requeues(member: bytes) -> tuple[int, bytes]:
-    """A queued request's requeue count (see :data:`REQUEUED`) and its serialized bytes."""
-    if not member.startswith(REQUEUED):
-        return 0, member
-    stop = member.index(b"\x00", len(REQUEUED))
-    return int(member[len(REQUEUED):stop]), member[stop + 1:]
+def pop_number(field: str) -> int:
+    """The pop number in a lease's field, ``"<owner>:<pop>.<j>"``."""
+    return int(field.rsplit(":", 1)[1].split(".", 1)[0])
 
 
 def join(client: Redis | RedisCluster, tag: str, member: str) -> None:

@@ -9,8 +9,8 @@
 --
 -- Every lease of an owner with no heartbeat for ARGV[1] ms goes back to the
 -- queue with its score and one more requeue counted, and the owner is
--- forgotten; the leases of ARGV[2] go back uncounted. Returns the members
--- queued for dead owners.
+-- forgotten; the leases of ARGV[2] go back uncounted. Returns what went back
+-- for dead owners, as "<score>|<member queued>" (a pop's entries' shape).
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -18,7 +18,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- A lease back in the queue from the lease hash: queued first, so a script stopped
 -- in between repeats a request rather than losing it. With "counted" (its lease
 -- expired) the member carries one more requeue: NUL "rq" <n> NUL, then the
--- request. Returns the member queued.
+-- request. Returns "<score>|<member queued>".
 local function requeue(field, entry, counted)
   local bar = string.find(entry, "|", 1, true)
   local member = string.sub(entry, bar + 1)
@@ -31,9 +31,10 @@ local function requeue(field, entry, counted)
     end
     member = "\0rq" .. (n + 1) .. "\0" .. member
   end
-  redis.call("ZADD", KEYS[1], string.sub(entry, 1, bar - 1), member)
+  local score = string.sub(entry, 1, bar - 1)
+  redis.call("ZADD", KEYS[1], score, member)
   redis.call("HDEL", KEYS[2], field)
-  return member
+  return score .. "|" .. member
 end
 
 local dead = {}
@@ -48,8 +49,8 @@ for j = 1, #all, 2 do
   local field = all[j]
   local owner = string.sub(field, 1, string.find(field, ':', 1, true) - 1)
   if dead[owner] then
-    local member = requeue(field, all[j + 1], owner ~= ARGV[2])
-    if owner ~= ARGV[2] then back[#back + 1] = member end
+    local queued = requeue(field, all[j + 1], owner ~= ARGV[2])
+    if owner ~= ARGV[2] then back[#back + 1] = queued end
   end
 end
 for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end

@@ -1,7 +1,8 @@
 """Requests that failed for good, kept in Redis (``bloomdupe failed`` lists them and
 ``--requeue`` fetches them again): recorded before their lease is acked, so that a
 worker killed in between leaves the lease, and the request comes back, rather than
-neither."""
+neither. Queue entries that cannot be decoded are recorded there too, by the queue
+itself (:mod:`..frontier.undecodable`); they are counted and logged here."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from .jobs import RedisJobs
 
 logger = logging.getLogger(__name__)
+
+#: Most entries named in the ERROR of entries that cannot be decoded.
+NAMED = 10
 
 
 class FailedRequests:
@@ -94,3 +98,24 @@ class FailedRequests:
                    "lists such requests and --requeue fetches them again", request, reason,
                    extra={"spider": self.spider})
         return recorded
+
+    def report_retired(self) -> int:
+        """Count and log (one ERROR) the queue entries retired since the last call: they
+        cannot be decoded into requests, and are in the failed requests' record. Returns
+        how many."""
+        retired = self.queue.take_retired()
+        if not retired:
+            return 0
+        self.stats.inc_value("bloomdupe/undecodable", len(retired))
+        self.stats.inc_value("bloomdupe/failed", len(retired))
+        named = "; ".join(f"{r.url or '(no URL readable)'} ({r.error})"
+                          for r in retired[:NAMED])
+        more = f"; and {len(retired) - NAMED} more" if len(retired) > NAMED else ""
+        logger.error("Moved %d shared queue entr%s that cannot be decoded into requests to "
+                     "the failed requests' record, where they stay: %s%s. Restore what "
+                     "they need (the spider's callback or errback they name, the request "
+                     "class, the SCHEDULER_SERIALIZER that wrote them), then `bloomdupe "
+                     "failed --requeue` queues them again",
+                     len(retired), "y" if len(retired) == 1 else "ies", named, more,
+                     extra={"spider": self.spider})
+        return len(retired)

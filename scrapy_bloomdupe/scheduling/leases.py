@@ -259,7 +259,11 @@ class Leases:
         self._deep = self.leased and len(leases) >= count
         self.buffer.extend(lease for lease in leases
                            if not (self.leased and self._came_back_too_often(lease)))
-        if not leases:
+        # Entries it could not decode (retired): the queue is not empty, take more now.
+        retired = self.report_retired()
+        if retired:
+            self._refill = True
+        elif not leases:
             self._empty_until = self._clock() + self._idle_poll()
         elif self.buffer and self.starved:
             self.starved = False
@@ -268,6 +272,7 @@ class Leases:
     def _fill_over(self, result: Failure | None, then: Callable[[], None] | None,
                    looked: Callable[[T | None], None] | None) -> None:
         self.filling = False
+        self.report_retired()  # what the pop could not decode
         if isinstance(result, Failure):
             if looked is not None:
                 looked(None)
@@ -302,6 +307,11 @@ class Leases:
         recorded.addCallbacks(lambda _: self.queue.ack([lease]), acted_on)
         self._refill = True
         return True
+
+    def report_retired(self) -> int:
+        """Count and log the queue entries retired since the last call, that cannot be
+        decoded into requests (see :meth:`.failed.FailedRequests.report_retired`)."""
+        return self.failed.report_retired() if self.failed is not None else 0
 
     def record_failed(self, request: Request, reason: str) -> Deferred[None]:
         """Record ``request`` as it is to be fetched again (without Scrapy's retry count

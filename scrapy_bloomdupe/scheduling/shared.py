@@ -71,7 +71,8 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
             tag, shards = BloomDupeConfig.from_settings(settings).key_for(spider.name), 1
             wait = replicas_to_wait(wait_replicas(settings), server)
         extra = {"tag": tag, "shards": shards,
-                 "lease_timeout": frontier.lease_timeout, "wait_replicas": wait}
+                 "lease_timeout": frontier.lease_timeout, "wait_replicas": wait,
+                 "failed_limit": frontier.failed_limit}
     try:
         return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
     except TypeError as e:

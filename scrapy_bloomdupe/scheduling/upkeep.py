@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.asyncio import create_looping_call
 
+from ..frontier.queue import Reclaimed
 from ..transport.diagnose import check_eviction
 
 if TYPE_CHECKING:
@@ -38,6 +39,14 @@ logger = logging.getLogger(__name__)
 MAX_HEARTBEAT = 5.0
 #: Most requests named in the WARNING that puts leases back.
 NAMED = 10
+#: Why a reclaim put this worker's own leases back (see :class:`Reclaimed`).
+RECLAIMED_FAILOVER = ("the Redis master changed (a failover) after they were taken, so "
+                      "their acks were not sent to the new one: their work may have been "
+                      "written to the old master and lost with it")
+RECLAIMED_LOST_POPS = ("the replies of the pops that took them never reached this worker "
+                       "(an error on the way back)")
+RECLAIMED_LOST_ACKS = ("this worker acked them, but the acks are not in Redis: they went to "
+                       "a Redis master that a failover replaced")
 
 
 class LeaseUpkeep:
@@ -50,10 +59,13 @@ class LeaseUpkeep:
                  dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
                  frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
                  settle: Callable[[], None], held: Callable[[], list[Lease]],
-                 verify: Callable[[], bool]) -> None:
+                 verify: Callable[[], bool], retired: Callable[[], object] = lambda: 0
+                 ) -> None:
         self.jobs, self.queue, self.df, self.server = jobs, queue, dupefilter, server
         self.frontier, self.stats, self.spider = frontier, stats, spider
         self._settle, self._held, self._verify = settle, held, verify
+        #: Counts and logs the entries a reap found undecodable (and retired).
+        self._retired = retired
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._ticking = False
         #: When this worker last heartbeat (monotonic), and when it may reap again.
@@ -106,7 +118,7 @@ class LeaseUpkeep:
 
         last = self._last_beat
 
-        def job() -> tuple[float, list[tuple[int, Request]], int]:
+        def job() -> tuple[float, list[tuple[int, Request]], Reclaimed]:
             if silence > timeout:
                 df.bloom.verify()  # back from a long silence: the crawl may be gone
             call(self.queue.heartbeat)
@@ -117,13 +129,13 @@ class LeaseUpkeep:
             back = call(self.queue.reap) if reap and not stalled else []
             # What this worker holds, the queue knows: what its pops took, less its acks
             # (a pop answered on this thread whose leases the reactor has yet to see).
-            reclaimed = call(self.queue.reclaim) if reclaim else 0
+            reclaimed = call(self.queue.reclaim) if reclaim else Reclaimed()
             call(df.bloom.verify)
             call(lambda: check_eviction(df.bloom.link, warn=False))
             df.flush_crawl_stats_due()
             return beat, back, reclaimed
 
-        def ticked(answer: tuple[float, list[tuple[int, Request]], int]) -> None:
+        def ticked(answer: tuple[float, list[tuple[int, Request]], Reclaimed]) -> None:
             beat, back, reclaimed = answer
             self._beaten(0.0 if last is None else beat - last, beat)
             self.reaped(back)
@@ -142,21 +154,26 @@ class LeaseUpkeep:
 
     def _reclaim(self) -> None:
         """This worker's own leases in Redis that it does not hold go back in the queue
-        (their acks or their pop went to a Redis master that a failover replaced)."""
+        (see :meth:`PriorityQueue.reclaim`)."""
         now = time.monotonic()
         if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
             self._next_reclaim = now + self.frontier.lease_timeout
             self._stale_seen = self.queue.stale
             held = self._held()
-            self._reclaimed(self.jobs.guarded(lambda: self.queue.reclaim(held), 0))
+            self._reclaimed(self.jobs.guarded(lambda: self.queue.reclaim(held), Reclaimed()))
 
-    def _reclaimed(self, back: int) -> None:
-        if back:
-            self.stats.inc_value("bloomdupe/requeued", back)
-            logger.warning("Put %d request(s) back in the shared queue: leased to this "
-                           "worker in Redis but not held by it (their acks or their pop "
-                           "went to a Redis master that a failover replaced); they are "
-                           "fetched again", back, extra={"spider": self.spider})
+    def _reclaimed(self, back: Reclaimed) -> None:
+        """Count the leases a reclaim put back, and say why, one WARNING a reason."""
+        if not back.total:
+            return
+        self.stats.inc_value("bloomdupe/requeued", back.total)
+        for count, why in ((back.failover, RECLAIMED_FAILOVER),
+                           (back.lost_pops, RECLAIMED_LOST_POPS),
+                           (back.lost_acks, RECLAIMED_LOST_ACKS)):
+            if count:
+                logger.warning("Put %d request(s) back in the shared queue: leased to this "
+                               "worker in Redis but not held by it: %s; they are fetched "
+                               "again", count, why, extra={"spider": self.spider})
 
     def beat(self) -> None:
         """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
@@ -209,7 +226,9 @@ class LeaseUpkeep:
         return len(back)
 
     def reaped(self, back: list[tuple[int, Request]]) -> None:
-        """Count and name the dead workers' leases a reap put back."""
+        """Count and name the dead workers' leases a reap put back (and report those that
+        could not be decoded, retired instead)."""
+        self._retired()
         if back:
             self.stats.inc_value("bloomdupe/requeued", len(back))
             named = "; ".join(f"{request.url} ({times}x)" for times, request in back[:NAMED])

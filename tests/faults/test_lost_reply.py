@@ -432,3 +432,43 @@ def test_queue_push_retried_after_a_lost_reply_queues_once(
     assert engine_client.exists(*queue._push_records)
     queue.close()  # forgets its push records (its pops are leases, acked or given back)
     assert not engine_client.exists(*queue._push_records)
+
+
+def test_a_retire_whose_reply_is_lost_records_once_and_its_pop_is_reclaimed(
+    proxy: ReplyLosingProxy, unretried: redis.Redis, engine_client: redis.Redis
+) -> None:
+    """A pop met an entry it cannot decode (a callback the spider lost); the retire ran
+    but its reply was lost. The entry is recorded once, even retired again by a retry;
+    the request popped with it, never handed out, goes back to the queue with the next
+    reclaim, said to be a lost pop's (not a failover's)."""
+    import pickle
+
+    from scrapy import Request, Spider
+
+    from scrapy_bloomdupe import keys
+    from scrapy_bloomdupe.frontier import failed
+    from scrapy_bloomdupe.frontier.queue import PriorityQueue, Reclaimed
+
+    spider = Spider("lost")
+    queue = PriorityQueue(unretried, spider, "lost:requests")
+    gone = pickle.dumps({**Request("https://example.com/lost-callback").to_dict(),
+                         "callback": "parse_item"}, protocol=-1)
+    queue.push(Request("https://example.com/kept"))
+    engine_client.zadd(keys.queue(queue.tag, 0), {gone: -1})
+    engine_client.script_load(PriorityQueue.RETIRE_SCRIPT)  # no NOSCRIPT to lose instead
+    proxy.arm(b"lost-callback")  # the retire's command names the entry's URL
+    with pytest.raises(redis.ConnectionError):
+        queue.pop_leases(5)
+    deadline = time.monotonic() + 5
+    while proxy.lost_replies < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proxy.lost_replies == 1
+    # The retire ran: the entry is out of the lease hash, recorded once.
+    assert [r.url for r in failed.read(engine_client, queue.tag)] == [
+        "https://example.com/lost-callback"]
+    assert queue._retire(0, "lease", [(f"{queue.owner}:1.0", -1, gone, ValueError("x"))]) \
+        is None  # retried: nothing recorded again
+    assert failed.count(engine_client, queue.tag) == 1
+    assert queue.reclaim() == Reclaimed(lost_pops=1)
+    assert [lease.request.url for lease in queue.pop_leases(5)] == ["https://example.com/kept"]
+    queue.close()
