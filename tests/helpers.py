@@ -26,6 +26,7 @@ from redis.cluster import RedisCluster
 from scrapy import Spider
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
+from twisted.internet.defer import Deferred, succeed
 
 from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -67,6 +68,76 @@ class EngineWith:
     @property
     def scheduler(self) -> Any:
         return self._scheduler
+
+
+# -- time and Scrapy's engine, under a test's control ------------------------------------
+
+
+class Clock:
+    """A monotonic clock that moves only when the test says (``clock.now += 5``), as in
+    redis-py's tests/test_lock.py: the ``clock`` of the scheduler's parts."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Call:
+    """A delayed call asked for by the code under test, run when the test says."""
+
+    def __init__(self, delay: float, func: Any) -> None:
+        self.delay, self.func, self.cancelled = delay, func, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Calls:
+    """The ``later`` of the scheduler's parts (Scrapy's ``call_later`` otherwise): the
+    delayed calls they ask for, kept in ``asked`` until the test runs them."""
+
+    def __init__(self) -> None:
+        self.asked: list[Call] = []
+
+    def __call__(self, delay: float, func: Any) -> Call:
+        call = Call(delay, func)
+        self.asked.append(call)
+        return call
+
+    def pending(self) -> list[Call]:
+        return [c for c in self.asked if not c.cancelled]
+
+    def run(self) -> float:
+        """Run the one pending call (cancelled ones are dropped); its delay."""
+        (call,) = self.pending()
+        self.asked.clear()
+        call.func()
+        return call.delay
+
+
+class Engine:
+    """What the scheduler's parts use of Scrapy's engine: its spider, ``crawl`` (how
+    they wake it), whether it is idle, and ``close_spider_async``."""
+
+    def __init__(self, spider: Spider, *, idle: bool = True) -> None:
+        self.spider: Spider | None = spider
+        self.idle = idle
+        self.crawled: list[Any] = []
+        self.closed: list[str] = []
+
+    def crawl(self, request: Any) -> None:
+        self.crawled.append(request)
+
+    def spider_is_idle(self) -> bool:
+        return self.idle
+
+    def close_spider_async(self, *, reason: str) -> Deferred[None]:
+        # A Deferred, not a coroutine: deferred_from_coro passes it on as it is, with no
+        # reactor installed (tests/test_ioloop.py installs asyncio's in this process).
+        self.closed.append(reason)
+        return succeed(None)
 
 
 # -- fingerprints -------------------------------------------------------------------------

@@ -36,6 +36,12 @@ LAYERS: dict[str, int] = {
 }
 #: Sibling packages of one layer that must not know each other.
 APART = [("bloom", "frontier")]
+#: Within a layer, what a package sits below: the scheduler's parts (``scheduling/``) are
+#: below the Scrapy components that use them, the scheduler first.
+BELOW: dict[str, set[str]] = {
+    "scheduling": {"scheduler", "middleware", "extension", "failures", "addon",
+                   "workermetrics", "prometheus"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -114,6 +120,13 @@ def test_apart_packages_never_import_each_other(one: str, other: str) -> None:
     crossing = [f"{m} -> {t}" for m, found in GRAPH.items() for t, _, _ in found
                 if {top(m), top(t)} == {one, other}]
     assert crossing == []
+
+
+@pytest.mark.parametrize("lower", sorted(BELOW))
+def test_a_package_never_imports_what_sits_above_it_in_its_layer(lower: str) -> None:
+    upward = [f"{m} -> {t}" for m, found in GRAPH.items() if top(m) == lower
+              for t, _, _ in found if top(t) in BELOW[lower]]
+    assert upward == []
 
 
 def test_nothing_imports_the_test_helpers() -> None:

@@ -65,7 +65,7 @@ def test_scheduler_without_persist_clears_queue_and_filter_once_the_crawl_is_don
     scheduler.enqueue_request(Request("http://a.example/2"))
     while scheduler.next_request() is not None:
         pass
-    scheduler._spider_idle(crawler.spider)  # queue empty, no lease: the crawl is done
+    scheduler.end.spider_idle(crawler.spider)  # queue empty, no lease: the crawl is done
     scheduler.close("finished")
     # All gone but the mark that tells a worker paused past the end what happened.
     assert client.keys("*") == [b"demo:bloomdupe:finished"]
@@ -99,13 +99,13 @@ def test_the_scheduler_stays_while_work_may_come_and_clears_only_when_done(
     taken = peer.next_request()  # another worker holds it
     assert taken is not None
     with pytest.raises(DontCloseSpider):
-        scheduler._spider_idle(crawler.spider)  # a lease is held: stay
-    peer._settle()  # the peer's engine is done with it (no engine here: done)
+        scheduler.end.spider_idle(crawler.spider)  # a lease is held: stay
+    peer.leases.settle()  # the peer's engine is done with it (no engine here: done)
     peer.upkeep.tick()
     with pytest.raises(DontCloseSpider):
-        scheduler._spider_idle(crawler.spider)  # empty, but not for the grace yet
+        scheduler.end.spider_idle(crawler.spider)  # empty, but not for the grace yet
     time.sleep(0.25)
-    scheduler._spider_idle(crawler.spider)  # done
+    scheduler.end.spider_idle(crawler.spider)  # done
     assert scheduler.crawl_done
     assert not peer.crawl_done
     peer.close("shutdown")  # left early: clears nothing
@@ -135,7 +135,7 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     for _ in urls:
         request = scheduler.next_request()
         assert request is not None
-        lease = list(scheduler._handed.values())[-1]
+        lease = list(scheduler.leases.handed.values())[-1]
         popped.setdefault(lease.shard, []).append(request.url)
     assert scheduler.next_request() is None
     assert sorted(u for shard in popped.values() for u in shard) == sorted(urls)
@@ -143,7 +143,7 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     for shard_urls in popped.values():  # highest priority first, within a shard
         assert shard_urls == sorted(shard_urls, key=lambda u: -int(u.rsplit("/", 1)[1]))
     assert crawler.stats.get_value("dupefilter/filtered") == len(urls)
-    scheduler._spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
+    scheduler.end.spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
     scheduler.close("finished")  # SCHEDULER_PERSIST off: queue and filter deleted
     masters = node_clients(local_cluster)
     left = [name for c in masters.values() for name in c.keys("*")]
@@ -171,7 +171,7 @@ def test_scrapy_redis_queue_classes_still_work(redis_url: str, client: redis.Red
     popped = [scheduler.next_request() for _ in urls]
     assert sorted(r.url for r in popped if r is not None) == urls
     assert scheduler.next_request() is None
-    scheduler._spider_idle(crawler.spider)  # queue empty: the crawl is done
+    scheduler.end.spider_idle(crawler.spider)  # queue empty: the crawl is done
     assert scheduler.crawl_done
     scheduler.close("finished")
     # SCHEDULER_PERSIST off, and done: all gone but the mark of the finished crawl.

@@ -183,7 +183,7 @@ def crawl_workload(url: str, *, lock: bool, persist: bool,
     while sched.next_request() is not None:  # the crawl runs to its end
         pass
     sched.upkeep.tick()  # heartbeat, acks, dead workers' leases
-    sched._spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
+    sched.end.spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
     sched.close("finished")
     if before_flush is not None:
         before_flush()
@@ -443,7 +443,7 @@ def window_workload(url: str) -> None:
     while sched.next_request() is not None:
         pass
     sched.upkeep.tick()
-    sched._spider_idle(crawler.spider)
+    sched.end.spider_idle(crawler.spider)
     sched.close("finished")
 
 

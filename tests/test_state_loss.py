@@ -90,7 +90,7 @@ def test_the_scheduler_does_not_call_a_flushed_crawl_done(redis_url: str,
     scheduler.open(crawler.spider)
     scheduler.enqueue_request(Request("http://a.example/1"))
     client.flushdb()  # the queue and the filter are gone: the queue looks empty
-    scheduler._spider_idle(crawler.spider)
+    scheduler.end.spider_idle(crawler.spider)
     assert not scheduler.crawl_done
     assert scheduler.df.failure == LOST_REASON
     scheduler.close("bloomdupe_filter_lost")

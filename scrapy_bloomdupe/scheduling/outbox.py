@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.asyncio import call_later
+from scrapy.utils.asyncio import CallLaterResult, call_later
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
@@ -47,18 +47,21 @@ class Output:
 class Outbox:
     """The outputs waiting for the Redis thread. ``run`` runs a job there (see
     :meth:`.jobs.RedisJobs.run`); ``check_and_push(fps, entries, pushed)`` is the Redis
-    work for everything gathered, and returns whether each fingerprint was new."""
+    work for everything gathered, and returns whether each fingerprint was new.
+    ``later`` asks for a delayed call (Scrapy's ``call_later``; a test's own)."""
 
     def __init__(self, run: Callable[[Callable[[], Drained]], Deferred[Drained]],
-                 check_and_push: Callable[[list[bytes], list[Any], list[Request]], list[bool]]
+                 check_and_push: Callable[[list[bytes], list[Any], list[Request]], list[bool]],
+                 *, later: Callable[[float, Callable[[], None]], CallLaterResult] = call_later
                  ) -> None:
         self._run = run
         self._check_and_push = check_and_push
+        self._later = later
         self._outputs: list[Output] = []
         self._lock = threading.Lock()
         self._drain_asked = False
         #: The drain, due GATHER_DELAY after the first output waiting.
-        self._gather_call: Any = None
+        self._gather_call: CallLaterResult | None = None
 
     def send(self, output: Output) -> Deferred[list[bool]]:
         """Queue ``output`` with the next drain; its answer fires on the reactor."""
@@ -66,7 +69,7 @@ class Outbox:
             self._outputs.append(output)
             ask, self._drain_asked = not self._drain_asked, True
         if ask:
-            self._gather_call = call_later(GATHER_DELAY, self._ask_drain)
+            self._gather_call = self._later(GATHER_DELAY, self._ask_drain)
         return output.answer
 
     def flush(self) -> None:

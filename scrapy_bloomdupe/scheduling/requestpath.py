@@ -5,10 +5,10 @@ when it opens (:attr:`scrapy_bloomdupe.scheduler.Scheduler.path`).
 
 What reaches Redis during a crawl goes through it: a callback's output (the batch
 middleware's :meth:`RequestPath.queue_output`), a request given to
-``enqueue_request`` (:meth:`RequestPath.prepare` and
-:meth:`RequestPath.queue_prepared`), and, in one script, the check against the
-filter and the queueing of the new requests (:meth:`RequestPath.check_and_push`).
-The scheduler keeps what Scrapy asks of it (handing requests out, acks, idleness).
+``enqueue_request`` (:meth:`RequestPath.enqueue`, :meth:`RequestPath.enqueue_async`),
+and, in one script, the check against the filter and the queueing of the new requests
+(:meth:`RequestPath.check_and_push`). Handing requests out and the acks are the
+leases' (:mod:`.leases`), idleness the crawl's end's (:mod:`.ending`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
+from scrapy import signals as scrapy_signals
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
@@ -26,11 +27,13 @@ from .. import dupefilter as dupefilter_module
 from ..exceptions import BloomDupeError
 from ..frontier import storable
 from ..frontier.queue import PriorityQueue
+from ..transport.diagnose import check_eviction
 from .jobs import RedisJobs, Stopped
 from .outbox import Outbox, Output
 
 if TYPE_CHECKING:
     from scrapy.http import Request
+    from scrapy.signalmanager import SignalManager
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
@@ -40,21 +43,28 @@ logger = logging.getLogger(__name__)
 #: ``request.meta`` key of a request this scheduler handed to Scrapy: its lease. A copy of
 #: it (a redirect, a retry, an errback's) carries it too, and continues its work.
 LEASE_META = "_bloomdupe_lease"
+#: ``request.meta`` key of a request the batch middleware has already queued.
+QUEUED_META = "_bloomdupe_queued"
 
 
 class RequestPath:
     """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
     (``jobs``), owned by the scheduler. ``queued`` is called each time requests were
-    queued (the scheduler's work count)."""
+    queued (the scheduler's work count); ``signals`` are the crawler's (a request
+    dropped after the engine heard it was scheduled is sent with ``request_dropped``)."""
 
     def __init__(self, df: Any, queue: Any, jobs: RedisJobs, *, stats: StatsCollector,
-                 spider: Spider, queued: Callable[[], None]) -> None:
+                 spider: Spider, queued: Callable[[], None],
+                 signals: SignalManager | None = None) -> None:
         self.df = df
         self.queue = queue
         self.jobs = jobs
         self.stats = stats
         self.spider = spider
         self._queued = queued
+        self._signals = signals
+        #: Requests given to enqueue_async whose check is on the Redis thread.
+        self.enqueuing = 0
         #: Callbacks' outputs waiting to go to Redis together (see queue_output).
         self.outbox = Outbox(jobs.run, self.check_and_push)
 
@@ -70,6 +80,71 @@ class RequestPath:
         during a crawl, with the Redis thread (else each call is a round trip here and
         now, as in scrapy-redis)."""
         return self.leased or not self.jobs.inline
+
+    def verify(self) -> bool:
+        """Whether the filter is still there, unchanged (else the crawl is stopped)."""
+        if isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
+            self.jobs.guarded(self.df.bloom.verify, None)
+            self.jobs.guarded(lambda: check_eviction(self.df.bloom.link, warn=False), None)
+        return not self.jobs.failed()
+
+    def enqueue(self, request: Request) -> bool:
+        """The scheduler's ``enqueue_request``, here and now: whether ``request`` was
+        queued (not: seen before, logged as Scrapy's dupefilter logs; or not stored)."""
+        if self.leased and isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
+            (outcome,) = self.check_and_queue([request])
+            if outcome is None:
+                return False  # cannot be stored, reported; the engine sends request_dropped
+            if outcome:
+                self.df.log(request, self.spider)
+                return False
+            return True  # queued by the filter's own script
+        if self.storable([request]) == [None]:
+            return False
+        if not request.dont_filter and self.df.request_seen(request):
+            self.df.log(request, self.spider)
+            return False
+        if self.jobs.guarded(lambda: self.queue.push(request) or True, False):
+            self.stats.inc_value("scheduler/enqueued/redis")
+            self._queued()
+            return True
+        logger.error("Could not queue %s: Redis is unavailable", request)
+        return False
+
+    def enqueue_async(self, request: Request, *, done: Callable[[], None],
+                      over: Callable[[], None]) -> bool:
+        """The scheduler's ``enqueue_request`` during a crawl: the check-and-queue goes
+        with the next Redis round trip, and the engine hears at once that the request is
+        scheduled. One found seen before (or not queued: the crawl stops) is then
+        dropped as Scrapy drops it: counted in ``dupefilter/filtered`` and sent with
+        ``request_dropped``. A request that cannot be stored is refused here and now.
+        ``done`` runs once the request is queued, dropped or refused (the page it came
+        from may be acked), ``over`` once its check is over (answered or failed)."""
+        prepared = self.prepare([request])
+        if prepared is None:
+            done()
+            return False  # cannot be stored (reported), or the crawl has stopped
+        self.enqueuing += 1
+
+        def answered(outcomes: list[bool | None]) -> None:
+            self.enqueuing -= 1
+            (outcome,) = outcomes
+            if outcome is not False:
+                if outcome:
+                    self.df.log(request, self.spider)
+                if self._signals is not None:
+                    self._signals.send_catch_log(scrapy_signals.request_dropped,
+                                                 request=request, spider=self.spider)
+            done()  # its work goes on in this copy, now queued (or done: a duplicate)
+            over()
+
+        def failed(failure: Failure) -> Failure:
+            self.enqueuing -= 1
+            over()
+            return failure
+
+        self.queue_prepared([None], *prepared).addCallbacks(answered, failed)
+        return True
 
     def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
         """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the

@@ -53,7 +53,7 @@ class LeaseUpkeep:
     """The heartbeat and its company for one worker's leased ``queue``. ``settle`` acks
     what the scheduler handed out and nothing can be working on any more; ``held``
     gives the leases the scheduler holds (buffered or handed out); ``verify`` checks
-    the filter (see :meth:`Scheduler._verify`) and says whether the crawl goes on."""
+    the filter (see :meth:`.requestpath.RequestPath.verify`) and says whether the crawl goes on."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
                  dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,

@@ -86,7 +86,7 @@ def test_a_scrapy_redis_queue_keeps_redis_off_the_reactor(
         # The crawl's pops and checks ran on the Redis thread (so it ran, and the
         # harness counted what the reactor did meanwhile as the crawl's)...
         jobs = worker["redis_thread_jobs"]
-        assert "_fill.<locals>.job" in jobs and "_drain" in jobs, jobs
+        assert "fill.<locals>.job" in jobs and "_drain" in jobs, jobs
         # ... and the reactor made no Redis call (nor waited for the scheduler's lock)
         # while it ran: only the crawl's start and end did.
         on_reactor = {name: n for kind in ("reactor_redis", "reactor_locks")
@@ -113,7 +113,7 @@ def test_a_non_asyncio_reactor_takes_the_same_path(durable_redis: str, site: Any
     assert len(figures) == 2
     for worker in figures:
         jobs = worker["redis_thread_jobs"]
-        assert "_fill.<locals>.job" in jobs and "_drain" in jobs, jobs
+        assert "fill.<locals>.job" in jobs and "_drain" in jobs, jobs
         on_reactor = {name: n for kind in ("reactor_redis", "reactor_locks")
                       for name, n in worker[kind].items() if not name.startswith("start/end")}
         assert on_reactor == {}, on_reactor

@@ -147,8 +147,9 @@ _starved_since: list[float | None] = [None]
 
 def _timed_run(run: Any) -> Any:
     def _run(self: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
-        name = getattr(call, "__qualname__", "?").replace("Scheduler.", "").replace(
-            "Outbox.", "")
+        name = getattr(call, "__qualname__", "?")
+        for part in ("Scheduler.", "Outbox.", "Leases.", "CrawlEnd."):  # the scheduler's
+            name = name.replace(part, "")
         asked = time.perf_counter()
 
         def timed() -> Any:

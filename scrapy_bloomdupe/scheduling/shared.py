@@ -1,0 +1,179 @@
+"""The crawl's shared state in Redis, as one worker finds it when it opens and leaves it
+when it closes: ``SCHEDULER_FLUSH_ON_START`` (:func:`flush_before_open`), the shared
+queue (:func:`make_queue`), the queue's shards merged onto one node, a scrapy-redis
+queue taken over, the crawl's workers joined and left, and, once the crawl is done
+with ``SCHEDULER_PERSIST`` off, the queue cleared by the last worker out
+(:class:`SharedCrawl`)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy.utils.misc import load_object
+
+from .. import dupefilter as dupefilter_module
+from ..bloom import meta
+from ..bloom.filter import BloomFilter
+from ..dupefilter import RedisBloomDupeFilter
+from ..frontier import queue as frontier_queue
+from ..frontier.queue import PriorityQueue
+from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
+from ..transport.wait import replicas_to_wait
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy.settings import BaseSettings
+    from scrapy.spiders import Spider
+
+    from .jobs import RedisJobs
+
+logger = logging.getLogger(__name__)
+
+
+def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
+                      spider_name: str) -> None:
+    """``SCHEDULER_FLUSH_ON_START``: delete the crawl's filter and queue *before* the
+    filter is opened, so this worker opens (and every later one joins) a new filter.
+    Deleting them after it was opened, as scrapy-redis's ``open()`` does, left this
+    worker with the old filter's seed and sizes over keys that no longer existed."""
+    config = BloomDupeConfig.from_settings(settings)
+    key = config.key_for(spider_name)
+    shards = config.plan.shards
+    if meta.read(server, key):
+        old = BloomFilter.open(server, key, None, read_only=True)
+        shards = max(shards, old.sizing.shards)
+        old.clear()
+        old.close()
+    frontier_queue.clear(server, key, shards)
+    logger.info("SCHEDULER_FLUSH_ON_START: deleted the Bloom filter %s and its shared "
+                "queue; this crawl starts afresh", key)
+
+
+def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spider: Spider,
+               key: str, serializer: Any, df: Any, settings: BaseSettings,
+               frontier: FrontierConfig) -> Any:
+    """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
+    one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``df``, sharded as
+    it is and waiting for the replicas it waits for; or a scrapy-redis queue class."""
+    cls = load_object(queue_cls)
+    extra: dict[str, Any] = {}
+    if isinstance(cls, type) and issubclass(cls, PriorityQueue):
+        if isinstance(df, RedisBloomDupeFilter):
+            tag, shards = df.bloom.key, df.bloom.sizing.shards
+            wait = df.bloom.replicas_waited  # the filter's decision, not another
+        else:
+            tag, shards = BloomDupeConfig.from_settings(settings).key_for(spider.name), 1
+            wait = replicas_to_wait(wait_replicas(settings), server)
+        extra = {"tag": tag, "shards": shards,
+                 "lease_timeout": frontier.lease_timeout, "wait_replicas": wait,
+                 "failed_limit": frontier.failed_limit}
+    try:
+        return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
+    except TypeError as e:
+        raise ValueError(f"Failed to instantiate queue class '{queue_cls}': {e}") from e
+
+
+class SharedCrawl:
+    """This worker's part in the crawl's shared state: the shared ``queue`` beside the
+    filter ``df``, the Redis work run by ``jobs``."""
+
+    def __init__(self, *, server: Redis | RedisCluster, df: Any, queue: Any, jobs: RedisJobs,
+                 frontier: FrontierConfig, spider: Spider) -> None:
+        self.server, self.df, self.queue, self.jobs = server, df, queue, jobs
+        self.frontier, self.spider = frontier, spider
+        #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
+        self.member = secrets.token_hex(6)
+
+    @property
+    def leased(self) -> bool:
+        return isinstance(self.queue, PriorityQueue)
+
+    def join(self, *, flush: Callable[[], None] | None = None) -> None:
+        """Take up the shared queue as it is (its shards on one node merged, a scrapy-redis
+        queue it replaces taken over) and count among the crawl's workers. ``flush``
+        (``SCHEDULER_FLUSH_ON_START``): scrapy-redis's, for a dupefilter not this
+        package's (this package's filter and queue went before the filter opened)."""
+        spider = self.spider
+        if flush is not None:
+            if isinstance(self.df, RedisBloomDupeFilter):
+                # The filter and its queue went before the filter was opened; what is
+                # left is a scrapy-redis queue that this one would otherwise take over.
+                if self.queue.key != getattr(self.queue, "tag", None):
+                    self.jobs.guarded(lambda: self.server.delete(self.queue.key), 0)
+            else:
+                flush()
+        if self.leased:
+            merged = self.jobs.guarded(self.queue.merge_shards, 0)
+            if merged:
+                logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
+                            "shards into shard 0 (one queue shard on one Redis node)",
+                            merged, extra={"spider": spider})
+        if self.leased and self.queue.key != self.queue.tag:
+            # A crawl moving over from scrapy-redis: its queue's requests go on here.
+            adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)
+            if adopted:
+                logger.info("Took over %d request(s) from scrapy-redis's queue %r",
+                            adopted, self.queue.key, extra={"spider": spider})
+        pending = self.jobs.guarded(lambda: len(self.queue), 0)
+        if pending:
+            logger.info("Resuming crawl (%d requests scheduled)", pending,
+                        extra={"spider": spider})
+        if not self.leased and isinstance(self.df, RedisBloomDupeFilter):
+            # Counted among the crawl's workers, so that the last one out clears (close).
+            self.jobs.guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
+                                                          self.member), None)
+
+    def _leave(self) -> bool:
+        """Leave the crawl's workers; whether this one was the last (see close)."""
+        if self.leased:
+            return bool(self.jobs.guarded(self.queue.leave, True))
+        if isinstance(self.df, RedisBloomDupeFilter):
+            return bool(self.jobs.guarded(lambda: frontier_queue.leave(
+                self.server, self.df.bloom.key, self.member,
+                round(self.frontier.lease_timeout * 1000)), True))
+        return True
+
+    def close(self, *, persist: bool, done_now: Callable[[], bool],
+              settle: Callable[[], None]) -> bool:
+        """Leave the crawl's workers and let the queue go. With ``persist``
+        (``SCHEDULER_PERSIST``) off, once the crawl is done (``done_now``, asked first),
+        the last worker out deletes the queue; whether it did (the filter goes too,
+        then). ``settle`` acks what this worker handed out, before it leaves."""
+        clear = not persist and not self.jobs.failed() and done_now()
+        if not persist and not clear and not self.jobs.failed():
+            logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
+                        "done: the shared queue and the filter are kept for the others",
+                        extra={"spider": self.spider})
+        settle()
+        last = self._leave() if not self.jobs.failed() else False
+        if clear and not last:
+            # The others are closing too: the last one out deletes what is shared (the
+            # first would delete the filter under them, which they take for lost state).
+            clear = False
+            logger.info("SCHEDULER_PERSIST is off and the crawl is done: the last worker "
+                        "to close deletes the shared queue and the filter",
+                        extra={"spider": self.spider})
+        if self.jobs.failed():
+            # Stopped on an error: touch nothing more in Redis. The leases held come back
+            # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
+            detach = getattr(self.queue, "detach", None)
+            if self.df.failure == dupefilter_module.FINISHED and self.leased:
+                # The crawl is over and gone: only this worker's name, which its
+                # heartbeat or a pop may have written again, is taken out.
+                detach = self.queue.forget
+            if detach is not None:
+                with suppress(RedisError):
+                    detach()
+        elif clear:
+            self.jobs.guarded(self.queue.clear, None)
+        else:
+            close_queue = getattr(self.queue, "close", None)
+            if close_queue is not None:
+                self.jobs.guarded(close_queue, None)
+        return clear
