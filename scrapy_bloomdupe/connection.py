@@ -23,11 +23,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import sys
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from scrapy import signals
+from scrapy.utils.reactor import is_asyncio_reactor_installed
+from twisted.logger import globalLogBeginner
 
 from .exceptions import BloomDupeError
 from .settings import RedisSettings
@@ -98,6 +101,24 @@ def mark_failed(crawler: Crawler | None, error: BloomDupeError) -> None:
     if crawler is not None and getattr(crawler, "crawling", False):
         crawler.spider = None
         _START_ERRORS.append(start_error_line(error))
+        if "twisted.internet.reactor" in sys.modules and not is_asyncio_reactor_installed():
+            _twisted_to_logging_only()
+
+
+def _twisted_to_logging_only() -> None:
+    """Under a non-asyncio reactor Twisted reports the failed start ("Unhandled error in
+    Deferred", Scrapy's "Engine slot not assigned") through logging, where
+    :class:`StartErrorFilter` shows it as the one line, and also raw to stderr: Twisted
+    prints critical events there until logging is begun, which Scrapy never does. The
+    crawl is failing: logging is begun now (to Scrapy's observer alone, once a process),
+    so that the raw copy, a traceback, is not printed."""
+    global _twisted_begun
+    if not _twisted_begun:
+        _twisted_begun = True
+        globalLogBeginner.beginLoggingTo([], discardBuffer=True, redirectStandardIO=False)
+
+
+_twisted_begun = False
 
 
 #: The lines of the start errors of crawls of this process (:func:`mark_failed`), for
