@@ -20,7 +20,6 @@ between loses nothing: the request is fetched again. Counted as
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
@@ -35,12 +34,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
-
-
-#: Scrapy up to 2.14 passes the spider to ``process_spider_input``; later ones
-#: deprecate the argument (and warn when it is passed).
-_SPIDER_ARGUMENT = (inspect.signature(HttpErrorMiddleware.process_spider_input)
-                    .parameters["spider"].default is inspect.Parameter.empty)
 
 
 class FailedRequestMiddleware:
@@ -64,10 +57,7 @@ class FailedRequestMiddleware:
             if response.request is None:
                 response.request = request  # as the engine sets it next
             try:
-                if _SPIDER_ARGUMENT:
-                    self.http_errors.process_spider_input(response, self.crawler.spider)
-                else:
-                    self.http_errors.process_spider_input(response)
+                self.http_errors.process_spider_input(response)
             except HttpError:
                 self._record(request, f"HTTP {response.status}")
         return response
