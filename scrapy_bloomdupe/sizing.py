@@ -233,8 +233,12 @@ def generation(first: Sizing, index: int) -> Sizing:
     """Sizing of generation ``index`` (0 is ``first``): same shard count, larger shards."""
     if index == 0:
         return first
-    capacity = first.capacity * GROWTH_FACTOR**index
-    error_rate = first.error_rate * TIGHTENING**index
+    return _sized(first, index, first.capacity * GROWTH_FACTOR**index,
+                  first.error_rate * TIGHTENING**index)
+
+
+def _sized(first: Sizing, index: int, capacity: int, error_rate: float) -> Sizing:
+    """Generation ``index`` of ``first``'s filter, of ``capacity`` at ``error_rate``."""
     bits = optimal_bits(capacity, error_rate)
     bits_per_shard = math.ceil(bits / first.shards / 8) * 8
     if optimal_hashes(bits, capacity) > MAX_HASHES:
@@ -354,9 +358,43 @@ def fit_window(window_ms: int, capacity: int, error_rate: float, shards: int | N
     return best[3], best[4]
 
 
-def total_bytes(first: Sizing, generations: int) -> int:
-    """Bytes of the shards of the first ``generations`` generations together."""
-    return sum(generation(first, g).total_bytes for g in range(generations))
+#: How a window's slice grows (stored with the filter as its format version, so that
+#: workers agree): 1, as a filter without a window (:func:`generation`); 2, first by the
+#: items it holds (:func:`slice_generation`). Filters made before 2 keep 1.
+SLICE_GROWTH_DOUBLING = 1
+SLICE_GROWTH_BY_ITEMS = 2
+#: Share of a later slice generation's rate kept back for the rounding of its shards.
+SLICE_ROUNDING_MARGIN = 0.9
+
+
+def slice_generation(first: Sizing, index: int, schedule: int = SLICE_GROWTH_BY_ITEMS
+                     ) -> Sizing:
+    """Sizing of a window's slice generation ``index`` (0 is ``first``, its share).
+
+    Schedule 2: generation 1 holds one share, as many items as the slice then holds (a
+    window twice as busy as its capacity takes two generations of one share a slice,
+    not one share and two), and generation g past it ``2**g`` shares (4, 8, ...: a
+    slice that takes half a window or all of it ends in at most 3 or 4 generations, 6
+    or 14 shares). The slice's part of ``BLOOMDUPE_ERROR_RATE`` that its first
+    generation leaves (as rounded) is split by halves: generation g takes ``rest /
+    2**g`` less :data:`SLICE_ROUNDING_MARGIN`, so every generation together stays
+    within it however many items the slice gets. Schedule 1 is :func:`generation`'s
+    (twice the items, a tenth of the rate)."""
+    if index == 0 or schedule == SLICE_GROWTH_DOUBLING:
+        return generation(first, index)
+    share = first.error_rate / (1 - TIGHTENING)
+    rest = share - false_positive_rate(first.modulus, first.hashes,
+                                       -(-first.capacity // first.shards))
+    rest = max(rest, share * TIGHTENING * TIGHTENING)  # a first generation over its rate
+    return _sized(first, index, first.capacity * (1 if index == 1 else GROWTH_FACTOR**index),
+                  rest * SLICE_ROUNDING_MARGIN / 2**index)
+
+
+def total_bytes(first: Sizing, generations: int, schedule: int = 0) -> int:
+    """Bytes of the shards of the first ``generations`` generations together (with a
+    ``schedule``, a window slice's: :func:`slice_generation`)."""
+    return sum((slice_generation(first, g, schedule) if schedule else generation(first, g))
+               .total_bytes for g in range(generations))
 
 
 def with_limit(first: Sizing, max_bytes: int | None) -> Sizing:

@@ -116,6 +116,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         wait_replicas: int = 0,
         engine: str = "lua",
         window: sizing.Window | None = None,
+        slice_growth: int = sizing.SLICE_GROWTH_BY_ITEMS,
     ) -> None:
         self.client = client
         #: Waits out Redis outages around each round trip (retrying the very same
@@ -154,7 +155,8 @@ class BloomFilter(Calls, Growth, Forgetting):
             self.cache = LocalCache(local_cache)
         else:
             self.window_engine = WINDOW_ENGINES[engine](self.link, key, plan.shards,
-                                                        self.client_id, window, growth)
+                                                        self.client_id, window, growth,
+                                                        slice_growth)
             self.engine = self.window_engine
             self.cache = TimedCache(local_cache, self.window_engine.clock.now)
         self.link.knows(*self.engine.scripts())  # loaded again after a NOSCRIPT
@@ -271,7 +273,7 @@ class BloomFilter(Calls, Growth, Forgetting):
             fingerprint=stored.get("fingerprint", "scrapy"),
             use_lock=use_lock, lock_ttl=lock_ttl, lock_wait=lock_wait, local_cache=local_cache,
             wait_replicas=wait_replicas, engine=stored_engine,
-            window=meta.stored_window(stored),
+            window=meta.stored_window(stored), slice_growth=meta.slice_growth(stored),
         )
         if read_only:
             if bloom.window_engine is not None:

@@ -21,7 +21,22 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
-FORMAT_VERSION = 1
+#: The newest format this release reads and writes. 2: a recrawl window whose slices grow
+#: (``BLOOMDUPE_WINDOW`` with ``BLOOMDUPE_GROWTH``) by the items they hold
+#: (:func:`~scrapy_bloomdupe.sizing.slice_generation`); a release that knows only 1 would
+#: size those generations otherwise, so it is refused. Every other filter is written as 1.
+FORMAT_VERSION = 2
+
+
+def format_version(window: sizing.Window | None, growth: bool) -> int:
+    """The format version a new filter is stored with (see :data:`FORMAT_VERSION`)."""
+    return 2 if window is not None and growth else 1
+
+
+def slice_growth(stored: dict[str, Any]) -> int:
+    """How a stored window's slices grow: by its format version (1: before 2 existed)."""
+    return (sizing.SLICE_GROWTH_BY_ITEMS if int(stored.get("version", 1)) >= 2
+            else sizing.SLICE_GROWTH_DOUBLING)
 #: Fields that must agree between the stored filter and a worker, by setting.
 SHARED_FIELDS = {
     "version": "format version",
@@ -69,7 +84,7 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
     joins either). With a ``window`` (``BLOOMDUPE_WINDOW``) ``plan`` is one slice's, and
     the window and its slices are stored too (a filter without them has no window)."""
     ours: dict[str, Any] = {
-        "version": FORMAT_VERSION,
+        "version": format_version(window, growth),
         "capacity": plan.capacity,
         "error_rate": plan.error_rate,
         "shards": plan.shards,
@@ -90,6 +105,9 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
                               _configured(name, value, ours))
         for name, value in ours.items()
         if name in SHARED_FIELDS and stored.get(name) != value
+        # Formats this release reads differ only with the window or growth (reported as
+        # such); a window's filter made before format 2 is joined, its slices grow as then.
+        and not (name == "version" and stored.get(name, 1) <= FORMAT_VERSION)
     }
     if stored_window(stored) != window:
         differences["BLOOMDUPE_WINDOW"] = (_seconds(stored_window(stored)), _seconds(window))

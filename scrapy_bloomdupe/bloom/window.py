@@ -28,8 +28,10 @@ at p = 0.001, at most 24 once the allocator has rounded each string.
 Growth: a slice grows as a filter without a window does (``BLOOMDUPE_GROWTH``), but in
 its script, per shard: the shard's record (``keys.slice_record``, a hash) holds each
 live slice's generation count and the items in the current slice's newest generation;
-once those reach its share, the script makes the next generation (twice the items, a
-tenth the rate), which expires with its slice. A client sends each live slice's
+once those reach its share, the script makes the next generation
+(:func:`~scrapy_bloomdupe.sizing.slice_generation`: as many items as the slice holds, at
+half the rate its first left, then half that; a filter stored before format 2, twice
+the items at a tenth the rate), which expires with its slice. A client sends each live slice's
 generations as it believes them, and the keys and offsets that go with them; a script
 that finds others answers :data:`STALE_SLICE` with Redis's, having written nothing. A
 call makes at most one generation (the client sends its key); the Lua engine's items
@@ -132,9 +134,12 @@ class _Slices:
     generations: list[sizing.Sizing]
     _client_id: str
 
-    def _setup(self, window: sizing.Window, client_id: str, growth: bool) -> None:
+    def _setup(self, window: sizing.Window, client_id: str, growth: bool,
+               schedule: int) -> None:
         self.window = window
         self.growth = growth
+        #: How a slice grows (:func:`sizing.slice_generation`; stored as the format).
+        self.schedule = schedule
         self.clock = SliceClock(window, self.shards)
         self._call_keys = [
             (keys.op_log(self.key, i, client_id), keys.slice_record(self.key, i),
@@ -150,18 +155,19 @@ class _Slices:
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
         """The first generation of a slice (its share of a window); the later ones a slice
-        may grow to follow from it, as without a window, up to :data:`MAX_SLICE_GENERATIONS`
-        and ``BLOOMDUPE_MAX_BYTES`` for every live slice at its largest."""
+        may grow to follow from it (:func:`sizing.slice_generation`), up to
+        :data:`MAX_SLICE_GENERATIONS` and ``BLOOMDUPE_MAX_BYTES`` for every live slice at
+        its largest."""
         super().set_generations(generations[:1])  # type: ignore[misc]
         first = generations[0]
         plans = [first]
         while self.growth and len(plans) < MAX_SLICE_GENERATIONS:
             try:
-                later = sizing.generation(first, len(plans))
+                later = sizing.slice_generation(first, len(plans), self.schedule)
             except ConfigError:
                 break
-            if first.max_bytes is not None and \
-                    sizing.total_bytes(first, len(plans) + 1) > first.max_bytes:
+            if first.max_bytes is not None and sizing.total_bytes(
+                    first, len(plans) + 1, self.schedule) > first.max_bytes:
                 break
             plans.append(later)
         self._max_gens = len(plans)
@@ -328,12 +334,12 @@ class _Slices:
         raise NotImplementedError
 
     def plan_of(self, generation: int) -> sizing.Sizing:
-        """The sizing of a slice's generation ``generation`` (as for a filter without a
-        window: its share, then twice that at a tenth of the rate, and so on)."""
+        """The sizing of a slice's generation ``generation``
+        (:func:`sizing.slice_generation`)."""
         if generation < len(self._plans):
             return self._plans[generation]
         try:
-            return sizing.generation(self._plans[0], generation)
+            return sizing.slice_generation(self._plans[0], generation, self.schedule)
         except ConfigError:  # past what a slice may grow to: never made, sized as the last
             return self._plans[-1]
 
@@ -387,9 +393,10 @@ class WindowLuaEngine(_Slices, LuaEngine):
     check_add_command = ScriptedEngine.check_add_command
 
     def __init__(self, link: Link, key: str, shards: int, client_id: str,
-                 window: sizing.Window, growth: bool = False) -> None:
+                 window: sizing.Window, growth: bool = False,
+                 schedule: int = sizing.SLICE_GROWTH_BY_ITEMS) -> None:
         LuaEngine.__init__(self, link, key, shards, client_id)
-        self._setup(window, client_id, growth)
+        self._setup(window, client_id, growth, schedule)
 
     def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
         return keys.slice_bits(self.key, shard, slice_id, generation)
@@ -468,9 +475,10 @@ class WindowNativeEngine(_Slices, NativeEngine):
     CHECK_ADD_SCRIPT = luascript.read(__package__, "check_add_window_bf.lua")
 
     def __init__(self, link: Link, key: str, shards: int, client_id: str,
-                 window: sizing.Window, growth: bool = False) -> None:
+                 window: sizing.Window, growth: bool = False,
+                 schedule: int = sizing.SLICE_GROWTH_BY_ITEMS) -> None:
         NativeEngine.__init__(self, link, key, shards, client_id)
-        self._setup(window, client_id, growth)
+        self._setup(window, client_id, growth, schedule)
 
     def slice_key(self, shard: int, slice_id: int, generation: int = 0) -> str:
         return keys.slice_bloom(self.key, shard, slice_id, generation)
