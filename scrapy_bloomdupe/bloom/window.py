@@ -23,21 +23,23 @@ to 12 slices whose shards Redis allocates the least; each slice holds
 ``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)`` (its first
 generation at ``1 - TIGHTENING`` of that), so the false positives of every live slice
 add up to the configured rate: about 21.5 bits per fingerprint added within a window
-at p = 0.001, at most 24 once the allocator has rounded each string.
+at p = 0.001, at most 24 once the allocator has rounded each string, while fingerprints
+arrive steadily (a slice that gets more than its share grows, and costs more).
 
-Growth: a slice grows as a filter without a window does (``BLOOMDUPE_GROWTH``), but in
+Growth: a slice grows by generations as a filter without a window does (``BLOOMDUPE_GROWTH``), in
 its script, per shard: the shard's record (``keys.slice_record``, a hash) holds each
 live slice's generation count and the items in the current slice's newest generation;
 once those reach its share, the script makes the next generation
-(:func:`~scrapy_bloomdupe.sizing.slice_generation`: as many items as the slice holds, at
-half the rate its first left, then half that; a filter stored before format 2, twice
-the items at a tenth the rate), which expires with its slice. A client sends each live slice's
-generations as it believes them, and the keys and offsets that go with them; a script
-that finds others answers :data:`STALE_SLICE` with Redis's, having written nothing. A
-call makes at most one generation (the client sends its key); the Lua engine's items
-past it, which lack its offsets, are answered ``G`` and asked again. With growth off
-(or at :data:`MAX_SLICE_GENERATIONS`, or ``BLOOMDUPE_MAX_BYTES``) a slice past its
-share fills on (Lua engine: its false-positive rate climbs) or refuses items
+(:func:`~scrapy_bloomdupe.sizing.slice_generation`: one share more, then 4, 8, ...
+shares, each at half the rate of the one before, out of what the first leaves; a
+filter stored before format 2: twice the items at a tenth of the rate), which expires
+with its slice. A client sends each live slice's generations as it believes them, and
+the keys and offsets that go with them; a script that finds others answers
+:data:`STALE_SLICE` with Redis's, having written nothing. A call makes at most one
+generation (the client sends its key); the Lua engine's items past it, which lack its
+offsets, are answered ``G`` and asked again. With growth off (or at
+:data:`MAX_SLICE_GENERATIONS`, or ``BLOOMDUPE_MAX_BYTES``) a slice past its share fills
+on (Lua engine: its false-positive rate climbs) or refuses items
 (RedisBloom: :class:`~scrapy_bloomdupe.exceptions.FilterFullError`).
 
 The record is made with the filter (``made``), so a deleted one is lost state, not a
