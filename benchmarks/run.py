@@ -327,8 +327,7 @@ def fingerprints(count: int, prefix: bytes) -> list[bytes]:
 
 
 def answered(call: Callable[[list[bytes]], list[bool]], items: list[bytes]) -> int:
-    """How many of ``items`` ``call`` (``add_many``, ``contains_many``: 10,000 a call)
-    answers true."""
+    """How many of ``items`` ``call`` (``add_many``, ``contains_many``) answers true."""
     return sum(sum(call(items[i:i + 10_000])) for i in range(0, len(items), 10_000))
 
 
@@ -443,21 +442,23 @@ def window_patterns(url: str, count: int, probes: int, engine_name: str
     add_seconds = time.perf_counter() - add_seconds
     plain.clear()
     for name, shape in WINDOW_PATTERNS.items():
-        window, plan = sizing.fit_window(max(2000, math.ceil(add_seconds * 30_000)), count,
+        window, plan = sizing.fit_window(max(2000, math.ceil(add_seconds * 40_000)), count,
                                          ERROR_RATE)
         bloom = BloomFilter.open(client, "bench:win", plan, window=window, growth=True,
                                  use_lock=False, engine=engine_name)
         engine = bloom.window_engine
         assert engine is not None
-        added, first = [], window.slice_of(engine.clock.estimate()) + 1
+        added, late, first = [], 0, window.slice_of(engine.clock.estimate()) + 1
         for j, shares in enumerate(shape(window.slices)):  # each from its slice's start
             time.sleep(max(0, (first + j) * window.slice_ms - engine.clock.estimate()) / 1000
                        + 0.01)
             added.append(fingerprints(round(shares * count / window.slices), b"w%d/" % j))
             answered(bloom.add_many, added[-1])
+            late += max(engine.clock.current) > first + j  # ran into the next slice
             for n in (n for _, _, group in engine._existing() for n in group):
                 client.persist(n)
-        live = [x for part in added[-window.slices:] for x in part]
+        live = [x for j, part in enumerate(added)  # the slices within the last window
+                if first + j > max(engine.clock.current) - window.slices for x in part]
         used = sum(int(client.memory_usage(n, samples=0) or 0) for s, _, group in
                    engine._existing() if s >= engine.clock.current[0] - window.slices
                    for n in group)
@@ -468,9 +469,8 @@ def window_patterns(url: str, count: int, probes: int, engine_name: str
         rows.append({"engine": engine_name, "pattern": name, "slices": window.slices,
                      "window_s": window.window_ms / 1e3, "live": len(live), "fp": fp,
                      "bits": used * 8 / len(live), "probes": n_probes, "fpr": fp / n_probes,
-                     "fn": fn, "checked": len(sample)})
-        progress(f"  {engine_name}, {name}: {rows[-1]['bits']:.1f} bits per live "
-                 f"fingerprint, false-positive rate {fp / n_probes:.5f}, {fn} false negatives")
+                     "fn": fn, "checked": len(sample), "late": late})
+        progress(f"  {engine_name}, {name}: {rows[-1]}")
         bloom.clear()
     client.close()
     return rows
@@ -566,8 +566,7 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
 
     local = results.get("local")
     if local:
-        sr = local[SCRAPY_REDIS.name]["rate"]
-        mem = local[MEMORY.name]["rate"]
+        sr, mem = local[SCRAPY_REDIS.name]["rate"], local[MEMORY.name]["rate"]
         out.append(f"\n## a. Checks per second, one process, local Redis\n\n"
                    f"{size.requests:,} requests ({results['local_distinct']:,} distinct URLs, "
                    f"the rest repeats), best of {size.repeats}; batched = `requests_seen` on "
@@ -668,7 +667,8 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
                           "fingerprint", "false-positive rate", "false negatives"], [[
                               r["engine"], r["pattern"], r["slices"], f"{r['window_s']:g}",
                               f"{r['bits']:.1f}", f"{r['fpr']:.5f} ({r['fp']:,} of "
-                              f"{r['probes']:,})", f"{r['fn']} of {r['checked']:,}"]
+                              f"{r['probes']:,})", f"{r['fn']} of {r['checked']:,}"
+                              + (f" ({r['late']} slices late)" if r.get("late") else "")]
                           for r in rows]))
 
     races = results.get("race")
@@ -951,10 +951,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                        args.batch)
         direct.close()
 
-    if "window" in sections:  # both engines where RedisBloom is at hand
+    if "window" in sections:  # both engines where RedisBloom is at hand (not --quick)
         module = redisbloom_module()
         with RedisServer(modules=[module] if module else [], maxmemory="2gb") as server:
-            for engine_name in ("lua", native.NAME)[:2 if module else 1]:
+            for engine_name in ("lua", native.NAME)[:2 if module and not args.quick else 1]:
                 progress(f"d2. a window of {size.memory_urls // 10:,} by pattern, {engine_name}")
                 results.setdefault("window", []).extend(window_patterns(
                     server.url, size.memory_urls // 10, size.fpr_probes, engine_name))
