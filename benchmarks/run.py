@@ -432,18 +432,18 @@ def window_patterns(url: str, count: int, probes: int, engine_name: str
                     ) -> list[dict[str, Any]]:
     """A window of ``count`` fingerprints under each arrival pattern: bits per live
     fingerprint (``MEMORY USAGE`` of every live slice key over the fingerprints added
-    within the last window), false positives, false negatives. A slice lasts a few
-    times what ``count`` takes a filter without a window; its keys are kept (PERSIST)
-    once filled, so that a slow machine does not expire them early."""
+    within the last window), false positives, false negatives. Each slice's keys are
+    kept (PERSIST) once filled: a slow machine does not expire them early."""
     client, rows, add_seconds = redis.Redis.from_url(url), [], time.perf_counter()
     plain = BloomFilter.open(client, "bench:fill", sizing.plan(count, ERROR_RATE),
                              use_lock=False, engine=engine_name)
     answered(plain.add_many, fingerprints(count, b"fill/"))
     add_seconds = time.perf_counter() - add_seconds
     plain.clear()
-    for name, shape in WINDOW_PATTERNS.items():
-        window, plan = sizing.fit_window(max(2000, math.ceil(add_seconds * 40_000)), count,
-                                         ERROR_RATE)
+    slices = sizing.fit_window(1000, count, ERROR_RATE)[0].slices  # whatever the length
+    for name, shape in WINDOW_PATTERNS.items():  # a slice: 30x its largest part's fill time
+        window, plan = sizing.fit_window(max(2000, math.ceil(
+            add_seconds * 30_000 * max(shape(slices)))), count, ERROR_RATE)
         bloom = BloomFilter.open(client, "bench:win", plan, window=window, growth=True,
                                  use_lock=False, engine=engine_name)
         engine = bloom.window_engine
