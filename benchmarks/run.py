@@ -23,7 +23,7 @@ f. an end-to-end crawl of the example project's demo site by 4 workers:
    pages/s and the share of the workers' CPU spent in dedup.
 
 Markdown tables go to stdout (and ``DIR/results.md``), raw figures to
-``DIR/results.json``, a chart to ``DIR/benchmarks.png``; progress to stderr.
+``DIR/results.json``; progress to stderr.
 Exit status 0 unless something broke (missed targets are reported, not fatal,
 unless ``--strict``).
 """
@@ -814,89 +814,6 @@ def judge(results: dict[str, Any]) -> list[dict[str, str]]:
     return targets
 
 
-def chart(results: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        progress("matplotlib is not installed: no chart (pip install matplotlib)")
-        return False
-    names = ("scrapy-redis", "Scrapy in-memory", "bloomdupe lock", "bloomdupe atomic",
-             "batched lock", "batched atomic", "lock, no local cache", "atomic, no local cache")
-    hues = ("#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#aec7e8",
-            "#98df8a")
-    short = {c.name: n for c, n in zip(ALL, names, strict=True)}
-    colours = {c.name: h for c, h in zip(ALL, hues, strict=True)}
-    panels = [k for k in ("local", "latency", "memory") if results.get(k)]
-    if isinstance(results.get("e2e"), list):
-        panels.append("e2e")
-    if not panels:
-        return False
-    rows = 2 if len(panels) > 2 else 1
-    cols = math.ceil(len(panels) / rows)
-    fig, grid = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.6 * rows), squeeze=False)
-    axes = [ax for row in grid for ax in row]
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    axes = axes[:len(panels)]
-    for ax, panel in zip(axes, panels, strict=True):  # one panel per section
-        if panel == "local":
-            local = results["local"]
-            names = [c.name for c in ALL]
-            rates = [local[n]["rate"] for n in names]
-            ax.barh([short[n] for n in names], rates, color=[colours[n] for n in names])
-            ax.invert_yaxis()
-            ax.set_xlabel("checks/s, one process (higher is better)")
-            ax.set_title("a. local Redis")
-            for y, r in enumerate(rates):
-                ax.text(r, y, f" {r:,.0f}", va="center", fontsize=8)
-            ax.set_xlim(0, max(rates) * 1.3)
-        elif panel == "latency":
-            latency = results["latency"]
-            names = [c.name for c in REDIS_CONTENDERS]
-            labels = ["local"] + [f"+{d['delay_ms']} ms" for d in latency["delays"]]
-            series = [results["local"] if results.get("local") else None] + [
-                d["results"] for d in latency["delays"]]
-            width = 0.8 / len(names)
-            for i, n in enumerate(names):
-                xs = [j + i * width for j, s in enumerate(series) if s]
-                ys = [s[n]["rate"] for s in series if s]
-                ax.bar(xs, ys, width, label=short[n], color=colours[n])
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))], labels)
-            ax.set_yscale("log")
-            ax.set_ylabel("checks/s (log scale)")
-            ax.set_title("b. added round-trip latency")
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
-        elif panel == "e2e":
-            crawl = results["e2e"]
-            names = [r["name"] for r in crawl]
-            shares = [100 * r["dedup_cpu_share"] for r in crawl]
-            ax.barh([short[n] for n in names], shares, color=[colours[n] for n in names])
-            ax.invert_yaxis()
-            for y, r in enumerate(crawl):
-                ax.text(shares[y], y, f" {shares[y]:.0f}%, {r['pages_per_second']:.0f} pages/s",
-                        va="center", fontsize=8)
-            ax.set_xlim(0, max(shares) * 1.8)
-            ax.set_xlabel("dedup share of worker CPU, % (lower is better)")
-            ax.set_title(f"f. crawl, {crawl[0]['workers']} workers, {crawl[0]['pages']:,} pages")
-        else:
-            memory = results["memory"]
-            labels = ["scrapy-redis\nSET", "bloomdupe", "Bloom\ntheory"]
-            values = [memory["set_bytes_per_url"], memory["bloom_bytes_per_url"],
-                      memory["theory_bytes_per_url"]]
-            ax.bar(labels, values, color=["#d62728", "#1f77b4", "#bbbbbb"])
-            for x, v in enumerate(values):
-                ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=9)
-            ax.set_ylabel("bytes per URL in Redis (lower is better)")
-            ax.set_title(f"c. memory, {memory['urls']:,} URLs, p={ERROR_RATE}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
-
-
 # -- main -----------------------------------------------------------------------------
 
 
@@ -904,7 +821,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
-                        help="directory for results.md, results.json, benchmarks.png")
+                        help="directory for results.md and results.json")
     parser.add_argument("--only", default="local,latency,memory,race,e2e",
                         help="comma-separated sections to run (default: all)")
     parser.add_argument("--batch", type=int, default=50, help="batch size of batched mode")
@@ -1001,9 +918,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{x:.2f}" for x in os.getloadavg())
     results["targets"] = judge(results)
     text = report(results, size, args.quick, args.batch)
-    chart_path = args.out / "benchmarks.png"
-    if chart(results, chart_path):
-        text += f"\nChart: {chart_path}\n"
     command = "python benchmarks/run.py" + (" --quick" if args.quick else "")
     text = f"# scrapy-bloomdupe benchmarks\n\nCommand: `{command}`\n\n" + text
     (args.out / "results.md").write_text(text)

@@ -56,7 +56,6 @@ def test_quick_benchmark_run(tmp_path: Path) -> None:
         assert race_result["duplicates"] == 0, name
         assert race_result["lost"] == 0, name
     assert "PASS" in written or "FAIL" in written
-    assert (out / "benchmarks.png").stat().st_size > 0
 
 
 @pytest.mark.slow
