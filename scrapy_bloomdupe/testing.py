@@ -53,14 +53,17 @@ class RedisServer:
     ``maxmemory`` caps the server's memory (a runaway test must not grow a
     Redis until the kernel kills it); ``--maxmemory`` in ``extra`` wins.
     ``modules`` are loaded at start (``--loadmodule``), such as
-    :func:`redisbloom_module`.
+    :func:`redisbloom_module`. ``binary``: another ``redis-server`` than the one on
+    ``PATH`` (an older Redis, say).
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
                  port: int | None = None, dir: Path | None = None,
-                 maxmemory: str = DEFAULT_MAXMEMORY, modules: list[str] | None = None) -> None:
-        if shutil.which("redis-server") is None:
-            raise RuntimeError("redis-server is not on PATH (Debian: apt-get install redis-server)")
+                 maxmemory: str = DEFAULT_MAXMEMORY, modules: list[str] | None = None,
+                 binary: str = "redis-server") -> None:
+        if shutil.which(binary) is None:
+            raise RuntimeError(f"{binary} is not on PATH (Debian: apt-get install redis-server)")
+        self.binary = binary
         self.port = port or free_port()
         self.dir = dir or Path(tempfile.mkdtemp(prefix="bloomdupe-redis-"))
         self.persist = persist
@@ -75,7 +78,7 @@ class RedisServer:
 
     def args(self) -> list[str]:
         return [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "",
             "--appendonly", "yes" if self.persist else "no",
             "--appendfsync", "always", "--protected-mode", "no",
