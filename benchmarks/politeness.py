@@ -38,67 +38,49 @@ import redis
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
 
-from harness.processes import start_site, start_worker  # noqa: E402
+import e2e  # noqa: E402
 
 from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
 
 
-def cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
-
-
-def run(workers: int, url: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run(workers: int, url: str, args: argparse.Namespace) -> dict[str, Any]:
     """One crawl by ``workers`` processes; the site's and Redis's figures."""
-    directory = out / f"workers-{workers}"
-    directory.mkdir(parents=True, exist_ok=True)
     client = redis.Redis.from_url(url)
-    client.flushall()
-    site = start_site(directory, pages=args.pages, delay=args.page_delay, hosts=args.hosts,
-                      throttle=args.throttle)
     settings = {
-        "REDIS_URL": url, "DEMO_SITE_URL": site.url, "LOG_LEVEL": "INFO",
+        "DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
         "CONCURRENT_REQUESTS_PER_DOMAIN": str(args.concurrency),
         "DOWNLOAD_DELAY": str(args.delay), "RANDOMIZE_DOWNLOAD_DELAY": "False",
-        "BLOOMDUPE_DONE_GRACE": "2", "BLOOMDUPE_CAPACITY": str(max(10_000, 2 * args.pages)),
     }
-    before = cpu(client)
-    procs = [start_worker(i, directory, settings) for i in range(workers)]
-    try:
-        for proc in procs:
-            if proc.process.wait(args.timeout) != 0:
-                raise RuntimeError(f"worker {proc.index} failed; see {directory}")
-        stats = site.stats()
-    finally:
-        for proc in procs:
-            proc.close()
-        site.stop()
-    redis_cpu = cpu(client) - before
+    before = client.info("cpu")
+    result = e2e.crawl(f"{workers} workers", settings, redis_url=url, pages=args.pages,
+                       workers=workers, out=args.out, idle_timeout=2.0, timeout=args.timeout,
+                       delay=args.page_delay, hosts=args.hosts, throttle=args.throttle)
+    after = client.info("cpu")
     client.close()
+    redis_cpu = sum(float(after[k]) - float(before[k])
+                    for k in ("used_cpu_user_main_thread", "used_cpu_sys_main_thread"))
+    stats = result["site"]
     hosts: dict[str, Any] = stats["hosts"]
     gaps = {h: [b - a for a, b in zip(v["starts"], v["starts"][1:], strict=False)]
             for h, v in hosts.items()}
-    p10 = {h: statistics.quantiles(g, n=10)[0] for h, g in gaps.items() if len(g) >= 2}
     after_429 = None
     if stats["throttled"]:
         host, at = stats["throttled"]
         later = [s for s in hosts[host]["starts"] if s > at]
         after_429 = min(later) - at if later else None
-    per_host = [len(v["starts"]) for v in hosts.values()]
-    ideal = max(max((n - 1) * args.delay, n * args.page_delay / args.concurrency)
-                for n in per_host)
-    fetches: list[int] = stats["fetches"]
-    fetched = sum(1 for n in fetches if n)
-    seconds = stats["last_fetch"] - stats["first_fetch"]
+    ideal = max(max((len(v["starts"]) - 1) * args.delay,
+                    len(v["starts"]) * args.page_delay / args.concurrency)
+                for v in hosts.values())
     return {
         "workers": workers, "max_in_flight": max(v["max_in_flight"] for v in hosts.values()),
-        "gap_p10_worst": min(p10.values()), "gap_median": statistics.median(
-            [x for g in gaps.values() for x in g]),
-        "seconds": seconds, "ideal": ideal, "after_429": after_429,
-        "redis_us_per_page": redis_cpu * 1e6 / max(1, fetched),
-        "twice": sum(1 for n in fetches if n > 1), "never": sum(1 for n in fetches if n == 0),
+        "gap_p10_worst": min(statistics.quantiles(g, n=10)[0] for g in gaps.values()
+                             if len(g) >= 2),
+        "gap_median": statistics.median([x for g in gaps.values() for x in g]),
+        "seconds": result["crawl_seconds"], "ideal": ideal, "after_429": after_429,
+        "redis_us_per_page": redis_cpu * 1e6 / max(1, result["pages"] - result["never_fetched"]),
+        "twice": result["fetched_twice"], "never": result["never_fetched"],
     }
 
 
@@ -135,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     with RedisServer(maxmemory="256mb") as server:
-        rows = [run(int(n), server.url, args, args.out) for n in args.workers.split(",")]
+        rows = [run(int(n), server.url, args) for n in args.workers.split(",")]
     print(report(rows, args) + f"\n\n({time.monotonic() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
