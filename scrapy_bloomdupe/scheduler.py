@@ -40,7 +40,7 @@ from scrapy import signals
 from scrapy.settings import Settings
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.reactor import is_asyncio_reactor_installed
+from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet.defer import Deferred
@@ -209,7 +209,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         callback's output is checked and queued together (see ``RequestPath.buffered``)."""
         return self.path is not None and self.path.buffered
 
-    def open(self, spider: Spider) -> None:
+    def open(self, spider: Spider) -> Deferred[None]:
         if self.df is None:
             dupefilter_cls = load_object(self.dupefilter_cls)
             if issubclass(dupefilter_cls, RedisBloomDupeFilter) or not hasattr(
@@ -243,62 +243,68 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
                             done_grace=self.done_grace)
-        self.shared.join(flush=self.flush if self.flush_on_start else None)
         if isinstance(self.df, RedisBloomDupeFilter):
             self.df.leased_queue = self.leased
+            reactor = _running_reactor()
+            if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
+                # On the loop when every round trip of the jobs has a redis.asyncio twin: the
+                # filter's and the leased queue's (scrapy-redis's queues use the client).
+                self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
+                                and self.df.bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
-        if self.upkeep is not None:
-            self.upkeep.beat()
-        if self.leased or isinstance(self.df, RedisBloomDupeFilter):
-            self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
-
-    def _start_heartbeat(self) -> None:
-        # Once the engine runs (the looping call needs its reactor or loop). Imported
-        # here, not at the top: importing the reactor installs one, and Scrapy installs
-        # its own (TWISTED_REACTOR) first.
-        from twisted.internet import reactor
-
-        if isinstance(self.df, RedisBloomDupeFilter):
-            # On the loop when every round trip of the jobs has a redis.asyncio twin: the
-            # filter's and the leased queue's (scrapy-redis's queues use the client).
-            self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
-                            and self.df.bloom.link.asynchronous)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
-            self.upkeep.start()
+            self.crawler.signals.connect(self.upkeep.start, signal=signals.spider_opened)
+        shared, upkeep = self.shared, self.upkeep
+        flush = self.flush if self.flush_on_start else None
+
+        def opening() -> None:
+            shared.join(flush=flush)
+            if upkeep is not None:
+                upkeep.beat()
+
+        # A job like any other (Scrapy waits for it before the spider opens).
+        return self.jobs.run(opening, after_stop=True)
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
             return None
-        if self.jobs.inline:
-            self._close(reason)
-            return None
         if self.path is not None:
             self.path.outbox.flush()  # the outputs gathering go now
-        # Once the Redis thread has answered every call asked of it (Scrapy waits).
+        # Once the runner has answered every job asked of it (Scrapy waits).
         drained: Deferred[Any] = self.jobs.io.drained()
         return drained.addCallback(lambda _: self._close(reason))
 
-    def _close(self, reason: str) -> None:
-        self.jobs.io.stop()
+    def _close(self, reason: str) -> Deferred[None]:
         if self.upkeep is not None:
             self.upkeep.stop()
+            self.crawler.signals.disconnect(self.upkeep.start, signal=signals.spider_opened)
         leases, end, shared = self.leases, self.end, self.shared
         assert leases is not None and end is not None and shared is not None, "made with the queue"
         leases.close()
         end.close()
         self.crawler.signals.disconnect(end.spider_idle, signal=signals.spider_idle)
-        self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
-        leases.give_back()
-        clear = shared.close(persist=self.persist, done_now=end.done_now, settle=leases.settle)
-        leases.report_retired()  # what the closing reap could not decode
-        if isinstance(self.df, RedisBloomDupeFilter):
-            # The scheduler's persist decides, also when set on the instance after
-            # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
-            self.df.persist = self.persist
-            self.df.close(reason, clear=clear)  # writes the final stats
-        elif clear:
-            self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting
+        persist, df = self.persist, self.df
+
+        def closing() -> None:
+            leases.give_back()
+            clear = shared.close(persist=persist, done_now=end.done_now, settle=leases.settle)
+            leases.report_retired()  # what the closing reap could not decode
+            if isinstance(df, RedisBloomDupeFilter):
+                # The scheduler's persist decides, also when set on the instance after
+                # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
+                df.persist = persist
+                df.close(reason, clear=clear)  # writes the final stats
+            elif clear:
+                df.clear()  # as scrapy-redis does; its close() would clear even when persisting
+
+        def stopped(result: Any) -> Any:
+            self.jobs.io.stop()  # the runner is idle: its last job is answered
+            return result
+
+        # The last job of the crawl, on the runner like the others.
+        closed: Deferred[None] = self.jobs.run(closing, after_stop=True).addBoth(stopped)
+        return closed
 
     def enqueue_request(self, request: Request) -> bool:
         if request.meta.pop(WAKE_META, False):  # see CrawlEnd._wake: already in the buffer
@@ -393,6 +399,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return self.crawler.engine
         except RuntimeError:  # "Crawler.engine is not set yet"
             return None
+
+
+def _running_reactor() -> Any:
+    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
+    here, not at the top: importing the reactor installs one, and Scrapy installs its
+    own (TWISTED_REACTOR) first."""
+    if not is_reactor_installed():
+        return None
+    from twisted.internet import reactor
+
+    return reactor if getattr(reactor, "running", False) else None
 
 
 _opened: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

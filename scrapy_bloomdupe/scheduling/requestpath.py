@@ -232,7 +232,7 @@ class RequestPath:
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
 
-        sent = self.jobs.run(job, now=now) if now or self.jobs.inline else self.outbox.send(
+        sent = self.jobs.run(job, after_stop=now) if now or self.jobs.inline else self.outbox.send(
             Output(fps, checked_entries, pushed))
         return sent.addCallbacks(answered, failed)
 

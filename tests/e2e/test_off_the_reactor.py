@@ -1,6 +1,7 @@
 """End to end: during a crawl on one Redis (or a Sentinel master) and Scrapy's asyncio
-reactor, the scheduler's Redis jobs run on the reactor's loop with ``redis.asyncio``;
-no round trip blocks the reactor, and every command goes through the link
+reactor, the scheduler's Redis jobs run on the reactor's loop with ``redis.asyncio``,
+from the crawl's start (the scheduler's open) to its end (its close); no round trip
+blocks the reactor, and every command goes through the link
 (``transport/link.py``), none through the client.
 
 The link is where a round trip is sent, a lost script loaded again, a Sentinel master
@@ -95,4 +96,6 @@ def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
         # redis.asyncio on the loop.
         assert found["io"] == "IOLoop"
         assert found["awaited"] > 0
+        # The crawl's start and end ran as jobs too, under both probes above.
+        assert found["phases"] == {"join": True, "leave": True, "filter closed": True}
     return [log for _, log in results]
