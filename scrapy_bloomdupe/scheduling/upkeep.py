@@ -197,14 +197,6 @@ class LeaseUpkeep:
         self._next_reap = now + self.frontier.lease_timeout / 2
         return True
 
-    def reap(self) -> int:
-        """Put dead workers' leases back, here and now, when due (see reap_due)."""
-        if not self.reap_due():
-            return 0
-        back: list[tuple[int, Request]] = self.jobs.guarded(self.queue.reap, [])
-        self.reaped(back)
-        return len(back)
-
     def reaped(self, back: list[tuple[int, Request]]) -> None:
         """Count and name the dead workers' leases a reap put back (and report those that
         could not be decoded, retired instead)."""
