@@ -203,12 +203,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
         return self.path is not None and self.path.leased
 
-    @property
-    def buffered(self) -> bool:
-        """Whether requests are handed out from a buffer that a fill tops up, and a
-        callback's output is checked and queued together (see ``RequestPath.buffered``)."""
-        return self.path is not None and self.path.buffered
-
     def open(self, spider: Spider) -> Deferred[None]:
         if self.df is None:
             dupefilter_cls = load_object(self.dupefilter_cls)
@@ -227,7 +221,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.shared = SharedCrawl(server=self.server, df=self.df, queue=self.queue,
                                   jobs=self.jobs, frontier=self.frontier, spider=spider)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
-                                queued=lambda: self._end().busy(), signals=self.crawler.signals)
+                                queued=lambda: self._end().queued(), signals=self.crawler.signals)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,
                              acks_early=self._acks_early, engine=self._engine,
                              idle_poll=lambda: self._end().idle_poll,
@@ -238,19 +232,20 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 jobs=self.jobs, queue=self.queue,
                 dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
                 server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
-                settle=self.leases.settle, held=self.leases.held, verify=self.path.verify,
+                settle=self.leases.settle, held=self.leases.held,
                 retired=self.leases.report_retired)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
                             done_grace=self.done_grace)
-        if isinstance(self.df, RedisBloomDupeFilter):
+        ours = isinstance(self.df, RedisBloomDupeFilter)
+        if ours:
             self.df.leased_queue = self.leased
-            reactor = _running_reactor()
-            if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
-                # On the loop when every round trip of the jobs has a redis.asyncio twin: the
-                # filter's and the leased queue's (scrapy-redis's queues use the client).
-                self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
-                                and self.df.bloom.link.asynchronous)
+        reactor = _running_reactor()
+        if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
+            # On the loop when every round trip of the jobs has a redis.asyncio twin: the
+            # filter's and the leased queue's (scrapy-redis's queues use the client).
+            self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
+                            and ours and self.df.bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
@@ -320,25 +315,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if parent is not None:
                 leases.ack(parent)
 
-        if isinstance(self.df, RedisBloomDupeFilter) and not self.jobs.inline:
-            return leases.path.enqueue_async(request, done=done, over=self._end().idle_missed)
-        queued = leases.path.enqueue(request)
-        done()
-        return queued
+        return leases.path.enqueue(request, done=done, over=self._end().idle_missed)
 
     def next_request(self) -> Request | None:
-        if not self.buffered:
-            # Never a blocking pop (scrapy-redis's BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE):
-            # it would freeze the reactor, and one longer than the socket timeout fails
-            # as if Redis were gone. An idle worker polls instead (CrawlEnd.spider_idle),
-            # and waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
-            request: Request | None = self.jobs.guarded(lambda: self.queue.pop(0), None)
-        else:
-            request = self._leases().take()
+        # From the buffer that a fill (a job) tops up: never a round trip here, and never
+        # scrapy-redis's blocking pop (BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE), which
+        # would freeze the reactor. An idle worker polls instead (CrawlEnd.spider_idle),
+        # and waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
+        leases = self._leases()
+        request = leases.take()
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
             self._end().busy()
-        elif self.buffered and not self._leases().holding():
+        elif not leases.holding():
             self._end().wake_later()  # nothing in hand: the engine would ask again only in 5 s
         return request
 
@@ -352,15 +341,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._leases().ack(field)
 
     def has_pending_requests(self) -> bool:
-        leases = self._leases()
-        if self.buffered and (leases.buffer or leases.filling or leases.path.enqueuing):
-            return True
-        if not self.jobs.inline:
-            # Asked by the engine whenever it looks idle: no round trip here. With nothing
-            # in hand it fires spider_idle, whose handler asks Redis whether work is left.
-            return False
-        # Unknown while Redis is away: say yes, so the spider is not closed as idle.
-        return bool(self.jobs.guarded(lambda: len(self.queue) > 0, True))
+        # Asked by the engine whenever it looks idle: from what this worker knows, no
+        # round trip. With nothing in hand it fires spider_idle, whose look at the
+        # shared queue (a job) says whether work is left.
+        return self._leases().pending()
 
     def record_failed(self, request: Request, reason: str) -> None:
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""

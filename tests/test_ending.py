@@ -54,8 +54,7 @@ class Setup:
         self.upkeep = LeaseUpkeep(jobs=self.jobs, queue=self.queue, dupefilter=self.df,
                                   server=self.df.bloom.client, frontier=frontier,
                                   stats=self.crawler.stats, spider=self.spider,
-                                  settle=self.leases.settle, held=self.leases.held,
-                                  verify=self.path.verify)
+                                  settle=self.leases.settle, held=self.leases.held)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=lambda: self.engine,
                             done_grace=grace, clock=self.clock, later=self.calls)

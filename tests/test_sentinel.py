@@ -262,7 +262,7 @@ def reclaiming_upkeep(queue: PriorityQueue, client: redis.Redis) -> LeaseUpkeep:
     return LeaseUpkeep(jobs=RedisJobs(lambda: None), queue=queue, dupefilter=None,
                        server=client, frontier=FrontierConfig.from_settings(Settings()),
                        stats=get_crawler(DemoSpider).stats, spider=DemoSpider(),
-                       settle=lambda: None, held=list, verify=lambda: True)
+                       settle=lambda: None, held=list)
 
 
 @pytest.mark.parametrize("where", ["blocking", "on the loop"])

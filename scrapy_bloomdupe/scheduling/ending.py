@@ -109,6 +109,11 @@ class CrawlEnd:
         self.idle_poll = IDLE_POLL
         self.leases.work_came()
 
+    def queued(self) -> None:
+        """This worker queued requests (the request path's answer)."""
+        self.busy()
+        self.leases.queued()
+
     def _not_done(self) -> None:
         """The crawl has work (here or at other workers): an idle spell, if any, is over."""
         self._idle_since = None
@@ -242,7 +247,7 @@ class CrawlEnd:
         if self.leases.filling:  # a pop is on its way: look once it is in
             self.wake_later()
             return
-        if self.path.buffered and not self.leases.buffer:
+        if not self.leases.buffer:
             self.leases.starved = True  # what the pop brings wakes the engine (see fill)
             self.leases.fill(poll=True, then=self._after_poll, look=self.look_job,
                              looked=self.looked)

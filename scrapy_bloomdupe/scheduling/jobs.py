@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
+from scrapy.utils.asyncio import CallLaterResult, call_later
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -87,6 +88,14 @@ class RedisJobs:
     def inline(self) -> bool:
         """Whether jobs run here and at once (no runner started: outside a crawl)."""
         return self.io.inline
+
+    def later(self, delay: float, call: Callable[[], None]) -> CallLaterResult | None:
+        """``call`` on the reactor in ``delay`` seconds, during a crawl (what a job may
+        wait for, to go with others: the outbox's gathering); outside one, at once."""
+        if self.inline:
+            call()
+            return None
+        return call_later(delay, call)
 
     def _df(self) -> RedisBloomDupeFilter | None:
         df = self._dupefilter()

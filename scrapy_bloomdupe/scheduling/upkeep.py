@@ -51,18 +51,17 @@ RECLAIMED_LOST_ACKS = ("this worker acked them, but the acks are not in Redis: t
 class LeaseUpkeep:
     """The heartbeat and its company for one worker's leased ``queue``. ``settle`` acks
     what the scheduler handed out and nothing can be working on any more; ``held``
-    gives the leases the scheduler holds (buffered or handed out); ``verify`` checks
-    the filter (see :meth:`.requestpath.RequestPath.verify`) and says whether the crawl goes on."""
+    gives the leases the scheduler holds (buffered or handed out)."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
                  dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
                  frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
                  settle: Callable[[], None], held: Callable[[], list[Lease]],
-                 verify: Callable[[], bool], retired: Callable[[], object] = lambda: 0
+                 retired: Callable[[], object] = lambda: 0
                  ) -> None:
         self.jobs, self.queue, self.df, self.server = jobs, queue, dupefilter, server
         self.frontier, self.stats, self.spider = frontier, stats, spider
-        self._settle, self._held, self._verify = settle, held, verify
+        self._settle, self._held = settle, held
         #: Counts and logs the entries a reap found undecodable (and retired).
         self._retired = retired
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
