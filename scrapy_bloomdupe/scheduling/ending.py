@@ -283,7 +283,7 @@ class CrawlEnd:
         deferred_from_coro(engine.close_spider_async(reason=reason))
 
     def idle_missed(self) -> None:
-        """A fill or a check on the Redis thread is over, and the scheduler's
+        """A fill or a check on the runner is over, and the scheduler's
         ``has_pending_requests`` said yes while it was on its way. The engine looks
         whether it is idle (and sends ``spider_idle``) only right after it asks for a
         request, and asks only when a download or callback ends or on its 5 s heartbeat;

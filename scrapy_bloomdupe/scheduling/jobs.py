@@ -79,7 +79,7 @@ class RedisJobs:
     def start(self, reactor: Any, *, on_loop: bool) -> None:
         """Run the jobs off the reactor's blocking path from now on (the scheduler opens a
         crawl; once): on its asyncio loop (``on_loop``: the reactor is asyncio's and the
-        links have ``redis.asyncio`` twins) or on the Redis thread."""
+        links have ``redis.asyncio`` twins) or on the Redis thread (the fallback)."""
         if self.io.inline and on_loop:
             self.io = IOLoop()
         self.io.start(reactor)
@@ -119,7 +119,7 @@ class RedisJobs:
         return self.io.run(locked)
 
     def in_redis_thread(self, call: Callable[[], T]) -> Deferred[T]:
-        """``call`` on the Redis thread during a crawl (here and at once otherwise), in
+        """``call`` on the runner during a crawl (here and at once otherwise), in
         turn with the filter's and the queue's work: the Redis work of other components
         (live figures, the filter's fill) keeps off Scrapy's reactor too. Once the crawl
         stopped on an error the call is not run, and the Deferred never fires."""

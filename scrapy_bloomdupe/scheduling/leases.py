@@ -203,13 +203,13 @@ class Leases:
     def fill(self, *, poll: bool = False, then: Callable[[], None] | None = None,
              look: Callable[[], Callable[[], T]] | None = None,
              looked: Callable[[T | None], None] | None = None) -> None:
-        """Lease requests into the buffer (see prefetch_count): during a crawl on the
-        Redis thread, the engine woken when they come and it had asked for one in vain
+        """Lease requests into the buffer (see prefetch_count), a job on the runner, the
+        engine woken when they come and it had asked for one in vain
         (``engine.crawl``). After a pop that found the queue empty, the engine's asks
         (one per finished download) go to Redis again only once the idle poll is due,
         or this worker queued something; the idle poll (``poll``) always looks.
         ``then`` runs once the answer is in (at once when there is nothing to do).
-        ``look`` (the idle poll's, during a crawl) makes a job that runs after a pop that
+        ``look`` (the idle poll's) makes a job that runs after a pop that
         took nothing, in the same job; ``looked`` gets what it found (None once the
         fill failed)."""
         if self.filling or len(self.buffer) > self.low_water() or self.jobs.failed() or (
@@ -375,7 +375,7 @@ class Leases:
 
     def send_acks_now(self) -> None:
         """The pending acks, without waiting for ACK_DELAY; not while a send is on its
-        way (during an outage the engine's asks would pile sends on the Redis thread):
+        way (during an outage the engine's asks would pile sends on the runner):
         its answer sends what came since (see _acks_out)."""
         if self._ack_call is not None:
             self._ack_call.cancel()

@@ -45,7 +45,7 @@ class Output:
 
 
 class Outbox:
-    """The outputs waiting for the Redis thread. ``run`` runs a job there (see
+    """The outputs waiting for the runner. ``run`` runs a job there (see
     :meth:`.jobs.RedisJobs.run`); ``check_and_push(fps, entries, pushed)`` is the Redis
     work for everything gathered, and returns whether each fingerprint was new.
     ``later`` asks for a delayed call (Scrapy's ``call_later``; the runner's, which runs
@@ -84,7 +84,7 @@ class Outbox:
         self._run(self._drain).addCallbacks(self._drained, self._undrained)
 
     def _drain(self) -> Drained:
-        """On the Redis thread: check and queue every output waiting, together."""
+        """On the runner: check and queue every output waiting, together."""
         with self._lock:
             outputs, self._outputs = self._outputs, []
             self._drain_asked = False
