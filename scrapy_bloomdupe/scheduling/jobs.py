@@ -6,14 +6,15 @@ time, under one lock, on one runner chosen once, when the scheduler opens a craw
   link and the queue have ``redis.asyncio`` twins;
 * else a thread of its own (:mod:`..frontier.iothread`), the one fallback: another
   ``TWISTED_REACTOR`` has no asyncio loop to await on, and a scrapy-redis queue class
-  makes its round trips on redis-py's blocking client, which would block the loop. The
-  filter's and the queue's logic is written once, blocking; the thread runs it as it is.
+  (or a dupefilter of the user's) makes its round trips on redis-py's blocking client,
+  which would block the loop. The filter's and the queue's logic is written once,
+  blocking; the thread runs it as it is.
 
 Every job of a crawl goes there, its start (:meth:`Scheduler.open`'s join) and its end
 (:meth:`Scheduler.close`) included, so that Scrapy's reactor never waits for Redis.
-Outside a crawl (a tool, a test that calls the objects directly, or a crawl whose
-dupefilter is not this package's) no runner is started and a job runs here and at once
-(:attr:`RedisJobs.inline`): the same code, its Deferred fired before :meth:`run` returns.
+Outside a crawl (a tool, a test that calls the objects directly) no runner is started
+and a job runs here and at once (:attr:`RedisJobs.inline`): the same code, its
+Deferred fired before :meth:`RedisJobs.run` returns.
 
 The one place that acts on what a call meets: an outage is waited out (the
 dupefilter's :class:`~scrapy_bloomdupe.transport.outage.OutageGuard`), a refusal or a
@@ -65,10 +66,14 @@ class RedisJobs:
     """The scheduler's Redis work: :meth:`run` (a job, on the runner during a crawl),
     :meth:`guarded` (a call within a job), and what a failure does.
     ``dupefilter`` gives the crawl's dupefilter (set once the scheduler opens); with
-    one that is not this package's, calls run unguarded, as scrapy-redis runs them."""
+    one that is not this package's, calls run unguarded, as scrapy-redis runs them.
+    ``later`` asks for a delayed call during a crawl (Scrapy's ``call_later``; a
+    test's own)."""
 
-    def __init__(self, dupefilter: Callable[[], Any]) -> None:
+    def __init__(self, dupefilter: Callable[[], Any], *,
+                 later: Callable[[float, Callable[[], None]], Any] = call_later) -> None:
         self._dupefilter = dupefilter
+        self._later = later
         #: Where the jobs run once the scheduler opens a crawl (see start): the asyncio
         #: loop or the Redis thread; outside a crawl, here and at once.
         self.io: IOThread | IOLoop = IOThread()
@@ -95,7 +100,8 @@ class RedisJobs:
         if self.inline:
             call()
             return None
-        return call_later(delay, call)
+        later: CallLaterResult = self._later(delay, call)
+        return later
 
     def _df(self) -> RedisBloomDupeFilter | None:
         df = self._dupefilter()
