@@ -530,7 +530,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records (on every filter shard: an earlier version's too)."""
-        clear(self.server, self.tag, self.filter_shards)
+        clear(self.link, self.tag, self.filter_shards)
 
 
 def pop_number(field: str) -> int:
@@ -552,15 +552,16 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
     return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
 
 
-def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:
+def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
     """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it: waiting requests, leases, owners, push records, failed requests."""
-    client.delete(keys.failed(tag))
-    for shard in range(shards):
-        names = [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
-        names.extend(client.scan_iter(match=keys.push_record(tag, shard, "*"), count=1000))
-        for name in names:
-            client.delete(name)
+    made it: waiting requests, leases, owners, push records, failed requests; through
+    ``target``'s link (a crawl's: its last job)."""
+    with link_to(target) as link:
+        names = [keys.failed(tag)]
+        for shard in range(shards):
+            names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
+            names += link.scan(keys.push_record(tag, shard, "*"))
+        link.calls([("DEL", name) for name in names])
 
 
 def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
