@@ -40,14 +40,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoPermissionError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
 from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
-from . import undecodable
+from . import adopt, undecodable
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -195,8 +194,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             return 0
         others = [name for i in range(1, self.filter_shards) for name in (
             keys.queue(self.tag, i), keys.leases(self.tag, i), keys.owners(self.tag, i))]
-        return int(self._scripts["merge"](keys=[self._queues[0], self._leases[0],
-                                                self._owners[0], *others]))
+        names = [self._queues[0], self._leases[0], self._owners[0], *others]
+        return int(self.link.call("EVALSHA", self._scripts["merge"].sha, len(names), *names))
 
     def entry(self, request: Request) -> tuple[int, bytes]:
         """What the sink queues for ``request``: its score and its bytes."""
@@ -493,34 +492,15 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return replies
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
-        """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its
-        priority queue, a sorted set of the same serialized requests, or its FIFO and
-        LIFO lists), past the filter: they were accepted by the crawl's filter already.
-        Each batch is queued before it is removed there, so a crash in between
-        repeats requests rather than losing them. Returns how many moved (0 when
-        the ACL gives no access to that key: nothing to take over then)."""
-        try:
-            kind = self.server.type(legacy)
-        except NoPermissionError:  # a least-privilege user of a crawl that never had one
-            return 0
-        moved = 0
-        while kind in (b"zset", b"list"):
-            if kind == b"zset":
-                items = self.server.zrange(legacy, 0, batch - 1, withscores=True)
-                entries = [(int(score), member) for member, score in items]
-            else:
-                entries = [(0, member) for member in self.server.lrange(legacy, 0, batch - 1)]
-            if not entries:
-                break
-            shard = self._next_shard
-            self._next_shard = (shard + 1) % self.shards
-            self.server.zadd(self._queues[shard], {member: score for score, member in entries})
-            if kind == b"zset":
-                self.server.zrem(legacy, *(member for _, member in entries))
-            else:
-                self.server.ltrim(legacy, len(entries), -1)
-            moved += len(entries)
-        return moved
+        """Take over the requests waiting in a scrapy-redis queue at ``legacy``, past the
+        filter (see :func:`.adopt.take_over`); returns how many moved."""
+        return adopt.take_over(self.link, legacy, self._queue_batch, batch)
+
+    def _queue_batch(self, entries: list[tuple[int, Any]]) -> None:
+        shard = self._next_shard
+        self._next_shard = (shard + 1) % self.shards
+        self.link.call("ZADD", self._queues[shard],
+                       *(x for score, member in entries for x in (score, member)))
 
     # -- ending ----------------------------------------------------------------------
 
@@ -550,7 +530,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records (on every filter shard: an earlier version's too)."""
-        clear(self.server, self.tag, self.filter_shards)
+        clear(self.link, self.tag, self.filter_shards)
 
 
 def pop_number(field: str) -> int:
@@ -572,15 +552,16 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
     return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
 
 
-def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:
+def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
     """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it: waiting requests, leases, owners, push records, failed requests."""
-    client.delete(keys.failed(tag))
-    for shard in range(shards):
-        names = [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
-        names.extend(client.scan_iter(match=keys.push_record(tag, shard, "*"), count=1000))
-        for name in names:
-            client.delete(name)
+    made it: waiting requests, leases, owners, push records, failed requests; through
+    ``target``'s link (a crawl's: its last job)."""
+    with link_to(target) as link:
+        names = [keys.failed(tag)]
+        for shard in range(shards):
+            names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
+            names += link.scan(keys.push_record(tag, shard, "*"))
+        link.calls([("DEL", name) for name in names])
 
 
 def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
