@@ -228,8 +228,14 @@ class Leases:
             return leases, (after() if after is not None and not leases else None)
 
         d = self.jobs.run(job)
-        d.addCallbacks(partial(self._filled, count, looked), self.jobs.redis_failed)
+        d.addCallbacks(partial(self._filled, count, looked), self._pop_failed)
         d.addBoth(self._fill_over, then, looked)
+
+    def _pop_failed(self, failure: Failure) -> None:
+        # The pop did not say the queue is empty (Redis away, say): as far as this worker
+        # knows, work may be left (see pending).
+        self._queued = True
+        self.jobs.redis_failed(failure)
 
     def work_came(self) -> None:
         """This worker has work, or queued some: the next ask goes to Redis (see fill)."""
@@ -244,7 +250,8 @@ class Leases:
     def pending(self) -> bool:
         """Whether this worker has requests in hand or on their way, as far as it knows
         without a round trip (Scrapy's ``has_pending_requests``): buffered, a pop or a
-        check on its way, or queued by it since a pop last found the queue empty."""
+        check on its way, or queued by it (or a pop failed) since a pop last found the
+        queue empty."""
         return bool(self.buffer or self.filling or self.path.enqueuing or self._queued)
 
     def _pop_unleased(self, count: int) -> list[Lease]:
