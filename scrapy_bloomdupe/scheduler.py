@@ -53,7 +53,7 @@ from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
-from .scheduling.shared import SharedCrawl, flush_before_open, make_queue
+from .scheduling.shared import SharedCrawl, claim_queue_format, flush_before_open, make_queue
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import FrontierConfig
 from .transport.diagnose import check
@@ -196,6 +196,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 assert crawler.spider is not None, "built once the spider exists"
                 flush_before_open(instance.server, settings, crawler.spider.name)
             instance.df = build_from_crawler(dupefilter_cls, crawler)
+        if crawler.spider is not None:  # a queue of a newer release's entries: stop here
+            claim_queue_format(queue_cls, server=server, df=instance.df, settings=settings,
+                               spider_name=crawler.spider.name)
         return instance
 
     @property

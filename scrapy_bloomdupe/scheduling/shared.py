@@ -20,6 +20,7 @@ from .. import dupefilter as dupefilter_module
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
+from ..frontier import entry
 from ..frontier import queue as frontier_queue
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
@@ -77,6 +78,19 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
     except TypeError as e:
         raise ValueError(f"Failed to instantiate queue class '{queue_cls}': {e}") from e
+
+
+def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster, df: Any,
+                       settings: BaseSettings, spider_name: str) -> None:
+    """At the worker's start, before it writes a queue entry: record the format of the
+    entries it writes in the crawl's leased queue; raises
+    :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when a newer
+    release's worker recorded one this release cannot read."""
+    cls = load_object(queue_cls)
+    if isinstance(cls, type) and issubclass(cls, PriorityQueue):
+        tag = df.bloom.key if isinstance(df, RedisBloomDupeFilter) else \
+            BloomDupeConfig.from_settings(settings).key_for(spider_name)
+        entry.claim_format(server, tag)
 
 
 class SharedCrawl:
