@@ -191,14 +191,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         # Open the filter now, before the engine has a slot: an error here (a filter made
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
         dupefilter_cls = load_object(instance.dupefilter_cls)
-        if issubclass(dupefilter_cls, RedisBloomDupeFilter):
-            if instance.flush_on_start:
-                assert crawler.spider is not None, "built once the spider exists"
-                flush_before_open(instance.server, settings, crawler.spider.name)
-            instance.df = build_from_crawler(dupefilter_cls, crawler)
+        ours = issubclass(dupefilter_cls, RedisBloomDupeFilter)
+        if ours and instance.flush_on_start:
+            assert crawler.spider is not None, "built once the spider exists"
+            flush_before_open(instance.server, settings, crawler.spider.name)
         if crawler.spider is not None:  # a queue of a newer release's entries: stop here
-            claim_queue_format(queue_cls, server=server, df=instance.df, settings=settings,
+            claim_queue_format(queue_cls, server=server, settings=settings,
                                spider_name=crawler.spider.name)
+        if ours:
+            instance.df = build_from_crawler(dupefilter_cls, crawler)
         return instance
 
     @property

@@ -81,8 +81,7 @@ class QueueFormatError(BloomDupeError):
 
     def __init__(self, key: str, found: int | str) -> None:
         super().__init__(f"The shared queue at {key!r} is {NewerFormatError(found)} (this "
-                         f"worker writes format {FORMAT}); upgrade every worker to the "
-                         "newest release before starting it again")
+                         f"one reads formats up to {FORMAT})")
 
 
 class Codec:
@@ -118,7 +117,8 @@ class Codec:
         if callback is not None or rest:
             parts.append(b"" if callback is None else callback.encode("utf-8"))
         if rest:
-            parts.append(self.serializer.dumps(rest))
+            written = self.serializer.dumps(rest)
+            parts.append(written.encode("utf-8") if isinstance(written, str) else written)
         return SEPARATOR.join(parts)
 
     def decode(self, payload: bytes) -> Request:

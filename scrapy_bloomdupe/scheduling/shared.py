@@ -80,17 +80,15 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         raise ValueError(f"Failed to instantiate queue class '{queue_cls}': {e}") from e
 
 
-def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster, df: Any,
+def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
                        settings: BaseSettings, spider_name: str) -> None:
-    """At the worker's start, before it writes a queue entry: record the format of the
-    entries it writes in the crawl's leased queue; raises
-    :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when a newer
-    release's worker recorded one this release cannot read."""
+    """At the worker's start, before it writes anything: record the format of the entries
+    it writes in the crawl's leased queue (tagged, as the filter is, by BLOOMDUPE_KEY);
+    raises :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when
+    a newer release's worker recorded one this release cannot read."""
     cls = load_object(queue_cls)
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
-        tag = df.bloom.key if isinstance(df, RedisBloomDupeFilter) else \
-            BloomDupeConfig.from_settings(settings).key_for(spider_name)
-        entry.claim_format(server, tag)
+        entry.claim_format(server, BloomDupeConfig.from_settings(settings).key_for(spider_name))
 
 
 class SharedCrawl:
