@@ -28,12 +28,14 @@ there does not start.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
 from scrapy.utils.request import request_from_dict
+from scrapy_redis import picklecompat
 
 from .. import keys
 from ..exceptions import BloomDupeError
@@ -58,6 +60,11 @@ LONG = {short: name for name, short in SHORT.items()}
 REQUEUED = b"\x00rq"
 #: Before a subclass's own attribute whose name is one of :data:`SHORT`'s keys.
 ESCAPE = "."
+#: Serializers whose ``loads`` is :func:`pickle.loads` (scrapy-redis's default, and
+#: pickle's own module): a one-frame pickle is written without its frame's header.
+PICKLES = (picklecompat, pickle)
+#: A pickle's opening (PROTO 4 or 5) and FRAME opcode, and the frame's 8-byte length.
+FRAMED = (b"\x80\x04\x95", b"\x80\x05\x95")
 #: Classes whose request made from a URL alone has the same fields whatever the URL.
 URL_FREE_DEFAULTS = (Request, FormRequest, JsonRequest)
 
@@ -92,6 +99,7 @@ class Codec:
         self.serializer = serializer
         self.spider = spider
         self._defaults: dict[type[Request], dict[str, Any]] = {}
+        self._unframe = serializer in PICKLES
 
     def encode(self, request: Request) -> bytes:
         fields = request.to_dict(spider=self.spider)
@@ -118,7 +126,9 @@ class Codec:
             parts.append(b"" if callback is None else callback.encode("utf-8"))
         if rest:
             written = self.serializer.dumps(rest)
-            parts.append(written.encode("utf-8") if isinstance(written, str) else written)
+            if isinstance(written, str):
+                written = written.encode("utf-8")
+            parts.append(_unframed(written) if self._unframe else written)
         return SEPARATOR.join(parts)
 
     def decode(self, payload: bytes) -> Request:
@@ -190,6 +200,14 @@ class Codec:
         if cls in URL_FREE_DEFAULTS:
             self._defaults[cls] = default
         return default
+
+
+def _unframed(data: bytes) -> bytes:
+    """A pickle of one frame without the frame's header (9 bytes; framing is optional
+    to the unpickler, PEP 3154); any other, as it is."""
+    if data[:3] in FRAMED and int.from_bytes(data[3:11], "little") == len(data) - 11:
+        return data[:2] + data[11:]
+    return data
 
 
 def split_requeues(member: bytes) -> tuple[int, bytes]:
