@@ -195,11 +195,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if ours and instance.flush_on_start:
             assert crawler.spider is not None, "built once the spider exists"
             flush_before_open(instance.server, settings, crawler.spider.name)
-        if crawler.spider is not None:  # a queue of a newer release's entries: stop here
-            claim_queue_format(queue_cls, server=server, settings=settings,
-                               spider_name=crawler.spider.name)
+        name = crawler.spider.name if crawler.spider is not None else None
+        if name is not None:  # a queue of a newer release's entries: stop before the filter
+            claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
+                               write=False)
         if ours:
             instance.df = build_from_crawler(dupefilter_cls, crawler)
+        if name is not None:  # recorded once the filter's start-up check has passed
+            claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
+                               write=True)
         return instance
 
     @property

@@ -2,14 +2,15 @@
 
     .venv/bin/python scripts/entry_bytes.py [--requests 100000]
 
-For each kind of request, the same requests are kept three ways in a fresh
-redis-server (``scrapy_bloomdupe.testing.RedisServer``): the queue's sorted set
-(``{K:0}:queue``, score -priority) of today's entries (Scrapy's
-``Request.to_dict(spider=...)`` pickled, as scrapy-redis writes them), the same
-sorted set of compact entries (``frontier/entry.py``), and, for the list layout
-planned in docs/design-notes.md (not built), lists of 100 compact entries
-each. A figure is ``MEMORY USAGE`` (exact: ``SAMPLES 0``) of the keys over the
-requests; the entry's own length is its mean.
+For each kind of request, the same requests are kept in a fresh redis-server
+(``scrapy_bloomdupe.testing.RedisServer``): in the queue's sorted set
+(``{K:0}:queue``, score -priority) as today's entries (Scrapy's
+``Request.to_dict(spider=...)`` pickled, as scrapy-redis writes them) and as
+compact ones (``frontier/entry.py``); then each of them leased (the lease hash,
+``{K:0}:leases``, once the queue's pops took every one); and, for the list
+layout planned in docs/design-notes.md (not built), compact in lists of 100.
+A figure is ``MEMORY USAGE`` (exact: ``SAMPLES 0``) of the keys over the
+requests; an entry's length is the mean.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from scrapy_redis import picklecompat
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier.entry import Codec
+from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.testing import RedisServer
 
 TAG = "bytes:bloomdupe"
@@ -79,6 +81,11 @@ def measure(client: redis.Redis, requests: list[Request]) -> dict[str, float]:
                 entries[start:start + BATCH], requests[start:start + BATCH], strict=True)})
         out[f"{label}_entry"] = sum(map(len, entries)) / len(entries)
         out[f"{label}_zset"] = memory(client, [queue]) / len(requests)
+        # Every one leased by the queue (its pops read both kinds of entry).
+        leasing = PriorityQueue(client, SPIDER, "docs:requests", tag=TAG)
+        while leasing.pop_leases(BATCH):
+            pass
+        out[f"{label}_leased"] = memory(client, [keys.leases(TAG, 0)]) / len(requests)
         if label == "compact":
             client.flushall()
             names = []
@@ -103,12 +110,13 @@ def main() -> None:
         client.close()
     lines = [f"Redis {info['redis_version']}, {count:,} requests of each kind, bytes a request",
              "",
-             "| request | entry today | entry compact | zset, today | zset, compact "
-             "| lists of 100, compact |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| request | entry: today | compact | waiting (zset): today | compact "
+             "| leased (hash): today | compact | waiting in lists of 100, compact |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, f in rows:
         lines.append(f"| {kind} | {f['today_entry']:.0f} | {f['compact_entry']:.0f} "
                      f"| {f['today_zset']:.0f} | {f['compact_zset']:.0f} "
+                     f"| {f['today_leased']:.0f} | {f['compact_leased']:.0f} "
                      f"| {f['compact_lists']:.0f} |")
     print("\n".join(lines))  # noqa: T201 (a script's output)
 

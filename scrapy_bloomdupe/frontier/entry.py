@@ -242,10 +242,11 @@ def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
     return str(url), method if isinstance(method, str) else ""
 
 
-def claim_format(client: Redis | RedisCluster, tag: str) -> None:
+def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) -> None:
     """Record that the queue of the crawl ``tag`` holds entries of this release's format
-    (at a worker's start, before it writes any); raises :class:`QueueFormatError` when a
-    newer release's worker recorded one this release does not know."""
+    (at a worker's start, before it queues anything; ``write`` False: only look);
+    raises :class:`QueueFormatError` when a newer release's worker recorded one this
+    release does not know."""
     name = keys.queue_format(tag)
     found = client.get(name)
     if found is not None:
@@ -254,4 +255,5 @@ def claim_format(client: Redis | RedisCluster, tag: str) -> None:
             raise QueueFormatError(tag, text)
         if int(text) == FORMAT:
             return
-    client.set(name, FORMAT)
+    if write:
+        client.set(name, FORMAT)

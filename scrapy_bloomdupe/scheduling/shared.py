@@ -81,14 +81,16 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
 
 
 def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
-                       settings: BaseSettings, spider_name: str) -> None:
-    """At the worker's start, before it writes anything: record the format of the entries
-    it writes in the crawl's leased queue (tagged, as the filter is, by BLOOMDUPE_KEY);
-    raises :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when
-    a newer release's worker recorded one this release cannot read."""
+                       settings: BaseSettings, spider_name: str, write: bool) -> None:
+    """At the worker's start: record the format of the entries it writes in the crawl's
+    leased queue (tagged, as the filter is, by BLOOMDUPE_KEY); ``write`` False: only
+    look (before the filter's start-up check, which must find nothing written). Raises
+    :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when a
+    newer release's worker recorded one this release cannot read."""
     cls = load_object(queue_cls)
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
-        entry.claim_format(server, BloomDupeConfig.from_settings(settings).key_for(spider_name))
+        entry.claim_format(server, BloomDupeConfig.from_settings(settings).key_for(spider_name),
+                           write=write)
 
 
 class SharedCrawl:
