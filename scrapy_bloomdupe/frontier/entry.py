@@ -29,10 +29,12 @@ there does not start.
 from __future__ import annotations
 
 import pickle
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.http import FormRequest, JsonRequest
 from scrapy.utils.request import request_from_dict
 from scrapy_redis import picklecompat
@@ -194,7 +196,10 @@ class Codec:
         if cached is not None:
             return cached
         try:
-            default = cls(url=url).to_dict()
+            with warnings.catch_warnings():  # Scrapy 2.16-2.18 deprecate FormRequest: the
+                # user's own request of that class has said so already
+                warnings.simplefilter("ignore", ScrapyDeprecationWarning)
+                default = cls(url=url).to_dict()
         except Exception:  # a user's class that needs more than a URL
             default = {}
         if cls in URL_FREE_DEFAULTS:
