@@ -19,7 +19,7 @@ looks, its pops, heartbeats and reaps cost what one shard costs. A new request
 is pushed by the very script that checks it against the filter (the sink of
 ``bloom/check_add_*.lua``): a request is never in the filter without being in
 the queue or a lease. Within a shard, requests come out by priority (highest
-first, then by their serialized bytes); across shards, a worker takes from the shards in
+first, then by their entries' bytes); across shards, a worker takes from the shards in
 turn, so priorities hold approximately.
 
 The shape (a sorted set and a lease hash, moved by Lua scripts) was measured
@@ -488,7 +488,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
         """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its
-        priority queue, a sorted set of the same serialized requests, or its FIFO and
+        priority queue, a sorted set of serialized requests, read as they are, or its FIFO and
         LIFO lists), past the filter: they were accepted by the crawl's filter already.
         Each batch is queued before it is removed there, so a crash in between
         repeats requests rather than losing them. Returns how many moved (0 when
