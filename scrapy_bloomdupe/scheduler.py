@@ -53,7 +53,7 @@ from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
-from .scheduling.shared import SharedCrawl, flush_before_open, make_queue
+from .scheduling.shared import SharedCrawl, make_queue, open_filter
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import FrontierConfig
 from .transport.diagnose import check
@@ -190,12 +190,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance._acks_early = acks_early
         # Open the filter now, before the engine has a slot: an error here (a filter made
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
-        dupefilter_cls = load_object(instance.dupefilter_cls)
-        if issubclass(dupefilter_cls, RedisBloomDupeFilter):
-            if instance.flush_on_start:
-                assert crawler.spider is not None, "built once the spider exists"
-                flush_before_open(instance.server, settings, crawler.spider.name)
-            instance.df = build_from_crawler(dupefilter_cls, crawler)
+        instance.df = open_filter(crawler, load_object(instance.dupefilter_cls), queue_cls,
+                                  server=server, flush=instance.flush_on_start)
         return instance
 
     @property

@@ -19,7 +19,7 @@ looks, its pops, heartbeats and reaps cost what one shard costs. A new request
 is pushed by the very script that checks it against the filter (the sink of
 ``bloom/check_add_*.lua``): a request is never in the filter without being in
 the queue or a lease. Within a shard, requests come out by priority (highest
-first, then by their serialized bytes); across shards, a worker takes from the shards in
+first, then by their entries' bytes); across shards, a worker takes from the shards in
 turn, so priorities hold approximately.
 
 The shape (a sorted set and a lease hash, moved by Lua scripts) was measured
@@ -46,7 +46,7 @@ from .. import keys, luascript
 from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
-from . import adopt, undecodable
+from . import adopt, entry, undecodable
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -63,9 +63,8 @@ LEASE_TIMEOUT = 30.0
 #: Default length limit of the failed requests' record (BLOOMDUPE_FAILED_LIMIT's).
 FAILED_LIMIT = 100_000
 
-#: How a queued request whose lease expired ``n`` times starts: NUL, ``rq``, ``n``, NUL,
-#: then its serialized bytes (no serializer's output starts with a NUL and "rq").
-REQUEUED = undecodable.REQUEUED
+#: How a queued request whose lease expired ``n`` times starts (see ``entry.REQUEUED``).
+REQUEUED = entry.REQUEUED
 
 @dataclass(frozen=True)
 class Lease:
@@ -124,6 +123,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                  lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0,
                  failed_limit: int = FAILED_LIMIT) -> None:
         super().__init__(server, spider, key, serializer)
+        #: What an entry of the queue is (frontier/entry.py): written and read by it.
+        self.codec = entry.Codec(self.serializer, spider)
         self.tag = tag or self.key
         #: The filter's shard count; the queue's (:attr:`shards`) is the same on a
         #: cluster and 1 on one node (see the module's docstring).
@@ -199,7 +200,13 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def entry(self, request: Request) -> tuple[int, bytes]:
         """What the sink queues for ``request``: its score and its bytes."""
-        return -request.priority, self._encode_request(request)
+        return -request.priority, self.codec.encode(request)
+
+    def _encode_request(self, request: Request) -> bytes:
+        return self.codec.encode(request)
+
+    def _decode_request(self, encoded_request: bytes) -> Request:
+        return self.codec.decode(encoded_request)
 
     # -- pushing and popping ---------------------------------------------------------
 
@@ -269,17 +276,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._pop_number += 1  # only once the reply is in: a retry replays
         self._pop_shard = None
         epoch = master_epoch(self.server)
-        leases: list[Lease] = []
-        bad: list[undecodable.Bad] = []
-        for j, entry in enumerate(entries):
-            field = f"{self.owner}:{number}.{j}"
-            score, member = entry.split(b"|", 1)
-            try:  # each on its own: one that cannot be decoded costs only itself
-                requeues, payload = undecodable.split_requeues(member)
-                leases.append(Lease(shard, field, self._decode_request(payload), epoch,
-                                    requeues))
-            except Exception as e:  # the serializer's or request_from_dict's, whatever it is
-                bad.append((field, int(score), member, e))
+        decoded, bad = self.codec.decode_replies(
+            entries, [f"{self.owner}:{number}.{j}" for j in range(len(entries))])
+        leases = [Lease(shard, str(field), request, epoch, requeues)
+                  for field, requeues, request in decoded]
         if bad:
             self._retire(shard, "lease", bad)
         with self._acks_lock:
@@ -334,16 +334,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                              self.lease_timeout_ms, own))
         replies = self._execute(commands)
         self._acks_sent()
-        back = []
+        back: list[tuple[int, Request]] = []
         for shard, members in enumerate(replies[len(replies) - self.shards:]):
-            bad: list[undecodable.Bad] = []
-            for entry in members:
-                score, member = entry.split(b"|", 1)
-                try:
-                    requeues, payload = undecodable.split_requeues(member)
-                    back.append((requeues, self._decode_request(payload)))
-                except Exception as e:  # back in the queue, undecodable: retired there
-                    bad.append((member, int(score), member, e))
+            decoded, bad = self.codec.decode_replies(members)
+            back.extend((requeues, request) for _, requeues, request in decoded)
             if bad:
                 self._retire(shard, "queued", bad)
         return back
@@ -557,7 +551,7 @@ def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
     made it: waiting requests, leases, owners, push records, failed requests; through
     ``target``'s link (a crawl's: its last job)."""
     with link_to(target) as link:
-        names = [keys.failed(tag)]
+        names = [keys.failed(tag), keys.queue_format(tag)]
         for shard in range(shards):
             names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
             names += link.scan(keys.push_record(tag, shard, "*"))
