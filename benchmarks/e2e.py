@@ -30,9 +30,10 @@ def available() -> bool:
 
 
 def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, workers: int,
-          out: Path, idle_timeout: float = 3.0, timeout: float = 600.0, delay: float = 0.0
-          ) -> dict[str, Any]:
-    """One crawl of the demo site by ``workers`` processes; figures from the site and workers."""
+          out: Path, idle_timeout: float = 3.0, timeout: float = 600.0, delay: float = 0.0,
+          hosts: int = 1, throttle: int = 0) -> dict[str, Any]:
+    """One crawl of the demo site by ``workers`` processes; figures from the site and
+    workers (``site``: the site's own, ``demo.site``'s ``/__stats``)."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     directory = out / f"e2e-{slug}"
     timing = directory / "timing"
@@ -41,7 +42,7 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         stale.unlink()
     client = redis.Redis.from_url(redis_url)
     client.flushall()
-    site = start_site(directory, pages=pages, delay=delay)
+    site = start_site(directory, pages=pages, delay=delay, hosts=hosts, throttle=throttle)
     site_url = site.url
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -104,4 +105,5 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         "dedup_cpu_share": dedup_cpu / worker_cpu if worker_cpu else 0.0,
         "round_trips": total["round_trips"],
         "round_trips_per_page": total["round_trips"] / max(1, fetched), "logs": str(directory),
+        "site": stats,
     }

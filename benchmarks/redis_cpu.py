@@ -110,8 +110,8 @@ def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Red
           args: argparse.Namespace) -> dict[str, Any]:
     # CPU seconds a second the servers spend with no client (timers, cluster bus).
     idle = [main_thread_cpu(c) for c in clients]
-    time.sleep(3.0)
-    idle_per_s = sum(main_thread_cpu(c) - b for c, b in zip(clients, idle, strict=True)) / 3.0
+    time.sleep(args.idle)
+    idle_per_s = sum(main_thread_cpu(c) - b for c, b in zip(clients, idle, strict=True)) / args.idle
     for client in clients:
         client.config_resetstat()
     before = [main_thread_cpu(c) for c in clients]
@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--no-cluster", "--no-pin", "--no-profile"):
         parser.add_argument(flag, action="store_true")
     parser.add_argument("--items", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)  # check-and-queue calls profiled
+    parser.add_argument("--idle", type=float, default=3.0)  # s the idle servers are timed
     parser.add_argument("--delay", type=float, default=0.0)  # s the site takes a page
     parser.add_argument("--only", help="contenders, separated by ; (default: all)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "redis_cpu")
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(crawl(name, settings, server.url, [client], args))
         client.close()
         profiled = [] if args.no_profile else [
-            profile(server.url, engine, lock, args.items)
+            profile(server.url, engine, lock, args.items, args.calls)
             for engine in ("lua", "redisbloom") for lock in (True, False)]
     if not args.no_cluster:
         # Persistence as on the one node (LocalCluster's default is AOF, everysec: each
@@ -231,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.monotonic() - started:.0f} s, load average {load:.1f} at the start and "
           f"{os.getloadavg()[0]:.1f} at the end\n\n{report(rows)}")
     if profiled:
-        print(f"\nWhere a check-and-queue call of {args.items} new items goes (2,000 calls, "
-              "Redis µs per call):\n\n| engine, mode | Redis CPU | other commands (lock, "
+        print(f"\nWhere a check-and-queue call of {args.items} new items goes "
+              f"({args.calls:,} calls, Redis µs per call):\n\n"
+              "| engine, mode | Redis CPU | other commands (lock, "
               "growth) | EVALSHA | commands in the script | Lua | reading, parsing, answering |\n"
               "|---|---:|---:|---:|---|---:|---:|\n" + "\n".join(profiled))
     if args.json:

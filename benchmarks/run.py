@@ -23,7 +23,7 @@ f. an end-to-end crawl of the example project's demo site by 4 workers:
    pages/s and the share of the workers' CPU spent in dedup.
 
 Markdown tables go to stdout (and ``DIR/results.md``), raw figures to
-``DIR/results.json``, a chart to ``DIR/benchmarks.png``; progress to stderr.
+``DIR/results.json``; progress to stderr.
 Exit status 0 unless something broke (missed targets are reported, not fatal,
 unless ``--strict``).
 """
@@ -793,85 +793,6 @@ def judge(results: dict[str, Any]) -> list[dict[str, str]]:
     return targets
 
 
-def chart(results: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        progress("matplotlib is not installed: no chart (pip install matplotlib)")
-        return False
-    names = ("scrapy-redis", "Scrapy in-memory", "bloomdupe lock", "bloomdupe atomic",
-             "batched lock", "batched atomic", "lock, no local cache", "atomic, no local cache")
-    hues = ("#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#aec7e8",
-            "#98df8a")
-    short = {c.name: n for c, n in zip(ALL, names, strict=True)}
-    colours = {c.name: h for c, h in zip(ALL, hues, strict=True)}
-    panels = [k for k in ("local", "latency", "memory", "e2e")  # e2e: a text when skipped
-              if results.get(k) and not isinstance(results[k], str)]
-    if not panels:
-        return False
-    rows = 2 if len(panels) > 2 else 1
-    cols = math.ceil(len(panels) / rows)
-    fig, grid = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.6 * rows), squeeze=False)
-    axes = [ax for row in grid for ax in row]
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-
-    def bars(ax: Any, keys: list[str], values: list[float], texts: list[str], room: float,
-             xlabel: str, title: str) -> None:
-        ax.barh([short[n] for n in keys], values, color=[colours[n] for n in keys])
-        ax.invert_yaxis()
-        for y, (v, text) in enumerate(zip(values, texts, strict=True)):
-            ax.text(v, y, f" {text}", va="center", fontsize=8)
-        ax.set_xlim(0, max(values) * room)
-        ax.set_xlabel(xlabel)
-        ax.set_title(title)
-
-    for ax, panel in zip(axes, panels, strict=True):  # one panel per section
-        if panel == "local":
-            rates = [results["local"][c.name]["rate"] for c in ALL]
-            bars(ax, [c.name for c in ALL], rates, [f"{r:,.0f}" for r in rates], 1.3,
-                 "checks/s, one process (higher is better)", "a. local Redis")
-        elif panel == "latency":
-            latency = results["latency"]
-            labels = ["local"] + [f"+{d['delay_ms']} ms" for d in latency["delays"]]
-            series = [results.get("local")] + [d["results"] for d in latency["delays"]]
-            width = 0.8 / len(REDIS_CONTENDERS)
-            for i, c in enumerate(REDIS_CONTENDERS):
-                ax.bar([j + i * width for j, s in enumerate(series) if s],
-                       [s[c.name]["rate"] for s in series if s], width, label=short[c.name],
-                       color=colours[c.name])
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))], labels)
-            ax.set_yscale("log")
-            ax.set_ylabel("checks/s (log scale)")
-            ax.set_title("b. added round-trip latency")
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
-        elif panel == "e2e":
-            crawl = results["e2e"]
-            shares = [100 * r["dedup_cpu_share"] for r in crawl]
-            bars(ax, [r["name"] for r in crawl], shares,
-                 [f"{s:.0f}%, {r['pages_per_second']:.0f} pages/s"
-                  for s, r in zip(shares, crawl, strict=True)], 1.8,
-                 "dedup share of worker CPU, % (lower is better)",
-                 f"f. crawl, {crawl[0]['workers']} workers, {crawl[0]['pages']:,} pages")
-        else:
-            memory = results["memory"]
-            values = [memory["set_bytes_per_url"], memory["bloom_bytes_per_url"],
-                      memory["theory_bytes_per_url"]]
-            ax.bar(["scrapy-redis\nSET", "bloomdupe", "Bloom\ntheory"], values,
-                   color=["#d62728", "#1f77b4", "#bbbbbb"])
-            for x, v in enumerate(values):
-                ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=9)
-            ax.set_ylabel("bytes per URL in Redis (lower is better)")
-            ax.set_title(f"c. memory, {memory['urls']:,} URLs, p={ERROR_RATE}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
-
-
 # -- main -----------------------------------------------------------------------------
 
 
@@ -879,7 +800,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
-                        help="directory for results.md, results.json, benchmarks.png")
+                        help="directory for results.md and results.json")
     parser.add_argument("--only", default="local,latency,memory,window,race,e2e",
                         help="comma-separated sections to run (default: all)")
     parser.add_argument("--batch", type=int, default=50, help="batch size of batched mode")
@@ -982,9 +903,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{x:.2f}" for x in os.getloadavg())
     results["targets"] = judge(results)
     text = report(results, size, args.quick, args.batch)
-    chart_path = args.out / "benchmarks.png"
-    if chart(results, chart_path):
-        text += f"\nChart: {chart_path}\n"
     command = "python benchmarks/run.py" + (" --quick" if args.quick else "")
     text = f"# scrapy-bloomdupe benchmarks\n\nCommand: `{command}`\n\n" + text
     (args.out / "results.md").write_text(text)

@@ -226,6 +226,11 @@ def push_record(key: str, index: int, client: str) -> str:
     return f"{_shard(key, index)}:push:{client}"
 
 
+def queue_format(key: str) -> str:
+    """The format of the queue's entries (``frontier/entry.py``), in shard 0's slot."""
+    return f"{_shard(key, 0)}:format"
+
+
 def failed(key: str) -> str:
     """In shard 0's slot: a requeue moves a record into shard 0's queue in one script."""
     return f"{_shard(key, 0)}:failed"
@@ -262,6 +267,7 @@ _SHARDED = [
     (re.compile(r"owners"), "workers holding leases on shard {i}, by last heartbeat"),
     (re.compile(r"push:.+"), "a worker's last unfiltered push to shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
+    (re.compile(r"format"), "the format of the request queue's entries"),
     (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),
 ]
 

@@ -13,10 +13,10 @@ queues, so no crash leaves a request in the filter and in no queue), and
 Once the whole output is queued (or the callback raised, after what it yielded
 before is queued), the page's own lease is acked (:meth:`Scheduler.done`): no
 crash can fall between a page's ack and the queueing of its links. With a
-scrapy-redis queue class, during a crawl, the scheduler checks and then pushes
-the new ones the same way, on its Redis thread (without one script: see
-:meth:`~.scheduling.requestpath.RequestPath.check_and_queue`, which the
-middleware reaches through the scheduler's ``path``). Under another scheduler the new requests
+scrapy-redis queue class the scheduler checks and then pushes the new ones the
+same way, a job on its runner (without one script: see
+:meth:`~.scheduling.requestpath.RequestPath.check_and_push`; the middleware reaches
+it through the scheduler's ``path``). Under another scheduler the new requests
 are marked with their fingerprint, and the dupefilter lets a marked request
 through once without a second check.
 
@@ -88,8 +88,8 @@ class BloomDupeBatchMiddleware:
         scheduler = scheduler_module.for_crawler(self.crawler)
         df = scheduler_module.dupefilter_for(self.crawler)
         path = scheduler.path if scheduler is not None else None
-        if path is None or df is None or path.df is not df or not path.buffered:
-            return self._filter(outputs)
+        if path is None or df is None or path.df is not df:
+            return self._filter(outputs, df)
         requests = [o for o in outputs if isinstance(o, Request)]
         if not requests:
             return outputs
@@ -107,22 +107,13 @@ class BloomDupeBatchMiddleware:
         if isinstance(response, Response):
             self._done(response)
 
-    def _filter(self, outputs: list[Any]) -> list[Any]:
-        """Without the leased queue (a scrapy-redis queue outside a crawl, or another
-        scheduler): the requests checked here and now, ``dont_filter`` ones left alone."""
-        df = scheduler_module.dupefilter_for(self.crawler)
-        scheduler = scheduler_module.for_crawler(self.crawler)
-        path = scheduler.path if scheduler is not None else None
+    def _filter(self, outputs: list[Any], df: RedisBloomDupeFilter | None) -> list[Any]:
+        """Under another scheduler: the requests checked here and now (marked for the
+        dupefilter's own check), ``dont_filter`` ones left alone."""
         requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
         if df is None or not requests:
             return outputs
-        outcomes: list[bool | None]
-        if path is not None and path.df is df:
-            # Checked in one round trip; a request that cannot be stored is reported
-            # there and costs only itself.
-            outcomes = path.check_and_queue(requests)
-        else:
-            outcomes = list(df.requests_seen(requests))
+        outcomes: list[bool | None] = list(df.requests_seen(requests))
         return self._drop(outputs, requests, outcomes, df, leased=False)
 
     def _drop(self, outputs: list[Any], requests: list[Request],

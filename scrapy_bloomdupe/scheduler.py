@@ -40,7 +40,7 @@ from scrapy import signals
 from scrapy.settings import Settings
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.reactor import is_asyncio_reactor_installed
+from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet.defer import Deferred
@@ -53,7 +53,7 @@ from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
-from .scheduling.shared import SharedCrawl, flush_before_open, make_queue
+from .scheduling.shared import SharedCrawl, make_queue, open_filter
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import FrontierConfig
 from .transport.diagnose import check
@@ -190,12 +190,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance._acks_early = acks_early
         # Open the filter now, before the engine has a slot: an error here (a filter made
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
-        dupefilter_cls = load_object(instance.dupefilter_cls)
-        if issubclass(dupefilter_cls, RedisBloomDupeFilter):
-            if instance.flush_on_start:
-                assert crawler.spider is not None, "built once the spider exists"
-                flush_before_open(instance.server, settings, crawler.spider.name)
-            instance.df = build_from_crawler(dupefilter_cls, crawler)
+        instance.df = open_filter(crawler, load_object(instance.dupefilter_cls), queue_cls,
+                                  server=server, flush=instance.flush_on_start)
         return instance
 
     @property
@@ -203,13 +199,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
         return self.path is not None and self.path.leased
 
-    @property
-    def buffered(self) -> bool:
-        """Whether requests are handed out from a buffer that a fill tops up, and a
-        callback's output is checked and queued together (see ``RequestPath.buffered``)."""
-        return self.path is not None and self.path.buffered
-
-    def open(self, spider: Spider) -> None:
+    def open(self, spider: Spider) -> Deferred[None]:
         if self.df is None:
             dupefilter_cls = load_object(self.dupefilter_cls)
             if issubclass(dupefilter_cls, RedisBloomDupeFilter) or not hasattr(
@@ -227,7 +217,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.shared = SharedCrawl(server=self.server, df=self.df, queue=self.queue,
                                   jobs=self.jobs, frontier=self.frontier, spider=spider)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
-                                queued=lambda: self._end().busy(), signals=self.crawler.signals)
+                                queued=lambda: self._end().queued(), signals=self.crawler.signals)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,
                              acks_early=self._acks_early, engine=self._engine,
                              idle_poll=lambda: self._end().idle_poll,
@@ -238,67 +228,74 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 jobs=self.jobs, queue=self.queue,
                 dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
                 server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
-                settle=self.leases.settle, held=self.leases.held, verify=self.path.verify,
+                settle=self.leases.settle, held=self.leases.held,
                 retired=self.leases.report_retired)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
                             done_grace=self.done_grace)
-        self.shared.join(flush=self.flush if self.flush_on_start else None)
-        if isinstance(self.df, RedisBloomDupeFilter):
+        ours = isinstance(self.df, RedisBloomDupeFilter)
+        if ours:
             self.df.leased_queue = self.leased
-        _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
-        self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
-        if self.upkeep is not None:
-            self.upkeep.beat()
-        if self.leased or isinstance(self.df, RedisBloomDupeFilter):
-            self.crawler.signals.connect(self._start_heartbeat, signal=signals.spider_opened)
-
-    def _start_heartbeat(self) -> None:
-        # Once the engine runs (the looping call needs its reactor or loop). Imported
-        # here, not at the top: importing the reactor installs one, and Scrapy installs
-        # its own (TWISTED_REACTOR) first.
-        from twisted.internet import reactor
-
-        if isinstance(self.df, RedisBloomDupeFilter):
+        reactor = _running_reactor()
+        if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
             # On the loop when every round trip of the jobs has a redis.asyncio twin: the
             # filter's and the leased queue's (scrapy-redis's queues use the client).
             self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
-                            and self.df.bloom.link.asynchronous)
+                            and ours and self.df.bloom.link.asynchronous)
+        _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
+        self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
-            self.upkeep.start()
+            self.crawler.signals.connect(self.upkeep.start, signal=signals.spider_opened)
+        shared, upkeep = self.shared, self.upkeep
+        flush = self.flush if self.flush_on_start else None
+
+        def opening() -> None:
+            shared.join(flush=flush)
+            if upkeep is not None:
+                upkeep.beat()
+
+        # A job like any other (Scrapy waits for it before the spider opens).
+        return self.jobs.run(opening, after_stop=True)
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
             return None
-        if self.jobs.inline:
-            self._close(reason)
-            return None
         if self.path is not None:
             self.path.outbox.flush()  # the outputs gathering go now
-        # Once the Redis thread has answered every call asked of it (Scrapy waits).
+        # Once the runner has answered every job asked of it (Scrapy waits).
         drained: Deferred[Any] = self.jobs.io.drained()
         return drained.addCallback(lambda _: self._close(reason))
 
-    def _close(self, reason: str) -> None:
-        self.jobs.io.stop()
+    def _close(self, reason: str) -> Deferred[None]:
         if self.upkeep is not None:
             self.upkeep.stop()
+            self.crawler.signals.disconnect(self.upkeep.start, signal=signals.spider_opened)
         leases, end, shared = self.leases, self.end, self.shared
         assert leases is not None and end is not None and shared is not None, "made with the queue"
         leases.close()
         end.close()
         self.crawler.signals.disconnect(end.spider_idle, signal=signals.spider_idle)
-        self.crawler.signals.disconnect(self._start_heartbeat, signal=signals.spider_opened)
-        leases.give_back()
-        clear = shared.close(persist=self.persist, done_now=end.done_now, settle=leases.settle)
-        leases.report_retired()  # what the closing reap could not decode
-        if isinstance(self.df, RedisBloomDupeFilter):
-            # The scheduler's persist decides, also when set on the instance after
-            # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
-            self.df.persist = self.persist
-            self.df.close(reason, clear=clear)  # writes the final stats
-        elif clear:
-            self.df.clear()  # as scrapy-redis does; its close() would clear even when persisting
+        persist, df = self.persist, self.df
+
+        def closing() -> None:
+            leases.give_back()
+            clear = shared.close(persist=persist, done_now=end.done_now, settle=leases.settle)
+            leases.report_retired()  # what the closing reap could not decode
+            if isinstance(df, RedisBloomDupeFilter):
+                # The scheduler's persist decides, also when set on the instance after
+                # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
+                df.persist = persist
+                df.close(reason, clear=clear)  # writes the final stats
+            elif clear:
+                df.clear()  # as scrapy-redis does; its close() would clear even when persisting
+
+        def stopped(result: Any) -> Any:
+            self.jobs.io.stop()  # the runner is idle: its last job is answered
+            return result
+
+        # The last job of the crawl, on the runner like the others.
+        closed: Deferred[None] = self.jobs.run(closing, after_stop=True).addBoth(stopped)
+        return closed
 
     def enqueue_request(self, request: Request) -> bool:
         if request.meta.pop(WAKE_META, False):  # see CrawlEnd._wake: already in the buffer
@@ -314,25 +311,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             if parent is not None:
                 leases.ack(parent)
 
-        if isinstance(self.df, RedisBloomDupeFilter) and not self.jobs.inline:
-            return leases.path.enqueue_async(request, done=done, over=self._end().idle_missed)
-        queued = leases.path.enqueue(request)
-        done()
-        return queued
+        return leases.path.enqueue(request, done=done, over=self._end().idle_missed)
 
     def next_request(self) -> Request | None:
-        if not self.buffered:
-            # Never a blocking pop (scrapy-redis's BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE):
-            # it would freeze the reactor, and one longer than the socket timeout fails
-            # as if Redis were gone. An idle worker polls instead (CrawlEnd.spider_idle),
-            # and waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
-            request: Request | None = self.jobs.guarded(lambda: self.queue.pop(0), None)
-        else:
-            request = self._leases().take()
+        # From the buffer that a fill (a job) tops up: never a round trip here, and never
+        # scrapy-redis's blocking pop (BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE), which
+        # would freeze the reactor. An idle worker polls instead (CrawlEnd.spider_idle),
+        # and waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
+        leases = self._leases()
+        request = leases.take()
         if request is not None:
             self.stats.inc_value("scheduler/dequeued/redis")
             self._end().busy()
-        elif self.buffered and not self._leases().holding():
+        elif not leases.holding():
             self._end().wake_later()  # nothing in hand: the engine would ask again only in 5 s
         return request
 
@@ -346,15 +337,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             self._leases().ack(field)
 
     def has_pending_requests(self) -> bool:
-        leases = self._leases()
-        if self.buffered and (leases.buffer or leases.filling or leases.path.enqueuing):
-            return True
-        if not self.jobs.inline:
-            # Asked by the engine whenever it looks idle: no round trip here. With nothing
-            # in hand it fires spider_idle, whose handler asks Redis whether work is left.
-            return False
-        # Unknown while Redis is away: say yes, so the spider is not closed as idle.
-        return bool(self.jobs.guarded(lambda: len(self.queue) > 0, True))
+        # Asked by the engine whenever it looks idle: from what this worker knows, no
+        # round trip. With nothing in hand it fires spider_idle, whose look at the
+        # shared queue (a job) says whether work is left.
+        return self._leases().pending()
 
     def record_failed(self, request: Request, reason: str) -> None:
         """Keep ``request``, which failed for good, in Redis (``bloomdupe failed``)."""
@@ -393,6 +379,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return self.crawler.engine
         except RuntimeError:  # "Crawler.engine is not set yet"
             return None
+
+
+def _running_reactor() -> Any:
+    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
+    here, not at the top: importing the reactor installs one, and Scrapy installs its
+    own (TWISTED_REACTOR) first."""
+    if not is_reactor_installed():
+        return None
+    from twisted.internet import reactor
+
+    return reactor if getattr(reactor, "running", False) else None
 
 
 _opened: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

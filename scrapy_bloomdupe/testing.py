@@ -45,6 +45,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """redis-server could not bind its port: another process took it first."""
+
+
 class RedisServer:
     """A ``redis-server`` on 127.0.0.1 with its own directory; a context manager.
 
@@ -53,14 +57,17 @@ class RedisServer:
     ``maxmemory`` caps the server's memory (a runaway test must not grow a
     Redis until the kernel kills it); ``--maxmemory`` in ``extra`` wins.
     ``modules`` are loaded at start (``--loadmodule``), such as
-    :func:`redisbloom_module`.
+    :func:`redisbloom_module`. ``binary``: another ``redis-server`` than the one on
+    ``PATH`` (an older Redis, say).
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
                  port: int | None = None, dir: Path | None = None,
-                 maxmemory: str = DEFAULT_MAXMEMORY, modules: list[str] | None = None) -> None:
-        if shutil.which("redis-server") is None:
-            raise RuntimeError("redis-server is not on PATH (Debian: apt-get install redis-server)")
+                 maxmemory: str = DEFAULT_MAXMEMORY, modules: list[str] | None = None,
+                 binary: str = "redis-server") -> None:
+        if shutil.which(binary) is None:
+            raise RuntimeError(f"{binary} is not on PATH (Debian: apt-get install redis-server)")
+        self.binary = binary
         self.port = port or free_port()
         self.dir = dir or Path(tempfile.mkdtemp(prefix="bloomdupe-redis-"))
         self.persist = persist
@@ -68,6 +75,8 @@ class RedisServer:
         self.maxmemory = maxmemory
         self.modules = list(modules or [])
         self.process: subprocess.Popen[bytes] | None = None
+        #: Whether it ran once (then its port is its own: a restart keeps it).
+        self._started = port is not None
 
     @property
     def url(self) -> str:
@@ -75,7 +84,7 @@ class RedisServer:
 
     def args(self) -> list[str]:
         return [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "",
             "--appendonly", "yes" if self.persist else "no",
             "--appendfsync", "always", "--protected-mode", "no",
@@ -85,27 +94,64 @@ class RedisServer:
         ]
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        with (self.dir / "redis.log").open("ab") as log:
+        for attempt in range(5):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                # free_port's port was taken by another process before this server bound
+                # it (tests run side by side): a first start may take other ports.
+                if self._started or attempt == 4:
+                    raise
+                self.repick_ports()
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _ready(log_path: Path, start: int) -> bool:
+        with log_path.open("rb") as log:
+            log.seek(start)
+            return b"Ready to accept connections" in log.read()
+
+    def repick_ports(self) -> None:
+        """Other free ports for a server that could not bind its own at its first start."""
+        self.port = free_port()
+
+    def _start(self, timeout: float) -> RedisServer:
+        log_path = self.dir / "redis.log"
+        with log_path.open("ab") as log:
+            start_of_log = log.tell()
             self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         probe = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
         try:
             while True:
                 try:
-                    probe.ping()
-                    return self
-                except redis.AuthenticationError:
-                    return self
-                except redis.ResponseError:
-                    return self  # up, but wants a password
-                except redis.ConnectionError:
+                    # This server, not another process on the port (a server that could
+                    # not bind it exits, but may not have yet).
+                    pid = int(probe.info("server")["process_id"])
+                    if pid == self.process.pid:
+                        return self
+                    self.process.wait(timeout)
+                    raise redis.ConnectionError("another process answers on the port")
+                except (redis.AuthenticationError, redis.ResponseError):
+                    # Up, but wants a password: whose, its log says once it is ready.
+                    if self.process.poll() is None and self._ready(log_path, start_of_log):
+                        return self
+                    time.sleep(0.02)
+                except (redis.ConnectionError, redis.TimeoutError):
                     if self.process.poll() is not None or time.monotonic() > deadline:
+                        with log_path.open("rb") as log:
+                            log.seek(start_of_log)
+                            said = log.read()
                         message = (f"redis-server on port {self.port} did not start; "
                                    f"see {self.dir}/redis.log")
+                        if self.process.poll() is not None and b"already in use" in said:
+                            raise PortTaken(message) from None
                         raise RuntimeError(message) from None
                     time.sleep(0.02)
         finally:
             probe.close()
+            if self.process.poll() is None:
+                self._started = True
 
     def kill(self) -> None:
         """SIGKILL: no shutdown save, as in a crash."""

@@ -76,6 +76,10 @@ class ClusterNodeProcess(RedisServer):
         super().__init__(port=port, dir=dir, extra=extra)
         self.bus_port = bus_port
         self.node_timeout_ms = node_timeout_ms
+        self._started = False  # its ports may change until it first runs (see start)
+
+    def repick_ports(self) -> None:
+        self.port, self.bus_port = _free_ports(2)
 
     @property
     def address(self) -> str:

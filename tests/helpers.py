@@ -26,10 +26,11 @@ from redis.cluster import RedisCluster
 from scrapy import Spider
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
 from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.frontier.iothread import IOThread
 from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
@@ -138,6 +139,37 @@ class Engine:
         # reactor installed (tests/test_ioloop.py installs asyncio's in this process).
         self.closed.append(reason)
         return succeed(None)
+
+
+class HeldRunner(IOThread):
+    """A runner for the scheduler's jobs (``RedisJobs.io``) as during a crawl, with no
+    reactor: each job is held, its ``Deferred`` unfired, until the test runs it
+    (:meth:`run_held`), so that what happens when an answer comes later can be seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[Any, tuple[Any, ...], Deferred[Any]]] = []
+        self._reactor = self  # its callLater (see IOThread._answered): at once
+
+    @property
+    def inline(self) -> bool:
+        return False
+
+    def callLater(self, _delay: float, func: Any, *args: Any) -> None:
+        func(*args)
+
+    def _dispatch(self, call: Any, *args: Any) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        self.held.append((call, args, d))
+        return d
+
+    def run_held(self) -> int:
+        """Run the jobs held so far, in order, each answer back before the next job;
+        how many."""
+        jobs, self.held = self.held, []
+        for call, args, d in jobs:
+            maybeDeferred(call, *args).chainDeferred(d)
+        return len(jobs)
 
 
 # -- fingerprints -------------------------------------------------------------------------

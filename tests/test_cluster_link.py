@@ -275,3 +275,25 @@ def test_wait_without_a_replica_costs_the_short_timeout_only(
             link.close()
         finally:
             client.close()
+
+
+def test_a_scan_goes_to_the_master_of_its_patterns_hash_tag(rc: RedisCluster) -> None:
+    """The link's SCAN (the keys a filter's and a queue's clear look for, at the end of a
+    crawl) goes to the master of the slot its pattern's hash tag names, escapes undone:
+    a shard's keys, on a cluster, found through the link rather than the client."""
+    tags = ["a*b:0", "plain:3", "x[1]:2"]  # glob characters escaped in a pattern
+    names = {tag: [f"{{{tag}}}:ops:{i}" for i in range(3)] for tag in tags}
+    for created in names.values():
+        for name in created:
+            rc.set(name, 1)
+    link = Link(rc)
+    try:
+        for tag, created in names.items():
+            escaped = "".join("\\" + c if c in "*?[]\\" else c for c in tag)
+            found = link.scan(f"{{{escaped}}}:ops:*", count=2)
+            assert sorted(found) == sorted(name.encode() for name in created), tag
+    finally:
+        link.close()
+        for created in names.values():
+            for name in created:
+                rc.delete(name)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import Calls, Clock, DemoSpider, Engine, crawler_for
+from helpers import Calls, Clock, DemoSpider, Engine, HeldRunner, crawler_for
 from scrapy import Request, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler
@@ -39,10 +39,12 @@ class Setup:
         self.tag = self.df.bloom.key
         self.queue = PriorityQueue(self.df.bloom.client, self.spider, "demo:requests",
                                    tag=self.tag, lease_timeout=lease_timeout)
-        self.jobs = RedisJobs(lambda: self.df)  # no reactor started: the jobs run inline
-        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.crawler.stats,
-                                spider=self.spider, queued=lambda: self.end.busy())
         self.clock, self.calls = Clock(), Calls()
+        # No reactor started: the jobs run inline (a test may hold them, see HeldRunner).
+        self.jobs = RedisJobs(lambda: self.df, later=self.calls)
+        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.crawler.stats,
+                                spider=self.spider, queued=lambda: self.end.queued(),
+                                signals=self.crawler.signals)
         self.engine = Engine(self.spider) if engine else None
         frontier = FrontierConfig(lease_timeout=lease_timeout, done_grace=grace,
                                   failed_limit=100)
@@ -54,8 +56,7 @@ class Setup:
         self.upkeep = LeaseUpkeep(jobs=self.jobs, queue=self.queue, dupefilter=self.df,
                                   server=self.df.bloom.client, frontier=frontier,
                                   stats=self.crawler.stats, spider=self.spider,
-                                  settle=self.leases.settle, held=self.leases.held,
-                                  verify=self.path.verify)
+                                  settle=self.leases.settle, held=self.leases.held)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=lambda: self.engine,
                             done_grace=grace, clock=self.clock, later=self.calls)
@@ -236,5 +237,49 @@ def test_a_busy_engine_is_left_alone_by_the_poll(redis_url: str) -> None:
         assert len(setup.calls.pending()) == 1
         setup.end.close()
         assert setup.calls.pending() == []
+    finally:
+        setup.close()
+
+
+def test_a_look_answered_later_runs_the_idle_round(redis_url: str) -> None:
+    """As during a crawl, the idle handler's look is a job whose answer comes later: the
+    worker stays meanwhile, and the answer runs Scrapy's idle round, which acts on it
+    (here the crawl is done at once: no grace)."""
+    setup = Setup(redis_url, engine=True, grace=0)
+    try:
+        held = setup.jobs.io = HeldRunner()
+        with pytest.raises(DontCloseSpider):
+            setup.end.spider_idle(setup.spider)  # no Redis call here: a job is asked
+        assert setup.engine is not None and setup.engine.closed == []
+        assert held.run_held() == 1  # the look, one job
+        assert setup.end.crawl_done
+        assert setup.engine.closed == ["finished"]
+    finally:
+        setup.close()
+
+
+def test_a_request_found_seen_later_is_dropped_as_scrapy_drops_it(redis_url: str) -> None:
+    """As during a crawl, ``enqueue`` answers at once, before Redis: a request then found
+    seen before is logged as a duplicate and sent with ``request_dropped``; one answered
+    at once (outside a crawl) is refused with False instead, as Scrapy expects."""
+    setup = Setup(redis_url, engine=True)
+    dropped: list[str] = []
+
+    def on_dropped(request: Request) -> None:
+        dropped.append(request.url)
+
+    setup.crawler.signals.connect(on_dropped, signal=signals.request_dropped)
+    try:
+        assert setup.path.enqueue(Request("http://a.example/1"))  # inline: queued
+        assert not setup.path.enqueue(Request("http://a.example/1"))  # inline: a duplicate
+        assert dropped == []  # Scrapy's engine sends it for a False
+        held = setup.jobs.io = HeldRunner()
+        assert setup.path.enqueue(Request("http://a.example/1"))  # said queued, at once
+        assert setup.path.enqueuing == 1  # its check is on its way
+        setup.calls.run()  # the outbox's gathering ends: one drain, held
+        assert held.run_held() == 1
+        assert dropped == ["http://a.example/1"]
+        assert setup.crawler.stats.get_value("dupefilter/filtered") == 2
+        assert setup.path.enqueuing == 0
     finally:
         setup.close()

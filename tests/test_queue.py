@@ -344,3 +344,29 @@ def test_scripts_flushed_by_a_restart_are_loaded_again_by_the_link(client: redis
     q.heartbeat()  # the ack and the heartbeat script, after another flush
     assert q.link.script_reloads == loaded + 2
     assert q.status() == (1, 0)
+
+
+@pytest.mark.parametrize("legacy_cls", ["scrapy_redis.queue.PriorityQueue",
+                                        "scrapy_redis.queue.FifoQueue"])
+def test_a_scrapy_redis_queue_is_taken_over_through_the_link(
+        client: redis.Redis, legacy_cls: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crawl moving over from scrapy-redis (its sorted set, or its list): what waits
+    there is queued here in batches and removed there, every command on the link (none
+    through the client's own calls, which would block the loop in a crawl's job)."""
+    from scrapy.utils.misc import load_object
+
+    spider = DemoSpider()
+    legacy = load_object(legacy_cls)(client, spider, "demo:requests")
+    urls = [f"http://a.example/{i}" for i in range(5)]
+    for i, url in enumerate(urls):
+        legacy.push(Request(url, priority=i))
+    queue = PriorityQueue(client, spider, "demo:requests", tag="demo:bloomdupe", shards=2)
+    direct: list[object] = []
+    own = client.execute_command
+    monkeypatch.setattr(client, "execute_command", lambda *a, **k: (direct.append(a[0]),
+                                                                    own(*a, **k))[1])
+    assert queue.adopt("demo:requests", batch=2) == 5
+    monkeypatch.undo()
+    assert direct == []
+    assert not client.exists("demo:requests")
+    assert sorted(r.url for r in iter(queue.pop, None)) == urls

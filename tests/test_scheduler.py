@@ -7,7 +7,7 @@ import time
 
 import pytest
 import redis
-from helpers import crawler_for, node_clients
+from helpers import crawler_for, node_clients, run_python
 from redis.cluster import RedisCluster
 from scrapy import Request
 from scrapy.exceptions import DontCloseSpider
@@ -176,3 +176,72 @@ def test_scrapy_redis_queue_classes_still_work(redis_url: str, client: redis.Red
     scheduler.close("finished")
     # SCHEDULER_PERSIST off, and done: all gone but the mark of the finished crawl.
     assert client.keys("*") == [b"demo:bloomdupe:finished"]
+
+
+OPEN_AND_CLOSE_AS_JOBS = '''
+import sys, threading
+import greenlet
+REACTOR
+from twisted.internet import reactor
+sys.path.insert(0, "tests")
+from helpers import crawler_for
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+from scrapy_bloomdupe.scheduler import Scheduler
+from scrapy_bloomdupe.scheduling.shared import SharedCrawl
+
+seen = {}
+
+def where(name, method):
+    def wrapped(self, *args, **kwargs):
+        in_greenlet = greenlet.getcurrent().parent is not None
+        seen[name] = (threading.current_thread().name, in_greenlet)
+        return method(self, *args, **kwargs)
+    return wrapped
+
+SharedCrawl.join = where("join", SharedCrawl.join)
+SharedCrawl.close = where("leave", SharedCrawl.close)
+RedisBloomDupeFilter.close = where("filter closed", RedisBloomDupeFilter.close)
+
+def main():
+    crawler = crawler_for("URL", SCHEDULER_PERSIST=True)
+    scheduler = Scheduler.from_crawler(crawler)
+    def answered_at_once(d):
+        answer = []
+        d.addBoth(lambda result: answer.append(result) or result)
+        return bool(answer)
+    opened = scheduler.open(crawler.spider)
+    print("runner", type(scheduler.jobs.io).__name__, "waited", answered_at_once(opened))
+    def close(_):
+        closed = scheduler.close("finished")
+        print("close waited", answered_at_once(closed))
+        return closed
+    def done(_):
+        print("stopped", scheduler.jobs.inline)
+        print(sorted(seen.items()))
+        reactor.stop()
+    opened.addCallback(close).addCallback(done)
+    opened.addErrback(lambda f: (print(f), reactor.stop()))
+
+reactor.callWhenRunning(main)
+reactor.callLater(20, reactor.stop)
+reactor.run()
+'''
+
+
+@pytest.mark.parametrize("reactor", ["asyncio", "epoll"])
+def test_the_crawls_start_and_end_are_jobs_on_the_runner_chosen_when_it_opens(
+        redis_url: str, reactor: str) -> None:
+    """With the reactor running (a crawl), ``open`` starts the runner (the loop under
+    asyncio's reactor, the thread under another) and returns its job's Deferred, not
+    fired yet: the reactor did not wait for the join. ``close`` too, and stops the
+    runner once its last job is answered."""
+    install = ("from twisted.internet import asyncioreactor; asyncioreactor.install()"
+               if reactor == "asyncio" else
+               "from twisted.internet import epollreactor; epollreactor.install()")
+    out = run_python(OPEN_AND_CLOSE_AS_JOBS.replace("REACTOR", install)
+                     .replace('"URL"', repr(redis_url)))
+    runner, where = ("IOLoop", ("MainThread", True)) if reactor == "asyncio" else (
+        "IOThread", ("PoolThread-bloomdupe-redis-0", False))
+    assert f"runner {runner} waited False" in out, out
+    assert "close waited False" in out and "stopped True" in out, out
+    assert str(sorted({"join": where, "leave": where, "filter closed": where}.items())) in out, out

@@ -273,3 +273,21 @@ def test_a_scrapy_redis_queue_pops_one_by_one_and_gives_back_what_was_not_handed
     setup.leases.give_back()  # the spider closed: back before the queue is judged empty
     assert setup.leases.buffer == []
     assert len(queue) == 4
+
+
+def test_pending_is_what_the_worker_knows_until_a_pop_finds_the_queue_empty(
+        setup: Setup) -> None:
+    """Scrapy's ``has_pending_requests``, asked whenever the engine looks idle, is answered
+    from local state: requests buffered, or queued by this worker since a pop last found
+    the queue empty (another worker may have taken them: the next pop says)."""
+    leases = setup.leases
+    assert not leases.pending()
+    setup.push(1)
+    leases.queued()  # what the request path says once Redis queued them
+    assert leases.pending()
+    assert not leases.filling and leases.pending()  # no pop has found it empty yet
+    assert leases.take() is not None
+    # The buffer emptied, the next pop went out (inline: at once) and found the queue
+    # empty: nothing pending, as far as this worker knows.
+    assert not leases.pending()
+    assert leases.take() is None

@@ -262,7 +262,7 @@ def reclaiming_upkeep(queue: PriorityQueue, client: redis.Redis) -> LeaseUpkeep:
     return LeaseUpkeep(jobs=RedisJobs(lambda: None), queue=queue, dupefilter=None,
                        server=client, frontier=FrontierConfig.from_settings(Settings()),
                        stats=get_crawler(DemoSpider).stats, spider=DemoSpider(),
-                       settle=lambda: None, held=list, verify=lambda: True)
+                       settle=lambda: None, held=list)
 
 
 @pytest.mark.parametrize("where", ["blocking", "on the loop"])
@@ -314,7 +314,7 @@ def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
         # WARNING says why: the master changed (and no other reason is given).
         caplog.clear()
         upkeep = reclaiming_upkeep(queue, client)
-        upkeep._reclaim()
+        upkeep.tick()  # a reclaim is due (and the heartbeat and the reap, run too)
         put_back = [r.getMessage() for r in caplog.records if "back in the shared" in r.message]
         assert put_back == [f"Put 1 request(s) back in the shared queue: leased to this "
                             f"worker in Redis but not held by it: {RECLAIMED_FAILOVER}; they "

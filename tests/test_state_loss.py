@@ -109,12 +109,13 @@ def test_a_refused_command_stops_the_crawl_and_acks_nothing(
                        keys=["*"], reset=False)
     try:
         with caplog.at_level(logging.ERROR):
-            seen = scheduler.path.check_and_queue([Request("http://a.example/2")])
+            seen: list[list[bool | None]] = []  # answered at once: no crawl, no runner
+            scheduler.path.queue_output([Request("http://a.example/2")]).addCallback(seen.append)
         assert scheduler.next_request() is None  # the pop is refused too, nothing taken
     finally:
         client.acl_setuser("default", enabled=True, nopass=True, commands=["+@all"],
                            keys=["*"])
-    assert seen == [None]  # not queued (and so not passed on)
+    assert seen == [[None]]  # not queued (and so not passed on)
     assert scheduler.df.failure == REFUSED_REASON
     # ... nor added to the filter (the script wrote nothing): when its page is fetched
     # again, the link is new again.

@@ -12,12 +12,21 @@ multi-worker crawl at one fetch a page. 2% of the pages answer after 0.2 s;
 workers hold requests in flight), ``--failing N`` makes N pages (spread
 evenly, page 0 excepted) always answer 500.
 
+``--hosts H`` spreads the pages over H sites: page ``i`` lives on ``127.0.0.<1 + i % H>``
+(same port; every link to another host is absolute), which Scrapy sees as H domains,
+each with its own download slot. The server then also records, per host, when each
+request started and how many were in flight at once, and ``--throttle N`` makes the
+N-th request to the last host answer ``429`` with ``Retry-After: 2`` (the politeness
+benchmark, ``benchmarks/politeness.py``).
+
 The server counts fetches per page (by page id, whatever the spelling of the
 URL) and serves them as JSON at ``GET /__stats``::
 
     {"pages": 3000, "fetches": [1, 1, 0, ...], "total_fetches": ...,
      "first_fetch": <unix time>, "last_fetch": <unix time>, "not_found": 0,
-     "failing": [ids of the pages that answer 500]}
+     "failing": [ids of the pages that answer 500],
+     "hosts": {"127.0.0.1": {"starts": [<unix time>, ...], "max_in_flight": 1}, ...},
+     "throttled": [host, <unix time>] or null}
 """
 
 from __future__ import annotations
@@ -89,9 +98,17 @@ class SiteGraph:
         slow_count = round(pages * SLOW_SHARE)
         self.slow = frozenset(rng.sample(range(pages), slow_count))
 
-    def render(self, page: int, base: str) -> bytes:
+    def render(self, page: int, base: str, bases: list[str] | None = None) -> bytes:
+        """``page`` as HTML; with ``bases`` (one a host) page ``t`` lives on
+        ``bases[t % len(bases)]`` and every link is absolute."""
+        def href(target: int, how: int) -> str:
+            if not bases:
+                return spell(target, how, base)
+            there = bases[target % len(bases)]
+            path = spell(target, how, there)
+            return path if path.startswith("http") else there + "/" + path.lstrip("./")
         anchors = "\n".join(
-            f'<li><a href="{spell(target, how, base)}">page {target}</a></li>'
+            f'<li><a href="{href(target, how)}">page {target}</a></li>'
             for target, how in self.links[page]
         )
         title = "Home" if page == 0 else f"Item {page}"
@@ -128,14 +145,27 @@ class DemoSite(ThreadingHTTPServer):
     request_queue_size = 256  # many workers connect at once
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, pages: int = DEFAULT_PAGES,
-                 seed: int = DEFAULT_SEED, *, delay: float = 0.0, failing: int = 0) -> None:
+                 seed: int = DEFAULT_SEED, *, delay: float = 0.0, failing: int = 0,
+                 hosts: int = 1, throttle: int = 0) -> None:
         super().__init__((host, port), _Handler)
+        self.site = self
         self.delay = delay
         # Spread evenly, page 0 (the start page) excepted.
         self.failing = {(j + 1) * pages // (failing + 1) for j in range(min(failing, pages - 1))}
         self.graph = SiteGraph(pages, seed)
-        self.base = f"http://{host}:{self.server_address[1]}"
-        self.bodies = [self.graph.render(p, self.base) for p in range(pages)]
+        port = self.server_address[1]
+        self.base = f"http://{host}:{port}"
+        #: With ``hosts`` > 1: each host's address, and a server for each but the first.
+        self.hosts = [f"127.0.0.{1 + h}" for h in range(hosts)] if hosts > 1 else [host]
+        bases = [f"http://{h}:{port}" for h in self.hosts] if hosts > 1 else None
+        self.bodies = [self.graph.render(p, self.base, bases) for p in range(pages)]
+        self.mirrors = [_Mirror(self, h, port) for h in self.hosts[1:]]
+        self.starts: dict[str, list[float]] = {h: [] for h in self.hosts}
+        self.in_flight = dict.fromkeys(self.hosts, 0)
+        self.max_in_flight = dict.fromkeys(self.hosts, 0)
+        #: The request to the last host that answers 429 (0: none), and when it did.
+        self.throttle = throttle
+        self.throttled: tuple[str, float] | None = None
         self.lock = threading.Lock()
         self.fetches = [0] * pages
         self.not_found = 0
@@ -154,9 +184,38 @@ class DemoSite(ThreadingHTTPServer):
                 self.first_fetch = now
             self.last_fetch = now
 
+    def host_of(self, page: int) -> str:
+        return self.hosts[page % len(self.hosts)]
+
+    def started(self, host: str) -> bool:
+        """A request to ``host`` starts: counted; whether it is the one to throttle."""
+        with self.lock:
+            self.starts[host].append(time.time())
+            self.in_flight[host] += 1
+            self.max_in_flight[host] = max(self.max_in_flight[host], self.in_flight[host])
+            if (self.throttle and host == self.hosts[-1] and self.throttled is None
+                    and len(self.starts[host]) == self.throttle):
+                self.throttled = (host, time.time())
+                return True
+            return False
+
+    def ended(self, host: str) -> None:
+        with self.lock:
+            self.in_flight[host] -= 1
+
+    def serve(self) -> None:
+        """Serve on every host until shut down (the mirrors in threads of their own)."""
+        for mirror in self.mirrors:
+            threading.Thread(target=mirror.serve_forever, kwargs={"poll_interval": 0.2},
+                             daemon=True).start()
+        self.serve_forever(poll_interval=0.2)
+
     def stats(self) -> dict[str, object]:
         with self.lock:
             return {
+                "hosts": {h: {"starts": list(self.starts[h]),
+                              "max_in_flight": self.max_in_flight[h]} for h in self.hosts},
+                "throttled": self.throttled,
                 "pages": self.graph.pages,
                 "fetches": list(self.fetches),
                 "total_fetches": sum(self.fetches),
@@ -167,13 +226,24 @@ class DemoSite(ThreadingHTTPServer):
             }
 
 
+class _Mirror(ThreadingHTTPServer):
+    """The same site on another loopback host (``--hosts``)."""
+
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, site: DemoSite, host: str, port: int) -> None:
+        super().__init__((host, port), _Handler)
+        self.site = site
+
+
 class _Handler(BaseHTTPRequestHandler):
-    server: DemoSite
+    server: DemoSite | _Mirror
     protocol_version = "HTTP/1.1"  # keep-alive: Scrapy reuses its connections
     disable_nagle_algorithm = True  # headers and body go out at once
 
     def do_GET(self) -> None:
-        site = self.server
+        site = self.server.site
         if self.path == "/__stats":
             self._send(HTTPStatus.OK, json.dumps(site.stats()).encode(), "application/json")
             return
@@ -181,10 +251,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, b"User-agent: *\nDisallow:\n", "text/plain")
             return
         page = page_of(self.path)
-        if page is None or page >= site.graph.pages:
+        host = self.server.server_address[0] if len(site.hosts) > 1 else site.hosts[0]
+        if page is None or page >= site.graph.pages or (
+                len(site.hosts) > 1 and site.host_of(page) != host):
             with site.lock:
                 site.not_found += 1
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+            return
+        try:
+            self._page(site, page, site.started(host))
+        finally:
+            site.ended(host)
+
+    def _page(self, site: DemoSite, page: int, throttled: bool) -> None:
+        if throttled:  # not counted as a fetch: the crawler must come back for it
+            self.send_response(HTTPStatus.TOO_MANY_REQUESTS)
+            self.send_header("Retry-After", "2")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         site.count(page)
         if page in site.graph.slow:
@@ -217,17 +301,23 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds every page takes to answer (0)")
     parser.add_argument("--failing", type=int, default=0,
                         help="pages that always answer 500 (0)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="spread the pages over 127.0.0.1 to 127.0.0.H (1)")
+    parser.add_argument("--throttle", type=int, default=0,
+                        help="the N-th request to the last host answers 429 (0: none)")
     args = parser.parse_args(argv)
     site = DemoSite(args.host, args.port, args.pages, args.seed, delay=args.delay,
-                    failing=args.failing)
+                    failing=args.failing, hosts=args.hosts, throttle=args.throttle)
     # run_demo.py reads this first line to learn the port.
     print(f"Demo site with {args.pages} pages at {site.url}", flush=True)
     try:
-        site.serve_forever(poll_interval=0.2)
+        site.serve()
     except KeyboardInterrupt:
         pass
     finally:
         site.server_close()
+        for mirror in site.mirrors:
+            mirror.server_close()
 
 
 if __name__ == "__main__":

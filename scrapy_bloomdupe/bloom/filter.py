@@ -459,23 +459,22 @@ class BloomFilter(Calls, Growth, Forgetting):
         worker of the crawl that comes back later (paused past its end) then finds
         its state deleted on purpose (:meth:`cleared_when_finished`), not lost."""
         if finished:
-            self.client.set(keys.finished(self.key), self._identity(), ex=FINISHED_TTL)
+            self.link.call("SET", keys.finished(self.key), self._identity(), "EX", FINISHED_TTL)
         names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
                  keys.workers(self.key), keys.forgets(self.key), *self._lock_keys,
                  *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),
                  *(keys.forgotten(self.key, i) for i in range(self.sizing.shards)),
                  *self.engine.shard_names()]
-        for i in range(self.sizing.shards):
-            names.extend(self.client.scan_iter(match=keys.op_log_pattern(self.key, i),
-                                               count=1000))
-        for name in dict.fromkeys(names):
-            self.client.delete(name)
+        for i in range(self.sizing.shards):  # through the link: a crawl's last job
+            names.extend(self.link.scan(keys.op_log_pattern(self.key, i)))
+        self.link.calls([("DEL", name) for name in dict.fromkeys(names)])
         self.cache.clear()
 
     def cleared_when_finished(self) -> bool:
         """Whether the last worker of this filter's finished crawl deleted it (see
         :meth:`clear`)."""
-        return self.client.get(keys.finished(self.key)) == self._identity().encode()
+        found = self.link.call("GET", keys.finished(self.key))
+        return found in (self._identity(), self._identity().encode())
 
     def _identity(self) -> str:
         return f"{self.created}:{self.seed}"

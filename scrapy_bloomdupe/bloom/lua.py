@@ -195,8 +195,7 @@ class LuaEngine(ScriptedEngine):
         names: list[str] = []
         for i, bits in enumerate(self.bits_keys):
             names.extend(bits)
-            names.extend(self.client.scan_iter(match=keys.later_bits_pattern(self.key, i),
-                                               count=1000))
+            names.extend(self.link.scan(keys.later_bits_pattern(self.key, i)))
         return names
 
     # -- reading ------------------------------------------------------------

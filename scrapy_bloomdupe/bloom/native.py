@@ -228,8 +228,7 @@ class NativeEngine(ScriptedEngine):
         names: list[str] = []
         for i, bf_keys in enumerate(self.bf_keys):
             names.extend(bf_keys)
-            names.extend(self.client.scan_iter(match=keys.later_bloom_pattern(self.key, i),
-                                               count=1000))
+            names.extend(self.link.scan(keys.later_bloom_pattern(self.key, i)))
         return names
 
     # -- reading ------------------------------------------------------------

@@ -295,7 +295,7 @@ class _Slices:
         for i in range(self.shards):
             names.append(keys.slice_record(self.key, i))
             names.append(keys.forgotten(self.key, i))
-            names.extend(self.client.scan_iter(match=self._slices_pattern(i), count=1000))
+            names.extend(self.link.scan(self._slices_pattern(i)))
         return names
 
     def _slices_pattern(self, shard: int) -> str:

@@ -19,7 +19,7 @@ looks, its pops, heartbeats and reaps cost what one shard costs. A new request
 is pushed by the very script that checks it against the filter (the sink of
 ``bloom/check_add_*.lua``): a request is never in the filter without being in
 the queue or a lease. Within a shard, requests come out by priority (highest
-first, then by their serialized bytes); across shards, a worker takes from the shards in
+first, then by their entries' bytes); across shards, a worker takes from the shards in
 turn, so priorities hold approximately.
 
 The shape (a sorted set and a lease hash, moved by Lua scripts) was measured
@@ -40,14 +40,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoPermissionError
 from scrapy_redis.queue import Base as RedisQueueBase
 
 from .. import keys, luascript
 from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
-from . import undecodable
+from . import adopt, entry, undecodable
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -64,9 +63,8 @@ LEASE_TIMEOUT = 30.0
 #: Default length limit of the failed requests' record (BLOOMDUPE_FAILED_LIMIT's).
 FAILED_LIMIT = 100_000
 
-#: How a queued request whose lease expired ``n`` times starts: NUL, ``rq``, ``n``, NUL,
-#: then its serialized bytes (no serializer's output starts with a NUL and "rq").
-REQUEUED = undecodable.REQUEUED
+#: How a queued request whose lease expired ``n`` times starts (see ``entry.REQUEUED``).
+REQUEUED = entry.REQUEUED
 
 @dataclass(frozen=True)
 class Lease:
@@ -125,6 +123,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                  lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0,
                  failed_limit: int = FAILED_LIMIT) -> None:
         super().__init__(server, spider, key, serializer)
+        #: What an entry of the queue is (frontier/entry.py): written and read by it.
+        self.codec = entry.Codec(self.serializer, spider)
         self.tag = tag or self.key
         #: The filter's shard count; the queue's (:attr:`shards`) is the same on a
         #: cluster and 1 on one node (see the module's docstring).
@@ -195,12 +195,18 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             return 0
         others = [name for i in range(1, self.filter_shards) for name in (
             keys.queue(self.tag, i), keys.leases(self.tag, i), keys.owners(self.tag, i))]
-        return int(self._scripts["merge"](keys=[self._queues[0], self._leases[0],
-                                                self._owners[0], *others]))
+        names = [self._queues[0], self._leases[0], self._owners[0], *others]
+        return int(self.link.call("EVALSHA", self._scripts["merge"].sha, len(names), *names))
 
     def entry(self, request: Request) -> tuple[int, bytes]:
         """What the sink queues for ``request``: its score and its bytes."""
-        return -request.priority, self._encode_request(request)
+        return -request.priority, self.codec.encode(request)
+
+    def _encode_request(self, request: Request) -> bytes:
+        return self.codec.encode(request)
+
+    def _decode_request(self, encoded_request: bytes) -> Request:
+        return self.codec.decode(encoded_request)
 
     # -- pushing and popping ---------------------------------------------------------
 
@@ -270,17 +276,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._pop_number += 1  # only once the reply is in: a retry replays
         self._pop_shard = None
         epoch = master_epoch(self.server)
-        leases: list[Lease] = []
-        bad: list[undecodable.Bad] = []
-        for j, entry in enumerate(entries):
-            field = f"{self.owner}:{number}.{j}"
-            score, member = entry.split(b"|", 1)
-            try:  # each on its own: one that cannot be decoded costs only itself
-                requeues, payload = undecodable.split_requeues(member)
-                leases.append(Lease(shard, field, self._decode_request(payload), epoch,
-                                    requeues))
-            except Exception as e:  # the serializer's or request_from_dict's, whatever it is
-                bad.append((field, int(score), member, e))
+        decoded, bad = self.codec.decode_replies(
+            entries, [f"{self.owner}:{number}.{j}" for j in range(len(entries))])
+        leases = [Lease(shard, str(field), request, epoch, requeues)
+                  for field, requeues, request in decoded]
         if bad:
             self._retire(shard, "lease", bad)
         with self._acks_lock:
@@ -335,16 +334,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                              self.lease_timeout_ms, own))
         replies = self._execute(commands)
         self._acks_sent()
-        back = []
+        back: list[tuple[int, Request]] = []
         for shard, members in enumerate(replies[len(replies) - self.shards:]):
-            bad: list[undecodable.Bad] = []
-            for entry in members:
-                score, member = entry.split(b"|", 1)
-                try:
-                    requeues, payload = undecodable.split_requeues(member)
-                    back.append((requeues, self._decode_request(payload)))
-                except Exception as e:  # back in the queue, undecodable: retired there
-                    bad.append((member, int(score), member, e))
+            decoded, bad = self.codec.decode_replies(members)
+            back.extend((requeues, request) for _, requeues, request in decoded)
             if bad:
                 self._retire(shard, "queued", bad)
         return back
@@ -493,34 +486,15 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return replies
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
-        """Take over the requests waiting in a scrapy-redis queue at ``legacy`` (its
-        priority queue, a sorted set of the same serialized requests, or its FIFO and
-        LIFO lists), past the filter: they were accepted by the crawl's filter already.
-        Each batch is queued before it is removed there, so a crash in between
-        repeats requests rather than losing them. Returns how many moved (0 when
-        the ACL gives no access to that key: nothing to take over then)."""
-        try:
-            kind = self.server.type(legacy)
-        except NoPermissionError:  # a least-privilege user of a crawl that never had one
-            return 0
-        moved = 0
-        while kind in (b"zset", b"list"):
-            if kind == b"zset":
-                items = self.server.zrange(legacy, 0, batch - 1, withscores=True)
-                entries = [(int(score), member) for member, score in items]
-            else:
-                entries = [(0, member) for member in self.server.lrange(legacy, 0, batch - 1)]
-            if not entries:
-                break
-            shard = self._next_shard
-            self._next_shard = (shard + 1) % self.shards
-            self.server.zadd(self._queues[shard], {member: score for score, member in entries})
-            if kind == b"zset":
-                self.server.zrem(legacy, *(member for _, member in entries))
-            else:
-                self.server.ltrim(legacy, len(entries), -1)
-            moved += len(entries)
-        return moved
+        """Take over the requests waiting in a scrapy-redis queue at ``legacy``, past the
+        filter (see :func:`.adopt.take_over`); returns how many moved."""
+        return adopt.take_over(self.link, legacy, self._queue_batch, batch)
+
+    def _queue_batch(self, entries: list[tuple[int, Any]]) -> None:
+        shard = self._next_shard
+        self._next_shard = (shard + 1) % self.shards
+        self.link.call("ZADD", self._queues[shard],
+                       *(x for score, member in entries for x in (score, member)))
 
     # -- ending ----------------------------------------------------------------------
 
@@ -550,7 +524,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def clear(self) -> None:
         """Delete the whole queue: waiting requests, leases, owners, push records, and
         the failed requests' records (on every filter shard: an earlier version's too)."""
-        clear(self.server, self.tag, self.filter_shards)
+        clear(self.link, self.tag, self.filter_shards)
 
 
 def pop_number(field: str) -> int:
@@ -572,15 +546,16 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
     return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
 
 
-def clear(client: Redis | RedisCluster, tag: str, shards: int) -> None:
+def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
     """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it: waiting requests, leases, owners, push records, failed requests."""
-    client.delete(keys.failed(tag))
-    for shard in range(shards):
-        names = [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
-        names.extend(client.scan_iter(match=keys.push_record(tag, shard, "*"), count=1000))
-        for name in names:
-            client.delete(name)
+    made it: waiting requests, leases, owners, push records, failed requests; through
+    ``target``'s link (a crawl's: its last job)."""
+    with link_to(target) as link:
+        names = [keys.failed(tag), keys.queue_format(tag)]
+        for shard in range(shards):
+            names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
+            names += link.scan(keys.push_record(tag, shard, "*"))
+        link.calls([("DEL", name) for name in names])
 
 
 def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int

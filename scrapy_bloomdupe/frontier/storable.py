@@ -1,8 +1,8 @@
 """Whether a request can be stored in the shared queue, and if not, what in it cannot.
 
-A request in a shared queue is serialized, as scrapy-redis does it: Scrapy's
-``Request.to_dict(spider=...)``, then ``SCHEDULER_SERIALIZER`` (pickle by
-default). So its callback and errback must be methods of the spider (a lambda,
+A request in a shared queue is serialized (:mod:`.entry`): Scrapy's
+``Request.to_dict(spider=...)``, its fields through ``SCHEDULER_SERIALIZER``
+(pickle by default). So its callback and errback must be methods of the spider (a lambda,
 a module-level function or another object's method has no name to store), and
 every ``meta`` and ``cb_kwargs`` value must serialize (a lock, a socket, a
 generator do not). Such a request costs only itself: the scheduler reports it

@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import keys, luascript
-from . import failed
+from . import entry, failed
 
 RETIRE_SCRIPT = luascript.read(__package__, "retire.lua")
 #: A URL in the bytes of an entry that cannot be decoded (see :func:`readable`).
 URL_IN_BYTES = re.compile(rb"https?://[\x21-\x7e]+")
-#: How an entry's bytes start when its lease expired before (see ``queue.REQUEUED``).
-REQUEUED = b"\x00rq"
+#: How an entry's bytes start when its lease expired before (see ``entry.REQUEUED``).
+REQUEUED = entry.REQUEUED
+#: One entry to retire (see ``entry.Bad``).
+Bad = entry.Bad
+split_requeues = entry.split_requeues
 
 
 @dataclass(frozen=True)
@@ -39,20 +42,6 @@ class Retired:
     method: str
     reason: str
     error: str
-
-
-#: One entry to retire: its lease's field (or its member in the queue), its score,
-#: the member, and the error that decoding it raised.
-Bad = tuple[str, int, bytes, Exception]
-
-
-def split_requeues(member: bytes) -> tuple[int, bytes]:
-    """A queued request's requeue count (see ``queue.REQUEUED``) and its serialized
-    bytes."""
-    if not member.startswith(REQUEUED):
-        return 0, member
-    stop = member.index(b"\x00", len(REQUEUED))
-    return int(member[len(REQUEUED):stop]), member[stop + 1:]
 
 
 def stored(member: bytes) -> bytes:
@@ -69,6 +58,9 @@ def readable(serializer: Any, payload: bytes) -> tuple[str, str]:
     read: from the serializer's dict (when only ``request_from_dict`` failed), from a
     JSON one (another serializer's), else the first URL in the bytes; ``""`` where
     none is found."""
+    compact = entry.peek(serializer, payload)
+    if compact is not None:
+        return compact
     for loads in (serializer.loads, json.loads):
         try:
             loaded = loads(payload)
@@ -99,7 +91,7 @@ def retire_round_trips(*, serializer: Any, tag: str, shard: int, same_slot: bool
     removal: a crash or a retry in between records an entry twice (a requeue of both
     queues it once: the same member), never loses it."""
     retired: list[Retired] = []
-    rows: list[tuple[str, str, str, str, int, bytes]] = []
+    rows: list[tuple[str | bytes, str, str, str, int, bytes]] = []
     for ident, score, member, error in bad:
         payload = stored(member)
         url, method = readable(serializer, payload)

@@ -3,10 +3,10 @@ requests or any worker holds a lease (its page may still yield more), and closes
 ("finished") once the queue has been empty with no lease held for the grace period
 (``BLOOMDUPE_DONE_GRACE``, or ``SCHEDULER_IDLE_BEFORE_CLOSE`` when longer).
 
-Scrapy's public ``spider_idle`` signal asks (:meth:`CrawlEnd.spider_idle`); during a
-crawl no Redis call is made there: it acts on the look at the shared queue that the
-idle poll took on the Redis thread (:meth:`CrawlEnd.look_job`), and an idle worker
-polls (backing off from :data:`IDLE_POLL` to :data:`MAX_IDLE_POLL`) rather than wait
+Scrapy's public ``spider_idle`` signal asks (:meth:`CrawlEnd.spider_idle`); no Redis
+call is made there: it acts on a look at the shared queue taken by a job on the
+scheduler's runner (:meth:`CrawlEnd.look_job`), and an idle worker polls (backing off
+from :data:`IDLE_POLL` to :data:`MAX_IDLE_POLL`) rather than wait
 for the engine's 5 s heartbeat.
 """
 
@@ -25,6 +25,7 @@ from scrapy.utils.asyncio import CallLaterResult, call_later
 from scrapy.utils.defer import deferred_from_coro
 from twisted.python.failure import Failure
 
+from ..dupefilter import RedisBloomDupeFilter
 from ..transport.diagnose import check_eviction
 from .leases import Later, Leases
 
@@ -108,6 +109,11 @@ class CrawlEnd:
         self.idle_poll = IDLE_POLL
         self.leases.work_came()
 
+    def queued(self) -> None:
+        """This worker queued requests (the request path's answer)."""
+        self.busy()
+        self.leases.queued()
+
     def _not_done(self) -> None:
         """The crawl has work (here or at other workers): an idle spell, if any, is over."""
         self._idle_since = None
@@ -118,27 +124,52 @@ class CrawlEnd:
 
     def spider_idle(self, spider: Spider) -> None:
         """This worker has nothing to do: stay while the crawl may still make work
-        (Scrapy's ``spider_idle`` signal; raises ``DontCloseSpider`` to stay)."""
-        if not self.jobs.inline:
-            self._idle_async(spider)
-            return
+        (Scrapy's ``spider_idle`` signal; raises ``DontCloseSpider`` to stay). No Redis
+        call here: it acts on a look at the shared queue taken by a job (the idle poll's,
+        or one it asks for, see :meth:`_take_look`)."""
+        failed = self.leases.failed
+        if self.path.enqueuing or (failed is not None and failed.pending):
+            # A request's check or a failure's record is on its way: its lease is held.
+            self.wake_later()
+            raise DontCloseSpider
         self.leases.settle(idle=True)
-        if self.upkeep is not None:
-            self.upkeep.reap()
-            queued, leased = self.jobs.guarded(self.queue.status, (1, 0))
-        else:
-            queued, leased = self.jobs.guarded(lambda: len(self.queue), 1), 0
-        if queued or leased:
-            self._stay(queued, leased, spider)
+        look = self._take_look()
+        if look is None:
+            if self.jobs.failed():
+                return  # the crawl stopped on an error: nothing keeps it open
+            raise DontCloseSpider  # asked: its answer runs the idle round again
+        if look.queued or look.leased:
+            self._stay(look.queued, look.leased, spider)
         now = self._clock()
         if self._idle_since is None:
             self._idle_since = now
-        if now - self._idle_since < self.done_grace:
-            self.wake_later()
+        if now - self._idle_since < self.done_grace or not look.verified:
+            self.wake_later(at_most=max(0.0, self._idle_since + self.done_grace - now))
             raise DontCloseSpider
-        if not self.path.verify():
-            return  # an empty queue of a filter that is gone is no finished crawl
         self._crawl_is_done(now - self._idle_since, spider)
+
+    def _take_look(self) -> Look | None:
+        """The look this idle round acts on: the idle poll's that runs it, or else one
+        asked now, as a job. A job answered at once (outside a crawl, where no runner
+        runs) is acted on here; one answered later runs the idle round as the idle
+        poll's answer does (:meth:`_after_poll`), and None is returned meanwhile."""
+        look, self._look = self._look, None
+        if look is not None and look.work == self._work:
+            return look
+        answer: list[Look] = []
+        asking = True
+
+        def looked(found: Look) -> None:
+            self.looked(found)
+            if asking:
+                answer.append(found)
+                self._look = None
+            else:
+                self._after_poll()
+
+        self.jobs.run(self.look_job()).addCallbacks(looked, self.jobs.redis_failed)
+        asking = False
+        return answer[0] if answer else None
 
     def _crawl_is_done(self, idle: float, spider: Spider) -> None:
         """The shared queue has been empty, with no lease held, for ``idle`` seconds:
@@ -162,38 +193,12 @@ class CrawlEnd:
         self.wake_later()
         raise DontCloseSpider
 
-    def _idle_async(self, spider: Spider) -> None:
-        """:meth:`spider_idle` during a crawl, with no Redis call here: it acts on the
-        look at the shared queue that the idle poll took on the Redis thread (see
-        _wake), and, with none at hand, asks for one and stays."""
-        failed = self.leases.failed
-        if self.path.enqueuing or (failed is not None and failed.pending):
-            # A request's check or a failure's record is on its way: its lease is held.
-            self.wake_later()
-            raise DontCloseSpider
-        self.leases.settle(idle=True)
-        look = self._look
-        if look is None or look.work != self._work:
-            self.wake_later(0.0)
-            raise DontCloseSpider
-        if look.queued or look.leased:
-            self._stay(look.queued, look.leased, spider)
-        now = self._clock()
-        if self._idle_since is None:
-            self._idle_since = now
-        if now - self._idle_since < self.done_grace or not look.verified:
-            self.wake_later(min(self.idle_poll,
-                                max(0.0, self._idle_since + self.done_grace - now)))
-            raise DontCloseSpider
-        self._crawl_is_done(now - self._idle_since, spider)
-
     def look_job(self) -> Callable[[], Look]:
-        """An idle worker's look at the shared queue, for the Redis thread (what
-        ``spider_idle`` asks of Redis when the worker runs without the thread): put dead
-        workers' leases back when due, count what is queued and leased, and, once the
-        queue was seen empty before, check that the filter is still there."""
+        """An idle worker's look at the shared queue, a job: put dead workers' leases back
+        when due, count what is queued and leased, and, once the queue was seen empty
+        before (or with no grace), check that the filter is still there."""
         reap = self.upkeep is not None and self.upkeep.reap_due()
-        verify = self._idle_since is not None
+        verify = self._idle_since is not None or self.done_grace <= 0
         work = self._work
         call = self.jobs.outage_call
         leased_queue = self.path.leased
@@ -207,8 +212,8 @@ class CrawlEnd:
             queued, leased = call(self.queue.status) if leased_queue else (
                 call(lambda: len(self.queue)), 0)
             verified = verify and not queued and not leased
-            if verified:
-                df = self.path.df
+            df = self.path.df
+            if verified and isinstance(df, RedisBloomDupeFilter):
                 call(df.bloom.verify)
                 call(lambda: check_eviction(df.bloom.link, warn=False))
             return Look(queued, leased, verified, work, back)
@@ -222,12 +227,13 @@ class CrawlEnd:
 
     # -- the idle poll ------------------------------------------------------------------
 
-    def wake_later(self, delay: float | None = None) -> None:
+    def wake_later(self, delay: float | None = None, *, at_most: float = MAX_IDLE_POLL
+                   ) -> None:
         """Look at the shared queue again in ``delay`` seconds (by default the idle poll,
-        which then backs off)."""
+        which then backs off; ``at_most``: no later than that)."""
         if self._wakeup is None and self._engine() is not None:
             if delay is None:
-                delay = self.idle_poll
+                delay = min(self.idle_poll, at_most)
                 self.idle_poll = min(self.idle_poll * 2, MAX_IDLE_POLL)
             self._wakeup = self._later(delay, self._wake)
 
@@ -241,7 +247,7 @@ class CrawlEnd:
         if self.leases.filling:  # a pop is on its way: look once it is in
             self.wake_later()
             return
-        if self.path.buffered and not self.leases.buffer:
+        if not self.leases.buffer:
             self.leases.starved = True  # what the pop brings wakes the engine (see fill)
             self.leases.fill(poll=True, then=self._after_poll, look=self.look_job,
                              looked=self.looked)
@@ -277,7 +283,7 @@ class CrawlEnd:
         deferred_from_coro(engine.close_spider_async(reason=reason))
 
     def idle_missed(self) -> None:
-        """A fill or a check on the Redis thread is over, and the scheduler's
+        """A fill or a check on the runner is over, and the scheduler's
         ``has_pending_requests`` said yes while it was on its way. The engine looks
         whether it is idle (and sends ``spider_idle``) only right after it asks for a
         request, and asks only when a download or callback ends or on its 5 s heartbeat;

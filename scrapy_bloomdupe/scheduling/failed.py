@@ -10,7 +10,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
@@ -31,9 +30,8 @@ NAMED = 10
 
 
 class FailedRequests:
-    """Records failed requests of the leased ``queue``; ``ack`` acks a lease. During a
-    crawl a record goes to Redis on the Redis thread (see :mod:`.jobs`), else here and
-    now."""
+    """Records failed requests of the leased ``queue``; ``ack`` acks a lease. A record
+    goes to Redis as a job (see :mod:`.jobs`)."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue, limit: int,
                  stats: StatsCollector, spider: Spider, ack: Callable[[str], None]) -> None:
@@ -59,8 +57,7 @@ class FailedRequests:
     def record(self, request: Request, reason: str, *, lease: str | None = None
                ) -> Deferred[None]:
         """Keep ``request`` in Redis, as it is to be fetched again; fires once the record
-        is there (during a crawl, from the Redis thread: its ``lease``, if this worker
-        handed it out, is acked only then)."""
+        is there (its ``lease``, if this worker handed it out, is acked only then)."""
         score, payload = self.queue.entry(request)
 
         def write() -> None:
@@ -70,11 +67,8 @@ class FailedRequests:
                 self.queue.tag, url=request.url, method=request.method, reason=reason,
                 score=score, request=payload, limit=self.limit)])
 
-        if self.jobs.inline:
-            self.jobs.guarded(write, None)
-            recorded: Deferred[None] = defer.succeed(None)
-        elif self.jobs.failed():
-            recorded = Deferred()  # never fires: after an error nothing is acked
+        if self.jobs.failed():
+            recorded: Deferred[None] = Deferred()  # never fires: after an error nothing is acked
         else:
             if lease is not None:
                 self._recording[lease] = False

@@ -106,6 +106,8 @@ class Leases:
         self.starved = False
         #: Until when an empty queue is not asked again but by the idle poll (see fill).
         self._empty_until = 0.0
+        #: Whether this worker queued requests since a pop last found the queue empty.
+        self._queued = False
 
     @property
     def leased(self) -> bool:
@@ -201,13 +203,13 @@ class Leases:
     def fill(self, *, poll: bool = False, then: Callable[[], None] | None = None,
              look: Callable[[], Callable[[], T]] | None = None,
              looked: Callable[[T | None], None] | None = None) -> None:
-        """Lease requests into the buffer (see prefetch_count): during a crawl on the
-        Redis thread, the engine woken when they come and it had asked for one in vain
+        """Lease requests into the buffer (see prefetch_count), a job on the runner, the
+        engine woken when they come and it had asked for one in vain
         (``engine.crawl``). After a pop that found the queue empty, the engine's asks
         (one per finished download) go to Redis again only once the idle poll is due,
         or this worker queued something; the idle poll (``poll``) always looks.
         ``then`` runs once the answer is in (at once when there is nothing to do).
-        ``look`` (the idle poll's, during a crawl) makes a job that runs after a pop that
+        ``look`` (the idle poll's) makes a job that runs after a pop that
         took nothing, in the same job; ``looked`` gets what it found (None once the
         fill failed)."""
         if self.filling or len(self.buffer) > self.low_water() or self.jobs.failed() or (
@@ -219,19 +221,38 @@ class Leases:
         self.filling = True
         pop = partial(self.jobs.outage_call, partial(self.queue.pop_leases, count)) \
             if self.leased else partial(self._pop_unleased, count)
-        after = look() if look is not None and poll and not self.jobs.inline else None
+        after = look() if look is not None and poll else None
 
         def job() -> tuple[list[Lease], T | None]:
             leases = pop()
             return leases, (after() if after is not None and not leases else None)
 
         d = self.jobs.run(job)
-        d.addCallbacks(partial(self._filled, count, looked), self.jobs.redis_failed)
+        d.addCallbacks(partial(self._filled, count, looked), self._pop_failed)
         d.addBoth(self._fill_over, then, looked)
+
+    def _pop_failed(self, failure: Failure) -> None:
+        # The pop did not say the queue is empty (Redis away, say): as far as this worker
+        # knows, work may be left (see pending).
+        self._queued = True
+        self.jobs.redis_failed(failure)
 
     def work_came(self) -> None:
         """This worker has work, or queued some: the next ask goes to Redis (see fill)."""
         self._empty_until = 0.0
+
+    def queued(self) -> None:
+        """This worker queued requests: the shared queue has work, as far as it knows,
+        until a pop finds it empty (see :meth:`pending`)."""
+        self._queued = True
+        self.work_came()
+
+    def pending(self) -> bool:
+        """Whether this worker has requests in hand or on their way, as far as it knows
+        without a round trip (Scrapy's ``has_pending_requests``): buffered, a pop or a
+        check on its way, or queued by it (or a pop failed) since a pop last found the
+        queue empty."""
+        return bool(self.buffer or self.filling or self.path.enqueuing or self._queued)
 
     def _pop_unleased(self, count: int) -> list[Lease]:
         """Where the Redis work runs: up to ``count`` requests from a scrapy-redis queue,
@@ -264,6 +285,7 @@ class Leases:
         if retired:
             self._refill = True
         elif not leases:
+            self._queued = False
             self._empty_until = self._clock() + self._idle_poll()
         elif self.buffer and self.starved:
             self.starved = False
@@ -360,7 +382,7 @@ class Leases:
 
     def send_acks_now(self) -> None:
         """The pending acks, without waiting for ACK_DELAY; not while a send is on its
-        way (during an outage the engine's asks would pile sends on the Redis thread):
+        way (during an outage the engine's asks would pile sends on the runner):
         its answer sends what came since (see _acks_out)."""
         if self._ack_call is not None:
             self._ack_call.cancel()

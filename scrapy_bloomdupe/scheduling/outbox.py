@@ -45,15 +45,16 @@ class Output:
 
 
 class Outbox:
-    """The outputs waiting for the Redis thread. ``run`` runs a job there (see
+    """The outputs waiting for the runner. ``run`` runs a job there (see
     :meth:`.jobs.RedisJobs.run`); ``check_and_push(fps, entries, pushed)`` is the Redis
     work for everything gathered, and returns whether each fingerprint was new.
-    ``later`` asks for a delayed call (Scrapy's ``call_later``; a test's own)."""
+    ``later`` asks for a delayed call (Scrapy's ``call_later``; the runner's, which runs
+    it at once outside a crawl; a test's own)."""
 
     def __init__(self, run: Callable[[Callable[[], Drained]], Deferred[Drained]],
                  check_and_push: Callable[[list[bytes], list[Any], list[Request]], list[bool]],
-                 *, later: Callable[[float, Callable[[], None]], CallLaterResult] = call_later
-                 ) -> None:
+                 *, later: Callable[[float, Callable[[], None]], CallLaterResult | None
+                                    ] = call_later) -> None:
         self._run = run
         self._check_and_push = check_and_push
         self._later = later
@@ -83,7 +84,7 @@ class Outbox:
         self._run(self._drain).addCallbacks(self._drained, self._undrained)
 
     def _drain(self) -> Drained:
-        """On the Redis thread: check and queue every output waiting, together."""
+        """On the runner: check and queue every output waiting, together."""
         with self._lock:
             outputs, self._outputs = self._outputs, []
             self._drain_asked = False

@@ -3,10 +3,10 @@ Redis work runs (:class:`~.jobs.RedisJobs`: a job at a time, an outage waited ou
 refusal that stops the crawl), held together by one object that the scheduler makes
 when it opens (:attr:`scrapy_bloomdupe.scheduler.Scheduler.path`).
 
-What reaches Redis during a crawl goes through it: a callback's output (the batch
-middleware's :meth:`RequestPath.queue_output`), a request given to
-``enqueue_request`` (:meth:`RequestPath.enqueue`, :meth:`RequestPath.enqueue_async`),
-and, in one script, the check against the filter and the queueing of the new requests
+What reaches Redis during a crawl goes through it, as jobs: a callback's output (the
+batch middleware's :meth:`RequestPath.queue_output`), a request given to
+``enqueue_request`` (:meth:`RequestPath.enqueue`), and, in one script, the check
+against the filter and the queueing of the new requests
 (:meth:`RequestPath.check_and_push`). Handing requests out and the acks are the
 leases' (:mod:`.leases`), idleness the crawl's end's (:mod:`.ending`).
 """
@@ -27,7 +27,6 @@ from .. import dupefilter as dupefilter_module
 from ..exceptions import BloomDupeError
 from ..frontier import storable
 from ..frontier.queue import PriorityQueue
-from ..transport.diagnose import check_eviction
 from .jobs import RedisJobs, Stopped
 from .outbox import Outbox, Output
 
@@ -63,78 +62,44 @@ class RequestPath:
         self.spider = spider
         self._queued = queued
         self._signals = signals
-        #: Requests given to enqueue_async whose check is on the Redis thread.
+        #: Requests given to enqueue whose check is on its way.
         self.enqueuing = 0
         #: Callbacks' outputs waiting to go to Redis together (see queue_output).
-        self.outbox = Outbox(jobs.run, self.check_and_push)
+        self.outbox = Outbox(jobs.run, self.check_and_push, later=jobs.later)
 
     @property
     def leased(self) -> bool:
         """Whether the queue is the leased one (scrapy-redis's own queues are not)."""
         return isinstance(self.queue, PriorityQueue)
 
-    @property
-    def buffered(self) -> bool:
-        """Whether a callback's output is checked and queued together
-        (:meth:`queue_output`): always on the leased queue; on a scrapy-redis queue class
-        during a crawl, with the Redis thread (else each call is a round trip here and
-        now, as in scrapy-redis)."""
-        return self.leased or not self.jobs.inline
-
-    def verify(self) -> bool:
-        """Whether the filter is still there, unchanged (else the crawl is stopped)."""
-        if isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
-            self.jobs.guarded(self.df.bloom.verify, None)
-            self.jobs.guarded(lambda: check_eviction(self.df.bloom.link, warn=False), None)
-        return not self.jobs.failed()
-
-    def enqueue(self, request: Request) -> bool:
-        """The scheduler's ``enqueue_request``, here and now: whether ``request`` was
-        queued (not: seen before, logged as Scrapy's dupefilter logs; or not stored)."""
-        if self.leased and isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
-            (outcome,) = self.check_and_queue([request])
-            if outcome is None:
-                return False  # cannot be stored, reported; the engine sends request_dropped
-            if outcome:
-                self.df.log(request, self.spider)
-                return False
-            return True  # queued by the filter's own script
-        if self.storable([request]) == [None]:
-            return False
-        if not request.dont_filter and self.df.request_seen(request):
-            self.df.log(request, self.spider)
-            return False
-        if self.jobs.guarded(lambda: self.queue.push(request) or True, False):
-            self.stats.inc_value("scheduler/enqueued/redis")
-            self._queued()
-            return True
-        logger.error("Could not queue %s: Redis is unavailable", request)
-        return False
-
-    def enqueue_async(self, request: Request, *, done: Callable[[], None],
-                      over: Callable[[], None]) -> bool:
-        """The scheduler's ``enqueue_request`` during a crawl: the check-and-queue goes
-        with the next Redis round trip, and the engine hears at once that the request is
-        scheduled. One found seen before (or not queued: the crawl stops) is then
-        dropped as Scrapy drops it: counted in ``dupefilter/filtered`` and sent with
-        ``request_dropped``. A request that cannot be stored is refused here and now.
-        ``done`` runs once the request is queued, dropped or refused (the page it came
-        from may be acked), ``over`` once its check is over (answered or failed)."""
-        prepared = self.prepare([request])
-        if prepared is None:
+    def enqueue(self, request: Request, *, done: Callable[[], None] = lambda: None,
+                over: Callable[[], None] = lambda: None) -> bool:
+        """The scheduler's ``enqueue_request``: the check-and-queue is a job (with the
+        outbox's next drain). Whether ``request`` was queued, when the answer is in at
+        once (outside a crawl: not queued when seen before, logged as Scrapy's dupefilter
+        logs, or not stored); during a crawl True at once, and one found seen before (or
+        not queued: the crawl stops) is then dropped as Scrapy drops it: counted in
+        ``dupefilter/filtered`` and sent with ``request_dropped``. A request that cannot
+        be stored is refused here and now. ``done`` runs once the request is queued,
+        dropped or refused (the page it came from may be acked), ``over`` once its check
+        is over (answered or failed)."""
+        sent = self._check_one(request)
+        if sent is None:
             done()
             return False  # cannot be stored (reported), or the crawl has stopped
         self.enqueuing += 1
+        answer: list[bool | None] = []
+        asking = True
 
         def answered(outcomes: list[bool | None]) -> None:
             self.enqueuing -= 1
             (outcome,) = outcomes
-            if outcome is not False:
-                if outcome:
-                    self.df.log(request, self.spider)
-                if self._signals is not None:
-                    self._signals.send_catch_log(scrapy_signals.request_dropped,
-                                                 request=request, spider=self.spider)
+            if outcome:
+                self.df.log(request, self.spider)
+            if outcome is not False and not asking and self._signals is not None:
+                self._signals.send_catch_log(scrapy_signals.request_dropped,
+                                             request=request, spider=self.spider)
+            answer.append(outcome)
             done()  # its work goes on in this copy, now queued (or done: a duplicate)
             over()
 
@@ -143,43 +108,51 @@ class RequestPath:
             over()
             return failure
 
-        self.queue_prepared([None], *prepared).addCallbacks(answered, failed)
-        return True
+        sent.addCallbacks(answered, failed)
+        asking = False
+        return answer[0] is False if answer else True
 
-    def check_and_queue(self, requests: list[Request]) -> list[bool | None]:
-        """Check ``requests`` against the Bloom dupefilter; on the leased queue, queue the
-        new ones in the same round trip (one script), and ``dont_filter`` ones past the
-        filter; otherwise mark them for the scheduler's ``enqueue_request``. Returns, in order,
-        whether each was seen before (False: queued), or None for one not queued: it
-        cannot be stored in the queue (reported, counted as
-        ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
-        crawl stops). Runs here and now, on the caller's thread. A scrapy-redis queue
-        class is treated as the leased queue during a crawl (see :attr:`buffered`)."""
-        if not self.buffered:
-            entries = self.storable(requests)
-            good = [i for i, entry in enumerate(entries) if entry is not None]
-            outcomes: list[bool | None] = [None] * len(requests)
-            seen = self.df.requests_seen([requests[i] for i in good]) if good else []
-            for i, was_seen in zip(good, seen, strict=True):
-                outcomes[i] = was_seen
+    def _check_one(self, request: Request) -> Deferred[list[bool | None]] | None:
+        """``request``'s check-and-queue as a job (None: nothing to send). With a
+        dupefilter of the user's (scrapy-redis's, Scrapy's own) the filter is asked,
+        then the request pushed, in one job, as scrapy-redis does."""
+        if isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
+            prepared = self.prepare([request])
+            return None if prepared is None else self.queue_prepared([None], *prepared)
+        if self.storable([request]) == [None]:
+            return None
+
+        def job() -> list[bool | None]:
+            if not request.dont_filter and self.df.request_seen(request):
+                return [True]
+            self.jobs.outage_call(partial(self.queue.push, request))
+            return [False]
+
+        def answered(outcomes: list[bool | None]) -> list[bool | None]:
+            if outcomes == [False]:
+                self.stats.inc_value("scheduler/enqueued/redis")
+                self._queued()
             return outcomes
-        answer: list[Any] = []
-        self.queue_output(requests, now=True).addBoth(answer.append)  # fired at once
-        if isinstance(answer[0], Failure):
-            answer[0].raiseException()  # not Redis's (that is acted on): a bug, raised
-        done: list[bool | None] = answer[0]
-        return done
 
-    def queue_output(self, requests: list[Request], *, now: bool = False
-                     ) -> Deferred[list[bool | None]]:
-        """:meth:`check_and_queue` as on the leased queue, on the scheduler's Redis thread
-        during a crawl (``now``: on the caller's thread, at once): its answer fires
-        back on Scrapy's reactor, which never waits for Redis meanwhile."""
+        def failed(failure: Failure) -> list[bool | None]:
+            logger.error("Could not queue %s: %s", request, failure.getErrorMessage())
+            return [None]
+
+        return self.jobs.run(job).addCallbacks(answered, failed)
+
+    def queue_output(self, requests: list[Request]) -> Deferred[list[bool | None]]:
+        """Check ``requests`` against the Bloom dupefilter and queue the new ones (and
+        ``dont_filter`` ones past the filter), a job with the outbox's next drain: its
+        answer fires back on Scrapy's reactor, which never waits for Redis meanwhile.
+        Gives, in order, whether each was seen before (False: queued), or None for one
+        not queued: it cannot be stored in the queue (reported, counted as
+        ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
+        crawl stops)."""
         outcomes: list[bool | None] = [None] * len(requests)
         prepared = self.prepare(requests)
         if prepared is None:
             return defer.succeed(outcomes)
-        return self.queue_prepared(outcomes, *prepared, now=now)
+        return self.queue_prepared(outcomes, *prepared)
 
     def prepare(self, requests: list[Request]
                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
@@ -201,11 +174,7 @@ class RequestPath:
 
     def queue_prepared(self, outcomes: list[bool | None], checked: list[int],
                        unfiltered: list[int], fps: list[bytes], checked_entries: list[Any],
-                       pushed: list[Request], *, now: bool = False
-                       ) -> Deferred[list[bool | None]]:
-        def job() -> list[bool]:
-            return self.check_and_push(fps, checked_entries, pushed)
-
+                       pushed: list[Request]) -> Deferred[list[bool | None]]:
         def answered(new: list[bool]) -> list[bool | None]:
             for i, is_new in zip(checked, new, strict=True):
                 outcomes[i] = not is_new
@@ -232,8 +201,7 @@ class RequestPath:
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
 
-        sent = self.jobs.run(job, now=now) if now or self.jobs.inline else self.outbox.send(
-            Output(fps, checked_entries, pushed))
+        sent = self.outbox.send(Output(fps, checked_entries, pushed))
         return sent.addCallbacks(answered, failed)
 
     def check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]

@@ -14,12 +14,13 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
-from scrapy.utils.misc import load_object
+from scrapy.utils.misc import build_from_crawler, load_object
 
 from .. import dupefilter as dupefilter_module
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
+from ..frontier import entry
 from ..frontier import queue as frontier_queue
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
@@ -28,6 +29,7 @@ from ..transport.wait import replicas_to_wait
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
 
@@ -77,6 +79,40 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
     except TypeError as e:
         raise ValueError(f"Failed to instantiate queue class '{queue_cls}': {e}") from e
+
+
+def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
+                       settings: BaseSettings, spider_name: str, write: bool) -> None:
+    """At the worker's start: record the format of the entries it writes in the crawl's
+    leased queue (tagged, as the filter is, by BLOOMDUPE_KEY); ``write`` False: only
+    look (before the filter's start-up check, which must find nothing written). Raises
+    :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when a
+    newer release's worker recorded one this release cannot read."""
+    cls = load_object(queue_cls)
+    if isinstance(cls, type) and issubclass(cls, PriorityQueue):
+        entry.claim_format(server, BloomDupeConfig.from_settings(settings).key_for(spider_name),
+                           write=write)
+
+
+def open_filter(crawler: Crawler, dupefilter_cls: Any, queue_cls: str | type[Any], *,
+                server: Redis | RedisCluster, flush: bool) -> RedisBloomDupeFilter | None:
+    """The crawl's filter, opened when the scheduler is built, before the engine has a
+    slot (an error here, a filter made with other settings, is then the only thing
+    Scrapy reports); None when the dupefilter is not this package's. A queue of a newer
+    release's entries stops the worker before the filter opens; this release's format
+    is recorded once the filter's start-up check has passed (see claim_queue_format)."""
+    ours = isinstance(dupefilter_cls, type) and issubclass(dupefilter_cls, RedisBloomDupeFilter)
+    if crawler.spider is None:
+        return build_from_crawler(dupefilter_cls, crawler) if ours else None
+    name, settings = crawler.spider.name, crawler.settings
+    if ours and flush:
+        flush_before_open(server, settings, name)
+    claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
+                       write=False)
+    df = build_from_crawler(dupefilter_cls, crawler) if ours else None
+    claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
+                       write=True)
+    return df
 
 
 class SharedCrawl:

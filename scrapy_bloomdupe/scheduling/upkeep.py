@@ -3,8 +3,7 @@
 leases that it no longer holds put back after a failover, and a check that the filter
 is still the one it opened.
 
-During a crawl all of it is one job on the Redis thread (see :mod:`.jobs`); outside
-one (a tool, a test) it runs here and now.
+All of it is one job on the scheduler's runner (see :mod:`.jobs`), a tick at a time.
 """
 
 from __future__ import annotations
@@ -52,18 +51,17 @@ RECLAIMED_LOST_ACKS = ("this worker acked them, but the acks are not in Redis: t
 class LeaseUpkeep:
     """The heartbeat and its company for one worker's leased ``queue``. ``settle`` acks
     what the scheduler handed out and nothing can be working on any more; ``held``
-    gives the leases the scheduler holds (buffered or handed out); ``verify`` checks
-    the filter (see :meth:`.requestpath.RequestPath.verify`) and says whether the crawl goes on."""
+    gives the leases the scheduler holds (buffered or handed out)."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
                  dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
                  frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
                  settle: Callable[[], None], held: Callable[[], list[Lease]],
-                 verify: Callable[[], bool], retired: Callable[[], object] = lambda: 0
+                 retired: Callable[[], object] = lambda: 0
                  ) -> None:
         self.jobs, self.queue, self.df, self.server = jobs, queue, dupefilter, server
         self.frontier, self.stats, self.spider = frontier, stats, spider
-        self._settle, self._held, self._verify = settle, held, verify
+        self._settle, self._held = settle, held
         #: Counts and logs the entries a reap found undecodable (and retired).
         self._retired = retired
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
@@ -90,36 +88,25 @@ class LeaseUpkeep:
     def tick(self) -> None:
         """Heartbeat (with the pending acks), put dead workers' leases back, and check
         that the filter is still the one this worker opened; once a lease timeout (and
-        after a master change), put back this worker's own leases that it does not hold."""
+        after a master change), put back this worker's own leases that it does not
+        hold. One job: its answer is acted on back on the reactor."""
         if self.jobs.failed() or self._ticking:
             return
-        if not self.jobs.inline:
-            self._tick_async()
-            return
-        if self.silence() > self.frontier.lease_timeout and not self._verify():
-            return  # back from a long silence to a crawl that is gone: nothing written
         self._settle()
-        self.beat()
-        self.reap()
-        self._reclaim()
-        self._verify()
-
-    def _tick_async(self) -> None:
-        """:meth:`tick` on the Redis thread: the same calls, the same order."""
         df = self.df
-        assert df is not None, "the Redis thread runs only with this package's dupefilter"
         silence, now, timeout = self.silence(), time.monotonic(), self.frontier.lease_timeout
         reap = silence <= timeout / 2 and self.reap_due()
         reclaim = now >= self._next_reclaim or self.queue.stale != self._stale_seen
+        held: list[Lease] = []
         if reclaim:
             self._next_reclaim = now + timeout
             self._stale_seen = self.queue.stale
+            held = self._held()
         call = self.jobs.outage_call
-
         last = self._last_beat
 
         def job() -> tuple[float, list[tuple[int, Request]], Reclaimed]:
-            if silence > timeout:
+            if silence > timeout and df is not None:
                 df.bloom.verify()  # back from a long silence: the crawl may be gone
             call(self.queue.heartbeat)
             beat = time.monotonic()
@@ -127,12 +114,14 @@ class LeaseUpkeep:
             # workers were likely as silent; no reaping (see _beaten).
             stalled = last is not None and beat - last > timeout / 2
             back = call(self.queue.reap) if reap and not stalled else []
-            # What this worker holds, the queue knows: what its pops took, less its acks
-            # (a pop answered on this thread whose leases the reactor has yet to see).
-            reclaimed = call(self.queue.reclaim) if reclaim else Reclaimed()
-            call(df.bloom.verify)
-            call(lambda: check_eviction(df.bloom.link, warn=False))
-            df.flush_crawl_stats_due()
+            # What this worker holds, the queue knows (what its pops took, less its acks;
+            # a pop answered on the runner whose leases the reactor has yet to see), and
+            # ``held`` says.
+            reclaimed = call(lambda: self.queue.reclaim(held)) if reclaim else Reclaimed()
+            if df is not None:
+                call(df.bloom.verify)
+                call(lambda: check_eviction(df.bloom.link, warn=False))
+                df.flush_crawl_stats_due()
             return beat, back, reclaimed
 
         def ticked(answer: tuple[float, list[tuple[int, Request]], Reclaimed]) -> None:
@@ -151,16 +140,6 @@ class LeaseUpkeep:
     def silence(self) -> float:
         """Seconds since this worker's last heartbeat went through (0 before the first)."""
         return 0.0 if self._last_beat is None else time.monotonic() - self._last_beat
-
-    def _reclaim(self) -> None:
-        """This worker's own leases in Redis that it does not hold go back in the queue
-        (see :meth:`PriorityQueue.reclaim`)."""
-        now = time.monotonic()
-        if now >= self._next_reclaim or self.queue.stale != self._stale_seen:
-            self._next_reclaim = now + self.frontier.lease_timeout
-            self._stale_seen = self.queue.stale
-            held = self._held()
-            self._reclaimed(self.jobs.guarded(lambda: self.queue.reclaim(held), Reclaimed()))
 
     def _reclaimed(self, back: Reclaimed) -> None:
         """Count the leases a reclaim put back, and say why, one WARNING a reason."""
@@ -216,14 +195,6 @@ class LeaseUpkeep:
             return False
         self._next_reap = now + self.frontier.lease_timeout / 2
         return True
-
-    def reap(self) -> int:
-        """Put dead workers' leases back, here and now, when due (see reap_due)."""
-        if not self.reap_due():
-            return 0
-        back: list[tuple[int, Request]] = self.jobs.guarded(self.queue.reap, [])
-        self.reaped(back)
-        return len(back)
 
     def reaped(self, back: list[tuple[int, Request]]) -> None:
         """Count and name the dead workers' leases a reap put back (and report those that

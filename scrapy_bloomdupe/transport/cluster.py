@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -179,6 +180,8 @@ class ClusterLink:
             if int(command[2]) < 1:
                 raise RedisClusterException(f"{name} without keys cannot be routed")
             key = command[3]
+        elif name == "SCAN":  # ("SCAN", cursor, "MATCH", pattern): the pattern's hash tag,
+            key = re.sub(r"\\(.)", r"\1", str(command[3]))  # its escapes undone
         else:
             key = command[1]
         slot = self._slots.get(key)

@@ -162,6 +162,17 @@ class Link:
         redis-py spells it, so that a key is always the second item."""
         return self.calls([command])[0]
 
+    def scan(self, match: str, count: int = 1000) -> list[Any]:
+        """Every key matching ``match`` (``SCAN MATCH``, to the end); on a cluster, on the
+        master of the slot that the pattern's hash tag names (a shard's keys)."""
+        names: list[Any] = []
+        cursor = 0
+        while True:
+            cursor, batch = self.call("SCAN", cursor, "MATCH", match, "COUNT", count)
+            names.extend(batch)
+            if not int(cursor):
+                return names
+
     def on_masters(self, *command: Any) -> list[tuple[str, Any]]:
         """A command without a key (``TIME``, ``CONFIG GET``) on every master this link
         reaches (one on one node, each of a cluster's): where, and its parsed reply."""

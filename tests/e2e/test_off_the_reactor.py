@@ -1,6 +1,7 @@
 """End to end: during a crawl on one Redis (or a Sentinel master) and Scrapy's asyncio
-reactor, the scheduler's Redis jobs run on the reactor's loop with ``redis.asyncio``;
-no round trip blocks the reactor, and every command goes through the link
+reactor, the scheduler's Redis jobs run on the reactor's loop with ``redis.asyncio``,
+from the crawl's start (the scheduler's open) to its end (its close); no round trip
+blocks the reactor, and every command goes through the link
 (``transport/link.py``), none through the client.
 
 The link is where a round trip is sent, a lost script loaded again, a Sentinel master
@@ -72,7 +73,22 @@ def test_the_crawl_routes_by_slot_on_the_loop(
         assert any("added generation" in log for log in found)
 
 
-def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
+def test_the_last_job_of_a_finished_crawl_clears_through_the_link(
+        redis_url: str, site: Any, tmp_path: Path) -> None:
+    """``SCHEDULER_PERSIST`` off (scrapy-redis's default): once the crawl is done the last
+    worker out deletes the queue and the filter, in the crawl's last job, through the
+    link (its SCANs included)."""
+    import redis
+
+    crawl(redis_url, site, tmp_path, persist=False)
+    client = redis.Redis.from_url(redis_url)
+    # All gone but the mark that tells a worker paused past the end what happened.
+    assert client.keys("*") == [b"site:bloomdupe:finished"]
+    client.close()
+
+
+def crawl(url: str, site: Any, tmp_path: Path, *settings: str, persist: bool = True
+          ) -> list[str]:
     """Two workers crawl the site with ``settings``; checks that every page was fetched
     once and that no Redis command bypassed the link; the workers' logs."""
     calls = tmp_path / "calls"
@@ -81,7 +97,7 @@ def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
                           "BLOOMDUPE_ERROR_RATE=1e-7", "BLOOMDUPE_LOCAL_CACHE=1000",
                           "BLOOMDUPE_STATS_INTERVAL=0.2", "BLOOMDUPE_LIVE_INTERVAL=0.2",
                           "BLOOMDUPE_DONE_GRACE=1",
-                          "SCHEDULER_PERSIST=True",
+                          f"SCHEDULER_PERSIST={persist}",
                           env={"PYTHONPATH": str(PROBE), "DIRECT_CALLS_DIR": str(calls)})
     for code, log in results:
         assert code == 0, log[-3000:]
@@ -95,4 +111,6 @@ def crawl(url: str, site: Any, tmp_path: Path, *settings: str) -> list[str]:
         # redis.asyncio on the loop.
         assert found["io"] == "IOLoop"
         assert found["awaited"] > 0
+        # The crawl's start and end ran as jobs too, under both probes above.
+        assert found["phases"] == {"join": True, "leave": True, "filter closed": True}
     return [log for _, log in results]

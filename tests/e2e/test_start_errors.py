@@ -19,11 +19,13 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+import redis
 from helpers import BAD_PASSWORD, assert_start_error_line, bad_values, example_crawl
 
-from scrapy_bloomdupe import versions
+from scrapy_bloomdupe import keys, versions
 from scrapy_bloomdupe.connection import StartErrorFilter
 from scrapy_bloomdupe.exceptions import ConfigError
+from scrapy_bloomdupe.frontier import entry
 from scrapy_bloomdupe.settingstable import SETTINGS
 from scrapy_bloomdupe.testing import RedisServer, free_port
 
@@ -54,6 +56,19 @@ def test_a_bad_setting_read_by_the_addon_is_one_line(redis_url: str) -> None:
 
 
 ADDON = 'ADDONS={"scrapy_bloomdupe.addon.BloomDupeAddon": 100}'
+
+
+def test_a_queue_of_a_newer_format_is_one_line(redis_url: str) -> None:
+    """A newer release's worker recorded a format of the queue's entries that this
+    release cannot read: this worker does not start (and makes no filter there)."""
+    client = redis.Redis.from_url(redis_url)
+    client.set(keys.queue_format("newer:bloomdupe"), entry.FORMAT + 1)
+    assert_start_error_line(example_crawl(redis_url, "BLOOMDUPE_KEY=newer:bloomdupe"),
+                            f"written by a newer scrapy-bloomdupe (format {entry.FORMAT + 1}); "
+                            "upgrade every worker")
+    assert client.get(keys.queue_format("newer:bloomdupe")) == str(entry.FORMAT + 1).encode()
+    assert not client.exists(keys.meta("newer:bloomdupe"))
+    client.close()
 
 
 def _walk() -> list[Any]:

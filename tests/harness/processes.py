@@ -52,7 +52,8 @@ class Site:
 
 
 def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
-               failing: int = 0, port: int = 0, timeout: float = 30.0) -> Site:
+               failing: int = 0, port: int = 0, hosts: int = 1, throttle: int = 0,
+               timeout: float = 30.0) -> Site:
     """``python -m demo.site`` (cwd example_project); ``port`` 0 picks a free one.
 
     A port just freed by a previous site may still be taken for a moment: tried
@@ -63,7 +64,8 @@ def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
         with err.open("ab") as err_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", "demo.site", "--port", str(port), "--pages", str(pages),
-                 "--seed", str(seed), "--delay", str(delay), "--failing", str(failing)],
+                 "--seed", str(seed), "--delay", str(delay), "--failing", str(failing),
+                 "--hosts", str(hosts), "--throttle", str(throttle)],
                 cwd=PROJECT, stdout=subprocess.PIPE, stderr=err_file,
             )
         assert process.stdout is not None

@@ -8,7 +8,10 @@ end) it records:
 * ``blocking``: each round trip written on a blocking connection from the reactor's
   thread: there should be none (Scrapy's reactor never waits for Redis);
 * ``awaited``: round trips awaited on ``redis.asyncio`` (``AsyncNode.round_trip``),
-  and ``io``: where the jobs ran (``IOLoop`` or ``IOThread``).
+  and ``io``: where the jobs ran (``IOLoop`` or ``IOThread``);
+* ``phases``: for the crawl's start and end (the scheduler's join, its leave and the
+  filter's close), whether each ran while the jobs ran off the reactor, so under the
+  two probes above.
 
 It writes them as JSON to ``$DIRECT_CALLS_DIR/<pid>.json`` when the worker exits. It
 observes; it changes no reply and no command."""
@@ -26,7 +29,8 @@ from typing import Any
 OUT = os.environ.get("DIRECT_CALLS_DIR")
 #: The name of the scheduler's Redis thread (frontier/iothread.py's ThreadPool).
 REDIS_THREAD = "PoolThread-bloomdupe-redis"
-found: dict[str, Any] = {"direct": Counter(), "blocking": Counter(), "awaited": 0, "io": None}
+found: dict[str, Any] = {"direct": Counter(), "blocking": Counter(), "awaited": 0, "io": None,
+                         "phases": {}}
 running = {"jobs": False}
 
 
@@ -70,12 +74,19 @@ def _awaited(self: Any, args: Any) -> None:
     found["awaited"] += 1
 
 
+def _phase(name: str) -> Any:
+    def record(self: Any, args: Any) -> None:
+        found["phases"][name] = running["jobs"]
+    return record
+
+
 if OUT:
     import redis.client
     import redis.cluster
     import redis.connection
 
-    from scrapy_bloomdupe.scheduling import jobs
+    from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+    from scrapy_bloomdupe.scheduling import jobs, shared
     from scrapy_bloomdupe.transport import asyncnode
 
     _wrap(redis.client.Redis, "execute_command", _direct(lambda _s, args: str(args[0])))
@@ -85,6 +96,9 @@ if OUT:
     _wrap(redis.cluster.ClusterPipeline, "execute", _direct(lambda _s, _a: "a cluster pipeline"))
     _wrap(redis.connection.AbstractConnection, "send_packed_command", _blocking)
     _wrap(asyncnode.AsyncNode, "round_trip", _awaited)
+    _wrap(shared.SharedCrawl, "join", _phase("join"))
+    _wrap(shared.SharedCrawl, "close", _phase("leave"))
+    _wrap(RedisBloomDupeFilter, "close", _phase("filter closed"))
 
     start = jobs.RedisJobs.start
 

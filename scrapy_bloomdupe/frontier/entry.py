@@ -1,0 +1,264 @@
+"""A queue entry: a request in as few bytes as it takes, and back.
+
+An entry of format 1 is::
+
+    \\x01 URL [ \\x00 CALLBACK [ \\x00 REST ] ]
+
+the format byte, the URL's own bytes, then, only when the request has them,
+its callback's name (a method of the spider, as ``Request.to_dict`` finds it)
+and ``REST``: a dict of every other field that differs from a request of its
+class made with the URL alone, written by ``SCHEDULER_SERIALIZER``'s ``dumps``
+(pickle by default), so that the spider's serializer still decides how meta
+values are written. A request with only a URL costs the URL and one byte; one
+with a callback, that name and one more. ``REST`` names Request's own fields by
+one letter (:data:`SHORT`), a subclass's own attributes (``attributes``, e.g.
+JsonRequest's ``dumps_kwargs``) by their names, and the class (``"_"``) by its
+path when it is not ``scrapy.Request``. Decoding is Scrapy's
+``request_from_dict`` of the URL, the callback and ``REST``.
+
+Entries written before format 1 (the serializer's ``to_dict`` dict, which starts
+with no byte below 0x20: pickle's ``\\x80``, JSON's ``{``) are read as they
+were. The bytes 0x01-0x1f are kept for this format and later ones: an entry of
+a format this release does not know was written by a newer release, and cannot
+be read here (:class:`NewerFormatError`; the queue retires it). The queue's
+format is recorded in Redis (``keys.queue_format``) by every worker that
+starts (:func:`claim_format`), and a worker that finds one it does not know
+there does not start.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.exceptions import ScrapyDeprecationWarning
+from scrapy.http import FormRequest, JsonRequest
+from scrapy.utils.request import request_from_dict
+from scrapy_redis import picklecompat
+
+from .. import keys
+from ..exceptions import BloomDupeError
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy import Spider
+
+#: The format this release writes.
+FORMAT = 1
+#: First bytes kept for compact formats (this one and later ones).
+FORMATS = range(0x01, 0x20)
+SEPARATOR = b"\x00"
+#: ``REST``'s key for each of Request's own fields (the callback has its own part).
+SHORT = {"errback": "e", "method": "M", "headers": "h", "body": "b", "cookies": "o",
+         "meta": "m", "cb_kwargs": "k", "flags": "f", "encoding": "n", "priority": "p",
+         "dont_filter": "d", "callback": "c", "url": "u", "_class": "_"}
+LONG = {short: name for name, short in SHORT.items()}
+#: How an entry starts when its lease expired ``n`` times: NUL, ``rq``, ``n``, NUL, then
+#: the entry (no format's and no serializer's output starts with a NUL and "rq").
+REQUEUED = b"\x00rq"
+#: Before a subclass's own attribute whose name is one of :data:`SHORT`'s keys.
+ESCAPE = "."
+#: Serializers whose ``loads`` is :func:`pickle.loads` (scrapy-redis's default, and
+#: pickle's own module): a one-frame pickle is written without its frame's header.
+PICKLES = (picklecompat, pickle)
+#: A pickle's opening (PROTO 4 or 5) and FRAME opcode, and the frame's 8-byte length.
+FRAMED = (b"\x80\x04\x95", b"\x80\x05\x95")
+#: Classes whose request made from a URL alone has the same fields whatever the URL.
+URL_FREE_DEFAULTS = (Request, FormRequest, JsonRequest)
+
+
+#: One entry that cannot be decoded: its lease's field (or its member in the queue), its
+#: score, the member, and the error that decoding it raised.
+Bad = tuple[str | bytes, int, bytes, Exception]
+
+
+class NewerFormatError(BloomDupeError):
+    """An entry (or a queue) of a format this release does not know."""
+
+    def __init__(self, found: int | str) -> None:
+        self.found = found
+        super().__init__(f"written by a newer scrapy-bloomdupe (format {found}); upgrade "
+                         "every worker")
+
+
+class QueueFormatError(BloomDupeError):
+    """The queue in Redis is of a format this worker does not know: it does not start."""
+
+    def __init__(self, key: str, found: int | str) -> None:
+        super().__init__(f"The shared queue at {key!r} is {NewerFormatError(found)} (this "
+                         f"one reads formats up to {FORMAT})")
+
+
+class Codec:
+    """Entries of ``spider`` 's requests, their fields written by ``serializer`` (an
+    object with ``dumps`` and ``loads``, as scrapy-redis's ``SCHEDULER_SERIALIZER``)."""
+
+    def __init__(self, serializer: Any, spider: Spider | None) -> None:
+        self.serializer = serializer
+        self.spider = spider
+        self._defaults: dict[type[Request], dict[str, Any]] = {}
+        self._unframe = serializer in PICKLES
+
+    def encode(self, request: Request) -> bytes:
+        fields = request.to_dict(spider=self.spider)
+        default = self._default(type(request), request.url)
+        url = request.url.encode("utf-8")
+        rest: dict[str, Any] = {}
+        for name, value in fields.items():
+            if name == "url" or (name != "_class" and name in default
+                                 and _same(value, default[name])):
+                continue
+            if name in SHORT:
+                rest[SHORT[name]] = value
+            else:
+                rest[ESCAPE + name if name in LONG or name.startswith(ESCAPE) else name] = value
+        callback = rest.pop("c", None)
+        if callback is not None and not (isinstance(callback, str) and callback
+                                         and SEPARATOR not in callback.encode("utf-8")):
+            rest["c"] = callback  # not a plain name: in REST, as the serializer writes it
+            callback = None
+        if SEPARATOR in url:  # never from Scrapy's own URL handling: kept in REST then
+            rest["u"], url = request.url, b""
+        parts = [bytes((FORMAT,)) + url]
+        if callback is not None or rest:
+            parts.append(b"" if callback is None else callback.encode("utf-8"))
+        if rest:
+            written = self.serializer.dumps(rest)
+            if isinstance(written, str):
+                written = written.encode("utf-8")
+            parts.append(_unframed(written) if self._unframe else written)
+        return SEPARATOR.join(parts)
+
+    def decode(self, payload: bytes) -> Request:
+        """The request of an entry of any format this release reads. An entry's first
+        byte says its format; one of the bytes kept for formats (:data:`FORMATS`) that is
+        also an older entry (a serializer's output may start with any byte) is read as
+        one when it cannot be read as that format."""
+        first = payload[0] if payload else -1
+        if first not in FORMATS:
+            return self.decode_legacy(payload)
+        try:
+            if first != FORMAT:
+                raise NewerFormatError(first)
+            return request_from_dict(self.fields(payload), spider=self.spider)
+        except Exception as error:
+            try:
+                return self.decode_legacy(payload)
+            except Exception:  # not an older entry either: why it is not this format
+                raise error from None
+
+    def decode_replies(self, replies: Sequence[bytes], idents: Sequence[str] | None = None
+                       ) -> tuple[list[tuple[str | bytes, int, Request]], list[Bad]]:
+        """The scripts' ``score|member`` replies decoded, each on its own (one that cannot
+        be costs only itself): (ident, requeue count, request) for each that decodes, and
+        those that do not (:data:`Bad`). ``idents``: their lease fields; by default each
+        is named by its member (an entry back in the queue)."""
+        decoded: list[tuple[str | bytes, int, Request]] = []
+        bad: list[Bad] = []
+        for j, reply in enumerate(replies):
+            score, member = reply.split(b"|", 1)
+            ident: str | bytes = idents[j] if idents is not None else member
+            try:
+                requeues, payload = split_requeues(member)
+                decoded.append((ident, requeues, self.decode(payload)))
+            except Exception as e:  # the serializer's or request_from_dict's, whatever it is
+                bad.append((ident, int(score), member, e))
+        return decoded, bad
+
+    def decode_legacy(self, payload: bytes) -> Request:
+        """An entry written before format 1: the serializer's ``to_dict`` dict."""
+        return request_from_dict(self.serializer.loads(payload), spider=self.spider)
+
+    def fields(self, payload: bytes) -> dict[str, Any]:
+        """The ``to_dict`` fields a format-1 entry holds (the URL first; the defaults
+        of its class left out)."""
+        parts = payload[1:].split(SEPARATOR, 2)
+        fields: dict[str, Any] = {"url": parts[0].decode("utf-8")}
+        if len(parts) > 1 and parts[1]:
+            fields["callback"] = parts[1].decode("utf-8")
+        if len(parts) > 2:
+            rest = self.serializer.loads(parts[2])
+            if not isinstance(rest, dict):
+                raise ValueError(f"its fields are a {type(rest).__name__}, not a dict")
+            for key, value in rest.items():
+                fields[LONG.get(key, key[len(ESCAPE):] if key.startswith(ESCAPE) else key)] = \
+                    value
+        return fields
+
+    def _default(self, cls: type[Request], url: str) -> dict[str, Any]:
+        """The fields of a request of class ``cls`` made with ``url`` alone ({} when the
+        class cannot be made so: every field is written then)."""
+        cached = self._defaults.get(cls)
+        if cached is not None:
+            return cached
+        try:
+            with warnings.catch_warnings():  # Scrapy 2.16-2.18 deprecate FormRequest: the
+                # user's own request of that class has said so already
+                warnings.simplefilter("ignore", ScrapyDeprecationWarning)
+                default = cls(url=url).to_dict()
+        except Exception:  # a user's class that needs more than a URL
+            default = {}
+        if cls in URL_FREE_DEFAULTS:
+            self._defaults[cls] = default
+        return default
+
+
+def _unframed(data: bytes) -> bytes:
+    """A pickle of one frame without the frame's header (9 bytes; framing is optional
+    to the unpickler, PEP 3154); any other, as it is."""
+    if data[:3] in FRAMED and int.from_bytes(data[3:11], "little") == len(data) - 11:
+        return data[:2] + data[11:]
+    return data
+
+
+def split_requeues(member: bytes) -> tuple[int, bytes]:
+    """A queued member's requeue count (see :data:`REQUEUED`) and its entry."""
+    if not member.startswith(REQUEUED):
+        return 0, member
+    stop = member.index(b"\x00", len(REQUEUED))
+    return int(member[len(REQUEUED):stop]), member[stop + 1:]
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:  # a meta value whose == does not answer a bool
+        return False
+
+
+def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
+    """The URL and method of a format-1 entry, as far as they can be read without the
+    spider (the method ``""`` when its fields cannot be read); None for another
+    format."""
+    if not payload or payload[0] != FORMAT:
+        return None
+    parts = payload[1:].split(SEPARATOR, 2)
+    url = parts[0].decode("utf-8", errors="replace")
+    try:
+        rest = serializer.loads(parts[2]) if len(parts) > 2 else {}
+        method = rest.get("M", "GET")
+        url = url or rest.get("u", url)
+    except Exception:  # best effort: the URL alone
+        return url, ""
+    return str(url), method if isinstance(method, str) else ""
+
+
+def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) -> None:
+    """Record that the queue of the crawl ``tag`` holds entries of this release's format
+    (at a worker's start, before it queues anything; ``write`` False: only look);
+    raises :class:`QueueFormatError` when a newer release's worker recorded one this
+    release does not know."""
+    name = keys.queue_format(tag)
+    found = client.get(name)
+    if found is not None:
+        text = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
+        if not text.isdigit() or int(text) > FORMAT:
+            raise QueueFormatError(tag, text)
+        if int(text) == FORMAT:
+            return
+    if write:
+        client.set(name, FORMAT)

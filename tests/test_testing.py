@@ -1,0 +1,44 @@
+"""The test servers themselves: a port another process took between ``free_port`` and
+the server's bind (tests run side by side) costs a retry on other ports, not a test."""
+
+from __future__ import annotations
+
+import socket
+
+import redis
+
+from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_cluster import ClusterNodeProcess
+
+
+def taken() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+def test_a_server_whose_port_was_taken_first_starts_on_another() -> None:
+    with taken() as holder:
+        server = RedisServer()
+        server.port = holder.getsockname()[1]  # as if taken after free_port chose it
+        with server:
+            assert server.port != holder.getsockname()[1]
+            assert redis.Redis.from_url(server.url).ping()
+            server.restart()  # a restart keeps its port
+            assert redis.Redis.from_url(server.url).ping()
+
+
+def test_a_cluster_node_whose_ports_were_taken_first_starts_on_others(tmp_path) -> None:
+    with taken() as holder:
+        node = ClusterNodeProcess(holder.getsockname()[1], 0, tmp_path, 2000)
+        node.repick_ports()
+        bus = node.bus_port
+        node.port = holder.getsockname()[1]
+        try:
+            node.start()
+            assert node.port != holder.getsockname()[1]
+            assert node.client().ping()
+        finally:
+            node.close()
+        assert node.bus_port != bus or node.port != holder.getsockname()[1]
