@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from harness.processes import PROJECT, SPIDER, site_stats, start_site, stop  # noqa: E402
+from harness.processes import PROJECT, Worker, site_stats, start_site, start_worker  # noqa: E402
 
 
 def available() -> bool:
@@ -44,11 +43,12 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
     client.flushall()
     site = start_site(directory, pages=pages, delay=delay, hosts=hosts, throttle=throttle)
     site_url = site.url
-    procs: list[subprocess.Popen[bytes]] = []
+    # The workers import this folder's timed dupefilters and wait_for_queue extension.
+    path = os.environ.get("PYTHONPATH", "")
+    if str(ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(PROJECT), path]))
+    running: list[Worker] = []
     try:
-        env = {**os.environ, "REDIS_URL": redis_url,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(PROJECT),
-                                                           os.environ.get("PYTHONPATH")]))}
         common = {
             "REDIS_URL": redis_url, "DEMO_SITE_URL": site_url, "LOG_LEVEL": "INFO",
             # How long an idle worker waits for more work: scrapy-redis's contender
@@ -58,16 +58,8 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
             "BLOOMDUPE_CAPACITY": str(max(10_000, 2 * pages)),
         }
         started = time.monotonic()
-        for i in range(workers):
-            command = [sys.executable, "-m", "scrapy", "crawl", SPIDER]
-            all_settings = {**common, **settings,
-                            "LOG_FILE": str(directory / f"worker-{i}.log"),
-                            "DEMO_STATS_FILE": str(directory / f"worker-{i}.stats.json")}
-            for key, value in all_settings.items():
-                command += ["-s", f"{key}={value}"]
-            procs.append(subprocess.Popen(
-                command, cwd=PROJECT, env=env, stdout=(directory / f"worker-{i}.out").open("wb"),
-                stderr=subprocess.STDOUT))
+        running = [start_worker(i, directory, {**common, **settings}) for i in range(workers)]
+        procs = [w.process for w in running]
         while any(p.poll() is None for p in procs):
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"e2e crawl {name!r} did not finish in {timeout:.0f}s")
@@ -78,8 +70,8 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
             raise RuntimeError(f"e2e crawl {name!r}: worker(s) {failed} failed; see {directory}")
         stats = site_stats(site_url)
     finally:
-        for p in procs:
-            stop(p)
+        for worker in running:
+            worker.close()
         site.stop()
         client.close()
     fetches: list[int] = stats["fetches"]

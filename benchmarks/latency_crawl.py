@@ -87,28 +87,19 @@ def latency_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with RedisServer(persist=True, extra=["--appendfsync", "everysec"]) as server:
         base_rtt = measure_rtt(server.url)
-        for round_ in range(args.repeat):
-            rows += one_round(args, server, base_rtt, round_)
-    return rows
-
-
-def one_round(args: argparse.Namespace, server: RedisServer, base_rtt: float,
-              round_: int) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for delay in args.delays:
-        proxy = LatencyProxy(server.port, delay).start() if delay else None
-        try:
-            url = proxy.url if proxy is not None else server.url
-            rtt = measure_rtt(url)
-            label = f"+{delay:g} ms" if delay else "local"
-            for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
-                result = one_crawl(name, settings, url, args, label)
-                result.update({"contender": name, "delay_ms": delay, "round": round_,
-                               "added_rtt_us": (rtt - base_rtt) * 1e6})
-                rows.append(result)
-        finally:
-            if proxy is not None:
-                proxy.stop()
+        for round_, delay in ((r, d) for r in range(args.repeat) for d in args.delays):
+            proxy = LatencyProxy(server.port, delay).start() if delay else None
+            try:
+                url = proxy.url if proxy is not None else server.url
+                rtt = measure_rtt(url)
+                for name, settings in (SCRAPY_REDIS, BLOOMDUPE):
+                    rows.append({**one_crawl(name, settings, url, args,
+                                             f"+{delay:g} ms" if delay else "local"),
+                                 "contender": name, "delay_ms": delay, "round": round_,
+                                 "added_rtt_us": (rtt - base_rtt) * 1e6})
+            finally:
+                if proxy is not None:
+                    proxy.stop()
     return rows
 
 

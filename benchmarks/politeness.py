@@ -1,33 +1,17 @@
 #!/usr/bin/env python
-"""Politeness as a site sees it: N workers against per-site limits, measured by the server.
+"""Politeness as a site sees it: 1 worker and N against per-site limits, timed by the site.
 
-``python benchmarks/politeness.py`` (``--pages``, ``--hosts``, ``--page-delay``,
-``--concurrency``, ``--delay``, ``--workers 1,4``, ``--json PATH``). The demo site
-spread over ``--hosts`` loopback hosts (127.0.0.1, 127.0.0.2, ...: one Scrapy
-download slot each, ``demo.site --hosts``), every page answering after
-``--page-delay`` s, crawled by the example project with
-``CONCURRENT_REQUESTS_PER_DOMAIN = --concurrency``, ``DOWNLOAD_DELAY = --delay`` and
-``RANDOMIZE_DOWNLOAD_DELAY = False``, by 1 worker and by N. The site records when
-each request to each host started and how many were in flight at once; its
-``--throttle`` request to the last host answers ``429`` with ``Retry-After: 2``.
-Printed, per run:
-
-* the most requests in flight on any host at once (the limit: ``--concurrency``);
-* the gaps between request starts on a host: the worst host's 10th percentile and
-  the median of all (the settings ask for ``--delay``);
-* the crawl's time (first to last fetch) against the slot-limited ideal (each host's
-  pages one ``--delay`` apart, or its pages' time over the concurrency, the slower);
-* how long after the 429 the next request to its host came (``Retry-After: 2``);
-* Redis's CPU a fetched page (``INFO cpu``, the main thread), and pages fetched twice
-  or never (a shared crawl fetches each page once).
-
-Issue 38 (``BLOOMDUPE_POLITENESS = "crawl"``) is measured here against these rows.
+``python benchmarks/politeness.py`` (``--help`` for the options): the demo site over
+``--hosts`` loopback hosts (one Scrapy download slot each, ``demo.site --hosts``)
+crawled with ``CONCURRENT_REQUESTS_PER_DOMAIN``, ``DOWNLOAD_DELAY`` and
+``RANDOMIZE_DOWNLOAD_DELAY = False``; its ``--throttle``-th request to the last host
+answers ``429`` with ``Retry-After: 2``. One table row a worker count: what each
+column is, and the figures, in docs/benchmarks.md (section i).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -41,26 +25,23 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import e2e  # noqa: E402
+from redis_cpu import main_thread_cpu  # noqa: E402
 
 from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
 
 
 def run(workers: int, url: str, args: argparse.Namespace) -> dict[str, Any]:
     """One crawl by ``workers`` processes; the site's and Redis's figures."""
-    client = redis.Redis.from_url(url)
-    settings = {
-        "DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
-        "CONCURRENT_REQUESTS_PER_DOMAIN": str(args.concurrency),
-        "DOWNLOAD_DELAY": str(args.delay), "RANDOMIZE_DOWNLOAD_DELAY": "False",
-    }
-    before = client.info("cpu")
-    result = e2e.crawl(f"{workers} workers", settings, redis_url=url, pages=args.pages,
-                       workers=workers, out=args.out, idle_timeout=2.0, timeout=args.timeout,
-                       delay=args.page_delay, hosts=args.hosts, throttle=args.throttle)
-    after = client.info("cpu")
-    client.close()
-    redis_cpu = sum(float(after[k]) - float(before[k])
-                    for k in ("used_cpu_user_main_thread", "used_cpu_sys_main_thread"))
+    settings = {"DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
+                "CONCURRENT_REQUESTS_PER_DOMAIN": str(args.concurrency),
+                "DOWNLOAD_DELAY": str(args.delay), "RANDOMIZE_DOWNLOAD_DELAY": "False"}
+    with redis.Redis.from_url(url) as client:
+        before = main_thread_cpu(client)
+        result = e2e.crawl(f"{workers} workers", settings, redis_url=url, pages=args.pages,
+                           workers=workers, out=args.out, idle_timeout=2.0,
+                           timeout=args.timeout, delay=args.page_delay, hosts=args.hosts,
+                           throttle=args.throttle)
+        redis_cpu = main_thread_cpu(client) - before
     stats = result["site"]
     hosts: dict[str, Any] = stats["hosts"]
     gaps = {h: [b - a for a, b in zip(v["starts"], v["starts"][1:], strict=False)]
@@ -104,23 +85,17 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pages", type=int, default=480)
-    parser.add_argument("--hosts", type=int, default=8)
-    parser.add_argument("--page-delay", type=float, default=0.05)
-    parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--delay", type=float, default=0.2)
-    parser.add_argument("--throttle", type=int, default=10)
-    parser.add_argument("--workers", default="1,4")
-    parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--out", type=Path, default=HERE / "out" / "politeness")
-    parser.add_argument("--json", type=Path)
+    for flag, kind, default in (("--pages", int, 480), ("--hosts", int, 8),
+                                ("--page-delay", float, 0.05), ("--concurrency", int, 1),
+                                ("--delay", float, 0.2), ("--throttle", int, 10),
+                                ("--workers", str, "1,4"), ("--timeout", float, 600.0),
+                                ("--out", Path, HERE / "out" / "politeness")):
+        parser.add_argument(flag, type=kind, default=default)
     args = parser.parse_args(argv)
     started = time.monotonic()
     with RedisServer(maxmemory="256mb") as server:
         rows = [run(int(n), server.url, args) for n in args.workers.split(",")]
     print(report(rows, args) + f"\n\n({time.monotonic() - started:.0f} s)")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
     return 0
 
 

@@ -24,9 +24,6 @@ Then, unless ``--no-profile``, where a check-and-queue's µs go: 2,000 calls of
 ``--items`` new items (5) each queuing a 400-byte request, per engine and mode:
 Redis's CPU per round trip, the time inside ``EVALSHA``, its commands' part (by
 command) and the rest (the Lua: arguments, loops, converting each call).
-
-Options: ``--pages`` (3000), ``--workers`` (4), ``--no-cluster``, ``--only``,
-``--items`` (5), ``--no-profile``, ``--json PATH``, ``--delay`` (s a page takes).
 """
 
 from __future__ import annotations

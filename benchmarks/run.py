@@ -88,14 +88,8 @@ class Size:
     e2e_workers: int
 
 
-FULL = Size(requests=20_000, repeats=5, latency_requests=4_000, latency_repeats=3,
-            batched_latency_repeats=7,
-            memory_urls=1_000_000, fpr_probes=1_000_000, race_processes=16, race_urls=20_000,
-            e2e_pages=3_000, e2e_workers=4)
-QUICK = Size(requests=1_500, repeats=2, latency_requests=150, latency_repeats=1,
-             batched_latency_repeats=1,
-             memory_urls=20_000, fpr_probes=20_000, race_processes=4, race_urls=1_000,
-             e2e_pages=0, e2e_workers=2)
+FULL = Size(20_000, 5, 4_000, 3, 7, 1_000_000, 1_000_000, 16, 20_000, 3_000, 4)
+QUICK = Size(1_500, 2, 150, 1, 1, 20_000, 20_000, 4, 1_000, 0, 2)
 DELAYS_MS = (0.5, 2.0)
 
 
