@@ -318,13 +318,9 @@ def cleanup(client: redis.Redis, keys: Keys) -> None:
     except FilterMismatchError:  # no filter was made (the workers failed at start)
         pass
     else:
-        from scrapy_bloomdupe import keys as names
+        from scrapy_bloomdupe.frontier import queue
 
-        for shard in range(bloom.sizing.shards):
-            client.delete(names.queue(keys.bloom, shard), names.leases(keys.bloom, shard),
-                          names.owners(keys.bloom, shard),
-                          *client.scan_iter(match=names.push_record(keys.bloom, shard, "*")))
-        client.delete(names.failed(keys.bloom))
+        queue.clear(client, keys.bloom, bloom.sizing.shards)  # every key the queue made
         bloom.clear()
         bloom.close()
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 #: Memory cap of every server started here (``--maxmemory``), unless told otherwise.
 DEFAULT_MAXMEMORY = "1gb"
@@ -121,7 +123,9 @@ class RedisServer:
             start_of_log = log.tell()
             self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        probe = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        # One attempt an ask (redis-py retries a timeout 3 times with back-off by default).
+        probe = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1,
+                            retry=Retry(NoBackoff(), 0))
         try:
             while True:
                 try:

@@ -37,13 +37,22 @@ class SentinelProcess(RedisServer):
                  down_after_ms: int, failover_timeout_ms: int) -> None:
         super().__init__(dir=dir, maxmemory=MAXMEMORY)
         self.master_name = master_name
-        # Sentinel rewrites its configuration file (what it learns): one of its own.
-        (dir / "sentinel.conf").write_text(
-            f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n"
-            f"sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n"
-            f"sentinel down-after-milliseconds {master_name} {down_after_ms}\n"
-            f"sentinel failover-timeout {master_name} {failover_timeout_ms}\n"
-            f"sentinel parallel-syncs {master_name} 1\n")
+        self._watch = (f"sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n"
+                       f"sentinel down-after-milliseconds {master_name} {down_after_ms}\n"
+                       f"sentinel failover-timeout {master_name} {failover_timeout_ms}\n"
+                       f"sentinel parallel-syncs {master_name} 1\n")
+        self._write_conf()
+
+    def _write_conf(self) -> None:
+        # Sentinel rewrites its configuration file (what it learns): one of its own,
+        # written before its first start only.
+        (self.dir / "sentinel.conf").write_text(
+            f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
+            + self._watch)
+
+    def repick_ports(self) -> None:
+        super().repick_ports()
+        self._write_conf()
 
     @property
     def address(self) -> str:

@@ -4,6 +4,7 @@ the server's bind (tests run side by side) costs a retry on other ports, not a t
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import redis
 
@@ -29,7 +30,7 @@ def test_a_server_whose_port_was_taken_first_starts_on_another() -> None:
             assert redis.Redis.from_url(server.url).ping()
 
 
-def test_a_cluster_node_whose_ports_were_taken_first_starts_on_others(tmp_path) -> None:
+def test_a_cluster_node_whose_ports_were_taken_first_starts_on_others(tmp_path: Path) -> None:
     with taken() as holder:
         node = ClusterNodeProcess(holder.getsockname()[1], 0, tmp_path, 2000)
         node.repick_ports()
@@ -42,3 +43,19 @@ def test_a_cluster_node_whose_ports_were_taken_first_starts_on_others(tmp_path) 
         finally:
             node.close()
         assert node.bus_port != bus or node.port != holder.getsockname()[1]
+
+
+def test_a_sentinel_whose_port_was_taken_first_starts_on_another(tmp_path: Path) -> None:
+    from scrapy_bloomdupe.testing_sentinel import SentinelProcess
+
+    with taken() as holder, RedisServer() as master:
+        sentinel = SentinelProcess(tmp_path, "m", master.port, quorum=1, down_after_ms=1000,
+                                   failover_timeout_ms=10_000)
+        sentinel.port = holder.getsockname()[1]
+        sentinel._write_conf()  # as if its port was taken after it was chosen
+        try:
+            sentinel.start()
+            assert sentinel.port != holder.getsockname()[1]
+            assert sentinel.client().ping()
+        finally:
+            sentinel.close()

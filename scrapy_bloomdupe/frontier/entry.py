@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import NoPermissionError
 from scrapy import Request
 from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.http import FormRequest, JsonRequest
@@ -253,12 +254,19 @@ def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) 
     raises :class:`QueueFormatError` when a newer release's worker recorded one this
     release does not know."""
     name = keys.queue_format(tag)
-    found = client.get(name)
-    if found is not None:
-        text = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
-        if not text.isdigit() or int(text) > FORMAT:
-            raise QueueFormatError(tag, text)
-        if int(text) == FORMAT:
-            return
-    if write:
-        client.set(name, FORMAT)
+    try:
+        found = client.get(name)
+        if found is not None:
+            text = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
+            if not text.isdigit() or int(text) > FORMAT:
+                raise QueueFormatError(tag, text)
+            if int(text) == FORMAT:
+                return
+        if write:
+            client.set(name, FORMAT)
+    except NoPermissionError as e:
+        if not write:
+            return  # the filter's start-up check, next, names what the ACL lacks
+        raise BloomDupeError(
+            f"Redis refused reading or writing {name}, the queue's format record ({e}). "
+            "Grant the crawl's user the ACL of docs/security.md.") from None

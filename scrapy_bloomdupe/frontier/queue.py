@@ -548,8 +548,8 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
 
 def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
     """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it: waiting requests, leases, owners, push records, failed requests; through
-    ``target``'s link (a crawl's: its last job)."""
+    made it: waiting requests, leases, owners, push records, failed requests, the format
+    record; through ``target``'s link (a crawl's: its last job)."""
     with link_to(target) as link:
         names = [keys.failed(tag), keys.queue_format(tag)]
         for shard in range(shards):
