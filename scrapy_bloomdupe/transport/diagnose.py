@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import redis
-from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.sentinel import MasterNotFoundError
 
@@ -29,6 +28,7 @@ from .cluster import is_cluster
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.cluster import RedisCluster
 
 logger = logging.getLogger(__name__)
 
@@ -161,25 +161,29 @@ def check(client: Redis | RedisCluster) -> None:
         raise ConfigError("REDIS_PARAMS", None, f"redis-py cannot connect with these client "
                           f"arguments ({type(e).__name__}: {text}); check their names and "
                           "types") from None
-    nodes: list[Any] = [client]
-    if isinstance(client, RedisCluster):
-        nodes = [client.get_redis_connection(node) for node in client.get_primaries()]
-    for node in nodes:
-        version = str(hello(node).get("version") or "")
+    # One HELLO a server (exempt from ACLs): its mode, then its version.
+    if is_cluster(client):
+        cluster: Any = client
+        heard = [(node, hello(node)) for node in
+                 (cluster.get_redis_connection(primary) for primary in cluster.get_primaries())]
+    else:
+        said = hello(client)
+        if said.get("mode") == "cluster":
+            raise not_a_cluster_client(where)
+        if said.get("mode") == "sentinel":
+            raise ConfigError(
+                "REDIS_URL", where,
+                f"is a Redis Sentinel, not a Redis that holds data: list the sentinels in "
+                f"{SENTINELS_SETTING} and name the master in {SENTINEL_MASTER_SETTING}",
+            )
+        heard = [(client, said)]
+    for node, said in heard:
+        version = str(said.get("version") or "")
         if too_old(version):
             raise BloomDupeError(
                 f"Redis at {describe(node)} is version {version}; scrapy-bloomdupe needs Redis "
                 f"{'.'.join(map(str, OLDEST_REDIS))} or later (its scripts check the ACL "
                 "before their first write). Upgrade Redis.")
-    mode = None if is_cluster(client) else server_mode(client)
-    if mode == "cluster":
-        raise not_a_cluster_client(where)
-    if mode == "sentinel":
-        raise ConfigError(
-            "REDIS_URL", where,
-            f"is a Redis Sentinel, not a Redis that holds data: list the sentinels in "
-            f"{SENTINELS_SETTING} and name the master in {SENTINEL_MASTER_SETTING}",
-        )
 
 
 def not_a_cluster_client(where: str) -> ConfigError:
