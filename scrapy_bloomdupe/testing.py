@@ -108,10 +108,11 @@ class RedisServer:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _ready(log_path: Path, start: int) -> bool:
+    def _said(log_path: Path, start: int) -> bytes:
+        """What the server logged since ``start`` (a position in its log)."""
         with log_path.open("rb") as log:
             log.seek(start)
-            return b"Ready to accept connections" in log.read()
+            return log.read()
 
     def repick_ports(self) -> None:
         """Other free ports for a server that could not bind its own at its first start."""
@@ -138,17 +139,16 @@ class RedisServer:
                     raise redis.ConnectionError("another process answers on the port")
                 except (redis.AuthenticationError, redis.ResponseError):
                     # Up, but wants a password: whose, its log says once it is ready.
-                    if self.process.poll() is None and self._ready(log_path, start_of_log):
+                    if self.process.poll() is None and (
+                            b"Ready to accept connections" in self._said(log_path, start_of_log)):
                         return self
                     time.sleep(0.02)
                 except (redis.ConnectionError, redis.TimeoutError):
                     if self.process.poll() is not None or time.monotonic() > deadline:
-                        with log_path.open("rb") as log:
-                            log.seek(start_of_log)
-                            said = log.read()
                         message = (f"redis-server on port {self.port} did not start; "
                                    f"see {self.dir}/redis.log")
-                        if self.process.poll() is not None and b"already in use" in said:
+                        if self.process.poll() is not None and (
+                                b"already in use" in self._said(log_path, start_of_log)):
                             raise PortTaken(message) from None
                         raise RuntimeError(message) from None
                     time.sleep(0.02)
