@@ -871,8 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with RedisServer(modules=[module] if module else [], maxmemory="2gb") as server:
             for engine_name in ("lua", native.NAME)[:2 if module and not args.quick else 1]:
                 progress(f"d2. a window of {size.memory_urls // 10:,} by pattern, {engine_name}")
-                results.setdefault("window", []).extend(window_patterns(
-                    server.url, size.memory_urls // 10, size.fpr_probes, engine_name))
+                results.setdefault("window", []).extend(window_patterns(  # probes: a tenth
+                    server.url, size.memory_urls // 10, size.fpr_probes // 10, engine_name))
 
     if "e2e" in sections:
         if size.e2e_pages <= 0:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 from collections.abc import Iterator
 
@@ -27,6 +28,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # the long ones then start at once and the many short ones fill the workers' gaps at
     # the end, instead of one worker running a 40 s race alone while the other idles.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core. The tests mostly wait (crawls, grace periods,
+    failovers: the suite's CPU was 105% of one core's time over 2 workers on 2 cores),
+    so a second worker a core overlaps the waits (docs/development.md has the figures)."""
+    return 2 * (os.cpu_count() or 1)
 
 
 # -- a single Redis -----------------------------------------------------------------------
