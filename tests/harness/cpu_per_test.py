@@ -1,7 +1,7 @@
 """A pytest plugin: each test's wall time and the CPU of the processes it started and
 reaped (``getrusage``), one JSON line a test in ``$CPU_PER_TEST_DIR/<pid>.jsonl``.
 
-``CPU_PER_TEST_DIR=out PYTHONPATH=tests/harness pytest -p cpu_per_test -m slow -n 2``:
+``CPU_PER_TEST_DIR=out PYTHONPATH=tests/harness pytest -p cpu_per_test -n auto``:
 what docs/development.md says of where the suite's time goes (waiting, not CPU)."""
 
 from __future__ import annotations
