@@ -143,11 +143,15 @@ class WorkerMetrics:
             self.server = None
         if self.client is None:
             return
+        df = scheduler.dupefilter_for(self.crawler)
+        if df is not None and df.failure is not None:
+            return  # stopped on an error: Redis may be gone; the line expires on its own
         try:
             # The crawl's state may be gone (the last worker of a crawl without
-            # SCHEDULER_PERSIST clears it): then nothing is written back.
+            # SCHEDULER_PERSIST clears it): then nothing is written back. The crawl's
+            # runner is done: the last figures go in a round trip of their own.
             if self.client.exists(keys.meta(self.key)):
-                self.write()
+                self.write(final=True)
             crawlstats.forget_live(self.client, self.key, self.worker)
         except redis.RedisError as e:
             logger.debug("Could not remove this worker's live figures from Redis: %s", e)
@@ -186,16 +190,25 @@ class WorkerMetrics:
             return 0
         return len(engine.downloader.active) if engine is not None else 0
 
-    def write(self) -> None:
+    def write(self, *, final: bool = False) -> None:
         """Write this worker's figures to Redis (one round trip); skipped while Redis is
-        away (the dupefilter says so)."""
+        away (the dupefilter says so). ``final``: the last, at close (its caller has
+        checked that the crawl's keys are there), on this thread."""
         if self.client is None:
             return
         now = time.monotonic()
         df = scheduler.dupefilter_for(self.crawler)
+        if final:
+            if self._writing:  # its deltas are on their way: they would be added twice
+                logger.debug("This worker's last live figures were not written: a write "
+                             "was under way at close")
+                return
+            figures = self.figures()
+            self._written(self._send(self.client, now, figures, prune=False), figures, now)
+            return
         if df is not None and (df.failure is not None or df.closed):
             # Stopped (an error, the crawl over), or closed (its keys maybe deleted by
-            # now, SCHEDULER_PERSIST off): nothing more to Redis.
+            # now, SCHEDULER_PERSIST off): nothing more to Redis but the final write.
             return
         sched = scheduler.for_crawler(self.crawler)
         if sched is not None and sched.silence() > sched.frontier.lease_timeout / 2:
@@ -206,28 +219,30 @@ class WorkerMetrics:
         if self._writing:
             return
         figures = self.figures()
-        rate = (figures["pages"] - self._last_pages) / max(now - self._last_time, 1e-9)
-        line = {"host": socket.gethostname(), "pid": os.getpid(), "spider": self._spider_name(),
-                "pages_per_second": round(rate, 3), **figures}
-        deltas = {name: figures[name] - self._added[name] for name in crawlstats.LIVE_COUNTERS}
         self._writes += 1
         # The filter's link during a crawl (it carries the crawl's commands), else a client.
         client: Redis | RedisCluster | Link = self.client if df is None else df.bloom.link
         prune = self._writes % PRUNE_EVERY == 1
-
-        def send() -> tuple[list[str], Exception | None]:
-            try:
-                return crawlstats.write_live(client, self.key, self.worker, line, deltas,
-                                             self.ttl, prune=prune)
-            except redis.RedisError as e:
-                return [], e
-
         if sched is None:
-            self._written(send(), figures, now)
+            self._written(self._send(client, now, figures, prune), figures, now)
             return
         # During a crawl on the scheduler's Redis thread: Scrapy's reactor never waits.
         self._writing = True
-        sched.jobs.in_redis_thread(send).addCallback(self._written, figures, now)
+        sched.jobs.in_redis_thread(lambda: self._send(client, now, figures, prune)).addCallback(
+            self._written, figures, now)
+
+    def _send(self, client: Redis | RedisCluster | Link, now: float, figures: dict[str, Any],
+              prune: bool) -> tuple[list[str], Exception | None]:
+        """One write of ``figures``: the counters added, or the error."""
+        rate = (figures["pages"] - self._last_pages) / max(now - self._last_time, 1e-9)
+        line = {"host": socket.gethostname(), "pid": os.getpid(), "spider": self._spider_name(),
+                "pages_per_second": round(rate, 3), **figures}
+        deltas = {name: figures[name] - self._added[name] for name in crawlstats.LIVE_COUNTERS}
+        try:
+            return crawlstats.write_live(client, self.key, self.worker, line, deltas,
+                                         self.ttl, prune=prune)
+        except redis.RedisError as e:
+            return [], e
 
     def _written(self, answer: tuple[list[str], Exception | None], figures: dict[str, Any],
                  now: float) -> None:
