@@ -143,9 +143,6 @@ class WorkerMetrics:
             self.server = None
         if self.client is None:
             return
-        df = scheduler.dupefilter_for(self.crawler)
-        if df is not None and df.failure is not None:
-            return  # stopped on an error: Redis may be gone; the line expires on its own
         try:
             # The crawl's state may be gone (the last worker of a crawl without
             # SCHEDULER_PERSIST clears it): then nothing is written back. The crawl's
