@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -282,6 +283,25 @@ def run_python(source: str) -> str:
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def run_tree(args: list[str], *, timeout: float, **options: Any
+             ) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(args, capture_output=True, text=True)`` for a script that starts
+    processes of its own (a benchmark's redis-server, the demo's site and workers): in a
+    session of its own, so that a timeout stops all of them (its process group, by the
+    script's PID), not the script alone, which left its redis-server running."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **options) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            raise subprocess.TimeoutExpired(args, timeout, out, err) from None
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
+
 
 # -- the example project's demo site ----------------------------------------------------
 

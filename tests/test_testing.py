@@ -1,12 +1,18 @@
 """The test servers themselves: a port another process took between ``free_port`` and
-the server's bind (tests run side by side) costs a retry on other ports, not a test."""
+the server's bind (tests run side by side) costs a retry on other ports, not a test;
+and a script the tests run stops with what it started when it times out."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 import redis
+from helpers import run_tree
 
 from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_cluster import ClusterNodeProcess
@@ -59,3 +65,28 @@ def test_a_sentinel_whose_port_was_taken_first_starts_on_another(tmp_path: Path)
             assert sentinel.client().ping()
         finally:
             sentinel.close()
+
+
+def test_a_script_run_as_a_tree_that_times_out_leaves_no_process_behind() -> None:
+    """``helpers.run_tree``: a script that times out is stopped with what it started (a
+    benchmark's redis-server was left running when only the script was killed)."""
+    script = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        run_tree([sys.executable, "-c", script], timeout=2)
+    child = int(str(raised.value.output).split()[0])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, killed and waiting for its reaper, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

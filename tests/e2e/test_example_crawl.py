@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import RUN_DEMO
+from helpers import RUN_DEMO, run_tree
 
 PAGES = 500
 WORKERS = 3
@@ -46,8 +46,7 @@ def demo_command(redis_url: str, out: Path, *extra: str) -> list[str]:
 
 @pytest.mark.slow
 def test_demo_crawl_fetches_every_page_exactly_once(durable_redis: str, tmp_path: Path) -> None:
-    result = subprocess.run(demo_command(durable_redis, tmp_path), capture_output=True,
-                            text=True, timeout=150)
+    result = run_tree(demo_command(durable_redis, tmp_path), timeout=150)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "pages fetched twice" in result.stdout and "Bloom filter in Redis" in result.stdout
