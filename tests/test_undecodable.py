@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 from scrapy import Request, Spider
 
 from scrapy_bloomdupe import keys
-from scrapy_bloomdupe.frontier import failed, undecodable
+from scrapy_bloomdupe.frontier import entry, failed, undecodable
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, Reclaimed
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.scheduling.upkeep import RECLAIMED_LOST_ACKS
@@ -132,7 +132,7 @@ def test_a_reap_retires_a_dead_workers_undecodable_lease_from_the_queue(
     assert reaper.status() == (1, 0)  # only the request that decodes is queued
     # Kept without its requeue count: a requeue starts afresh.
     raw = client.xrange(keys.failed(TAG))[0][1]
-    assert not raw[b"request"].startswith(undecodable.REQUEUED)
+    assert not raw[b"request"].startswith(entry.REQUEUED)
     assert [lease.request.url for lease in reaper.pop_leases(5)] == ["http://a.example/kept"]
 
 

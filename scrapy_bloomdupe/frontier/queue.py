@@ -47,6 +47,7 @@ from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
 from . import adopt, entry, undecodable
+from .entry import Bad
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -63,8 +64,6 @@ LEASE_TIMEOUT = 30.0
 #: Default length limit of the failed requests' record (BLOOMDUPE_FAILED_LIMIT's).
 FAILED_LIMIT = 100_000
 
-#: How a queued request whose lease expired ``n`` times starts (see ``entry.REQUEUED``).
-REQUEUED = entry.REQUEUED
 
 @dataclass(frozen=True)
 class Lease:
@@ -390,7 +389,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             retired, self._retired = self._retired, []
         return retired
 
-    def _retire(self, shard: int, where: str, bad: Sequence[undecodable.Bad]) -> None:
+    def _retire(self, shard: int, where: str, bad: Sequence[Bad]) -> None:
         """Retire entries that cannot be decoded (see :mod:`.undecodable`)."""
         retired, round_trips = undecodable.retire_round_trips(
             serializer=self.serializer, tag=self.tag, shard=shard,

@@ -26,11 +26,6 @@ from . import entry, failed
 RETIRE_SCRIPT = luascript.read(__package__, "retire.lua")
 #: A URL in the bytes of an entry that cannot be decoded (see :func:`readable`).
 URL_IN_BYTES = re.compile(rb"https?://[\x21-\x7e]+")
-#: How an entry's bytes start when its lease expired before (see ``entry.REQUEUED``).
-REQUEUED = entry.REQUEUED
-#: One entry to retire (see ``entry.Bad``).
-Bad = entry.Bad
-split_requeues = entry.split_requeues
 
 
 @dataclass(frozen=True)
@@ -48,7 +43,7 @@ def stored(member: bytes) -> bytes:
     """What the record keeps of a queued member: its serialized bytes (a requeue starts
     its count afresh), or the whole member when it cannot be split."""
     try:
-        return split_requeues(member)[1]
+        return entry.split_requeues(member)[1]
     except ValueError:
         return member
 
@@ -78,7 +73,7 @@ def reason(error: str) -> str:
 
 
 def retire_round_trips(*, serializer: Any, tag: str, shard: int, same_slot: bool,
-                       script: str, limit: int, where: str, bad: Sequence[Bad]
+                       script: str, limit: int, where: str, bad: Sequence[entry.Bad]
                        ) -> tuple[list[Retired], list[list[tuple[Any, ...]]]]:
     """What retiring ``bad`` (entries of queue shard ``shard`` of the crawl ``tag``)
     logs, and the round trips that do it, in order. ``where``: ``"lease"`` (a pop's

@@ -30,7 +30,7 @@ from helpers import demo_site, start_runspider, take_fetches, wait_workers
 from scrapy_redis import picklecompat
 
 from scrapy_bloomdupe import keys
-from scrapy_bloomdupe.frontier import entry, undecodable
+from scrapy_bloomdupe.frontier import entry
 from scrapy_bloomdupe.frontier import queue as frontier_queue
 
 ADDON = json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100})
@@ -111,7 +111,7 @@ def bloomdupe(redis_url: str, *args: str) -> dict[str, Any]:
 def queued_dict(member: bytes) -> dict[str, Any]:
     """A queued member's fields, as the crawl wrote it (a compact entry, its fields by
     the crawl's serializer, pickle): the URL, the callback when it has one, ..."""
-    return entry.Codec(picklecompat, None).fields(undecodable.split_requeues(member)[1])
+    return entry.Codec(picklecompat, None).fields(entry.split_requeues(member)[1])
 
 
 def assert_clean_exit(codes: list[int], texts: list[str]) -> None:
