@@ -248,11 +248,11 @@ def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
     return str(url), method if isinstance(method, str) else ""
 
 
-def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) -> None:
+def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) -> bool:
     """Record that the queue of the crawl ``tag`` holds entries of this release's format
     (at a worker's start, before it queues anything; ``write`` False: only look);
-    raises :class:`QueueFormatError` when a newer release's worker recorded one this
-    release does not know."""
+    whether it is recorded now. Raises :class:`QueueFormatError` when a newer release's
+    worker recorded one this release does not know."""
     name = keys.queue_format(tag)
     try:
         found = client.get(name)
@@ -261,12 +261,13 @@ def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) 
             if not text.isdigit() or int(text) > FORMAT:
                 raise QueueFormatError(tag, text)
             if int(text) == FORMAT:
-                return
+                return True
         if write:
             client.set(name, FORMAT)
+        return write
     except NoPermissionError as e:
         if not write:
-            return  # the filter's start-up check, next, names what the ACL lacks
+            return False  # the filter's start-up check, next, names what the ACL lacks
         raise BloomDupeError(
             f"Redis refused reading or writing {name}, the queue's format record ({e}). "
             "Grant the crawl's user the ACL of docs/security.md.") from None

@@ -82,16 +82,18 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
 
 
 def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
-                       settings: BaseSettings, spider_name: str, write: bool) -> None:
+                       settings: BaseSettings, spider_name: str, write: bool) -> bool:
     """At the worker's start: record the format of the entries it writes in the crawl's
     leased queue (tagged, as the filter is, by BLOOMDUPE_KEY); ``write`` False: only
-    look (before the filter's start-up check, which must find nothing written). Raises
-    :class:`~..frontier.entry.QueueFormatError` (the worker does not start) when a
-    newer release's worker recorded one this release cannot read."""
+    look (before the filter's start-up check, which must find nothing written). Whether
+    it is recorded now (True too for a queue that is not the leased one: nothing to
+    record). Raises :class:`~..frontier.entry.QueueFormatError` (the worker does not
+    start) when a newer release's worker recorded one this release cannot read."""
     cls = load_object(queue_cls)
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
-        entry.claim_format(server, BloomDupeConfig.from_settings(settings).key_for(spider_name),
-                           write=write)
+        return entry.claim_format(
+            server, BloomDupeConfig.from_settings(settings).key_for(spider_name), write=write)
+    return True
 
 
 def open_filter(crawler: Crawler, dupefilter_cls: Any, queue_cls: str | type[Any], *,
@@ -107,11 +109,12 @@ def open_filter(crawler: Crawler, dupefilter_cls: Any, queue_cls: str | type[Any
     name, settings = crawler.spider.name, crawler.settings
     if ours and flush:
         flush_before_open(server, settings, name)
-    claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
-                       write=False)
+    recorded = claim_queue_format(queue_cls, server=server, settings=settings,
+                                  spider_name=name, write=False)
     df = build_from_crawler(dupefilter_cls, crawler) if ours else None
-    claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
-                       write=True)
+    if not recorded:
+        claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
+                           write=True)
     return df
 
 
