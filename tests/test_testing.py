@@ -16,6 +16,7 @@ from helpers import run_tree
 
 from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_cluster import ClusterNodeProcess
+from scrapy_bloomdupe.testing_sentinel import SentinelProcess
 
 
 def taken() -> socket.socket:
@@ -42,29 +43,27 @@ def test_a_cluster_node_whose_ports_were_taken_first_starts_on_others(tmp_path: 
         node.repick_ports()
         bus = node.bus_port
         node.port = holder.getsockname()[1]
-        try:
-            node.start()
-            assert node.port != holder.getsockname()[1]
-            assert node.client().ping()
-        finally:
-            node.close()
+        starts_elsewhere(node, holder.getsockname()[1])
         assert node.bus_port != bus or node.port != holder.getsockname()[1]
 
 
 def test_a_sentinel_whose_port_was_taken_first_starts_on_another(tmp_path: Path) -> None:
-    from scrapy_bloomdupe.testing_sentinel import SentinelProcess
-
     with taken() as holder, RedisServer() as master:
         sentinel = SentinelProcess(tmp_path, "m", master.port, quorum=1, down_after_ms=1000,
                                    failover_timeout_ms=10_000)
         sentinel.port = holder.getsockname()[1]
         sentinel._write_conf()  # as if its port was taken after it was chosen
-        try:
-            sentinel.start()
-            assert sentinel.port != holder.getsockname()[1]
-            assert sentinel.client().ping()
-        finally:
-            sentinel.close()
+        starts_elsewhere(sentinel, holder.getsockname()[1])
+
+
+def starts_elsewhere(process: ClusterNodeProcess | SentinelProcess, taken_port: int) -> None:
+    """``process``, told to use ``taken_port``, starts and answers on another port."""
+    try:
+        process.start()
+        assert process.port != taken_port
+        assert process.client().ping()
+    finally:
+        process.close()
 
 
 def test_a_script_run_as_a_tree_that_times_out_leaves_no_process_behind() -> None:
