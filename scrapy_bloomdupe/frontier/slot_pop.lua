@@ -1,0 +1,110 @@
+-- Lease requests from the download slots that may go now (frontier/slots.py).
+--
+-- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
+-- KEYS[2]  the shard's slot leases (a hash)
+-- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
+-- KEYS[4..] optional: the hashes of the slots to try (a cluster's caller read
+--          them from the ready set first); without them the script reads the
+--          ready set itself
+-- ARGV[1]  this worker (its owner id)
+-- ARGV[2]  its pop number (this worker's, increasing)
+-- ARGV[3]  how many requests at most
+-- ARGV[4]  the shard's slot prefix ("{K:i}:slot:")
+-- ARGV[5]  1 to randomize each delay (0.5x-1.5x, RANDOMIZE_DOWNLOAD_DELAY), else 0
+-- ARGV[6]  the seed of that randomness (an integer; the same on a retry)
+--
+-- Takes, slot by slot in the order they became due (Redis's clock), the heads of
+-- each slot's highest priorities: as many as the slot's room (its concurrency
+-- less its leases; 0 is no limit) and the count left allow, one only when the
+-- slot has a delay. Each goes into the lease hash under "<owner>:<pop>.<j>" as
+-- "<priority>|<slot>|<entry>"; the slot's leases grow by as many, its next
+-- allowed start becomes now + its delay (times the random factor), and it leaves
+-- the ready set when it has nothing left or no room (an ack puts it back).
+-- Keys touched beyond KEYS: the slots' hashes and lists (the shard's hash tag).
+-- Returns {now, when the next slot may go (-1: none ready), field, value, ...};
+-- a pop that already ran (a retry after a lost reply) returns the same leases
+-- again and takes nothing.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+redis.call('ZADD', KEYS[3], now, owner)
+local lease = owner .. ':' .. ARGV[2] .. '.'
+
+local function next_due()
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+local out = {now, 0}
+local again = redis.call('HGET', KEYS[2], lease .. '0')
+if again then
+  out[3], out[4] = lease .. '0', again
+  for j = 1, count - 1 do
+    local value = redis.call('HGET', KEYS[2], lease .. j)
+    if not value then break end
+    out[#out + 1] = lease .. j
+    out[#out + 1] = value
+  end
+  out[2] = next_due()
+  return out
+end
+
+local due = {}
+if #KEYS > 3 then
+  for k = 4, #KEYS do
+    local name = string.sub(KEYS[k], #prefix + 1)
+    local at = redis.call('ZSCORE', KEYS[1], name)
+    if at and tonumber(at) <= now then due[#due + 1] = name end
+  end
+else
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, count)
+end
+
+-- Park and Miller's generator, a few steps in so that close seeds draw apart.
+local x = (tonumber(ARGV[6]) % 2147483646) + 1
+for _ = 1, 4 do x = (x * 16807) % 2147483647 end
+local j = 0
+for _, name in ipairs(due) do
+  if j >= count then break end
+  local h = prefix .. name
+  local v = redis.call('HMGET', h, 'prios', 'waiting', 'flight', 'conc', 'delay', 'backoff',
+                       'next')
+  local waiting, flight = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local conc, delay = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+  local room = count - j
+  if conc > 0 then room = math.min(room, conc - flight) end
+  if delay > 0 then room = math.min(room, 1) end
+  local taken, kept = 0, {}
+  for p in string.gmatch(v[1] or '', '[^,]+') do
+    local list = h .. ':' .. p
+    while taken < room do
+      local e = redis.call('LPOP', list)
+      if not e then break end
+      redis.call('HSET', KEYS[2], lease .. j, p .. '|' .. name .. '|' .. e)
+      out[#out + 1] = lease .. j
+      out[#out + 1] = p .. '|' .. name .. '|' .. e
+      j, taken = j + 1, taken + 1
+    end
+    if redis.call('EXISTS', list) == 1 then kept[#kept + 1] = p end
+  end
+  if #kept == 0 then waiting = 0 else waiting = math.max(waiting - taken, 0) end
+  flight = flight + taken
+  local wait = delay
+  if ARGV[5] == '1' and delay > 0 then
+    x = (x * 16807) % 2147483647
+    wait = math.floor(delay * (0.5 + x / 2147483647))
+  end
+  local nxt = now + wait
+  if taken == 0 then nxt = tonumber(v[7]) or 0 end
+  redis.call('HSET', h, 'prios', table.concat(kept, ','), 'waiting', waiting,
+             'flight', flight, 'next', nxt)
+  if waiting > 0 and (conc == 0 or flight < conc) then
+    redis.call('ZADD', KEYS[1], math.max(nxt, tonumber(v[6]) or 0), name)
+  else
+    redis.call('ZREM', KEYS[1], name)
+  end
+end
+out[2] = next_due()
+return out
