@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 import redis
+from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier.entry import REQUEUED
@@ -187,6 +188,9 @@ def test_a_reap_gives_a_dead_workers_leases_back_at_the_head_and_frees_room(
     assert dead.ack(taken) == 0  # gone from the lease hash: its ack changes nothing
     assert alive.state("s")["flight"] == "2"
     assert alive.reap() == 0  # alive's heartbeat is fresh
+    client.zadd(keys.owners(TAG, 0), {"alive": 0})
+    alive.heartbeat()
+    assert alive.reap() == 0
 
 
 def test_a_worker_that_closes_gives_back_its_own_leases_uncounted(
@@ -293,3 +297,24 @@ def test_memory_per_waiting_request(client: redis.Redis) -> None:
     assert memory_per_request(client, 100, 100) <= 90
     client.flushall()
     assert memory_per_request(client, 1000, 10) <= 130
+
+
+def test_on_a_cluster_each_shards_slots_run_in_its_hash_slot(rc: RedisCluster) -> None:
+    """The scripts touch the slots' hashes and lists undeclared, in the shard's hash tag:
+    Redis Cluster runs them; a declared pop, an ack, a back-off and a reap on two shards
+    (two hash slots)."""
+    shards = [SlotQueue(rc, TAG, shard, owner="w", lease_timeout_ms=1000) for shard in (0, 1)]
+    for q in shards:
+        q.push(entries("a", 2, concurrency=1) + entries("b", 1))
+    for q in shards:
+        taken = q.pop(5, declared=True).leases
+        assert sorted(lease.slot for lease in taken) == ["a", "b"]
+        assert q.pop(5, declared=True).leases == []
+        assert q.ack(taken) == 2
+        now = q.pop(0).now_ms
+        q.backoff("a", now + 60_000)
+        assert q.pop(5, declared=True).leases == []
+        q.push(entries("c", 1))
+        assert [lease.slot for lease in q.pop(5).leases] == ["c"]
+        assert q.reap(release_own=True) == 1
+        assert q.state("a")["waiting"] == "1" and q.waiting("c", 0) == [b"\x01https://c/0"]

@@ -76,6 +76,7 @@ from .. import keys, luascript
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.cluster import RedisCluster
 
 #: How long a push's record outlives its last write; a retry must come before this.
 RECORD_TTL_MS = 3_600_000
@@ -125,8 +126,9 @@ class SlotQueue:
     ACK_SCRIPT = luascript.read(__package__, "slot_ack.lua")
     REAP_SCRIPT = luascript.read(__package__, "slot_reap.lua")
     BACKOFF_SCRIPT = luascript.read(__package__, "slot_backoff.lua")
+    HEARTBEAT_SCRIPT = luascript.read(__package__, "heartbeat.lua")
 
-    def __init__(self, server: Redis, tag: str, shard: int = 0, *,
+    def __init__(self, server: Redis | RedisCluster, tag: str, shard: int = 0, *,
                  owner: str | None = None, lease_timeout_ms: int = LEASE_TIMEOUT_MS) -> None:
         self.server = server
         self.tag, self.shard = tag, shard
@@ -139,7 +141,8 @@ class SlotQueue:
         self.push_record = keys.slot_push_record(tag, shard, self.owner)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT), ("ack", self.ACK_SCRIPT),
-            ("reap", self.REAP_SCRIPT), ("backoff", self.BACKOFF_SCRIPT))}
+            ("reap", self.REAP_SCRIPT), ("backoff", self.BACKOFF_SCRIPT),
+            ("heartbeat", self.HEARTBEAT_SCRIPT))}
         self._push_number = 0
         self._pop_number = 0
 
@@ -200,8 +203,7 @@ class SlotQueue:
 
     def heartbeat(self) -> None:
         """Mark this worker alive (Redis's clock; a pop does it too)."""
-        seconds, micros = self.server.time()
-        self.server.zadd(self.owners, {self.owner: seconds * 1000 + micros // 1000})
+        self._scripts["heartbeat"](keys=[self.owners], args=[self.owner])
 
     def backoff(self, slot: str, until_ms: int) -> int:
         """Pause ``slot`` until ``until_ms`` (Redis's clock) for every worker. Returns
