@@ -45,7 +45,8 @@ docs/design-notes.md) remain to build.
 Memory (Redis 7.0.15, ``MEMORY USAGE`` of every key of the layout but the push
 records, divided by the requests; a 65-byte entry: a 64-byte URL and the format
 byte; one priority; ``tests/test_slots.py::test_memory_per_waiting_request``
-holds the first two):
+holds the rows of 100 and 1,000 slots, to a bound; a filter key of one
+character here, the test's longer key adds about 30 bytes a slot, in its keys' names):
 
 ======================  =========  =====================================
 waiting requests        bytes a    of which lists / slot hashes / ready
@@ -58,7 +59,7 @@ waiting requests        bytes a    of which lists / slot hashes / ready
 ======================  =========  =====================================
 
 against **168** for today's sorted set of compact entries (docs/capacity.md).
-A slot costs about 500 bytes of its own (its list's key and quicklist node,
+A slot costs about 440 bytes of its own (its list's key and quicklist node,
 its hash, its member of the ready set, a skiplist past 128 slots), so the
 layout wins where slots hold more than about 5 requests each and loses where
 most hold one (a broad crawl over many hosts): SLOTS-STATUS.md. A leased request
