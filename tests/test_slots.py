@@ -276,6 +276,18 @@ def test_unlimited_slots_give_everything_in_one_pop(client: redis.Redis) -> None
     assert ready(client) == []
 
 
+def test_batches_past_luas_unpack_limit_push_pop_and_ack_whole(client: redis.Redis) -> None:
+    """The scripts send long argument lists in calls of 1,000 (Lua's unpack has a limit)."""
+    q = queue(client)
+    assert q.push(entries("one", 2500) + entries("two", 2500, priority=1)) == 5000
+    taken = q.pop(5000).leases
+    assert len(taken) == 5000 and taken[0].slot == "one"
+    assert [lease.entry for lease in taken if lease.slot == "two"][:2] == [
+        b"\x01https://two/0", b"\x01https://two/1"]
+    assert q.ack(taken) == 5000
+    assert client.hlen(keys.slot_leases(TAG, 0)) == 0 and q.state("one") == {}
+
+
 def memory_per_request(client: redis.Redis, slots: int, each: int) -> float:
     q = queue(client)
     url = "https://docs.example.org/python-django-doc/html/ref/models/fields.html#x"

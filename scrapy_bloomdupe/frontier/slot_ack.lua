@@ -16,33 +16,53 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[1]
 
-local function place(name, now)
-  local h = prefix .. name
-  local v = redis.call('HMGET', h, 'waiting', 'flight', 'conc', 'next', 'backoff')
-  local waiting, flight = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-  local conc = tonumber(v[3]) or 0
-  local at = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
-  if waiting > 0 and (conc == 0 or flight < conc) then
-    redis.call('ZADD', KEYS[1], at, name)
-  else
-    redis.call('ZREM', KEYS[1], name)
-    if waiting == 0 and flight == 0 and at <= now then redis.call('DEL', h) end
+-- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
+-- limit); returns the last call's reply.
+local function chunked(command, key, items)
+  local reply
+  for i = 1, #items, 1000 do
+    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
   end
+  return reply
 end
 
-local done, slots = 0, {}
-for j = 2, #ARGV do
-  local value = redis.call('HGET', KEYS[2], ARGV[j])
+-- Every lease's value in one HMGET, deleted in one HDEL (a call a 1,000); then each slot once: its
+-- room freed, back in the ready set when it has requests (it was not in it while
+-- it had none or no room, so nothing leaves it here).
+local fields = {}
+for j = 2, #ARGV do fields[#fields + 1] = ARGV[j] end
+if #fields == 0 then return 0 end
+local values = {}
+for i = 1, #fields, 1000 do
+  local part = redis.call('HMGET', KEYS[2], unpack(fields, i, math.min(i + 999, #fields)))
+  for k = 1, #part do values[i + k - 1] = part[k] end
+end
+local held, freed, order = {}, {}, {}
+for j = 1, #fields do
+  local value = values[j]
   if value then
+    held[#held + 1] = fields[j]
     local bar = string.find(value, '|', 1, true)
     local name = string.sub(value, bar + 1, string.find(value, '|', bar + 1, true) - 1)
-    redis.call('HDEL', KEYS[2], ARGV[j])
-    if redis.call('HINCRBY', prefix .. name, 'flight', -1) < 0 then
-      redis.call('HSET', prefix .. name, 'flight', 0)
-    end
-    slots[name] = true
-    done = done + 1
+    if not freed[name] then freed[name] = 0; order[#order + 1] = name end
+    freed[name] = freed[name] + 1
   end
 end
-for name in pairs(slots) do place(name, now) end
-return done
+if #held == 0 then return 0 end
+chunked('HDEL', KEYS[2], held)
+for _, name in ipairs(order) do
+  local h = prefix .. name
+  local v = redis.call('HMGET', h, 'waiting', 'flight', 'conc', 'next', 'backoff')
+  local waiting, conc = tonumber(v[1]) or 0, tonumber(v[3]) or 0
+  local flight = math.max((tonumber(v[2]) or 0) - freed[name], 0)
+  local at = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
+  if waiting == 0 and flight == 0 and at <= now then
+    redis.call('DEL', h)
+  else
+    redis.call('HSET', h, 'flight', flight)
+    if waiting > 0 and (conc == 0 or flight < conc) then
+      redis.call('ZADD', KEYS[1], at, name)
+    end
+  end
+end
+return #held

@@ -31,6 +31,16 @@ local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 redis.call('ZADD', KEYS[3], now, owner)
 local lease = owner .. ':' .. ARGV[2] .. '.'
 
+-- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
+-- limit); returns the last call's reply.
+local function chunked(command, key, items)
+  local reply
+  for i = 1, #items, 1000 do
+    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+  return reply
+end
+
 local function next_due()
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if #first == 0 then return -1 end
@@ -65,6 +75,8 @@ end
 -- Park and Miller's generator, a few steps in so that close seeds draw apart.
 local x = (tonumber(ARGV[6]) % 2147483646) + 1
 for _ = 1, 4 do x = (x * 16807) % 2147483647 end
+-- Leases written in one HSET, the ready set changed in one ZADD and one ZREM.
+local leased, back, gone = {}, {}, {}
 local j = 0
 for _, name in ipairs(due) do
   if j >= count then break end
@@ -76,18 +88,28 @@ for _, name in ipairs(due) do
   local room = count - j
   if conc > 0 then room = math.min(room, conc - flight) end
   if delay > 0 then room = math.min(room, 1) end
-  local taken, kept = 0, {}
+  local taken, kept, full = 0, {}, false
   for p in string.gmatch(v[1] or '', '[^,]+') do
-    local list = h .. ':' .. p
-    while taken < room do
-      local e = redis.call('LPOP', list)
-      if not e then break end
-      redis.call('HSET', KEYS[2], lease .. j, p .. '|' .. name .. '|' .. e)
-      out[#out + 1] = lease .. j
-      out[#out + 1] = p .. '|' .. name .. '|' .. e
-      j, taken = j + 1, taken + 1
+    if full then
+      kept[#kept + 1] = p
+    else
+      local want = room - taken
+      local got = want > 0 and redis.call('LPOP', h .. ':' .. p, want) or false
+      got = got or {}
+      for _, e in ipairs(got) do
+        local value = p .. '|' .. name .. '|' .. e
+        leased[#leased + 1] = lease .. j
+        leased[#leased + 1] = value
+        out[#out + 1] = lease .. j
+        out[#out + 1] = value
+        j, taken = j + 1, taken + 1
+      end
+      -- Fewer than asked: the list is gone. As many: it may hold more.
+      if #got == want then
+        full = true
+        if redis.call('EXISTS', h .. ':' .. p) == 1 then kept[#kept + 1] = p end
+      end
     end
-    if redis.call('EXISTS', list) == 1 then kept[#kept + 1] = p end
   end
   if #kept == 0 then waiting = 0 else waiting = math.max(waiting - taken, 0) end
   flight = flight + taken
@@ -101,10 +123,14 @@ for _, name in ipairs(due) do
   redis.call('HSET', h, 'prios', table.concat(kept, ','), 'waiting', waiting,
              'flight', flight, 'next', nxt)
   if waiting > 0 and (conc == 0 or flight < conc) then
-    redis.call('ZADD', KEYS[1], math.max(nxt, tonumber(v[6]) or 0), name)
+    back[#back + 1] = math.max(nxt, tonumber(v[6]) or 0)
+    back[#back + 1] = name
   else
-    redis.call('ZREM', KEYS[1], name)
+    gone[#gone + 1] = name
   end
 end
+chunked('HSET', KEYS[2], leased)
+chunked('ZADD', KEYS[1], back)
+chunked('ZREM', KEYS[1], gone)
 out[2] = next_due()
 return out

@@ -34,25 +34,54 @@ local function with_priority(prios, p)
   return table.concat(out, ',')
 end
 
-local touched = {}
+-- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
+-- limit); returns the last call's reply.
+local function chunked(command, key, items)
+  local reply
+  for i = 1, #items, 1000 do
+    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+  return reply
+end
+
+-- Grouped by slot, then by priority: one RPUSH a list, one HMGET and one HSET a
+-- slot, one ZADD for the ready set.
+local slots, order = {}, {}
 for j = 4, #ARGV, 5 do
-  local name, p = ARGV[j], tonumber(ARGV[j + 1])
-  local h = prefix .. name
-  if redis.call('RPUSH', h .. ':' .. p, ARGV[j + 4]) == 1 then
-    local prios = redis.call('HGET', h, 'prios') or ''
-    redis.call('HSET', h, 'prios', with_priority(prios, p))
+  local name, p = ARGV[j], ARGV[j + 1]
+  local slot = slots[name]
+  if not slot then
+    slot = {lists = {}, prios = {}, n = 0}
+    slots[name] = slot
+    order[#order + 1] = name
   end
-  redis.call('HINCRBY', h, 'waiting', 1)
-  redis.call('HSET', h, 'conc', ARGV[j + 2], 'delay', ARGV[j + 3])
-  touched[name] = true
+  slot.conc, slot.delay, slot.n = ARGV[j + 2], ARGV[j + 3], slot.n + 1
+  local list = slot.lists[p]
+  if not list then
+    list = {}
+    slot.lists[p] = list
+    slot.prios[#slot.prios + 1] = p
+  end
+  list[#list + 1] = ARGV[j + 4]
 end
-for name in pairs(touched) do
-  local h = prefix .. name
-  local v = redis.call('HMGET', h, 'waiting', 'flight', 'conc', 'next', 'backoff')
-  local flight, conc = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  if conc == 0 or flight < conc then
-    redis.call('ZADD', KEYS[1], math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0), name)
+local ready = {}
+for _, name in ipairs(order) do
+  local slot, h = slots[name], prefix .. name
+  local v = redis.call('HMGET', h, 'prios', 'waiting', 'flight', 'next', 'backoff')
+  local prios = v[1] or ''
+  for _, p in ipairs(slot.prios) do
+    if chunked('RPUSH', h .. ':' .. p, slot.lists[p]) == #slot.lists[p] then
+      prios = with_priority(prios, tonumber(p))
+    end
+  end
+  redis.call('HSET', h, 'prios', prios, 'waiting', (tonumber(v[2]) or 0) + slot.n,
+             'conc', slot.conc, 'delay', slot.delay)
+  local conc = tonumber(slot.conc)
+  if conc == 0 or (tonumber(v[3]) or 0) < conc then
+    ready[#ready + 1] = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
+    ready[#ready + 1] = name
   end
 end
+chunked('ZADD', KEYS[1], ready)
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return (#ARGV - 3) / 5
