@@ -64,6 +64,13 @@ its hash, its member of the ready set, a skiplist past 128 slots), so the
 layout wins where slots hold more than about 5 requests each and loses where
 most hold one (a broad crawl over many hosts): SLOTS-STATUS.md. A leased request
 costs 156-171 bytes (the lease hash, as today's).
+
+Redis CPU (``INFO commandstats``, the scripts' µs divided by the requests, 10,000
+over three priorities, pops of 100 each acked; a shared 2-core machine, median of
+three): a push, a pop and an ack cost 0.9, 1.9 and 1.0 µs a request over 10
+slots without limits; 0.9, 5.9 and 4.1 over 100 slots of concurrency 2; 8.9,
+9.1 and 4.1 over 10,000 slots of one request. Today's ``pop.lua`` and ``HDEL``
+ack: 2.2 and 0.1. Each slot a call touches costs about 3 commands.
 """
 
 from __future__ import annotations
