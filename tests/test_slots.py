@@ -51,6 +51,33 @@ def test_a_slot_at_its_limit_does_not_block_the_others(client: redis.Redis) -> N
     assert [lease.entry for lease in q.pop(10).leases] == [b"\x01https://slow/1"]
 
 
+def test_a_push_that_lowers_a_slots_limit_below_its_leases_takes_it_out_of_ready(
+        client: redis.Redis) -> None:
+    q = queue(client)
+    q.push(entries("s", 3, concurrency=3))
+    taken = q.pop(2).leases
+    assert ready(client) == ["s"]
+    q.push([SlotEntry("s", 0, b"\x01later", concurrency=1)])
+    assert ready(client) == [] and q.pop(5).leases == []
+    q.ack(taken[:1])
+    assert ready(client) == []  # one lease still: no room under a limit of 1
+    q.ack(taken[1:])
+    assert [lease.entry for lease in q.pop(5).leases] == [b"\x01https://s/2"]
+
+
+def test_a_slot_in_ready_without_room_keeps_its_requests(client: redis.Redis) -> None:
+    """Whatever put it there (a limit changed by hand, a bug), a pop takes nothing
+    from a slot with no room, and loses none of its requests."""
+    q = queue(client)
+    q.push([*entries("s", 3, concurrency=2), SlotEntry("s", 1, b"\x01high", 2)])
+    q.pop(2)
+    client.hset(keys.slot(TAG, 0, "s"), "conc", 1)  # two leases, a limit of one
+    client.zadd(keys.ready(TAG, 0), {"s": 0})
+    assert q.pop(5).leases == []
+    assert q.state("s")["prios"] == "0" and q.state("s")["waiting"] == "2"
+    assert len(q.waiting("s", 0)) == 2 and ready(client) == []
+
+
 def test_priorities_within_a_slot_highest_first_then_in_order(client: redis.Redis) -> None:
     q = queue(client)
     pushed = [SlotEntry("s", p, f"\x01{p}:{j}".encode()) for j, p in

@@ -90,12 +90,11 @@ for _, name in ipairs(due) do
   if delay > 0 then room = math.min(room, 1) end
   local taken, kept, full = 0, {}, false
   for p in string.gmatch(v[1] or '', '[^,]+') do
-    if full then
+    local want = room - taken
+    if full or want <= 0 then
       kept[#kept + 1] = p
     else
-      local want = room - taken
-      local got = want > 0 and redis.call('LPOP', h .. ':' .. p, want) or false
-      got = got or {}
+      local got = redis.call('LPOP', h .. ':' .. p, want) or {}
       for _, e in ipairs(got) do
         local value = p .. '|' .. name .. '|' .. e
         leased[#leased + 1] = lease .. j

@@ -64,7 +64,7 @@ for j = 4, #ARGV, 5 do
   end
   list[#list + 1] = ARGV[j + 4]
 end
-local ready = {}
+local ready, full = {}, {}
 for _, name in ipairs(order) do
   local slot, h = slots[name], prefix .. name
   local v = redis.call('HMGET', h, 'prios', 'waiting', 'flight', 'next', 'backoff')
@@ -80,8 +80,11 @@ for _, name in ipairs(order) do
   if conc == 0 or (tonumber(v[3]) or 0) < conc then
     ready[#ready + 1] = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
     ready[#ready + 1] = name
+  else
+    full[#full + 1] = name  -- a lower limit than its leases: no room until acks
   end
 end
 chunked('ZADD', KEYS[1], ready)
+chunked('ZREM', KEYS[1], full)
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return (#ARGV - 3) / 5
