@@ -51,6 +51,17 @@ def test_a_slot_at_its_limit_does_not_block_the_others(client: redis.Redis) -> N
     assert [lease.entry for lease in q.pop(10).leases] == [b"\x01https://slow/1"]
 
 
+def test_a_priority_past_luas_number_format_keeps_its_spelling(client: redis.Redis) -> None:
+    q = queue(client, lease_timeout_ms=1000)
+    huge = 10**15  # Lua writes it 1e+15
+    q.push([SlotEntry("t", huge, b"\x01huge"), SlotEntry("t", 0, b"\x01zero")])
+    assert q.state("t")["prios"] == f"{huge},0"
+    assert [lease.priority for lease in q.pop(1).leases] == [huge]
+    assert q.reap(release_own=True) == 1
+    assert q.state("t")["prios"] == f"{huge},0"
+    assert [lease.entry for lease in q.pop(2).leases] == [b"\x01huge", b"\x01zero"]
+
+
 def test_a_push_that_lowers_a_slots_limit_below_its_leases_takes_it_out_of_ready(
         client: redis.Redis) -> None:
     q = queue(client)

@@ -18,19 +18,18 @@
 -- Returns how many it queued, or -1 when this push already ran (a retry).
 
 if redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[3]
 
+-- The priorities in use, highest first, with ``p`` (its own spelling, that of its
+-- list's key, compared as a number).
 local function with_priority(prios, p)
-  local out, put = {}, false
+  local out, put, n = {}, false, tonumber(p)
   for x in string.gmatch(prios, '[^,]+') do
-    local n = tonumber(x)
-    if n == p then return prios end
-    if not put and n < p then out[#out + 1] = tostring(p); put = true end
+    if x == p then return prios end
+    if not put and tonumber(x) < n then out[#out + 1] = p; put = true end
     out[#out + 1] = x
   end
-  if not put then out[#out + 1] = tostring(p) end
+  if not put then out[#out + 1] = p end
   return table.concat(out, ',')
 end
 
@@ -71,7 +70,7 @@ for _, name in ipairs(order) do
   local prios = v[1] or ''
   for _, p in ipairs(slot.prios) do
     if chunked('RPUSH', h .. ':' .. p, slot.lists[p]) == #slot.lists[p] then
-      prios = with_priority(prios, tonumber(p))
+      prios = with_priority(prios, p)
     end
   end
   redis.call('HSET', h, 'prios', prios, 'waiting', (tonumber(v[2]) or 0) + slot.n,

@@ -35,15 +35,16 @@ local function place(name, now)
   end
 end
 
+-- The priorities in use, highest first, with ``p`` (its own spelling, that of its
+-- list's key, compared as a number).
 local function with_priority(prios, p)
-  local out, put = {}, false
+  local out, put, n = {}, false, tonumber(p)
   for x in string.gmatch(prios, '[^,]+') do
-    local n = tonumber(x)
-    if n == p then return prios end
-    if not put and n < p then out[#out + 1] = tostring(p); put = true end
+    if x == p then return prios end
+    if not put and tonumber(x) < n then out[#out + 1] = p; put = true end
     out[#out + 1] = x
   end
-  if not put then out[#out + 1] = tostring(p) end
+  if not put then out[#out + 1] = p end
   return table.concat(out, ',')
 end
 
@@ -74,7 +75,7 @@ for _, item in ipairs(gone) do
   local field, value, owner = item[1], item[2], item[3]
   local bar = string.find(value, '|', 1, true)
   local second = string.find(value, '|', bar + 1, true)
-  local p = tonumber(string.sub(value, 1, bar - 1))
+  local p = string.sub(value, 1, bar - 1)
   local name = string.sub(value, bar + 1, second - 1)
   local e = string.sub(value, second + 1)
   if owner ~= ARGV[3] then
