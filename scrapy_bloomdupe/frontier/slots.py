@@ -15,7 +15,9 @@ left). On shard ``i`` (hash tag ``{K:i}``, :mod:`scrapy_bloomdupe.keys`):
 * ``{K:i}:slotleases`` and ``{K:i}:owners``: leases and heartbeats as in
   ``frontier/queue.py``; a lease's value is ``<priority>|<slot>|<entry>``, so an
   ack frees the right slot's room and a reap puts the entry back at the head of
-  the list it came from.
+  the list it came from (a dead worker's with one more requeue counted, NUL
+  ``rq`` <n> NUL before it, as ``frontier/entry.py`` splits it: a pop hands the
+  entry back with that prefix).
 
 A pop (``slot_pop.lua``) takes the slots due on Redis's clock, in the order
 they became due, and from each the heads of its highest priorities, as many as
