@@ -368,3 +368,16 @@ def test_on_a_cluster_each_shards_slots_run_in_its_hash_slot(rc: RedisCluster) -
         assert [lease.slot for lease in q.pop(5).leases] == ["c"]
         assert q.reap(release_own=True) == 1
         assert q.state("a")["waiting"] == "1" and q.waiting("c", 0) == [b"\x01https://c/0"]
+
+
+def test_tools_name_every_key_of_the_layout(client: redis.Redis) -> None:
+    """``bloomdupe keys`` (keys.what_is) and clearing a filter (keys.belongs) know them."""
+    q = queue(client)
+    q.push([SlotEntry("a:b", -2, b"\x01x"), SlotEntry("a:b", -2, b"\x01y")])
+    q.pop(1)
+    names = sorted(name.decode() for name in client.scan_iter(match=f"{{{TAG}:0}}:*"))
+    assert len(names) == 6  # the slot's hash and list, ready, leases, owners, push record
+    for name in names:
+        assert keys.belongs(TAG, name), name
+        found = keys.what_is(TAG, name)
+        assert found is not None and found[0] == 0, name
