@@ -41,12 +41,14 @@ and for the per-slot layout (``frontier/slots.py``, not yet used by the
 scheduler), ``<slot>`` a download slot's name as :func:`slot_name` writes it:
 
 ==============================  =====================================================
-``{K:i}:slot:<slot>``            hash: a slot's priorities in use, waiting and in
-                                flight, limits, next allowed start, back-off
+``{K:i}:slot:<slot>``            hash: what of a slot's state is not the default
+                                (priorities in use, in flight, limits, next allowed
+                                start, back-off); none for a slot all default
 ``{K:i}:slot:<slot>:<p>``        list: the slot's waiting entries of priority ``p``
 ``{K:i}:ready``                  sorted set: slots with room, by when each may go next
 ``{K:i}:slotleases``             hash: requests taken from the slots, until acked
 ``{K:i}:slotpush:<client>``      string: a client's last push into the slots
+``{K:i}:slotdefaults``           hash: the crawl's default limits of a slot
 ==============================  =====================================================
 
 The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
@@ -276,6 +278,12 @@ def slot_leases(key: str, index: int) -> str:
     return f"{_shard(key, index)}:slotleases"
 
 
+def slot_defaults(key: str, index: int) -> str:
+    """Shard ``index``'s default limits of a slot (``conc``, ``delay``): a slot's hash
+    holds only what differs from them."""
+    return f"{_shard(key, index)}:slotdefaults"
+
+
 def slot_push_record(key: str, index: int, client: str) -> str:
     return f"{_shard(key, index)}:slotpush:{client}"
 
@@ -326,6 +334,7 @@ _SHARDED = [
     (re.compile(r"ready"), "download slots that may go, shard {i}, by when"),
     (re.compile(r"slotleases"), "requests taken from the slots, not yet done, shard {i}"),
     (re.compile(r"slotpush:.+"), "a worker's last push into the slots of shard {i}"),
+    (re.compile(r"slotdefaults"), "the default limits of a download slot, shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
     (re.compile(r"format"), "the format of the request queue's entries"),
     (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),

@@ -3,18 +3,67 @@
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
 -- KEYS[2]  the shard's slot leases (a hash: field -> "<priority>|<slot>|<entry>")
+-- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[2..] the leases' fields
 --
 -- A field no longer in the hash (acked already, or reaped) changes nothing, so
 -- an ack is safe to repeat. A slot with nothing waiting, nothing in flight and
--- no start or back-off ahead loses its hash. Keys touched beyond KEYS: the
+-- no start or back-off ahead loses its hash (its limits come with its next push). Keys touched beyond KEYS: the
 -- slots' hashes (the shard's hash tag).
 -- Returns how many leases it finished.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[1]
+local defaults_key = KEYS[3]
+
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; priorities
+-- "0"; nothing in flight; no start or back-off ahead), and a slot all default
+-- has no hash. An absent "prios" is "0" when the slot's list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = {}}
+  for k, f in ipairs(FIELDS) do
+    if v[k] then s.had[f] = v[k] end
+    s[f] = v[k] or DEFAULT[f]
+  end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS when its hash has none); kept
+-- in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exact then
+    s.exact = true
+    if not s.had.prios and redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed and differs from the default, deletes what became default.
+local function save(h, s)
+  local set, del = {}, {}
+  for _, f in ipairs(FIELDS) do
+    local value = tostring(s[f])
+    if f == 'prios' and value == '' then value = '0' end
+    if value == DEFAULT[f] then
+      if s.had[f] then del[#del + 1] = f end
+    elseif value ~= s.had[f] then
+      set[#set + 1] = f
+      set[#set + 1] = value
+    end
+  end
+  if #del > 0 then redis.call('HDEL', h, unpack(del)) end
+  if #set > 0 then redis.call('HSET', h, unpack(set)) end
+end
 
 -- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
 -- limit); returns the last call's reply.
@@ -52,16 +101,21 @@ if #held == 0 then return 0 end
 chunked('HDEL', KEYS[2], held)
 for _, name in ipairs(order) do
   local h = prefix .. name
-  local v = redis.call('HMGET', h, 'waiting', 'flight', 'conc', 'next', 'backoff')
-  local waiting, conc = tonumber(v[1]) or 0, tonumber(v[3]) or 0
-  local flight = math.max((tonumber(v[2]) or 0) - freed[name], 0)
-  local at = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
-  if waiting == 0 and flight == 0 and at <= now then
-    redis.call('DEL', h)
+  local s = load(h)
+  local conc = tonumber(s.conc)
+  local flight = math.max(tonumber(s.flight) - freed[name], 0)
+  local at = math.max(tonumber(s.next), tonumber(s.backoff))
+  local waiting = prios_of(h, s) ~= ''
+  if not waiting and flight == 0 and at <= now then
+    if next(s.had) ~= nil then redis.call('DEL', h) end
   else
-    redis.call('HSET', h, 'flight', flight)
-    if waiting > 0 and (conc == 0 or flight < conc) then
-      redis.call('ZADD', KEYS[1], at, name)
+    s.flight = flight
+    save(h, s)
+    if waiting and (conc == 0 or flight < conc) then
+      -- Already there (room before this ack): keeps its place; else by its start
+      -- ahead, or now (none kept: behind those waiting already).
+      if at == 0 then at = now end
+      redis.call('ZADD', KEYS[1], 'NX', at, name)
     end
   end
 end

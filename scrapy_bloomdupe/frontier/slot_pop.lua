@@ -3,7 +3,8 @@
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
 -- KEYS[2]  the shard's slot leases (a hash)
 -- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
--- KEYS[4..] optional: the hashes of the slots to try (a cluster's caller read
+-- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
+-- KEYS[5..] optional: the hashes of the slots to try (a cluster's caller read
 --          them from the ready set first); without them the script reads the
 --          ready set itself
 -- ARGV[1]  this worker (its owner id)
@@ -30,6 +31,54 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 redis.call('ZADD', KEYS[3], now, owner)
 local lease = owner .. ':' .. ARGV[2] .. '.'
+local defaults_key = KEYS[4]
+
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; priorities
+-- "0"; nothing in flight; no start or back-off ahead), and a slot all default
+-- has no hash. An absent "prios" is "0" when the slot's list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = {}}
+  for k, f in ipairs(FIELDS) do
+    if v[k] then s.had[f] = v[k] end
+    s[f] = v[k] or DEFAULT[f]
+  end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS when its hash has none); kept
+-- in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exact then
+    s.exact = true
+    if not s.had.prios and redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed and differs from the default, deletes what became default.
+local function save(h, s)
+  local set, del = {}, {}
+  for _, f in ipairs(FIELDS) do
+    local value = tostring(s[f])
+    if f == 'prios' and value == '' then value = '0' end
+    if value == DEFAULT[f] then
+      if s.had[f] then del[#del + 1] = f end
+    elseif value ~= s.had[f] then
+      set[#set + 1] = f
+      set[#set + 1] = value
+    end
+  end
+  if #del > 0 then redis.call('HDEL', h, unpack(del)) end
+  if #set > 0 then redis.call('HSET', h, unpack(set)) end
+end
 
 -- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
 -- limit); returns the last call's reply.
@@ -62,8 +111,8 @@ if again then
 end
 
 local due = {}
-if #KEYS > 3 then
-  for k = 4, #KEYS do
+if #KEYS > 4 then
+  for k = 5, #KEYS do
     local name = string.sub(KEYS[k], #prefix + 1)
     local at = redis.call('ZSCORE', KEYS[1], name)
     if at and tonumber(at) <= now then due[#due + 1] = name end
@@ -81,15 +130,13 @@ local j = 0
 for _, name in ipairs(due) do
   if j >= count then break end
   local h = prefix .. name
-  local v = redis.call('HMGET', h, 'prios', 'waiting', 'flight', 'conc', 'delay', 'backoff',
-                       'next')
-  local waiting, flight = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  local conc, delay = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+  local s = load(h)
+  local flight, conc, delay = tonumber(s.flight), tonumber(s.conc), tonumber(s.delay)
   local room = count - j
   if conc > 0 then room = math.min(room, conc - flight) end
   if delay > 0 then room = math.min(room, 1) end
   local taken, kept, full = 0, {}, false
-  for p in string.gmatch(v[1] or '', '[^,]+') do
+  for p in string.gmatch(s.prios, '[^,]+') do
     local want = room - taken
     if full or want <= 0 then
       kept[#kept + 1] = p
@@ -110,19 +157,20 @@ for _, name in ipairs(due) do
       end
     end
   end
-  if #kept == 0 then waiting = 0 else waiting = math.max(waiting - taken, 0) end
   flight = flight + taken
   local wait = delay
   if ARGV[5] == '1' and delay > 0 then
     x = (x * 16807) % 2147483647
     wait = math.floor(delay * (0.5 + x / 2147483647))
   end
+  -- The next start is kept only when ahead (a delay); without one the slot still
+  -- goes back into the ready set behind those served before it (score now).
   local nxt = now + wait
-  if taken == 0 then nxt = tonumber(v[7]) or 0 end
-  redis.call('HSET', h, 'prios', table.concat(kept, ','), 'waiting', waiting,
-             'flight', flight, 'next', nxt)
-  if waiting > 0 and (conc == 0 or flight < conc) then
-    back[#back + 1] = math.max(nxt, tonumber(v[6]) or 0)
+  if taken == 0 then nxt = tonumber(s.next) elseif wait > 0 then s.next = nxt else s.next = 0 end
+  s.prios, s.flight = table.concat(kept, ','), flight
+  save(h, s)
+  if #kept > 0 and (conc == 0 or flight < conc) then
+    back[#back + 1] = math.max(nxt, tonumber(s.backoff))
     back[#back + 1] = name
   else
     gone[#gone + 1] = name

@@ -3,22 +3,72 @@
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
 -- KEYS[2]  this client's push record for the shard
+-- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  this push's number (this client's, increasing)
 -- ARGV[2]  the record's TTL in ms
 -- ARGV[3]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[4..] per request: its slot's name (keys.slot_name), its priority, the
 --          slot's concurrency (0: no limit) and delay in ms, the entry's bytes
 --
--- Appends each entry to "<prefix><slot>:<priority>" and counts it in the slot's
--- hash (fields: prios, the priorities in use, highest first, comma-separated;
--- waiting; flight; conc; delay; next, the next allowed start; backoff, paused
--- until; both ms on Redis's clock), whose limits the push sets; a slot with room
--- goes (back) into the ready set. Keys touched beyond KEYS: the slots' hashes
--- and lists, all in the shard's hash tag (one Cluster slot; see slots.py).
+-- Appends each entry to "<prefix><slot>:<priority>" and keeps the slot's state
+-- (its hash, see below: prios, the priorities in use, highest first,
+-- comma-separated; flight; conc; delay; next, the next allowed start; backoff,
+-- paused until; both ms on Redis's clock), whose limits the push sets; a slot
+-- with room goes into the ready set (one already there keeps its place). Keys
+-- touched beyond KEYS: the slots' hashes and lists, all in the shard's hash tag
+-- (one Cluster slot; see slots.py).
 -- Returns how many it queued, or -1 when this push already ran (a retry).
 
 if redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
 local prefix = ARGV[3]
+local defaults_key = KEYS[3]
+
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; priorities
+-- "0"; nothing in flight; no start or back-off ahead), and a slot all default
+-- has no hash. An absent "prios" is "0" when the slot's list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = {}}
+  for k, f in ipairs(FIELDS) do
+    if v[k] then s.had[f] = v[k] end
+    s[f] = v[k] or DEFAULT[f]
+  end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS when its hash has none); kept
+-- in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exact then
+    s.exact = true
+    if not s.had.prios and redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed and differs from the default, deletes what became default.
+local function save(h, s)
+  local set, del = {}, {}
+  for _, f in ipairs(FIELDS) do
+    local value = tostring(s[f])
+    if f == 'prios' and value == '' then value = '0' end
+    if value == DEFAULT[f] then
+      if s.had[f] then del[#del + 1] = f end
+    elseif value ~= s.had[f] then
+      set[#set + 1] = f
+      set[#set + 1] = value
+    end
+  end
+  if #del > 0 then redis.call('HDEL', h, unpack(del)) end
+  if #set > 0 then redis.call('HSET', h, unpack(set)) end
+end
 
 -- The priorities in use, highest first, with ``p`` (its own spelling, that of its
 -- list's key, compared as a number).
@@ -43,8 +93,8 @@ local function chunked(command, key, items)
   return reply
 end
 
--- Grouped by slot, then by priority: one RPUSH a list, one HMGET and one HSET a
--- slot, one ZADD for the ready set.
+-- Grouped by slot, then by priority: one RPUSH a list, one HMGET and at most one
+-- HSET a slot, one ZADD for the ready set.
 local slots, order = {}, {}
 for j = 4, #ARGV, 5 do
   local name, p = ARGV[j], ARGV[j + 1]
@@ -66,24 +116,29 @@ end
 local ready, full = {}, {}
 for _, name in ipairs(order) do
   local slot, h = slots[name], prefix .. name
-  local v = redis.call('HMGET', h, 'prios', 'waiting', 'flight', 'next', 'backoff')
-  local prios = v[1] or ''
+  local s = load(h)
+  local prios = s.had.prios
+  if not prios then  -- "0" after this push when it brings priority 0 only: no EXISTS
+    if #slot.prios == 1 and slot.prios[1] == '0' then prios = '0' else prios = prios_of(h, s) end
+  end
   for _, p in ipairs(slot.prios) do
     if chunked('RPUSH', h .. ':' .. p, slot.lists[p]) == #slot.lists[p] then
       prios = with_priority(prios, p)
     end
   end
-  redis.call('HSET', h, 'prios', prios, 'waiting', (tonumber(v[2]) or 0) + slot.n,
-             'conc', slot.conc, 'delay', slot.delay)
+  s.prios, s.conc, s.delay = prios, slot.conc, slot.delay
+  save(h, s)
   local conc = tonumber(slot.conc)
-  if conc == 0 or (tonumber(v[3]) or 0) < conc then
-    ready[#ready + 1] = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
+  if conc == 0 or tonumber(s.flight) < conc then
+    ready[#ready + 1] = math.max(tonumber(s.next), tonumber(s.backoff))
     ready[#ready + 1] = name
   else
     full[#full + 1] = name  -- a lower limit than its leases: no room until acks
   end
 end
-chunked('ZADD', KEYS[1], ready)
+for i = 1, #ready, 1000 do
+  redis.call('ZADD', KEYS[1], 'NX', unpack(ready, i, math.min(i + 999, #ready)))
+end
 chunked('ZREM', KEYS[1], full)
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return (#ARGV - 3) / 5

@@ -5,6 +5,7 @@
 -- KEYS[2]  the shard's slot leases (a hash: "<owner>:<pop>.<j>" ->
 --          "<priority>|<slot>|<entry>")
 -- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
+-- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[2]  the lease timeout in ms
 -- ARGV[3]  an owner whose leases go back now whatever its heartbeat ('' for
@@ -20,18 +21,78 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[1]
+local defaults_key = KEYS[4]
 
-local function place(name, now)
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; priorities
+-- "0"; nothing in flight; no start or back-off ahead), and a slot all default
+-- has no hash. An absent "prios" is "0" when the slot's list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = {}}
+  for k, f in ipairs(FIELDS) do
+    if v[k] then s.had[f] = v[k] end
+    s[f] = v[k] or DEFAULT[f]
+  end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS when its hash has none); kept
+-- in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exact then
+    s.exact = true
+    if not s.had.prios and redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed and differs from the default, deletes what became default.
+local function save(h, s)
+  local set, del = {}, {}
+  for _, f in ipairs(FIELDS) do
+    local value = tostring(s[f])
+    if f == 'prios' and value == '' then value = '0' end
+    if value == DEFAULT[f] then
+      if s.had[f] then del[#del + 1] = f end
+    elseif value ~= s.had[f] then
+      set[#set + 1] = f
+      set[#set + 1] = value
+    end
+  end
+  if #del > 0 then redis.call('HDEL', h, unpack(del)) end
+  if #set > 0 then redis.call('HSET', h, unpack(set)) end
+end
+
+-- Writes slot ``name`` 's state ``s`` and puts it in or out of the ready set: in
+-- when it has requests and room (one already there keeps its place unless ``moved``,
+-- a new back-off), out otherwise; a slot with nothing waiting, nothing in flight
+-- and no start or back-off ahead loses its hash.
+local function place(name, s, now, moved)
   local h = prefix .. name
-  local v = redis.call('HMGET', h, 'waiting', 'flight', 'conc', 'next', 'backoff')
-  local waiting, flight = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-  local conc = tonumber(v[3]) or 0
-  local at = math.max(tonumber(v[4]) or 0, tonumber(v[5]) or 0)
-  if waiting > 0 and (conc == 0 or flight < conc) then
-    redis.call('ZADD', KEYS[1], at, name)
+  local flight, conc = tonumber(s.flight), tonumber(s.conc)
+  local at = math.max(tonumber(s.next), tonumber(s.backoff))
+  local waiting = prios_of(h, s) ~= ''
+  if waiting and (conc == 0 or flight < conc) then
+    if at == 0 then at = now end
+    if moved then
+      redis.call('ZADD', KEYS[1], at, name)
+    else
+      redis.call('ZADD', KEYS[1], 'NX', at, name)
+    end
   else
     redis.call('ZREM', KEYS[1], name)
-    if waiting == 0 and flight == 0 and at <= now then redis.call('DEL', h) end
+  end
+  if not waiting and flight == 0 and at <= now then
+    if next(s.had) ~= nil then redis.call('DEL', h) end
+  else
+    save(h, s)
   end
 end
 
@@ -88,15 +149,17 @@ for _, item in ipairs(gone) do
     e = '\0rq' .. (n + 1) .. '\0' .. e
   end
   local h = prefix .. name
-  if redis.call('LPUSH', h .. ':' .. p, e) == 1 then
-    redis.call('HSET', h, 'prios', with_priority(redis.call('HGET', h, 'prios') or '', p))
+  local s = slots[name]
+  if not s then
+    s = load(h)
+    s.prios = prios_of(h, s)
+    slots[name] = s
   end
-  redis.call('HINCRBY', h, 'waiting', 1)
-  if redis.call('HINCRBY', h, 'flight', -1) < 0 then redis.call('HSET', h, 'flight', 0) end
+  if redis.call('LPUSH', h .. ':' .. p, e) == 1 then s.prios = with_priority(s.prios, p) end
+  s.flight = math.max(tonumber(s.flight) - 1, 0)
   redis.call('HDEL', KEYS[2], field)
-  slots[name] = true
   back = back + 1
 end
-for name in pairs(slots) do place(name, now) end
+for name, s in pairs(slots) do place(name, s, now, false) end
 for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
 return back

@@ -149,12 +149,20 @@ class SlotQueue:
         self.leases = keys.slot_leases(tag, shard)
         self.owners = keys.owners(tag, shard)
         self.push_record = keys.slot_push_record(tag, shard, self.owner)
+        self.defaults = keys.slot_defaults(tag, shard)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT), ("ack", self.ACK_SCRIPT),
             ("reap", self.REAP_SCRIPT), ("backoff", self.BACKOFF_SCRIPT),
             ("heartbeat", self.HEARTBEAT_SCRIPT))}
         self._push_number = 0
         self._pop_number = 0
+
+    def set_defaults(self, concurrency: int = 0, delay_ms: int = 0) -> None:
+        """Set the shard's default limits of a slot (the crawl's, the same in every
+        worker): a slot pushed with them keeps no limit in its hash (see the module's
+        docstring). A slot that keeps no limit of its own follows a change at once."""
+        self.server.hset(self.defaults, mapping={"conc": int(concurrency),
+                                                 "delay": int(delay_ms)})
 
     # -- push --------------------------------------------------------------------
 
@@ -169,7 +177,8 @@ class SlotQueue:
         for item in entries:
             args += [keys.slot_name(item.slot), int(item.priority), int(item.concurrency),
                      int(item.delay_ms), item.entry]
-        return int(self._scripts["push"](keys=[self.ready, self.push_record], args=args))
+        return int(self._scripts["push"](keys=[self.ready, self.push_record, self.defaults],
+                                         args=args))
 
     # -- pop, ack, reap, back-off --------------------------------------------------
 
@@ -189,7 +198,7 @@ class SlotQueue:
             names: list[Any] = list(self.server.zrange(self.ready, 0, count - 1))
             slot_keys = [self.prefix + _text(name) for name in names]
         reply = self._scripts["pop"](
-            keys=[self.ready, self.leases, self.owners, *slot_keys],
+            keys=[self.ready, self.leases, self.owners, self.defaults, *slot_keys],
             args=[self.owner, number, count, self.prefix, int(randomize), seed])
         now, nxt = int(reply[0]), int(reply[1])
         leases = [_lease(reply[j], reply[j + 1]) for j in range(2, len(reply), 2)]
@@ -201,15 +210,16 @@ class SlotQueue:
         fields = [lease if isinstance(lease, str) else lease.field for lease in leases]
         if not fields:
             return 0
-        return int(self._scripts["ack"](keys=[self.ready, self.leases],
+        return int(self._scripts["ack"](keys=[self.ready, self.leases, self.defaults],
                                         args=[self.prefix, *fields]))
 
     def reap(self, *, release_own: bool = False) -> int:
         """Put back the leases of workers without a heartbeat for the lease timeout
         (and this worker's own with ``release_own``). Returns how many went back."""
         own = self.owner if release_own else ""
-        return int(self._scripts["reap"](keys=[self.ready, self.leases, self.owners],
-                                         args=[self.prefix, self.lease_timeout_ms, own]))
+        return int(self._scripts["reap"](
+            keys=[self.ready, self.leases, self.owners, self.defaults],
+            args=[self.prefix, self.lease_timeout_ms, own]))
 
     def heartbeat(self) -> None:
         """Mark this worker alive (Redis's clock; a pop does it too)."""
@@ -219,15 +229,34 @@ class SlotQueue:
         """Pause ``slot`` until ``until_ms`` (Redis's clock) for every worker. Returns
         when its back-off ends (a later one already set stays)."""
         name = keys.slot_name(slot)
-        return int(self._scripts["backoff"](keys=[self.ready, self.prefix + name],
-                                            args=[self.prefix, name, until_ms]))
+        return int(self._scripts["backoff"](
+            keys=[self.ready, self.prefix + name, self.defaults],
+            args=[self.prefix, name, until_ms]))
 
     # -- reading ---------------------------------------------------------------------
 
     def state(self, slot: str) -> dict[str, str]:
-        """``slot`` 's hash (see the module's docstring), decoded; empty when unknown."""
-        raw: dict[Any, Any] = dict(self.server.hgetall(self.prefix + keys.slot_name(slot)))
-        return {_text(k): _text(v) for k, v in raw.items()}
+        """``slot`` 's state, decoded: ``prios`` (in use, highest first), ``waiting``,
+        ``flight``, ``conc``, ``delay``, ``next`` and ``backoff`` (see the module's
+        docstring), defaults filled in and ``waiting`` counted from its lists; empty
+        when the slot is unknown (no hash, nothing waiting)."""
+        name = keys.slot_name(slot)
+        raw: dict[Any, Any] = dict(self.server.hgetall(self.prefix + name))
+        stored = {_text(k): _text(v) for k, v in raw.items()}
+        prios = stored.get("prios")
+        if prios is None:
+            prios = "0" if self.server.exists(self.prefix + name + ":0") else ""
+        if not stored and not prios:
+            return {}
+        defaults: dict[Any, Any] = dict(self.server.hgetall(self.defaults))
+        limits = {_text(k): _text(v) for k, v in defaults.items()}
+        waiting = sum(int(self.server.llen(self.prefix + name + ":" + p))
+                      for p in prios.split(",") if p)
+        return {"prios": prios, "waiting": str(waiting),
+                "flight": stored.get("flight", "0"),
+                "conc": stored.get("conc", limits.get("conc", "0")),
+                "delay": stored.get("delay", limits.get("delay", "0")),
+                "next": stored.get("next", "0"), "backoff": stored.get("backoff", "0")}
 
     def waiting(self, slot: str, priority: int) -> list[bytes]:
         """The entries waiting in ``slot`` 's list of ``priority``, head first."""
