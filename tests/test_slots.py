@@ -326,6 +326,45 @@ def test_batches_past_luas_unpack_limit_push_pop_and_ack_whole(client: redis.Red
     assert client.hlen(keys.slot_leases(TAG, 0)) == 0 and q.state("one") == {}
 
 
+def test_a_slot_all_default_keeps_no_hash(client: redis.Redis) -> None:
+    """Priority 0, no limits, nothing in flight: the slot is its list (and its place in
+    the ready set); a lease, a limit or a start ahead brings the hash, an ack takes it."""
+    q = queue(client)
+    q.push(entries("s", 2))
+    assert not client.exists(keys.slot(TAG, 0, "s")) and ready(client) == ["s"]
+    assert q.state("s") == {"prios": "0", "waiting": "2", "flight": "0", "conc": "0",
+                            "delay": "0", "next": "0", "backoff": "0"}
+    taken = q.pop(1).leases
+    assert client.hgetall(keys.slot(TAG, 0, "s")) == {b"flight": b"1"}
+    q.ack(taken)
+    assert not client.exists(keys.slot(TAG, 0, "s")) and ready(client) == ["s"]
+    q.push(entries("s", 1, priority=2))
+    assert client.hgetall(keys.slot(TAG, 0, "s")) == {b"prios": b"2,0"}
+    high = q.pop(1).leases
+    assert [lease.priority for lease in high] == [2]
+    q.ack(high + q.pop(5).leases)  # its flight back to 0, nothing waiting: forgotten
+    assert not client.exists(keys.slot(TAG, 0, "s")) and q.state("s") == {}
+
+
+def test_the_shards_default_limits_hold_for_a_slot_without_its_own(
+        client: redis.Redis) -> None:
+    q = queue(client)
+    q.set_defaults(concurrency=1, delay_ms=0)
+    q.push(entries("s", 3, concurrency=1) + entries("t", 3, concurrency=2))
+    assert not client.exists(keys.slot(TAG, 0, "s"))  # its limit is the default
+    assert client.hgetall(keys.slot(TAG, 0, "t")) == {b"conc": b"2"}
+    taken = q.pop(10).leases
+    assert Counter(lease.slot for lease in taken) == {"s": 1, "t": 2}
+    assert q.state("s")["conc"] == "1" and q.state("s")["flight"] == "1"
+    assert q.pop(10).leases == [] and ready(client) == []
+    q.ack(taken)
+    assert sorted(ready(client)) == ["s", "t"]
+    q.set_defaults(concurrency=0)  # "s" follows the crawl's new default, "t" keeps 2
+    assert Counter(lease.slot for lease in q.pop(10).leases) == {"s": 2, "t": 1}
+    assert keys.what_is(TAG, keys.slot_defaults(TAG, 0)) is not None
+    assert keys.belongs(TAG, keys.slot_defaults(TAG, 0))
+
+
 def memory_per_request(client: redis.Redis, slots: int, each: int) -> float:
     q = queue(client)
     url = "https://docs.example.org/python-django-doc/html/ref/models/fields.html#x"
@@ -347,6 +386,12 @@ def test_memory_per_waiting_request(client: redis.Redis) -> None:
     assert memory_per_request(client, 100, 100) <= 90
     client.flushall()
     assert memory_per_request(client, 1000, 10) <= 130
+
+
+def test_memory_per_waiting_request_in_slots_of_one(client: redis.Redis) -> None:
+    """A slot all default keeps no hash: 10,000 slots of one request cost its list and
+    its member of the ready set (377 bytes a request here; 512 with a hash a slot)."""
+    assert memory_per_request(client, 10000, 1) <= 420
 
 
 def test_on_a_cluster_each_shards_slots_run_in_its_hash_slot(rc: RedisCluster) -> None:
