@@ -335,7 +335,7 @@ def test_a_slot_all_default_keeps_no_hash(client: redis.Redis) -> None:
     assert q.state("s") == {"prios": "0", "waiting": "2", "flight": "0", "conc": "0",
                             "delay": "0", "next": "0", "backoff": "0"}
     taken = q.pop(1).leases
-    assert client.hgetall(keys.slot(TAG, 0, "s")) == {b"flight": b"1"}
+    assert client.hgetall(keys.slot(TAG, 0, "s")) == {b"flight": b"1", b"prios": b"0"}
     q.ack(taken)
     assert not client.exists(keys.slot(TAG, 0, "s")) and ready(client) == ["s"]
     q.push(entries("s", 1, priority=2))
@@ -352,7 +352,7 @@ def test_the_shards_default_limits_hold_for_a_slot_without_its_own(
     q.set_defaults(concurrency=1, delay_ms=0)
     q.push(entries("s", 3, concurrency=1) + entries("t", 3, concurrency=2))
     assert not client.exists(keys.slot(TAG, 0, "s"))  # its limit is the default
-    assert client.hgetall(keys.slot(TAG, 0, "t")) == {b"conc": b"2"}
+    assert client.hgetall(keys.slot(TAG, 0, "t")) == {b"conc": b"2", b"prios": b"0"}
     taken = q.pop(10).leases
     assert Counter(lease.slot for lease in taken) == {"s": 1, "t": 2}
     assert q.state("s")["conc"] == "1" and q.state("s")["flight"] == "1"

@@ -19,9 +19,10 @@ local prefix = ARGV[1]
 local defaults_key = KEYS[3]
 
 -- A slot's state (the same block in every slot_*.lua): its hash holds only what
--- differs from the default (the shard's default limits, else no limit; priorities
--- "0"; nothing in flight; no start or back-off ahead), and a slot all default
--- has no hash. An absent "prios" is "0" when the slot's list of priority 0
+-- differs from the default (the shard's default limits, else no limit; nothing
+-- in flight; no start or back-off ahead), and a slot with nothing else than
+-- priority 0 waiting has no hash. A slot with a hash has its priorities in use
+-- in "prios" ("" for none); one without has "0" when its list of priority 0
 -- exists, else none.
 local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
 local DEFAULT
@@ -34,32 +35,45 @@ local function load(h)
   local v = redis.call('HMGET', h, unpack(FIELDS))
   local s = {had = {}}
   for k, f in ipairs(FIELDS) do
-    if v[k] then s.had[f] = v[k] end
+    if v[k] then s.had[f] = v[k]; s.exists = true end
     s[f] = v[k] or DEFAULT[f]
   end
+  if s.exists and not v[1] then s.prios = '' end
   return s
 end
--- The slot's priorities in use, exactly (an EXISTS when its hash has none); kept
--- in ``s`` (whose ``prios`` the caller then keeps exact).
+-- The slot's priorities in use, exactly (an EXISTS for a slot without a hash);
+-- kept in ``s`` (whose ``prios`` the caller then keeps exact).
 local function prios_of(h, s)
-  if not s.exact then
+  if not s.exists and not s.exact then
     s.exact = true
-    if not s.had.prios and redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+    if redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
   end
   return s.prios
 end
--- Writes what changed and differs from the default, deletes what became default.
+-- Writes what changed (``s.prios`` exact), leaves out what is the default, and
+-- deletes the hash of a slot left with nothing but priority 0 (or none).
 local function save(h, s)
-  local set, del = {}, {}
-  for _, f in ipairs(FIELDS) do
+  local set, del, other = {}, {}, false
+  for k = 2, #FIELDS do
+    local f = FIELDS[k]
     local value = tostring(s[f])
-    if f == 'prios' and value == '' then value = '0' end
     if value == DEFAULT[f] then
       if s.had[f] then del[#del + 1] = f end
-    elseif value ~= s.had[f] then
-      set[#set + 1] = f
-      set[#set + 1] = value
+    else
+      other = true
+      if value ~= s.had[f] then
+        set[#set + 1] = f
+        set[#set + 1] = value
+      end
     end
+  end
+  if not other and (s.prios == '0' or s.prios == '') then
+    if s.exists then redis.call('DEL', h) end
+    return
+  end
+  if s.prios ~= s.had.prios then
+    set[#set + 1] = 'prios'
+    set[#set + 1] = s.prios
   end
   if #del > 0 then redis.call('HDEL', h, unpack(del)) end
   if #set > 0 then redis.call('HSET', h, unpack(set)) end
@@ -85,7 +99,7 @@ local function place(name, s, now, moved)
     redis.call('ZREM', KEYS[1], name)
   end
   if not waiting and flight == 0 and at <= now then
-    if next(s.had) ~= nil then redis.call('DEL', h) end
+    if s.exists then redis.call('DEL', h) end
   else
     save(h, s)
   end
