@@ -38,11 +38,9 @@ do
 end
 local function load(h)
   local v = redis.call('HMGET', h, unpack(FIELDS))
-  local s = {had = {}}
-  for k, f in ipairs(FIELDS) do
-    if v[k] then s.had[f] = v[k]; s.exists = true end
-    s[f] = v[k] or DEFAULT[f]
-  end
+  local s = {had = v, exists = (v[1] or v[2] or v[3] or v[4] or v[5] or v[6]) and true,
+             prios = v[1] or '0', flight = v[2] or '0', conc = v[3] or DEFAULT.conc,
+             delay = v[4] or DEFAULT.delay, next = v[5] or '0', backoff = v[6] or '0'}
   if s.exists and not v[1] then s.prios = '' end
   return s
 end
@@ -58,15 +56,17 @@ end
 -- Writes what changed (``s.prios`` exact), leaves out what is the default, and
 -- deletes the hash of a slot left with nothing but priority 0 (or none).
 local function save(h, s)
-  local set, del, other = {}, {}, false
+  local set, del, other, had = nil, nil, false, s.had
   for k = 2, #FIELDS do
     local f = FIELDS[k]
-    local value = tostring(s[f])
+    local value = s[f]
+    if type(value) == 'number' then value = tostring(value) end
     if value == DEFAULT[f] then
-      if s.had[f] then del[#del + 1] = f end
+      if had[k] then del = del or {}; del[#del + 1] = f end
     else
       other = true
-      if value ~= s.had[f] then
+      if value ~= had[k] then
+        set = set or {}
         set[#set + 1] = f
         set[#set + 1] = value
       end
@@ -76,12 +76,13 @@ local function save(h, s)
     if s.exists then redis.call('DEL', h) end
     return
   end
-  if s.prios ~= s.had.prios then
+  if s.prios ~= had[1] then
+    set = set or {}
     set[#set + 1] = 'prios'
     set[#set + 1] = s.prios
   end
-  if #del > 0 then redis.call('HDEL', h, unpack(del)) end
-  if #set > 0 then redis.call('HSET', h, unpack(set)) end
+  if del then redis.call('HDEL', h, unpack(del)) end
+  if set then redis.call('HSET', h, unpack(set)) end
 end
 
 -- Writes slot ``name`` 's state ``s`` and puts it in or out of the ready set: in
