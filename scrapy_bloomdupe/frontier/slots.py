@@ -5,10 +5,15 @@ left). On shard ``i`` (hash tag ``{K:i}``, :mod:`scrapy_bloomdupe.keys`):
 
 * ``{K:i}:slot:<slot>:<priority>``: a list per download slot and priority in
   use, of compact entries (``frontier/entry.py``'s bytes, opaque here);
-* ``{K:i}:slot:<slot>``: the slot's hash: ``prios`` (the priorities in use,
-  highest first), ``waiting``, ``flight`` (leased, by any worker), ``conc``
-  (its concurrency; 0 is no limit), ``delay`` (ms), ``next`` (its next allowed
-  start) and ``backoff`` (paused until), both ms on Redis's clock;
+* ``{K:i}:slot:<slot>``: the slot's hash, only what differs from the default:
+  ``flight`` (leased, by any worker; default 0), ``conc`` (its concurrency; 0 is
+  no limit) and ``delay`` (ms), by default the shard's (``{K:i}:slotdefaults``,
+  :meth:`SlotQueue.set_defaults`; else 0), ``next`` (its next allowed start,
+  kept only when a delay puts it ahead) and ``backoff`` (paused until), both ms
+  on Redis's clock; and, in a slot that has a hash, ``prios`` (the priorities
+  in use, highest first, "" for none). A slot with nothing but requests of
+  priority 0 waiting under the default limits has **no hash** (its list says
+  it waits); how many wait is the lists' lengths (:meth:`SlotQueue.state`);
 * ``{K:i}:ready``: the slots that have requests and room, scored by when each
   may go next (``max(next, backoff)``); a slot at its concurrency is not in it
   until an ack or a reap frees room;
@@ -54,25 +59,29 @@ character here, the test's longer key adds about 30 bytes a slot, in its keys' n
 waiting requests        bytes a    of which lists / slot hashes / ready
                         request
 ======================  =========  =====================================
-10,000 over 10 slots    69         69 / 0.1 / 0
-10,000 over 100 slots   75         73 / 1.2 / 0.3
-10,000 over 1,000       117        94 / 12 / 12
-10,000 over 10,000      512        248 / 134 / 129
+10,000 over 10 slots    69         69 / 0 / 0
+10,000 over 100 slots   74         73 / 0 / 0.3
+10,000 over 1,000       105        94 / 0 / 12
+10,000 over 10,000      377        248 / 0 / 129
 ======================  =========  =====================================
 
-against **168** for today's sorted set of compact entries (docs/capacity.md).
-A slot costs about 440 bytes of its own (its list's key and quicklist node,
-its hash, its member of the ready set, a skiplist past 128 slots), so the
-layout wins where slots hold more than about 5 requests each and loses where
-most hold one (a broad crawl over many hosts): SLOTS-STATUS.md. A leased request
-costs 156-171 bytes (the lease hash, as today's).
+against **168** for today's sorted set of compact entries (docs/capacity.md),
+and 69 / 75 / 117 / 512 with a hash a slot (the first version). A slot costs
+about 310 bytes of its own (its list's key and quicklist node, its member of
+the ready set, a skiplist past 128 slots), and a hash (about 135 more) when it
+has a request in flight, a limit of its own, a start or back-off ahead or
+another priority than 0: so the layout wins where slots hold more than about
+3 requests each and still loses where most hold one (a broad crawl over many
+hosts): SLOTS-STATUS.md. A leased request costs 156-171 bytes (the lease hash,
+as today's).
 
 Redis CPU (``INFO commandstats``, the scripts' µs divided by the requests, 10,000
-over three priorities, pops of 100 each acked; a shared 2-core machine, median of
-three): a push, a pop and an ack cost 0.9, 1.9 and 1.0 µs a request over 10
-slots without limits; 0.9, 5.9 and 4.1 over 100 slots of concurrency 2; 8.9,
-9.1 and 4.1 over 10,000 slots of one request. Today's ``pop.lua`` and ``HDEL``
-ack: 2.2 and 0.1. Each slot a call touches costs about 3 commands.
+over three priorities, pops of 100 each acked; a shared 2-core machine): a push,
+a pop and an ack cost 0.8, 1.9 and 1.0 µs a request over 1 slot without limits;
+about 7, 6 and 5 over 100 slots of concurrency 2 (no defaults set, so every slot
+has a hash); about 11, 11 and 5.6 over 10,000 slots of one request, 20-40%
+more than with a hash a slot (the same commands, about 3 a slot touched, and
+more Lua work a slot). Today's ``pop.lua`` and ``HDEL`` ack: 2.2 and 0.1.
 """
 
 from __future__ import annotations
