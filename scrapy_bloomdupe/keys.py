@@ -37,6 +37,20 @@ filter:
 ``{K:0}:failed``                 stream: requests that failed for good
 ==============================  =====================================================
 
+and for the per-slot layout (``frontier/slots.py``, not yet used by the
+scheduler), ``<slot>`` a download slot's name as :func:`slot_name` writes it:
+
+==============================  =====================================================
+``{K:i}:slot:<slot>``            hash: what of a slot's state is not the default
+                                (priorities in use, in flight, limits, next allowed
+                                start, back-off); none for a slot all default
+``{K:i}:slot:<slot>:<p>``        list: the slot's waiting entries of priority ``p``
+``{K:i}:ready``                  sorted set: slots with room, by when each may go next
+``{K:i}:slotleases``             hash: requests taken from the slots, until acked
+``{K:i}:slotpush:<client>``      string: a client's last push into the slots
+``{K:i}:slotdefaults``           hash: the crawl's default limits of a slot
+==============================  =====================================================
+
 The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
 its check-and-add script, and the push into the queue that goes with it, is
 single-slot, while different shards land on different slots and so spread over
@@ -226,6 +240,54 @@ def push_record(key: str, index: int, client: str) -> str:
     return f"{_shard(key, index)}:push:{client}"
 
 
+def slot_name(slot: str) -> str:
+    """A download slot's name as its keys and leases spell it: ``%``, ``:`` and ``|``
+    percent-escaped, so that a slot's hash never names another slot's list and a
+    lease's fields split on ``|``."""
+    return slot.replace("%", "%25").replace(":", "%3A").replace("|", "%7C")
+
+
+def slot_from_name(name: str) -> str:
+    """The download slot :func:`slot_name` wrote ``name`` for."""
+    return name.replace("%7C", "|").replace("%3A", ":").replace("%25", "%")
+
+
+def slot_prefix(key: str, index: int) -> str:
+    """What every slot hash of shard ``index`` starts with (the scripts add the
+    slot's name, and ``:<priority>`` for its lists)."""
+    return f"{_shard(key, index)}:slot:"
+
+
+def slot(key: str, index: int, name: str) -> str:
+    """The hash of download slot ``name`` (:func:`slot_name`) on shard ``index``."""
+    return f"{slot_prefix(key, index)}{name}"
+
+
+def slot_list(key: str, index: int, name: str, priority: int) -> str:
+    """Slot ``name`` 's list of waiting entries of ``priority`` on shard ``index``."""
+    return f"{slot(key, index, name)}:{priority}"
+
+
+def ready(key: str, index: int) -> str:
+    """Shard ``index``'s slots that may go, scored by when (ms, Redis's clock)."""
+    return f"{_shard(key, index)}:ready"
+
+
+def slot_leases(key: str, index: int) -> str:
+    """Shard ``index``'s leases of requests taken from its slots."""
+    return f"{_shard(key, index)}:slotleases"
+
+
+def slot_defaults(key: str, index: int) -> str:
+    """Shard ``index``'s default limits of a slot (``conc``, ``delay``): a slot's hash
+    holds only what differs from them."""
+    return f"{_shard(key, index)}:slotdefaults"
+
+
+def slot_push_record(key: str, index: int, client: str) -> str:
+    return f"{_shard(key, index)}:slotpush:{client}"
+
+
 def queue_format(key: str) -> str:
     """The format of the queue's entries (``frontier/entry.py``), in shard 0's slot."""
     return f"{_shard(key, 0)}:format"
@@ -266,6 +328,13 @@ _SHARDED = [
     (re.compile(r"leases"), "requests taken by workers and not yet done, shard {i}"),
     (re.compile(r"owners"), "workers holding leases on shard {i}, by last heartbeat"),
     (re.compile(r"push:.+"), "a worker's last unfiltered push to shard {i}"),
+    (re.compile(r"slot:[^:]+"), "a download slot's state, shard {i} (per-slot layout)"),
+    (re.compile(r"slot:[^:]+:-?\d+"),
+     "a download slot's waiting requests of one priority, shard {i}"),
+    (re.compile(r"ready"), "download slots that may go, shard {i}, by when"),
+    (re.compile(r"slotleases"), "requests taken from the slots, not yet done, shard {i}"),
+    (re.compile(r"slotpush:.+"), "a worker's last push into the slots of shard {i}"),
+    (re.compile(r"slotdefaults"), "the default limits of a download slot, shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
     (re.compile(r"format"), "the format of the request queue's entries"),
     (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),

@@ -1,0 +1,198 @@
+-- Lease requests from the download slots that may go now (frontier/slots.py).
+--
+-- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
+-- KEYS[2]  the shard's slot leases (a hash)
+-- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
+-- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
+-- KEYS[5..] optional: the hashes of the slots to try (a cluster's caller read
+--          them from the ready set first); without them the script reads the
+--          ready set itself
+-- ARGV[1]  this worker (its owner id)
+-- ARGV[2]  its pop number (this worker's, increasing)
+-- ARGV[3]  how many requests at most
+-- ARGV[4]  the shard's slot prefix ("{K:i}:slot:")
+-- ARGV[5]  1 to randomize each delay (0.5x-1.5x, RANDOMIZE_DOWNLOAD_DELAY), else 0
+-- ARGV[6]  the seed of that randomness (an integer; the same on a retry)
+--
+-- Takes, slot by slot in the order they became due (Redis's clock), the heads of
+-- each slot's highest priorities: as many as the slot's room (its concurrency
+-- less its leases; 0 is no limit) and the count left allow, one only when the
+-- slot has a delay. Each goes into the lease hash under "<owner>:<pop>.<j>" as
+-- "<priority>|<slot>|<entry>"; the slot's leases grow by as many, its next
+-- allowed start becomes now + its delay (times the random factor), and it leaves
+-- the ready set when it has nothing left or no room (an ack puts it back).
+-- Keys touched beyond KEYS: the slots' hashes and lists (the shard's hash tag).
+-- Returns {now, when the next slot may go (-1: none ready), field, value, ...};
+-- a pop that already ran (a retry after a lost reply) returns the same leases
+-- again and takes nothing.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+redis.call('ZADD', KEYS[3], now, owner)
+local lease = owner .. ':' .. ARGV[2] .. '.'
+local defaults_key = KEYS[4]
+
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; nothing
+-- in flight; no start or back-off ahead), and a slot with nothing else than
+-- priority 0 waiting has no hash. A slot with a hash has its priorities in use
+-- in "prios" ("" for none); one without has "0" when its list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = v, exists = (v[1] or v[2] or v[3] or v[4] or v[5] or v[6]) and true,
+             prios = v[1] or '0', flight = v[2] or '0', conc = v[3] or DEFAULT.conc,
+             delay = v[4] or DEFAULT.delay, next = v[5] or '0', backoff = v[6] or '0'}
+  if s.exists and not v[1] then s.prios = '' end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS for a slot without a hash);
+-- kept in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exists and not s.exact then
+    s.exact = true
+    if redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed (``s.prios`` exact), leaves out what is the default, and
+-- deletes the hash of a slot left with nothing but priority 0 (or none).
+local function save(h, s)
+  local set, del, other, had = nil, nil, false, s.had
+  for k = 2, #FIELDS do
+    local f = FIELDS[k]
+    local value = s[f]
+    if type(value) == 'number' then value = tostring(value) end
+    if value == DEFAULT[f] then
+      if had[k] then del = del or {}; del[#del + 1] = f end
+    else
+      other = true
+      if value ~= had[k] then
+        set = set or {}
+        set[#set + 1] = f
+        set[#set + 1] = value
+      end
+    end
+  end
+  if not other and (s.prios == '0' or s.prios == '') then
+    if s.exists then redis.call('DEL', h) end
+    return
+  end
+  if s.prios ~= had[1] then
+    set = set or {}
+    set[#set + 1] = 'prios'
+    set[#set + 1] = s.prios
+  end
+  if del then redis.call('HDEL', h, unpack(del)) end
+  if set then redis.call('HSET', h, unpack(set)) end
+end
+
+-- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
+-- limit); returns the last call's reply.
+local function chunked(command, key, items)
+  local reply
+  for i = 1, #items, 1000 do
+    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+  return reply
+end
+
+local function next_due()
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+local out = {now, 0}
+local again = redis.call('HGET', KEYS[2], lease .. '0')
+if again then
+  out[3], out[4] = lease .. '0', again
+  for j = 1, count - 1 do
+    local value = redis.call('HGET', KEYS[2], lease .. j)
+    if not value then break end
+    out[#out + 1] = lease .. j
+    out[#out + 1] = value
+  end
+  out[2] = next_due()
+  return out
+end
+
+local due = {}
+if #KEYS > 4 then
+  for k = 5, #KEYS do
+    local name = string.sub(KEYS[k], #prefix + 1)
+    local at = redis.call('ZSCORE', KEYS[1], name)
+    if at and tonumber(at) <= now then due[#due + 1] = name end
+  end
+else
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, count)
+end
+
+-- Park and Miller's generator, a few steps in so that close seeds draw apart.
+local x = (tonumber(ARGV[6]) % 2147483646) + 1
+for _ = 1, 4 do x = (x * 16807) % 2147483647 end
+-- Leases written in one HSET, the ready set changed in one ZADD and one ZREM.
+local leased, back, gone = {}, {}, {}
+local j = 0
+for _, name in ipairs(due) do
+  if j >= count then break end
+  local h = prefix .. name
+  local s = load(h)
+  local flight, conc, delay = tonumber(s.flight), tonumber(s.conc), tonumber(s.delay)
+  local room = count - j
+  if conc > 0 then room = math.min(room, conc - flight) end
+  if delay > 0 then room = math.min(room, 1) end
+  local taken, kept, full = 0, {}, false
+  for p in string.gmatch(s.prios, '[^,]+') do
+    local want = room - taken
+    if full or want <= 0 then
+      kept[#kept + 1] = p
+    else
+      local got = redis.call('LPOP', h .. ':' .. p, want) or {}
+      for _, e in ipairs(got) do
+        local value = p .. '|' .. name .. '|' .. e
+        leased[#leased + 1] = lease .. j
+        leased[#leased + 1] = value
+        out[#out + 1] = lease .. j
+        out[#out + 1] = value
+        j, taken = j + 1, taken + 1
+      end
+      -- Fewer than asked: the list is gone. As many: it may hold more.
+      if #got == want then
+        full = true
+        if redis.call('EXISTS', h .. ':' .. p) == 1 then kept[#kept + 1] = p end
+      end
+    end
+  end
+  flight = flight + taken
+  local wait = delay
+  if ARGV[5] == '1' and delay > 0 then
+    x = (x * 16807) % 2147483647
+    wait = math.floor(delay * (0.5 + x / 2147483647))
+  end
+  -- The next start is kept only when ahead (a delay); without one the slot still
+  -- goes back into the ready set behind those served before it (score now).
+  local nxt = now + wait
+  if taken == 0 then nxt = tonumber(s.next) elseif wait > 0 then s.next = nxt else s.next = 0 end
+  s.prios, s.flight = table.concat(kept, ','), flight
+  save(h, s)
+  if #kept > 0 and (conc == 0 or flight < conc) then
+    back[#back + 1] = math.max(nxt, tonumber(s.backoff))
+    back[#back + 1] = name
+  else
+    gone[#gone + 1] = name
+  end
+end
+chunked('HSET', KEYS[2], leased)
+chunked('ZADD', KEYS[1], back)
+chunked('ZREM', KEYS[1], gone)
+out[2] = next_due()
+return out

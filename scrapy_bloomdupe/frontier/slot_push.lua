@@ -1,0 +1,157 @@
+-- Queue requests into their download slots' lists (frontier/slots.py), once: a
+-- retry after a lost reply queues nothing again.
+--
+-- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
+-- KEYS[2]  this client's push record for the shard
+-- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
+-- ARGV[1]  this push's number (this client's, increasing)
+-- ARGV[2]  the record's TTL in ms
+-- ARGV[3]  the shard's slot prefix ("{K:i}:slot:")
+-- ARGV[4..] per request: its slot's name (keys.slot_name), its priority, the
+--          slot's concurrency (0: no limit) and delay in ms, the entry's bytes
+--
+-- Appends each entry to "<prefix><slot>:<priority>" and keeps the slot's state
+-- (its hash, see below: prios, the priorities in use, highest first,
+-- comma-separated; flight; conc; delay; next, the next allowed start; backoff,
+-- paused until; both ms on Redis's clock), whose limits the push sets; a slot
+-- with room goes into the ready set (one already there keeps its place). Keys
+-- touched beyond KEYS: the slots' hashes and lists, all in the shard's hash tag
+-- (one Cluster slot; see slots.py).
+-- Returns how many it queued, or -1 when this push already ran (a retry).
+
+if redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+local prefix = ARGV[3]
+local defaults_key = KEYS[3]
+
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; nothing
+-- in flight; no start or back-off ahead), and a slot with nothing else than
+-- priority 0 waiting has no hash. A slot with a hash has its priorities in use
+-- in "prios" ("" for none); one without has "0" when its list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = v, exists = (v[1] or v[2] or v[3] or v[4] or v[5] or v[6]) and true,
+             prios = v[1] or '0', flight = v[2] or '0', conc = v[3] or DEFAULT.conc,
+             delay = v[4] or DEFAULT.delay, next = v[5] or '0', backoff = v[6] or '0'}
+  if s.exists and not v[1] then s.prios = '' end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS for a slot without a hash);
+-- kept in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exists and not s.exact then
+    s.exact = true
+    if redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed (``s.prios`` exact), leaves out what is the default, and
+-- deletes the hash of a slot left with nothing but priority 0 (or none).
+local function save(h, s)
+  local set, del, other, had = nil, nil, false, s.had
+  for k = 2, #FIELDS do
+    local f = FIELDS[k]
+    local value = s[f]
+    if type(value) == 'number' then value = tostring(value) end
+    if value == DEFAULT[f] then
+      if had[k] then del = del or {}; del[#del + 1] = f end
+    else
+      other = true
+      if value ~= had[k] then
+        set = set or {}
+        set[#set + 1] = f
+        set[#set + 1] = value
+      end
+    end
+  end
+  if not other and (s.prios == '0' or s.prios == '') then
+    if s.exists then redis.call('DEL', h) end
+    return
+  end
+  if s.prios ~= had[1] then
+    set = set or {}
+    set[#set + 1] = 'prios'
+    set[#set + 1] = s.prios
+  end
+  if del then redis.call('HDEL', h, unpack(del)) end
+  if set then redis.call('HSET', h, unpack(set)) end
+end
+
+-- The priorities in use, highest first, with ``p`` (its own spelling, that of its
+-- list's key, compared as a number).
+local function with_priority(prios, p)
+  local out, put, n = {}, false, tonumber(p)
+  for x in string.gmatch(prios, '[^,]+') do
+    if x == p then return prios end
+    if not put and tonumber(x) < n then out[#out + 1] = p; put = true end
+    out[#out + 1] = x
+  end
+  if not put then out[#out + 1] = p end
+  return table.concat(out, ',')
+end
+
+-- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
+-- limit); returns the last call's reply.
+local function chunked(command, key, items)
+  local reply
+  for i = 1, #items, 1000 do
+    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+  return reply
+end
+
+-- Grouped by slot, then by priority: one RPUSH a list, one HMGET and at most one
+-- HSET a slot, one ZADD for the ready set.
+local slots, order = {}, {}
+for j = 4, #ARGV, 5 do
+  local name, p = ARGV[j], ARGV[j + 1]
+  local slot = slots[name]
+  if not slot then
+    slot = {lists = {}, prios = {}, n = 0}
+    slots[name] = slot
+    order[#order + 1] = name
+  end
+  slot.conc, slot.delay, slot.n = ARGV[j + 2], ARGV[j + 3], slot.n + 1
+  local list = slot.lists[p]
+  if not list then
+    list = {}
+    slot.lists[p] = list
+    slot.prios[#slot.prios + 1] = p
+  end
+  list[#list + 1] = ARGV[j + 4]
+end
+local ready, full = {}, {}
+for _, name in ipairs(order) do
+  local slot, h = slots[name], prefix .. name
+  local s = load(h)
+  local prios = s.prios
+  if not s.exists and not slot.lists['0'] then prios = prios_of(h, s) end  -- else "0" in it
+  for _, p in ipairs(slot.prios) do
+    if chunked('RPUSH', h .. ':' .. p, slot.lists[p]) == #slot.lists[p] then
+      prios = with_priority(prios, p)
+    end
+  end
+  s.prios, s.conc, s.delay = prios, slot.conc, slot.delay
+  save(h, s)
+  local conc = tonumber(slot.conc)
+  if conc == 0 or tonumber(s.flight) < conc then
+    ready[#ready + 1] = math.max(tonumber(s.next), tonumber(s.backoff))
+    ready[#ready + 1] = name
+  else
+    full[#full + 1] = name  -- a lower limit than its leases: no room until acks
+  end
+end
+for i = 1, #ready, 1000 do
+  redis.call('ZADD', KEYS[1], 'NX', unpack(ready, i, math.min(i + 999, #ready)))
+end
+chunked('ZREM', KEYS[1], full)
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return (#ARGV - 3) / 5

@@ -1,0 +1,180 @@
+-- Give back the slot leases of dead workers (frontier/slots.py): any live worker
+-- runs it.
+--
+-- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
+-- KEYS[2]  the shard's slot leases (a hash: "<owner>:<pop>.<j>" ->
+--          "<priority>|<slot>|<entry>")
+-- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
+-- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
+-- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
+-- ARGV[2]  the lease timeout in ms
+-- ARGV[3]  an owner whose leases go back now whatever its heartbeat ('' for
+--          none): a worker that closes gives back what it took and did not start
+--
+-- Every lease of an owner with no heartbeat for ARGV[2] ms goes back to the head
+-- of its slot's list of its priority, with one more requeue counted (NUL "rq" <n>
+-- NUL before the entry, as frontier/entry.py reads it), frees its room, and the
+-- owner is forgotten; the leases of ARGV[3] go back uncounted. Keys touched
+-- beyond KEYS: the slots' hashes and lists (the shard's hash tag).
+-- Returns how many leases went back.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local prefix = ARGV[1]
+local defaults_key = KEYS[4]
+
+-- A slot's state (the same block in every slot_*.lua): its hash holds only what
+-- differs from the default (the shard's default limits, else no limit; nothing
+-- in flight; no start or back-off ahead), and a slot with nothing else than
+-- priority 0 waiting has no hash. A slot with a hash has its priorities in use
+-- in "prios" ("" for none); one without has "0" when its list of priority 0
+-- exists, else none.
+local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
+local DEFAULT
+do
+  local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
+  DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
+             next = '0', backoff = '0'}
+end
+local function load(h)
+  local v = redis.call('HMGET', h, unpack(FIELDS))
+  local s = {had = v, exists = (v[1] or v[2] or v[3] or v[4] or v[5] or v[6]) and true,
+             prios = v[1] or '0', flight = v[2] or '0', conc = v[3] or DEFAULT.conc,
+             delay = v[4] or DEFAULT.delay, next = v[5] or '0', backoff = v[6] or '0'}
+  if s.exists and not v[1] then s.prios = '' end
+  return s
+end
+-- The slot's priorities in use, exactly (an EXISTS for a slot without a hash);
+-- kept in ``s`` (whose ``prios`` the caller then keeps exact).
+local function prios_of(h, s)
+  if not s.exists and not s.exact then
+    s.exact = true
+    if redis.call('EXISTS', h .. ':0') == 0 then s.prios = '' end
+  end
+  return s.prios
+end
+-- Writes what changed (``s.prios`` exact), leaves out what is the default, and
+-- deletes the hash of a slot left with nothing but priority 0 (or none).
+local function save(h, s)
+  local set, del, other, had = nil, nil, false, s.had
+  for k = 2, #FIELDS do
+    local f = FIELDS[k]
+    local value = s[f]
+    if type(value) == 'number' then value = tostring(value) end
+    if value == DEFAULT[f] then
+      if had[k] then del = del or {}; del[#del + 1] = f end
+    else
+      other = true
+      if value ~= had[k] then
+        set = set or {}
+        set[#set + 1] = f
+        set[#set + 1] = value
+      end
+    end
+  end
+  if not other and (s.prios == '0' or s.prios == '') then
+    if s.exists then redis.call('DEL', h) end
+    return
+  end
+  if s.prios ~= had[1] then
+    set = set or {}
+    set[#set + 1] = 'prios'
+    set[#set + 1] = s.prios
+  end
+  if del then redis.call('HDEL', h, unpack(del)) end
+  if set then redis.call('HSET', h, unpack(set)) end
+end
+
+-- Writes slot ``name`` 's state ``s`` and puts it in or out of the ready set: in
+-- when it has requests and room (one already there keeps its place unless ``moved``,
+-- a new back-off), out otherwise; a slot with nothing waiting, nothing in flight
+-- and no start or back-off ahead loses its hash.
+local function place(name, s, now, moved)
+  local h = prefix .. name
+  local flight, conc = tonumber(s.flight), tonumber(s.conc)
+  local at = math.max(tonumber(s.next), tonumber(s.backoff))
+  local waiting = prios_of(h, s) ~= ''
+  if waiting and (conc == 0 or flight < conc) then
+    if at == 0 then at = now end
+    if moved then
+      redis.call('ZADD', KEYS[1], at, name)
+    else
+      redis.call('ZADD', KEYS[1], 'NX', at, name)
+    end
+  else
+    redis.call('ZREM', KEYS[1], name)
+  end
+  if not waiting and flight == 0 and at <= now then
+    if s.exists then redis.call('DEL', h) end
+  else
+    save(h, s)
+  end
+end
+
+-- The priorities in use, highest first, with ``p`` (its own spelling, that of its
+-- list's key, compared as a number).
+local function with_priority(prios, p)
+  local out, put, n = {}, false, tonumber(p)
+  for x in string.gmatch(prios, '[^,]+') do
+    if x == p then return prios end
+    if not put and tonumber(x) < n then out[#out + 1] = p; put = true end
+    out[#out + 1] = x
+  end
+  if not put then out[#out + 1] = p end
+  return table.concat(out, ',')
+end
+
+local dead = {}
+for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[2]))) do
+  dead[owner] = true
+end
+if ARGV[3] ~= '' then dead[ARGV[3]] = true end
+if next(dead) == nil then return 0 end
+local back, slots, gone = 0, {}, {}
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local field, value = all[j], all[j + 1]
+  local colon = string.find(field, ':', 1, true)
+  local owner = string.sub(field, 1, colon - 1)
+  if dead[owner] then
+    local dot = string.find(field, '.', colon, true)
+    gone[#gone + 1] = {field, value, owner, tonumber(string.sub(field, colon + 1, dot - 1)),
+                       tonumber(string.sub(field, dot + 1))}
+  end
+end
+-- Latest taken first: each goes to its list's head, so they end in the order taken.
+table.sort(gone, function(a, b)
+  if a[4] ~= b[4] then return a[4] > b[4] end
+  return a[5] > b[5]
+end)
+for _, item in ipairs(gone) do
+  local field, value, owner = item[1], item[2], item[3]
+  local bar = string.find(value, '|', 1, true)
+  local second = string.find(value, '|', bar + 1, true)
+  local p = string.sub(value, 1, bar - 1)
+  local name = string.sub(value, bar + 1, second - 1)
+  local e = string.sub(value, second + 1)
+  if owner ~= ARGV[3] then
+    local n = 0
+    if string.sub(e, 1, 3) == '\0rq' then
+      local stop = string.find(e, '\0', 4, true)
+      n = tonumber(string.sub(e, 4, stop - 1))
+      e = string.sub(e, stop + 1)
+    end
+    e = '\0rq' .. (n + 1) .. '\0' .. e
+  end
+  local h = prefix .. name
+  local s = slots[name]
+  if not s then
+    s = load(h)
+    s.prios = prios_of(h, s)
+    slots[name] = s
+  end
+  if redis.call('LPUSH', h .. ':' .. p, e) == 1 then s.prios = with_priority(s.prios, p) end
+  s.flight = math.max(tonumber(s.flight) - 1, 0)
+  redis.call('HDEL', KEYS[2], field)
+  back = back + 1
+end
+for name, s in pairs(slots) do place(name, s, now, false) end
+for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
+return back
