@@ -45,3 +45,5 @@ class BloomDupeAddon:
         settings["EXTENSIONS"]["scrapy_bloomdupe.workermetrics.WorkerMetrics"] = 510
         settings["SPIDER_MIDDLEWARES"]["scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"] = 10
         settings["DOWNLOADER_MIDDLEWARES"]["scrapy_bloomdupe.failures.FailedRequestMiddleware"] = 50
+        # Not configured unless BLOOMDUPE_POLITENESS = "crawl"; before RetryMiddleware (550).
+        settings["DOWNLOADER_MIDDLEWARES"]["scrapy_bloomdupe.backoff.CrawlBackoffMiddleware"] = 560

@@ -49,6 +49,8 @@ scheduler), ``<slot>`` a download slot's name as :func:`slot_name` writes it:
 ``{K:i}:slotleases``             hash: requests taken from the slots, until acked
 ``{K:i}:slotpush:<client>``      string: a client's last push into the slots
 ``{K:i}:slotdefaults``           hash: the crawl's default limits of a slot
+``{K:i}:slotwaiting``            string: how many requests wait in the slots' lists
+``{K:i}:slotstrikes``            hash: a slot's back-offs in a row, and the last
 ==============================  =====================================================
 
 The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
@@ -284,6 +286,16 @@ def slot_defaults(key: str, index: int) -> str:
     return f"{_shard(key, index)}:slotdefaults"
 
 
+def slot_waiting(key: str, index: int) -> str:
+    """Shard ``index``'s count of requests waiting in its slots' lists."""
+    return f"{_shard(key, index)}:slotwaiting"
+
+
+def slot_strikes(key: str, index: int) -> str:
+    """Shard ``index``'s back-off strikes: slot -> ``<strikes>|<last, ms>``."""
+    return f"{_shard(key, index)}:slotstrikes"
+
+
 def slot_push_record(key: str, index: int, client: str) -> str:
     return f"{_shard(key, index)}:slotpush:{client}"
 
@@ -335,6 +347,8 @@ _SHARDED = [
     (re.compile(r"slotleases"), "requests taken from the slots, not yet done, shard {i}"),
     (re.compile(r"slotpush:.+"), "a worker's last push into the slots of shard {i}"),
     (re.compile(r"slotdefaults"), "the default limits of a download slot, shard {i}"),
+    (re.compile(r"slotwaiting"), "how many requests wait in the slots of shard {i}"),
+    (re.compile(r"slotstrikes"), "download slots' back-offs in a row, shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
     (re.compile(r"format"), "the format of the request queue's entries"),
     (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),

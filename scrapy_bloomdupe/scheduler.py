@@ -47,6 +47,7 @@ from twisted.internet.defer import Deferred
 
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
+from .exceptions import BloomDupeError
 from .frontier.queue import PriorityQueue
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
@@ -56,6 +57,7 @@ from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
 from .scheduling.shared import SharedCrawl, make_queue, open_filter
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import FrontierConfig
+from .transport.cluster import is_cluster
 from .transport.diagnose import check
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ __all__ = ["ACK_DELAY", "IDLE_POLL", "MAX_IDLE_POLL", "QUEUED_META", "WAKE_META"
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
+BACKOFF_MIDDLEWARE = "scrapy_bloomdupe.backoff.CrawlBackoffMiddleware"
 
 
 def _enabled(settings: BaseSettings, name: str, path: str) -> bool:
@@ -181,8 +184,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 "this worker is idle, and if it dies, every page it handled since is fetched "
                 "again. Add it, or activate the package with ADDONS = "
                 "{'scrapy_bloomdupe.addon.BloomDupeAddon': 100}, which does", MIDDLEWARE)
+        if kwargs["frontier"].politeness == "crawl" and not _enabled(
+                settings, "DOWNLOADER_MIDDLEWARES", BACKOFF_MIDDLEWARE):
+            logger.warning(
+                "DOWNLOADER_MIDDLEWARES lacks %r (order 560): with BLOOMDUPE_POLITENESS = "
+                "'crawl' a 429 or 503 pauses its site only for the worker that got it. Add "
+                "it, or use the add-on", BACKOFF_MIDDLEWARE)
         server = connection.get_client(crawler)
         check(server)  # fail here, before the engine opens anything
+        if kwargs["frontier"].politeness == "crawl" and is_cluster(server):
+            raise BloomDupeError(
+                "BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet: set "
+                "BLOOMDUPE_POLITENESS = 'worker' (Scrapy's limits per worker), or use one "
+                "Redis node or a Sentinel set")
         instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats

@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_MAX_REQUEUES": 3,
     "BLOOMDUPE_DONE_GRACE": 3.0,
     "BLOOMDUPE_FAILED_LIMIT": 100_000,
+    "BLOOMDUPE_POLITENESS": "worker",
+    "BLOOMDUPE_BACKOFF_CODES": [429, 503],
+    "BLOOMDUPE_BACKOFF_MAX": 300.0,
     "BLOOMDUPE_BATCH": True,
     "BLOOMDUPE_BATCH_SIZE": 1000,
     "BLOOMDUPE_SCHEDULER": True,
@@ -297,6 +300,12 @@ class FrontierConfig:
     #: Times a request's lease may expire (its holder stopped heartbeating) before the
     #: request is recorded as failed instead of being handed out again.
     max_requeues: int = 3
+    #: ``BLOOMDUPE_POLITENESS``: whose download slots' limits hold, "worker" or "crawl".
+    politeness: str = "worker"
+    #: Response codes that back a slot off crawl-wide ("crawl" politeness).
+    backoff_codes: tuple[int, ...] = (429, 503)
+    #: Longest back-off of a slot without ``Retry-After`` (doubling), and the cap of one.
+    backoff_max: float = 300.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierConfig:
@@ -309,7 +318,33 @@ class FrontierConfig:
                       minimum=0),
             parse_int("BLOOMDUPE_MAX_REQUEUES", _get(settings, "BLOOMDUPE_MAX_REQUEUES"),
                       minimum=1),
+            parse_politeness(_get(settings, "BLOOMDUPE_POLITENESS")),
+            parse_codes("BLOOMDUPE_BACKOFF_CODES", _get(settings, "BLOOMDUPE_BACKOFF_CODES")),
+            parse_float("BLOOMDUPE_BACKOFF_MAX", _get(settings, "BLOOMDUPE_BACKOFF_MAX"),
+                        low=1, high=86_400),
         )
+
+
+def parse_politeness(value: Any) -> str:
+    """``BLOOMDUPE_POLITENESS``: "worker" (Scrapy's limits, each worker for itself) or
+    "crawl" (held for the whole crawl: frontier/crawlwide.py)."""
+    if not isinstance(value, str) or value.strip().lower() not in ("worker", "crawl"):
+        raise ConfigError("BLOOMDUPE_POLITENESS", value,
+                          "must be 'worker' (Scrapy's per-site limits, each worker for itself) "
+                          "or 'crawl' (the same limits held for the whole crawl)")
+    return value.strip().lower()
+
+
+def parse_codes(name: str, value: Any) -> tuple[int, ...]:
+    """A list of HTTP status codes (a list, or a comma-separated string)."""
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        codes = tuple(int(str(item).strip()) for item in items if str(item).strip())
+    except (TypeError, ValueError):
+        codes = ()
+    if not codes or any(not 100 <= code <= 599 for code in codes):
+        raise ConfigError(name, value, "must be a list of HTTP status codes, such as [429, 503]")
+    return codes
 
 
 def use_scheduler(settings: BaseSettings) -> bool:

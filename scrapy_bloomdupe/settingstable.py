@@ -82,6 +82,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("BLOOMDUPE_MAX_REQUEUES", "whole number", _FRONTIER),
     Setting("BLOOMDUPE_DONE_GRACE", "number", _FRONTIER),
     Setting("BLOOMDUPE_FAILED_LIMIT", "whole number", _FRONTIER),
+    Setting("BLOOMDUPE_POLITENESS", "choice", _FRONTIER),
+    Setting("BLOOMDUPE_BACKOFF_CODES", "status codes", _FRONTIER),
+    Setting("BLOOMDUPE_BACKOFF_MAX", "number", _FRONTIER),
     # the batch middleware, the add-on, a worker's figures
     Setting("BLOOMDUPE_BATCH", "bool", batch_size),
     Setting("BLOOMDUPE_BATCH_SIZE", "whole number", batch_size),

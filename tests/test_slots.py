@@ -421,7 +421,8 @@ def test_tools_name_every_key_of_the_layout(client: redis.Redis) -> None:
     q.push([SlotEntry("a:b", -2, b"\x01x"), SlotEntry("a:b", -2, b"\x01y")])
     q.pop(1)
     names = sorted(name.decode() for name in client.scan_iter(match=f"{{{TAG}:0}}:*"))
-    assert len(names) == 6  # the slot's hash and list, ready, leases, owners, push record
+    # the slot's hash and list, ready, leases, owners, push record, waiting count
+    assert len(names) == 7
     for name in names:
         assert keys.belongs(TAG, name), name
         found = keys.what_is(TAG, name)

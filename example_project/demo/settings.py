@@ -13,6 +13,10 @@ SCHEDULER = "scrapy_bloomdupe.scheduler.Scheduler"
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 # Checks all the links of one page in one Redis round trip instead of one each.
 SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}
+# Requests that failed for good are kept in Redis (`bloomdupe failed`); with
+# BLOOMDUPE_POLITENESS = "crawl", a 429 or 503 pauses its site for every worker.
+DOWNLOADER_MIDDLEWARES = {"scrapy_bloomdupe.failures.FailedRequestMiddleware": 50,
+                          "scrapy_bloomdupe.backoff.CrawlBackoffMiddleware": 560}
 # Adds bloomdupe/* figures (fill, estimated items, ...) to the stats and logs
 # them every BLOOMDUPE_LOG_INTERVAL seconds.
 # (The add-on sets all four in one line: ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}.)

@@ -429,7 +429,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         commands: list[tuple[Any, ...]] = []
         with self._acks_lock:
             pending = {shard: list(acks) for shard, acks in self._acks.items()
-                       if reached is None or reached(("HDEL", self._leases[shard]))}
+                       if reached is None or reached(self._ack_command(shard, []))}
         self._acks_carried = {shard: len(acks) for shard, acks in pending.items()}
         self._acks_stale = 0
         self._stale_built = []
@@ -438,9 +438,13 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             self._acks_stale += len(acks) - len(fields)
             self._stale_built += [field for field, taken in acks if taken != epoch]
             if fields:
-                commands.append(("HDEL", self._leases[shard], *fields))
+                commands.append(self._ack_command(shard, fields))
         self._acks_built = (len(commands), epoch if commands else None)
         return commands
+
+    def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
+        """The command that acks ``fields`` of ``shard``."""
+        return ("HDEL", self._leases[shard], *fields)
 
     def _acks_sent(self) -> None:
         """Forget the acks the last round trip carried (not those added since)."""
@@ -554,6 +558,12 @@ def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
         for shard in range(shards):
             names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
             names += link.scan(keys.push_record(tag, shard, "*"))
+            # a crawl-wide queue's (frontier/crawlwide.py)
+            names += [keys.ready(tag, shard), keys.slot_leases(tag, shard),
+                      keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
+                      keys.slot_strikes(tag, shard)]
+            names += link.scan(keys.slot_prefix(tag, shard) + "*")
+            names += link.scan(keys.slot_push_record(tag, shard, "*"))
         link.calls([("DEL", name) for name in names])
 
 
@@ -564,8 +574,13 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
     with link_to(target) as link:
         replies = link.calls([
             command for shard in range(shards)
-            for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)))])
-    return [(int(replies[2 * i]), int(replies[2 * i + 1])) for i in range(shards)]
+            for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)),
+                            ("GET", keys.slot_waiting(tag, shard)),
+                            ("HLEN", keys.slot_leases(tag, shard)))])
+    # A crawl-wide queue (frontier/crawlwide.py) keeps its requests in its download
+    # slots' lists, counted, and their leases in a hash of their own.
+    return [(int(replies[4 * i]) + int(replies[4 * i + 2] or 0),
+             int(replies[4 * i + 1]) + int(replies[4 * i + 3])) for i in range(shards)]
 
 
 def status(target: Redis | RedisCluster | Link, tag: str, shards: int) -> tuple[int, int]:

@@ -4,7 +4,8 @@
 -- KEYS[2]  the shard's slot leases (a hash)
 -- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
 -- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
--- KEYS[5..] optional: the hashes of the slots to try (a cluster's caller read
+-- KEYS[5]  the shard's count of requests waiting in its slots (a string)
+-- KEYS[6..] optional: the hashes of the slots to try (a cluster's caller read
 --          them from the ready set first); without them the script reads the
 --          ready set itself
 -- ARGV[1]  this worker (its owner id)
@@ -126,8 +127,8 @@ if again then
 end
 
 local due = {}
-if #KEYS > 4 then
-  for k = 5, #KEYS do
+if #KEYS > 5 then
+  for k = 6, #KEYS do
     local name = string.sub(KEYS[k], #prefix + 1)
     local at = redis.call('ZSCORE', KEYS[1], name)
     if at and tonumber(at) <= now then due[#due + 1] = name end
@@ -192,6 +193,7 @@ for _, name in ipairs(due) do
   end
 end
 chunked('HSET', KEYS[2], leased)
+if j > 0 then redis.call('DECRBY', KEYS[5], j) end
 chunked('ZADD', KEYS[1], back)
 chunked('ZREM', KEYS[1], gone)
 out[2] = next_due()

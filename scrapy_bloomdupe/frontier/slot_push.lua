@@ -4,7 +4,12 @@
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
 -- KEYS[2]  this client's push record for the shard
 -- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
--- ARGV[1]  this push's number (this client's, increasing)
+-- KEYS[4]  the shard's count of requests waiting in its slots (a string)
+-- KEYS[5]  optional: the shard's intake (a sorted set: the filter's sink); an
+--          entry is queued only if this call removed it from there (a move,
+--          safe to repeat: a retry, or another worker's move, queues nothing)
+-- ARGV[1]  this push's number (this client's, increasing); '' for a move from
+--          the intake (no record)
 -- ARGV[2]  the record's TTL in ms
 -- ARGV[3]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[4..] per request: its slot's name (keys.slot_name), its priority, the
@@ -19,7 +24,8 @@
 -- (one Cluster slot; see slots.py).
 -- Returns how many it queued, or -1 when this push already ran (a retry).
 
-if redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+local intake = KEYS[5]
 local prefix = ARGV[3]
 local defaults_key = KEYS[3]
 
@@ -111,8 +117,14 @@ end
 -- Grouped by slot, then by priority: one RPUSH a list, one HMGET and at most one
 -- HSET a slot, one ZADD for the ready set.
 local slots, order = {}, {}
+local queued = 0
 for j = 4, #ARGV, 5 do
   local name, p = ARGV[j], ARGV[j + 1]
+  if intake and redis.call('ZREM', intake, ARGV[j + 4]) == 0 then
+    name = nil  -- moved already (a retry, another worker), or never there
+  end
+  if name then
+  queued = queued + 1
   local slot = slots[name]
   if not slot then
     slot = {lists = {}, prios = {}, n = 0}
@@ -127,6 +139,7 @@ for j = 4, #ARGV, 5 do
     slot.prios[#slot.prios + 1] = p
   end
   list[#list + 1] = ARGV[j + 4]
+  end
 end
 local ready, full = {}, {}
 for _, name in ipairs(order) do
@@ -153,5 +166,6 @@ for i = 1, #ready, 1000 do
   redis.call('ZADD', KEYS[1], 'NX', unpack(ready, i, math.min(i + 999, #ready)))
 end
 chunked('ZREM', KEYS[1], full)
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return (#ARGV - 3) / 5
+if queued > 0 then redis.call('INCRBY', KEYS[4], queued) end
+if ARGV[1] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+return queued

@@ -8,15 +8,21 @@
 -- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[2]  the lease timeout in ms
+-- KEYS[5]  the shard's count of requests waiting in its slots (a string)
 -- ARGV[3]  an owner whose leases go back now whatever its heartbeat ('' for
 --          none): a worker that closes gives back what it took and did not start
+-- ARGV[4]  '1' to forget the dead owners (ZREM from KEYS[3]); '0' when the
+--          shard's other reap (reap.lua, in the same round trip) does it
+-- ARGV[5..] fields of ARGV[3]'s leases that stay (the ones it still holds: a
+--          reclaim); without any, all of ARGV[3]'s go back
 --
 -- Every lease of an owner with no heartbeat for ARGV[2] ms goes back to the head
 -- of its slot's list of its priority, with one more requeue counted (NUL "rq" <n>
 -- NUL before the entry, as frontier/entry.py reads it), frees its room, and the
 -- owner is forgotten; the leases of ARGV[3] go back uncounted. Keys touched
 -- beyond KEYS: the slots' hashes and lists (the shard's hash tag).
--- Returns how many leases went back.
+-- Returns {what went back for dead owners, as "<priority>|<slot>|<entry>" (the entry
+-- with its requeue count), the fields of ARGV[3]'s leases that went back}.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -129,14 +135,16 @@ for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumb
   dead[owner] = true
 end
 if ARGV[3] ~= '' then dead[ARGV[3]] = true end
-if next(dead) == nil then return 0 end
-local back, slots, gone = 0, {}, {}
+if next(dead) == nil then return {{}, {}} end
+local keep = {}
+for k = 5, #ARGV do keep[ARGV[k]] = true end
+local back, slots, gone, own, counted = 0, {}, {}, {}, {}
 local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field, value = all[j], all[j + 1]
   local colon = string.find(field, ':', 1, true)
   local owner = string.sub(field, 1, colon - 1)
-  if dead[owner] then
+  if dead[owner] and not keep[field] then
     local dot = string.find(field, '.', colon, true)
     gone[#gone + 1] = {field, value, owner, tonumber(string.sub(field, colon + 1, dot - 1)),
                        tonumber(string.sub(field, dot + 1))}
@@ -154,7 +162,9 @@ for _, item in ipairs(gone) do
   local p = string.sub(value, 1, bar - 1)
   local name = string.sub(value, bar + 1, second - 1)
   local e = string.sub(value, second + 1)
-  if owner ~= ARGV[3] then
+  if owner == ARGV[3] then
+    own[#own + 1] = field
+  else
     local n = 0
     if string.sub(e, 1, 3) == '\0rq' then
       local stop = string.find(e, '\0', 4, true)
@@ -162,6 +172,7 @@ for _, item in ipairs(gone) do
       e = string.sub(e, stop + 1)
     end
     e = '\0rq' .. (n + 1) .. '\0' .. e
+    counted[#counted + 1] = p .. '|' .. name .. '|' .. e
   end
   local h = prefix .. name
   local s = slots[name]
@@ -176,5 +187,10 @@ for _, item in ipairs(gone) do
   back = back + 1
 end
 for name, s in pairs(slots) do place(name, s, now, false) end
-for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
-return back
+if back > 0 then redis.call('INCRBY', KEYS[5], back) end
+if ARGV[4] == '1' then
+  for owner in pairs(dead) do
+    if owner ~= ARGV[3] then redis.call('ZREM', KEYS[3], owner) end
+  end
+end
+return {counted, own}

@@ -159,6 +159,7 @@ class SlotQueue:
         self.owners = keys.owners(tag, shard)
         self.push_record = keys.slot_push_record(tag, shard, self.owner)
         self.defaults = keys.slot_defaults(tag, shard)
+        self.waiting_count = keys.slot_waiting(tag, shard)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT), ("ack", self.ACK_SCRIPT),
             ("reap", self.REAP_SCRIPT), ("backoff", self.BACKOFF_SCRIPT),
@@ -186,7 +187,8 @@ class SlotQueue:
         for item in entries:
             args += [keys.slot_name(item.slot), int(item.priority), int(item.concurrency),
                      int(item.delay_ms), item.entry]
-        return int(self._scripts["push"](keys=[self.ready, self.push_record, self.defaults],
+        return int(self._scripts["push"](keys=[self.ready, self.push_record, self.defaults,
+                                               self.waiting_count],
                                          args=args))
 
     # -- pop, ack, reap, back-off --------------------------------------------------
@@ -207,7 +209,8 @@ class SlotQueue:
             names: list[Any] = list(self.server.zrange(self.ready, 0, count - 1))
             slot_keys = [self.prefix + _text(name) for name in names]
         reply = self._scripts["pop"](
-            keys=[self.ready, self.leases, self.owners, self.defaults, *slot_keys],
+            keys=[self.ready, self.leases, self.owners, self.defaults, self.waiting_count,
+                  *slot_keys],
             args=[self.owner, number, count, self.prefix, int(randomize), seed])
         now, nxt = int(reply[0]), int(reply[1])
         leases = [_lease(reply[j], reply[j + 1]) for j in range(2, len(reply), 2)]
@@ -226,9 +229,10 @@ class SlotQueue:
         """Put back the leases of workers without a heartbeat for the lease timeout
         (and this worker's own with ``release_own``). Returns how many went back."""
         own = self.owner if release_own else ""
-        return int(self._scripts["reap"](
-            keys=[self.ready, self.leases, self.owners, self.defaults],
-            args=[self.prefix, self.lease_timeout_ms, own]))
+        counted, given = self._scripts["reap"](
+            keys=[self.ready, self.leases, self.owners, self.defaults, self.waiting_count],
+            args=[self.prefix, self.lease_timeout_ms, own, 1])
+        return len(counted) + len(given)
 
     def heartbeat(self) -> None:
         """Mark this worker alive (Redis's clock; a pop does it too)."""

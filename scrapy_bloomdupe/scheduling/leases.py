@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, TypeVar
 from scrapy.utils.asyncio import CallLaterResult, call_later
 from twisted.python.failure import Failure
 
+from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.queue import Lease
 from .failed import FailedRequests
 from .jobs import Stopped, acted_on
@@ -51,6 +52,9 @@ T = TypeVar("T")
 WAKE_META = "_bloomdupe_wake"
 #: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
 ACK_DELAY = 0.05
+#: Crawl-wide politeness: how soon a worker asks again when requests wait in download
+#: slots that are all at their limit (another worker's ack frees room), in seconds.
+SLOT_POLL = 0.1
 
 #: How a delayed call is asked for (Scrapy's ``call_later``; a test's own clock).
 Later = Callable[[float, Callable[[], None]], CallLaterResult]
@@ -108,6 +112,11 @@ class Leases:
         self._empty_until = 0.0
         #: Whether this worker queued requests since a pop last found the queue empty.
         self._queued = False
+        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes only what may
+        #: start now, so nothing is taken ahead (no prefetch), and a pop that took
+        #: nothing while slots wait is tried again when the next slot may go.
+        self._crawl_wide = isinstance(self.queue, CrawlWideQueue)
+        self._slot_call: CallLaterResult | None = None
 
     @property
     def leased(self) -> bool:
@@ -182,7 +191,7 @@ class Leases:
         queue, never more than the engine can start (its free download slots)."""
         if not self.leased:
             return max(1, self._concurrency - self.holding() - len(self.buffer))
-        extra = max(1, self._concurrency // 4) if self._deep else 0
+        extra = max(1, self._concurrency // 4) if self._deep and not self._crawl_wide else 0
         return max(1, self._concurrency - len(self.handed) - len(self.buffer)) + extra
 
     def holding(self) -> int:
@@ -196,7 +205,7 @@ class Leases:
         """How few buffered requests make the next pop go out: while the queue is deep, a
         quarter of ``CONCURRENT_REQUESTS``, so that the pop's round trip runs while
         those start (no download slot waits for it); else none left."""
-        return self._concurrency // 4 if self._deep else 0
+        return self._concurrency // 4 if self._deep and not self._crawl_wide else 0
 
     # -- filling the buffer -------------------------------------------------------------
 
@@ -284,12 +293,31 @@ class Leases:
         retired = self.report_retired()
         if retired:
             self._refill = True
+        elif not leases and self._crawl_wide and self.queue.slots_waiting:
+            self._slot_wait()
         elif not leases:
             self._queued = False
             self._empty_until = self._clock() + self._idle_poll()
         elif self.buffer and self.starved:
             self.starved = False
             self.wake_engine()
+
+    def _slot_wait(self) -> None:
+        """Requests wait in download slots, none of which may go now: ask again when
+        the next one may (Redis said when), or after SLOT_POLL when all are at their
+        limit; the engine's asks meanwhile do not go to Redis."""
+        self._queued = True  # work is left, as far as this worker knows (see pending)
+        due = self.queue.next_due
+        wait = SLOT_POLL if due is None else min(max(due, 0.005), SLOT_POLL * 10)
+        self._empty_until = self._clock() + wait
+        if self._slot_call is None and self._engine() is not None:
+            self._slot_call = self._later(wait, self._slot_due)
+
+    def _slot_due(self) -> None:
+        self._slot_call = None
+        self.work_came()
+        self.starved = True  # what the fill takes goes to the engine at once
+        self.fill()
 
     def _fill_over(self, result: Failure | None, then: Callable[[], None] | None,
                    looked: Callable[[T | None], None] | None) -> None:
@@ -403,6 +431,9 @@ class Leases:
         on their way (:meth:`send_acks_now` sent none meanwhile) go now if the engine
         still waits, else within ACK_DELAY."""
         self._acks_sending = False
+        if self._crawl_wide and not self.buffer:
+            self.work_came()  # the acks gave their slots room back: take what may go
+            self.fill()
         if self.starved and self.buffer and not self.full():
             self.starved = False
             self.wake_engine()
@@ -424,3 +455,6 @@ class Leases:
         if self._ack_call is not None:
             self._ack_call.cancel()
         self._ack_call = None
+        if self._slot_call is not None:
+            self._slot_call.cancel()
+        self._slot_call = None

@@ -20,8 +20,11 @@ from .. import dupefilter as dupefilter_module
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
+from ..exceptions import BloomDupeError
 from ..frontier import entry
 from ..frontier import queue as frontier_queue
+from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.politeness import SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from ..transport.wait import replicas_to_wait
@@ -75,6 +78,14 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         extra = {"tag": tag, "shards": shards,
                  "lease_timeout": frontier.lease_timeout, "wait_replicas": wait,
                  "failed_limit": frontier.failed_limit}
+        if frontier.politeness == "crawl":
+            if cls is not PriorityQueue:
+                raise BloomDupeError(
+                    f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
+                    f"SCHEDULER_QUEUE_CLASS = {queue_cls!r}: remove that setting, or set "
+                    "BLOOMDUPE_POLITENESS = 'worker'")
+            cls = CrawlWideQueue
+            extra["policy"] = SlotPolicy(settings, spider)
     try:
         return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
     except TypeError as e:

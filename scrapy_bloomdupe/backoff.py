@@ -1,0 +1,120 @@
+"""``BLOOMDUPE_POLITENESS = "crawl"``: a site that answers "slow down" is backed off by
+every worker, not only by the one that heard it.
+
+A response whose status is in ``BLOOMDUPE_BACKOFF_CODES`` (429 and 503 by default)
+pauses its download slot in Redis (:meth:`~.frontier.crawlwide.CrawlWideQueue.backoff`):
+no worker takes a request of that slot before the pause ends (Redis's clock). With a
+``Retry-After`` header (seconds, or an HTTP date) the pause is what it asks, at most
+``BLOOMDUPE_BACKOFF_MAX``; without one it doubles with each such answer in a row
+(1 s, 2 s, 4 s, ..., at most ``BLOOMDUPE_BACKOFF_MAX``), and the count is forgotten
+after ``BLOOMDUPE_BACKOFF_MAX`` seconds without one. The response itself goes on
+to Scrapy's ``RetryMiddleware`` (429 and 503 are in ``RETRY_HTTP_CODES``), whose
+retry waits in the slot's queue until the pause is over.
+
+The add-on enables it (order 560, before ``RetryMiddleware`` sees the response); in
+``"worker"`` politeness it is not configured.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import NotConfigured
+
+from . import keys
+from .frontier.crawlwide import CrawlWideQueue
+from .scheduler import for_crawler
+from .scheduling.jobs import acted_on
+from .settings import FrontierConfig
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request, Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: The first pause of a slot answered without Retry-After (s); each next one doubles.
+FIRST_PAUSE = 1.0
+
+
+def retry_after(value: bytes | str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (a number, or an HTTP date), or None
+    when there is none or it cannot be read."""
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    text = text.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class CrawlBackoffMiddleware:
+    """Pauses a download slot crawl-wide on a "slow down" answer (see the module)."""
+
+    def __init__(self, crawler: Crawler, frontier: FrontierConfig) -> None:
+        self.crawler = crawler
+        self.codes = frozenset(frontier.backoff_codes)
+        self.longest = frontier.backoff_max
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        frontier = FrontierConfig.from_settings(crawler.settings)
+        if frontier.politeness != "crawl":
+            raise NotConfigured("BLOOMDUPE_POLITENESS is not 'crawl'")
+        return cls(crawler, frontier)
+
+    def process_response(self, request: Request, response: Response,
+                         spider: Any = None) -> Response:
+        if response.status not in self.codes:
+            return response
+        scheduler = for_crawler(self.crawler)
+        queue = getattr(scheduler, "queue", None)
+        if scheduler is None or not isinstance(queue, CrawlWideQueue):
+            return response
+        slot = queue.policy.key(request)
+        asked = retry_after(response.headers.get(b"Retry-After"))
+        longest = self.longest
+
+        def pause() -> tuple[float, int]:
+            now = queue.redis_time_ms()
+            if asked is not None:
+                seconds = min(asked, longest)
+            else:
+                seconds = _strike(queue, slot, now, longest)
+            return seconds, queue.backoff(slot, now + round(seconds * 1000))
+
+        def paused(answer: tuple[float, int]) -> None:
+            seconds, _ = answer
+            self.crawler.stats.inc_value("bloomdupe/backoff")
+            logger.info("%s answered %d: its download slot %r is paused for %.1f s for "
+                        "every worker (%s)", request, response.status, slot, seconds,
+                        "Retry-After" if asked is not None else "no Retry-After: doubling")
+
+        scheduler.jobs.run(pause).addCallbacks(paused, acted_on)
+        return response
+
+
+def _strike(queue: CrawlWideQueue, slot: str, now_ms: int, longest: float) -> float:
+    """One more "slow down" for ``slot`` without Retry-After: its pause (s), doubled
+    for each in a row, the count forgotten after ``longest`` seconds without one."""
+    name = keys.slot_name(slot)
+    strikes = keys.slot_strikes(queue.tag, 0)
+    found = queue.link.call("HGET", strikes, name)
+    count = 0
+    if found:
+        text = found.decode() if isinstance(found, bytes) else str(found)
+        before, _, last = text.partition("|")
+        if now_ms - int(last or 0) <= longest * 1000:
+            count = int(before or 0)
+    count += 1
+    queue.link.call("HSET", strikes, name, f"{count}|{now_ms}")
+    return float(min(longest, FIRST_PAUSE * 2 ** min(count - 1, 30)))

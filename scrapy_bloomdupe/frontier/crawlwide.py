@@ -1,0 +1,287 @@
+"""``BLOOMDUPE_POLITENESS = "crawl"``: the shared queue that holds Scrapy's per-site
+limits for the whole crawl, whatever the number of workers.
+
+The requests wait in their download slots' lists, a list per slot and priority in
+use, and a slot's state (its requests in flight crawl-wide, its concurrency and
+delay, its next allowed start, its back-off) is a hash beside them, on Redis's clock
+(:mod:`.slots`: the layout and its scripts). A pop takes only from the slots that may
+go now (a sorted set of slots scored by when), one request a slot with a delay, no
+more than the slot's room: a slot at its limit or backed off is not walked past,
+and does not hold the others back. A request stays in flight until its lease is
+acked (Scrapy is done with it) or put back (its worker died): the slot's room
+comes back then.
+
+Where a request enters: the filter's check-and-queue script pushes new requests into
+the shard's sorted set (:meth:`~.queue.PriorityQueue.sink_key`, the *intake*, the
+same as the default queue's), so that a request is never in the filter without being
+queued, whatever the engine. A worker's pop first moves what the intake holds into
+the slots (:meth:`CrawlWideQueue.sort`: decodes each entry, asks Scrapy's downloader
+for its slot, and one script moves it, only if it is still in the intake: safe to
+repeat, and two workers never move one twice). So a queue left by the default
+layout, or by a worker of an earlier release, is moved into the slots by the first
+pops: the one migration there is.
+
+One node and a Sentinel master only, for now: on a Redis Cluster a slot's state and
+its requests would have to leave the filter shard that queued them (the plan is in
+docs/design-notes.md), and a worker refuses to start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from .. import keys
+from ..exceptions import BloomDupeError
+from ..transport.sentinel import master_epoch
+from . import undecodable
+from .entry import Bad, split_requeues
+from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed, pop_number
+from .slots import SlotQueue
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy import Request, Spider
+
+    from .politeness import SlotPolicy
+
+#: How many intake entries one move takes (a script call each).
+SORT_BATCH = 500
+#: How many batches one pop moves at most before it pops (the rest: the next pops).
+SORT_BATCHES = 20
+
+
+class CrawlWideQueue(PriorityQueue):
+    """The leased queue (:class:`~.queue.PriorityQueue`: leases, heartbeats, reaps,
+    failed requests, retry-safe calls) with its requests in download slots whose
+    limits hold crawl-wide (see the module's docstring). ``policy`` names a request's
+    slot and its limits."""
+
+    SLOT_SCRIPTS = (("slot_push", SlotQueue.PUSH_SCRIPT), ("slot_pop", SlotQueue.POP_SCRIPT),
+                    ("slot_ack", SlotQueue.ACK_SCRIPT), ("slot_reap", SlotQueue.REAP_SCRIPT),
+                    ("slot_backoff", SlotQueue.BACKOFF_SCRIPT))
+
+    def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
+                 serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
+        super().__init__(server, spider, key, serializer, **kwargs)
+        if self.shards != 1:
+            raise BloomDupeError(
+                "BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet: set "
+                "BLOOMDUPE_POLITENESS = 'worker' (Scrapy's limits per worker), or use one "
+                "Redis node or a Sentinel set")
+        self.policy = policy
+        for name, text in self.SLOT_SCRIPTS:
+            self._scripts[name] = server.register_script(text)
+            self.link.knows(text)
+        self._intake = self._queues[0]
+        self._ready = keys.ready(self.tag, 0)
+        self._slot_leases = keys.slot_leases(self.tag, 0)
+        self._defaults = keys.slot_defaults(self.tag, 0)
+        self._waiting_count = keys.slot_waiting(self.tag, 0)
+        self._prefix = keys.slot_prefix(self.tag, 0)
+        #: Whether the intake may hold requests (the last look found some).
+        self._intake_seen = True
+        self._defaults_sent = False
+        #: After a pop: seconds until the next slot may go (None: no slot has requests
+        #: and room), and whether requests wait in the slots (some may wait for room).
+        self.next_due: float | None = None
+        self.slots_waiting = False
+
+    # -- the intake into the slots ------------------------------------------------------
+
+    def sort(self, batches: int = SORT_BATCHES) -> int:
+        """Move up to ``batches`` batches of the intake's requests into their slots
+        (highest priority first); returns how many it looked at. An entry that does
+        not decode is retired (``bloomdupe failed``), as a pop's is."""
+        looked = 0
+        for _ in range(batches):
+            found: list[Any] = self.link.call("ZRANGE", self._intake, 0, SORT_BATCH - 1,
+                                              "WITHSCORES")
+            if not found:
+                self._intake_seen = False
+                break
+            args: list[Any] = []
+            bad: list[Bad] = []
+            pairs = found if isinstance(found[0], (list, tuple)) else list(
+                zip(found[0::2], found[1::2], strict=True))
+            for member, score in pairs:
+                try:
+                    payload = split_requeues(member)[1]
+                    request = self.codec.decode(payload)
+                except Exception as e:  # the serializer's, whatever it is
+                    bad.append((member, int(float(score)), member, e))
+                    continue
+                limits = self.policy.of(request)
+                args += [keys.slot_name(limits.slot), -int(float(score)), limits.concurrency,
+                         limits.delay_ms, member]
+            if bad:
+                self._retire(0, "queued", bad)
+            if args:
+                self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, self._ready,
+                                self._push_records[0], self._defaults, self._waiting_count,
+                                self._intake, "", RECORD_TTL_MS, self._prefix, *args)],
+                              acks=False)
+            looked += len(found)
+            if len(found) < SORT_BATCH:
+                self._intake_seen = False
+                break
+        return looked
+
+    # -- popping -------------------------------------------------------------------------
+
+    def pop_leases(self, count: int) -> list[Lease]:
+        """Lease up to ``count`` requests from the slots that may go now (moving the
+        intake's first), sending the pending acks in the same round trip. Sets
+        :attr:`next_due` and :attr:`slots_waiting`."""
+        leases: list[Lease] = []
+        for _ in range(2):
+            if self._intake_seen:
+                self.sort()
+            leases = self._pop_slots(count)
+            if leases or not self._intake_seen:
+                break
+        return leases
+
+    def _pop_slots(self, count: int) -> list[Lease]:
+        number = self._pop_number
+        seed = int.from_bytes(hashlib.blake2b(f"{self.owner}:{number}".encode(),
+                                              digest_size=4).digest(), "big") % 2**31
+        pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, self._ready, self._slot_leases,
+               self._owners[0], self._defaults, self._waiting_count, self.owner, number, count,
+               self._prefix, int(self.policy.randomize), seed)
+        commands = self._ack_commands()
+        if not self._defaults_sent:
+            defaults = self.policy.defaults()
+            commands.append(("HSET", self._defaults, "conc", defaults.concurrency,
+                             "delay", defaults.delay_ms))
+        commands += [pop, ("ZCARD", self._intake), ("GET", self._waiting_count)]
+        with self._acks_lock:
+            self._unanswered_pops.add(number)
+        reply, intake, waiting = self._execute(commands)[-3:]
+        self._acks_sent()
+        self._defaults_sent = True
+        self._pop_number += 1  # only once the reply is in: a retry replays
+        self._intake_seen = int(intake) > 0
+        self.slots_waiting = int(waiting or 0) > 0
+        now, due = int(reply[0]), int(reply[1])
+        self.next_due = None if due < 0 else max(0, due - now) / 1000
+        epoch = master_epoch(self.server)
+        fields = [raw.decode() for raw in reply[2::2]]
+        shaped = [_as_queued(value) for value in reply[3::2]]
+        decoded, bad = self.codec.decode_replies(shaped, fields)
+        leases = [Lease(0, str(field), request, epoch, requeues)
+                  for field, requeues, request in decoded]
+        if bad:
+            self._retire_leased(bad)
+        with self._acks_lock:
+            self._taken.update((lease.field, 0) for lease in leases)
+            self._unanswered_pops.discard(number)
+        return leases
+
+    def _retire_leased(self, bad: list[Bad]) -> None:
+        """Entries a pop took that do not decode: recorded as failed, then acked (their
+        slots' room comes back). A crash in between records one twice, never loses it."""
+        retired, round_trips = undecodable.retire_round_trips(
+            serializer=self.serializer, tag=self.tag, shard=0, same_slot=False,
+            script=self._scripts["retire"].sha, limit=self.failed_limit, where="lease",
+            bad=bad)
+        self._execute(round_trips[0], acks=False)
+        self._execute([self._ack_command(0, [str(ident) for ident, *_ in bad])], acks=False)
+        with self._acks_lock:
+            self._retired.extend(retired)
+
+    def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
+        return ("EVALSHA", self._scripts["slot_ack"].sha, 3, self._ready, self._slot_leases,
+                self._defaults, self._prefix, *fields)
+
+    # -- back-off ------------------------------------------------------------------------
+
+    def backoff(self, slot: str, until_ms: int) -> int:
+        """Pause ``slot`` for every worker until ``until_ms`` (Redis's clock; a later
+        pause already set stays). Returns when its pause ends."""
+        name = keys.slot_name(slot)
+        return int(self.link.call("EVALSHA", self._scripts["slot_backoff"].sha, 3, self._ready,
+                                  self._prefix + name, self._defaults, self._prefix, name,
+                                  until_ms))
+
+    def redis_time_ms(self) -> int:
+        seconds, micros = self.link.call("TIME")
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # -- leases that come back -------------------------------------------------------------
+
+    def _slot_reap(self, own: str, keep: list[str]) -> tuple[Any, ...]:
+        return ("EVALSHA", self._scripts["slot_reap"].sha, 5, self._ready, self._slot_leases,
+                self._owners[0], self._defaults, self._waiting_count, self._prefix,
+                self.lease_timeout_ms, own, 0, *keep)
+
+    def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
+        """As the default queue's, for the slots' leases (back at the head of their
+        slots' lists) and for any left in the default layout's lease hash."""
+        own = self.owner if release_own else ""
+        # Two round trips: a round trip is repeated whole after a NOSCRIPT (a restarted
+        # Redis), and a repeated reap's reply no longer names what the first moved.
+        commands = self._ack_commands()
+        commands.append(self._slot_reap(own, []))
+        counted, _ = self._execute(commands)[-1]
+        self._acks_sent()
+        # The default layout's (a worker of it, before this crawl went crawl-wide), which
+        # also forgets the dead owners.
+        (old,) = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, self._intake,
+                                 self._leases[0], self._owners[0], self.lease_timeout_ms,
+                                 own)], acks=False)
+        if old:
+            self._intake_seen = True
+        # One that does not decode stays where it is: the next pop retires it.
+        slots, _bad = self.codec.decode_replies([_as_queued(value) for value in counted])
+        back = [(requeues, request) for _, requeues, request in slots]
+        decoded, bad = self.codec.decode_replies(old)
+        back += [(requeues, request) for _, requeues, request in decoded]
+        if bad:
+            self._retire(0, "queued", bad)
+        return back
+
+    def reclaim(self, held: Any = ()) -> Reclaimed:
+        """As the default queue's (see :meth:`~.queue.PriorityQueue.reclaim`)."""
+        with self._acks_lock:
+            keep = set(self._taken)
+        keep.update(lease.field for lease in held)
+        commands = self._ack_commands()
+        commands.append(self._slot_reap(self.owner, sorted(keep)))
+        _, own = self._execute(commands)[-1]  # two round trips: see reap
+        self._acks_sent()
+        (old,) = self._execute([("EVALSHA", self._scripts["reclaim"].sha, 2, self._intake,
+                                 self._leases[0], self.owner, *sorted(keep))], acks=False)
+        if old:
+            self._intake_seen = True
+        failover = lost_pops = lost_acks = 0
+        with self._acks_lock:
+            for raw in [*own, *old]:
+                field = raw.decode() if isinstance(raw, bytes) else str(raw)
+                if field in self._stale_fields:
+                    failover += 1
+                elif pop_number(field) in self._unanswered_pops:
+                    lost_pops += 1
+                else:
+                    lost_acks += 1
+            self._stale_fields.clear()
+            self._unanswered_pops.clear()
+        return Reclaimed(failover, lost_pops, lost_acks)
+
+    def push_many(self, requests: Any) -> None:
+        super().push_many(requests)
+        self._intake_seen = True
+
+    def adopt(self, legacy: str, batch: int = 500) -> int:
+        moved = super().adopt(legacy, batch)
+        self._intake_seen = self._intake_seen or moved > 0
+        return moved
+
+
+def _as_queued(value: bytes) -> bytes:
+    """A slot lease's value, ``<priority>|<slot>|<entry>``, in the default queue's reply
+    shape, ``<score>|<entry>`` (what :meth:`~.entry.Codec.decode_replies` reads)."""
+    priority, _, rest = value.partition(b"|")
+    entry = rest.partition(b"|")[2]
+    return b"%d|%s" % (-int(priority), entry)

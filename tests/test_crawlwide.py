@@ -1,0 +1,205 @@
+"""BLOOMDUPE_POLITENESS = "crawl": the crawl-wide queue (frontier/crawlwide.py) on a
+real Redis, without a crawl: the intake moved into download slots (a queue of the
+default layout too: the migration), a slot's limit held across workers, leases put
+back by a reap or a reclaim, undecodable entries retired, the queue's figures, its
+clearing; the slot policy; the back-off's Retry-After."""
+
+from __future__ import annotations
+
+import warnings
+
+import redis
+from scrapy import Request, Spider
+from scrapy.settings import Settings
+
+from scrapy_bloomdupe import keys
+from scrapy_bloomdupe.backoff import _strike, retry_after
+from scrapy_bloomdupe.exceptions import ConfigError
+from scrapy_bloomdupe.frontier import failed
+from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.politeness import SlotPolicy
+from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
+from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
+from scrapy_bloomdupe.settings import FrontierConfig
+
+TAG = "cw:bloomdupe"
+
+
+class DemoSpider(Spider):
+    name = "cw"
+
+
+def policy(**settings: object) -> SlotPolicy:
+    base = {"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0,
+            "RANDOMIZE_DOWNLOAD_DELAY": False}
+    base.update(settings)
+    return SlotPolicy(Settings(base), None)
+
+
+def crawlwide(client: redis.Redis, **settings: object) -> CrawlWideQueue:
+    return CrawlWideQueue(client, DemoSpider(), "cw:requests", tag=TAG,
+                          policy=policy(**settings), lease_timeout=1.0)
+
+
+def urls(leases: list) -> list[str]:
+    return [lease.request.url for lease in leases]
+
+
+def test_a_slot_at_its_limit_is_not_walked_past_and_an_ack_gives_room_back(
+        client: redis.Redis) -> None:
+    a, b = crawlwide(client), crawlwide(client)
+    a.push_many([Request(f"https://one.test/{j}") for j in range(3)]
+                + [Request("https://two.test/0")])
+    first = a.pop_leases(10)
+    assert sorted(urls(first)) == ["https://one.test/0", "https://two.test/0"]
+    assert b.pop_leases(10) == []  # both slots at their limit (1), crawl-wide
+    assert b.slots_waiting and b.next_due is None
+    a.ack([lease for lease in first if "one.test" in lease.request.url])
+    a.send_acks()
+    assert urls(b.pop_leases(10)) == ["https://one.test/1"]
+    assert status(client, TAG, 1) == (1, 2)
+
+
+def test_priorities_hold_within_a_slot(client: redis.Redis) -> None:
+    q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    q.push_many([Request("https://one.test/low", priority=-1),
+                 Request("https://one.test/high", priority=5),
+                 Request("https://one.test/mid")])
+    assert urls(q.pop_leases(10)) == ["https://one.test/high", "https://one.test/mid",
+                                      "https://one.test/low"]
+
+
+def test_a_slots_delay_holds_across_workers(client: redis.Redis) -> None:
+    a, b = crawlwide(client, DOWNLOAD_DELAY=30), crawlwide(client, DOWNLOAD_DELAY=30)
+    a.push_many([Request(f"https://slow.test/{j}") for j in range(2)]
+                + [Request("https://fast.test/0")])
+    a_got = a.pop_leases(10)
+    assert sorted(urls(a_got)) == ["https://fast.test/0", "https://slow.test/0"]
+    a.ack(a_got)
+    a.send_acks()
+    assert b.pop_leases(10) == []  # room, but not before 30 s: no start
+    assert b.next_due is not None and 25 < b.next_due <= 30
+
+
+def test_a_queue_of_the_default_layout_is_moved_into_the_slots(client: redis.Redis) -> None:
+    old = PriorityQueue(client, DemoSpider(), "cw:requests", tag=TAG)
+    old.push_many([Request(f"https://h{j % 3}.test/{j}") for j in range(30)])
+    q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    assert len(q) == 30
+    got = q.pop_leases(100)
+    assert sorted(urls(got)) == sorted(f"https://h{j % 3}.test/{j}" for j in range(30))
+    assert client.zcard(keys.queue(TAG, 0)) == 0
+    assert status(client, TAG, 1) == (0, 30)
+
+
+def test_a_dead_workers_slot_leases_come_back_counted_and_free_room(
+        client: redis.Redis) -> None:
+    dead, live = crawlwide(client), crawlwide(client)
+    dead.push_many([Request("https://one.test/0"), Request("https://one.test/1")])
+    (held,) = dead.pop_leases(10)
+    client.zadd(keys.owners(TAG, 0), {dead.owner: 0})  # its heartbeat stopped long ago
+    back = live.reap()
+    assert [(n, r.url) for n, r in back] == [(1, held.request.url)]
+    (again,) = live.pop_leases(10)
+    assert again.request.url == held.request.url and again.requeues == 1
+    assert client.zscore(keys.owners(TAG, 0), dead.owner) is None
+
+
+def test_a_reclaim_gives_back_what_a_lost_pop_leased(client: redis.Redis) -> None:
+    q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    q.push_many([Request("https://one.test/0"), Request("https://two.test/0")])
+    kept = q.pop_leases(1)
+    # A pop whose reply never came: its leases are in Redis, not in the worker's hands.
+    q._unanswered_pops.add(q._pop_number)
+    q._execute([("EVALSHA", q._scripts["slot_pop"].sha, 5, q._ready, q._slot_leases,
+                 q._owners[0], q._defaults, q._waiting_count, q.owner, q._pop_number, 10,
+                 q._prefix, 0, 1)], acks=False)
+    back = q.reclaim(kept)
+    assert back.lost_pops == 1 and back.total == 1
+    assert client.hlen(keys.slot_leases(TAG, 0)) == 1
+    assert len(q) == 1
+
+
+def test_a_closing_worker_gives_back_what_it_did_not_start(client: redis.Redis) -> None:
+    q = crawlwide(client)
+    q.push_many([Request("https://one.test/0")])
+    q.pop_leases(10)
+    q.close()
+    other = crawlwide(client)
+    (lease,) = other.pop_leases(10)
+    assert lease.requeues == 0
+
+
+def test_undecodable_entries_are_retired_in_the_intake_and_in_a_lease(
+        client: redis.Redis) -> None:
+    q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    q.push_many([Request("https://one.test/0")])
+    client.zadd(keys.queue(TAG, 0), {b"\x80not a request": 0})
+    assert urls(q.pop_leases(10)) == ["https://one.test/0"]
+    # One that reached a slot and does not decode when popped: retired, its room back.
+    SlotQueue(client, TAG).push([SlotEntry("one.test", 0, b"\x80garbage")])
+    assert q.pop_leases(10) == []
+    records = failed.read(client, TAG)
+    assert len(records) == 2
+    assert client.hlen(keys.slot_leases(TAG, 0)) == 1  # one.test/0's only
+    assert status(client, TAG, 1) == (0, 1)
+
+
+def test_clearing_deletes_every_key_of_the_slots(client: redis.Redis) -> None:
+    q = crawlwide(client, DOWNLOAD_DELAY=5)
+    q.push_many([Request(f"https://h{j}.test/") for j in range(3)] * 1)
+    q.pop_leases(1)
+    q.backoff("h2.test", 10**13)
+    q.clear()
+    assert list(client.scan_iter(match=f"{{{TAG}:*")) == []
+
+
+def test_a_backoff_pauses_the_slot_for_every_worker(client: redis.Redis) -> None:
+    a, b = crawlwide(client), crawlwide(client)
+    a.push_many([Request("https://busy.test/0"), Request("https://calm.test/0")])
+    now = a.redis_time_ms()
+    a.backoff("busy.test", now + 60_000)
+    assert urls(b.pop_leases(10)) == ["https://calm.test/0"]
+    assert b.next_due is not None and 55 < b.next_due <= 60
+
+
+def test_a_backoff_without_retry_after_doubles_and_is_forgiven(client: redis.Redis) -> None:
+    q = crawlwide(client)
+    assert [_strike(q, "s.test", 1_000_000 + j, 60) for j in range(8)] == \
+        [1, 2, 4, 8, 16, 32, 60, 60]
+    assert _strike(q, "s.test", 1_000_007 + 61_000, 60) == 1  # a quiet minute: forgiven
+
+
+def test_retry_after_reads_seconds_and_dates() -> None:
+    assert retry_after(b"2") == 2
+    assert retry_after(None) is None and retry_after(b"soon") is None
+    assert 9 <= retry_after("Wed, 21 Oct 2015 07:28:10 GMT",  # type: ignore[operator]
+                            now=1445412480.0) <= 10
+
+
+def test_the_slot_policy_is_scrapys() -> None:
+    p = policy(CONCURRENT_REQUESTS_PER_DOMAIN=2, DOWNLOAD_DELAY=0.25,
+               DOWNLOAD_SLOTS={"api.test": {"concurrency": 5, "delay": 1.5}})
+    one = p.of(Request("https://www.example.test/a"))
+    assert (one.slot, one.concurrency, one.delay_ms) == ("www.example.test", 2, 250)
+    api = p.of(Request("https://api.test/"))
+    assert (api.concurrency, api.delay_ms) == (5, 1500)
+    meta = p.of(Request("https://x.test/", meta={"download_slot": "shared"}))
+    assert meta.slot == "shared"
+    with warnings.catch_warnings():  # Scrapy 2.19 deprecates the setting; it still works
+        warnings.simplefilter("ignore")
+        per_ip = policy(CONCURRENT_REQUESTS_PER_IP=3)
+        assert per_ip.of(Request("https://a.test/")).concurrency == 3
+
+
+def test_bad_politeness_settings_say_what_to_do() -> None:
+    for name, value in (("BLOOMDUPE_POLITENESS", "site"), ("BLOOMDUPE_BACKOFF_CODES", "x"),
+                        ("BLOOMDUPE_BACKOFF_CODES", [999])):
+        try:
+            FrontierConfig.from_settings(Settings({name: value}))
+        except ConfigError as e:
+            assert name in str(e)
+        else:
+            raise AssertionError(f"{name} = {value!r} was accepted")
+    assert FrontierConfig.from_settings(
+        Settings({"BLOOMDUPE_POLITENESS": "Crawl"})).politeness == "crawl"
