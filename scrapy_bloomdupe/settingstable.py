@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: Kinds of value (what :attr:`Setting.kind` may be).
 KINDS = ("whole number", "number", "bool", "choice", "key template", "string", "URL",
-         "host", "client arguments", "password", "sentinels", "port")
+         "host", "client arguments", "password", "sentinels", "port", "status codes")
 
 
 @dataclass(frozen=True)

@@ -443,6 +443,7 @@ BAD_BY_KIND: dict[str, tuple[str, ...]] = {
     "password": (_PW,),  # without sentinels
     "sentinels": (f"redis://:{_PW}@127.0.0.1:26379", f":{_PW}@127.0.0.1:26379"),
     "port": ("94x0",),
+    "status codes": ("429,abc", "[999]"),
 }
 #: Where a setting's kind has no bad value that fits it (a host to listen on).
 BAD_BY_NAME: dict[str, tuple[str, ...]] = {"BLOOMDUPE_METRICS_HOST": ("",)}

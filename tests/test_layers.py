@@ -29,7 +29,7 @@ LAYERS: dict[str, int] = {
     # 4: thin Scrapy components (and the optional prometheus-client they serve with)
     "dupefilter": 4, "scheduler": 4, "middleware": 4, "extension": 4, "addon": 4,
     "connection": 4, "fingerprint": 4, "cluster": 4, "failures": 4, "workermetrics": 4,
-    "prometheus": 4, "scheduling": 4, "persistence": 4,
+    "prometheus": 4, "scheduling": 4, "persistence": 4, "backoff": 4,
     # 5: tools
     "cli": 5, "commands": 5, "migrate": 5, "testing": 5, "testing_cluster": 5,
     "testing_sentinel": 5,
@@ -40,7 +40,7 @@ APART = [("bloom", "frontier")]
 #: below the Scrapy components that use them, the scheduler first.
 BELOW: dict[str, set[str]] = {
     "scheduling": {"scheduler", "middleware", "extension", "failures", "addon",
-                   "workermetrics", "prometheus"},
+                   "workermetrics", "prometheus", "backoff"},
 }
 
 
