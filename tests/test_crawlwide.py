@@ -114,10 +114,15 @@ def test_a_reclaim_gives_back_what_a_lost_pop_leased(client: redis.Redis) -> Non
     q._execute([("EVALSHA", q._scripts["slot_pop"].sha, 5, q._ready, q._slot_leases,
                  q._owners[0], q._defaults, q._waiting_count, q.owner, q._pop_number, 10,
                  q._prefix, 0, 1)], acks=False)
+    dead = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    dead.push_many([Request("https://three.test/0")])
+    dead.pop_leases(10)
+    client.zadd(keys.owners(TAG, 0), {dead.owner: 0})  # a dead worker's: the reap's
     back = q.reclaim(kept)
     assert back.lost_pops == 1 and back.total == 1
+    assert [r.url for _, r in q.reap()] == ["https://three.test/0"]
     assert client.hlen(keys.slot_leases(TAG, 0)) == 1
-    assert len(q) == 1
+    assert len(q) == 2
 
 
 def test_a_closing_worker_gives_back_what_it_did_not_start(client: redis.Redis) -> None:

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 SORT_BATCH = 500
 #: How many batches one pop moves at most before it pops (the rest: the next pops).
 SORT_BATCHES = 20
+#: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
+#: leases only; the dead workers' are the reap's, which counts and logs them.
+NEVER_MS = 10**15
 
 
 class CrawlWideQueue(PriorityQueue):
@@ -211,10 +214,13 @@ class CrawlWideQueue(PriorityQueue):
 
     # -- leases that come back -------------------------------------------------------------
 
-    def _slot_reap(self, own: str, keep: list[str]) -> tuple[Any, ...]:
+    def _slot_reap(self, own: str, keep: list[str], *, dead: bool = True) -> tuple[Any, ...]:
+        """slot_reap.lua: the dead owners' leases (unless not ``dead``: a timeout no
+        heartbeat is that old) and ``own`` 's but ``keep``."""
+        timeout = self.lease_timeout_ms if dead else NEVER_MS
         return ("EVALSHA", self._scripts["slot_reap"].sha, 5, self._ready, self._slot_leases,
                 self._owners[0], self._defaults, self._waiting_count, self._prefix,
-                self.lease_timeout_ms, own, 0, *keep)
+                timeout, own, 0, *keep)
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """As the default queue's, for the slots' leases (back at the head of their
@@ -248,7 +254,7 @@ class CrawlWideQueue(PriorityQueue):
             keep = set(self._taken)
         keep.update(lease.field for lease in held)
         commands = self._ack_commands()
-        commands.append(self._slot_reap(self.owner, sorted(keep)))
+        commands.append(self._slot_reap(self.owner, sorted(keep), dead=False))
         _, own = self._execute(commands)[-1]  # two round trips: see reap
         self._acks_sent()
         (old,) = self._execute([("EVALSHA", self._scripts["reclaim"].sha, 2, self._intake,

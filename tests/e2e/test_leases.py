@@ -110,10 +110,13 @@ def short(result: kw.RunResult) -> str:
 
 
 @pytest.mark.slow
-def test_sigkill_one_of_four_working_workers_mid_crawl(tmp_path: Path) -> None:
+@pytest.mark.parametrize("politeness", ["worker", "crawl"])
+def test_sigkill_one_of_four_working_workers_mid_crawl(tmp_path: Path, politeness: str
+                                                       ) -> None:
     seed = random.randrange(2**32)
     result = kw.run_once(tmp_path, kills=1, workers=4, pages=600, delay=0.5,
-                         lease_timeout=LEASE_TIMEOUT, rng=random.Random(seed))
+                         lease_timeout=LEASE_TIMEOUT, rng=random.Random(seed),
+                         extra={"BLOOMDUPE_POLITENESS": politeness})
     about = f"(seed {seed}; logs in {tmp_path})\n{short(result)}"
     assert result.kill_fraction is not None, f"no worker was killed {about}"
     assert len(result.killed) == 1

@@ -121,7 +121,9 @@ def leases_by_owner(client: redis.Redis, shards: int) -> dict[str, int]:
 
     held: dict[str, int] = {}
     for shard in range(shards):
-        for name in client.hkeys(keys.leases(KEY, shard)):
+        # (BLOOMDUPE_POLITENESS = "crawl" keeps its leases in a hash of their own)
+        for name in [*client.hkeys(keys.leases(KEY, shard)),
+                     *client.hkeys(keys.slot_leases(KEY, shard))]:
             owner = name.decode().split(":", 1)[0]
             held[owner] = held.get(owner, 0) + 1
     return held
@@ -160,7 +162,8 @@ def dump_state(client: redis.Redis, path: Path) -> None:
 def lease_count(client: redis.Redis, shards: int) -> int:
     from scrapy_bloomdupe import keys
 
-    return sum(int(client.hlen(keys.leases(KEY, shard))) for shard in range(shards))
+    return sum(int(client.hlen(keys.leases(KEY, shard))) +
+               int(client.hlen(keys.slot_leases(KEY, shard))) for shard in range(shards))
 
 
 class DeadOwners:
