@@ -583,6 +583,15 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
              int(replies[4 * i + 1]) + int(replies[4 * i + 3])) for i in range(shards)]
 
 
+def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[int, int]:
+    """(requests waiting, requests leased) in the download slots of the crawl tagged
+    ``tag`` (``BLOOMDUPE_POLITENESS = "crawl"``, one node: shard 0's)."""
+    with link_to(target) as link:
+        waiting, leased = link.calls([("GET", keys.slot_waiting(tag, 0)),
+                                      ("HLEN", keys.slot_leases(tag, 0))])
+    return int(waiting or 0), int(leased)
+
+
 def status(target: Redis | RedisCluster | Link, tag: str, shards: int) -> tuple[int, int]:
     """(requests waiting, requests leased) of the whole queue tagged ``tag``."""
     per_shard = shard_status(target, tag, shards)

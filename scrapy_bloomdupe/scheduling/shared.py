@@ -107,6 +107,28 @@ def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisClust
     return True
 
 
+def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
+                            settings: BaseSettings, spider_name: str) -> None:
+    """A worker with ``BLOOMDUPE_POLITENESS = "worker"`` does not join a crawl whose
+    requests wait in download slots (queued by "crawl" workers): it would never take
+    them, and the crawl would not end. (A "crawl" worker takes up a "worker" crawl's
+    queue: its pops move it into the slots.)"""
+    cls = load_object(queue_cls)
+    if not (isinstance(cls, type) and issubclass(cls, PriorityQueue)):
+        return
+    if FrontierConfig.from_settings(settings).politeness != "worker":
+        return
+    tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
+    with suppress(RedisError):  # the filter's start-up check, next, names what fails
+        waiting, leased = frontier_queue.slot_status(server, tag)
+        if waiting or leased:
+            raise BloomDupeError(
+                f"The crawl {tag!r} has {waiting} request(s) waiting and {leased} leased in "
+                "download slots, queued by workers with BLOOMDUPE_POLITENESS = 'crawl': set "
+                "BLOOMDUPE_POLITENESS = 'crawl' on this worker too (one crawl runs in one "
+                "mode), or clear the crawl (`bloomdupe clear`) to start over")
+
+
 def open_filter(crawler: Crawler, dupefilter_cls: Any, queue_cls: str | type[Any], *,
                 server: Redis | RedisCluster, flush: bool) -> RedisBloomDupeFilter | None:
     """The crawl's filter, opened when the scheduler is built, before the engine has a
@@ -120,6 +142,7 @@ def open_filter(crawler: Crawler, dupefilter_cls: Any, queue_cls: str | type[Any
     name, settings = crawler.spider.name, crawler.settings
     if ours and flush:
         flush_before_open(server, settings, name)
+    refuse_mixed_politeness(queue_cls, server=server, settings=settings, spider_name=name)
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
     df = build_from_crawler(dupefilter_cls, crawler) if ours else None

@@ -71,6 +71,27 @@ def test_a_queue_of_a_newer_format_is_one_line(redis_url: str) -> None:
     client.close()
 
 
+def test_a_worker_mode_worker_does_not_join_a_crawl_wide_crawl(redis_url: str) -> None:
+    """Requests wait in download slots (BLOOMDUPE_POLITENESS = "crawl" workers queued
+    them): a "worker" one would never take them, and does not start."""
+    client = redis.Redis.from_url(redis_url)
+    client.set(keys.slot_waiting("mixed:bloomdupe", 0), 3)
+    assert_start_error_line(
+        example_crawl(redis_url, "BLOOMDUPE_KEY=mixed:bloomdupe"),
+        "The crawl 'mixed:bloomdupe' has 3 request(s) waiting and 0 leased in download "
+        "slots, queued by workers with BLOOMDUPE_POLITENESS = 'crawl': set "
+        "BLOOMDUPE_POLITENESS = 'crawl' on this worker too")
+    client.close()
+
+
+@pytest.mark.slow
+def test_crawl_wide_politeness_on_a_cluster_is_one_line(cluster_url: str) -> None:
+    """Not built for a Redis Cluster yet (docs/politeness.md): refused at start."""
+    assert_start_error_line(
+        example_crawl(cluster_url, "BLOOMDUPE_REDIS_CLUSTER=True", "BLOOMDUPE_POLITENESS=crawl"),
+        "BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet")
+
+
 def _walk() -> list[Any]:
     """A bad value of every setting of the table (``tests/test_settingstable.py`` runs a
     few of them in the fast lane)."""
