@@ -29,7 +29,6 @@ from redis_cpu import main_thread_cpu  # noqa: E402
 
 from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
 
-
 #: What the site's 429 asks for (demo.site: ``Retry-After: 2``), in seconds.
 RETRY_AFTER = 2.0
 
