@@ -42,7 +42,6 @@ def run(workers: int, mode: str, url: str, args: argparse.Namespace) -> dict[str
                 "DOWNLOAD_DELAY": str(args.delay), "RANDOMIZE_DOWNLOAD_DELAY": "False"}
     with redis.Redis.from_url(url) as client:
         before = main_thread_cpu(client)
-        client.flushall()
         result = e2e.crawl(f"{workers} workers, {mode}", settings, redis_url=url, pages=args.pages,
                            workers=workers, out=args.out, idle_timeout=2.0,
                            timeout=args.timeout, delay=args.page_delay, hosts=args.hosts,
@@ -64,7 +63,8 @@ def run(workers: int, mode: str, url: str, args: argparse.Namespace) -> dict[str
                 + (RETRY_AFTER if h == paused else 0.0)
                 for h, v in hosts.items())
     return {
-        "workers": workers, "mode": mode, "max_in_flight": max(v["max_in_flight"] for v in hosts.values()),
+        "workers": workers, "mode": mode,
+        "max_in_flight": max(v["max_in_flight"] for v in hosts.values()),
         "gap_p10_worst": min(statistics.quantiles(g, n=10)[0] for g in gaps.values()
                              if len(g) >= 2),
         "gap_median": statistics.median([x for g in gaps.values() for x in g]),
@@ -78,7 +78,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [f"`python benchmarks/politeness.py`: {args.pages} pages over {args.hosts} hosts, "
              f"{args.page_delay} s a page, CONCURRENT_REQUESTS_PER_DOMAIN = {args.concurrency}, "
              f"DOWNLOAD_DELAY = {args.delay} (not randomized)", "",
-             "| politeness | workers | most in flight on a host (limit) | gap p10, worst host / median "
+             "| politeness | workers | most in flight on a host (limit) | gap p10, worst host / "
+             "median "
              f"(asked {args.delay} s) | crawl s | slot-limited ideal s | x ideal | first "
              "request after the 429 (Retry-After 2 s) | Redis µs a page | fetched twice / "
              "never |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -97,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag, kind, default in (("--pages", int, 480), ("--hosts", int, 8),
                                 ("--page-delay", float, 0.05), ("--concurrency", int, 1),
                                 ("--delay", float, 0.2), ("--throttle", int, 10),
-                                ("--workers", str, "1,4"), ("--modes", str, "worker,crawl"), ("--timeout", float, 600.0),
+                                ("--workers", str, "1,4"), ("--modes", str, "worker,crawl"),
+                                ("--timeout", float, 600.0),
                                 ("--out", Path, HERE / "out" / "politeness")):
         parser.add_argument(flag, type=kind, default=default)
     args = parser.parse_args(argv)
