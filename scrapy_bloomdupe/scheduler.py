@@ -184,6 +184,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 "this worker is idle, and if it dies, every page it handled since is fetched "
                 "again. Add it, or activate the package with ADDONS = "
                 "{'scrapy_bloomdupe.addon.BloomDupeAddon': 100}, which does", MIDDLEWARE)
+        if kwargs["frontier"].politeness == "crawl" and queue_cls is not PriorityQueue:
+            raise BloomDupeError(
+                f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
+                f"SCHEDULER_QUEUE_CLASS = {kwargs['queue_cls']!r}: remove that setting, or "
+                "set BLOOMDUPE_POLITENESS = 'worker'")
         if kwargs["frontier"].politeness == "crawl" and not _enabled(
                 settings, "DOWNLOADER_MIDDLEWARES", BACKOFF_MIDDLEWARE):
             logger.warning(

@@ -84,6 +84,14 @@ def test_a_worker_mode_worker_does_not_join_a_crawl_wide_crawl(redis_url: str) -
     client.close()
 
 
+def test_crawl_wide_politeness_with_a_scrapy_redis_queue_is_one_line(redis_url: str) -> None:
+    assert_start_error_line(
+        example_crawl(redis_url, "BLOOMDUPE_POLITENESS=crawl",
+                      "SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.FifoQueue"),
+        "BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
+        "SCHEDULER_QUEUE_CLASS = 'scrapy_redis.queue.FifoQueue'")
+
+
 @pytest.mark.slow
 def test_crawl_wide_politeness_on_a_cluster_is_one_line(cluster_url: str) -> None:
     """Not built for a Redis Cluster yet (docs/politeness.md): refused at start."""
