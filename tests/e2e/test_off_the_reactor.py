@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import run_workers, take_fetches
 
 from scrapy_bloomdupe.testing_sentinel import LocalSentinel
@@ -47,14 +48,17 @@ def test_the_crawl_sends_every_command_through_the_link_with_a_window(
     crawl(engine_url, site, tmp_path, "BLOOMDUPE_WINDOW=3600", "BLOOMDUPE_CAPACITY=1e6")
 
 
+@pytest.mark.parametrize("politeness", ["worker", "crawl"])
 def test_the_crawl_follows_a_sentinel_master_on_the_loop(
-        site: Any, tmp_path: Path) -> None:
+        site: Any, tmp_path: Path, politeness: str) -> None:
     """A master found through Redis Sentinel: the sentinels are asked on the loop too
-    (redis.asyncio's Sentinel), and the round trips go to the master they name."""
+    (redis.asyncio's Sentinel), and the round trips go to the master they name; with
+    crawl-wide politeness too (its download slots on the master)."""
     with LocalSentinel() as servers:
         crawl("redis:///0", site, tmp_path,
               f"BLOOMDUPE_SENTINELS={','.join(servers.sentinel_addresses)}",
-              f"BLOOMDUPE_SENTINEL_MASTER={servers.master_name}")
+              f"BLOOMDUPE_SENTINEL_MASTER={servers.master_name}",
+              f"BLOOMDUPE_POLITENESS={politeness}")
         master = servers.client(servers.master_port())
         assert master.dbsize() > 0, "the crawl wrote to the master the sentinels name"
         master.close()
@@ -73,14 +77,15 @@ def test_the_crawl_routes_by_slot_on_the_loop(
         assert any("added generation" in log for log in found)
 
 
+@pytest.mark.parametrize("politeness", ["worker", "crawl"])
 def test_the_last_job_of_a_finished_crawl_clears_through_the_link(
-        redis_url: str, site: Any, tmp_path: Path) -> None:
+        redis_url: str, site: Any, tmp_path: Path, politeness: str) -> None:
     """``SCHEDULER_PERSIST`` off (scrapy-redis's default): once the crawl is done the last
     worker out deletes the queue and the filter, in the crawl's last job, through the
-    link (its SCANs included)."""
+    link (its SCANs included); with crawl-wide politeness, its download slots too."""
     import redis
 
-    crawl(redis_url, site, tmp_path, persist=False)
+    crawl(redis_url, site, tmp_path, f"BLOOMDUPE_POLITENESS={politeness}", persist=False)
     client = redis.Redis.from_url(redis_url)
     # All gone but the mark that tells a worker paused past the end what happened.
     assert client.keys("*") == [b"site:bloomdupe:finished"]
