@@ -11,6 +11,11 @@ after ``BLOOMDUPE_BACKOFF_MAX`` seconds without one. The response itself goes on
 to Scrapy's ``RetryMiddleware`` (429 and 503 are in ``RETRY_HTTP_CODES``), whose
 retry waits in the slot's queue until the pause is over.
 
+With ``ROBOTSTXT_OBEY``, a site's robots.txt ``Crawl-delay`` (for
+``ROBOTSTXT_USER_AGENT``, else ``USER_AGENT``) raises its slot's delay for every worker
+(at most ``BLOOMDUPE_BACKOFF_MAX``): the requests of the slot queued from then on
+go at least that far apart.
+
 The add-on enables it (order 560, before ``RetryMiddleware`` sees the response); in
 ``"worker"`` politeness it is not configured.
 """
@@ -21,7 +26,9 @@ import email.utils
 import logging
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
+from protego import Protego
 from scrapy.exceptions import NotConfigured
 
 from . import keys
@@ -64,6 +71,10 @@ class CrawlBackoffMiddleware:
         self.crawler = crawler
         self.codes = frozenset(frontier.backoff_codes)
         self.longest = frontier.backoff_max
+        settings = crawler.settings
+        self.robots = settings.getbool("ROBOTSTXT_OBEY")
+        self.agent = str(settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT")
+                         or "*")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -74,6 +85,9 @@ class CrawlBackoffMiddleware:
 
     def process_response(self, request: Request, response: Response,
                          spider: Any = None) -> Response:
+        if self.robots and response.status == 200 and \
+                urlparse(request.url).path == "/robots.txt":
+            self._crawl_delay(request, response)
         if response.status not in self.codes:
             return response
         scheduler = for_crawler(self.crawler)
@@ -101,6 +115,33 @@ class CrawlBackoffMiddleware:
 
         scheduler.jobs.run(pause).addCallbacks(paused, acted_on)
         return response
+
+
+    def _crawl_delay(self, request: Request, response: Response) -> None:
+        """robots.txt's ``Crawl-delay`` for this crawl's user agent, crawl-wide."""
+        delay = crawl_delay(response.body, self.agent)
+        scheduler = for_crawler(self.crawler)
+        queue = getattr(scheduler, "queue", None)
+        if not delay or scheduler is None or not isinstance(queue, CrawlWideQueue):
+            return
+        slot, seconds = queue.policy.key(request), min(delay, self.longest)
+
+        def said(_: None) -> None:
+            logger.info("%s asks for %.1f s between two requests (Crawl-delay): its download "
+                        "slot %r keeps that delay for every worker", request, seconds, slot)
+
+        scheduler.jobs.run(lambda: queue.robots_delay(slot, round(seconds * 1000))
+                           ).addCallbacks(said, acted_on)
+
+
+def crawl_delay(body: bytes, agent: str) -> float | None:
+    """The ``Crawl-delay`` a robots.txt ``body`` gives ``agent`` (None: none, or it
+    cannot be read)."""
+    try:
+        delay = Protego.parse(body.decode("utf-8", errors="replace")).crawl_delay(agent)
+    except Exception:  # a robots.txt Protego cannot read: Scrapy's middleware says so
+        return None
+    return float(delay) if delay else None
 
 
 def _strike(queue: CrawlWideQueue, slot: str, now_ms: int, longest: float) -> float:

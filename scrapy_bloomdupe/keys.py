@@ -51,6 +51,7 @@ scheduler), ``<slot>`` a download slot's name as :func:`slot_name` writes it:
 ``{K:i}:slotdefaults``           hash: the crawl's default limits of a slot
 ``{K:i}:slotwaiting``            string: how many requests wait in the slots' lists
 ``{K:i}:slotstrikes``            hash: a slot's back-offs in a row, and the last
+``{K:i}:slotrobots``             hash: a slot's robots.txt ``Crawl-delay`` (ms)
 ==============================  =====================================================
 
 The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
@@ -291,6 +292,11 @@ def slot_waiting(key: str, index: int) -> str:
     return f"{_shard(key, index)}:slotwaiting"
 
 
+def slot_robots(key: str, index: int) -> str:
+    """Shard ``index``'s delays robots.txt asked for (``Crawl-delay``): slot -> ms."""
+    return f"{_shard(key, index)}:slotrobots"
+
+
 def slot_strikes(key: str, index: int) -> str:
     """Shard ``index``'s back-off strikes: slot -> ``<strikes>|<last, ms>``."""
     return f"{_shard(key, index)}:slotstrikes"
@@ -349,6 +355,7 @@ _SHARDED = [
     (re.compile(r"slotdefaults"), "the default limits of a download slot, shard {i}"),
     (re.compile(r"slotwaiting"), "how many requests wait in the slots of shard {i}"),
     (re.compile(r"slotstrikes"), "download slots' back-offs in a row, shard {i}"),
+    (re.compile(r"slotrobots"), "download slots' robots.txt Crawl-delay, shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
     (re.compile(r"format"), "the format of the request queue's entries"),
     (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),

@@ -13,7 +13,7 @@ from scrapy import Request, Spider
 from scrapy.settings import Settings
 
 from scrapy_bloomdupe import keys
-from scrapy_bloomdupe.backoff import _strike, retry_after
+from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
@@ -208,3 +208,17 @@ def test_bad_politeness_settings_say_what_to_do() -> None:
             raise AssertionError(f"{name} = {value!r} was accepted")
     assert FrontierConfig.from_settings(
         Settings({"BLOOMDUPE_POLITENESS": "Crawl"})).politeness == "crawl"
+
+
+def test_a_robots_crawl_delay_holds_for_the_slots_next_requests(client: redis.Redis) -> None:
+    body = b"User-agent: *\nCrawl-delay: 20\nDisallow: /private\n"
+    assert crawl_delay(body, "demo-bot") == 20
+    assert crawl_delay(b"User-agent: *\nDisallow:\n", "demo-bot") is None
+    a, b = crawlwide(client), crawlwide(client)
+    a.robots_delay("polite.test", 20_000)
+    a.push_many([Request(f"https://polite.test/{j}") for j in range(2)])
+    got = a.pop_leases(10)
+    a.ack(got)
+    a.send_acks()
+    assert b.pop_leases(10) == []  # room, but the slot's next start is 20 s away
+    assert b.next_due is not None and 15 < b.next_due <= 20

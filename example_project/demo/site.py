@@ -146,10 +146,12 @@ class DemoSite(ThreadingHTTPServer):
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, pages: int = DEFAULT_PAGES,
                  seed: int = DEFAULT_SEED, *, delay: float = 0.0, failing: int = 0,
-                 hosts: int = 1, throttle: int = 0) -> None:
+                 hosts: int = 1, throttle: int = 0, crawl_delay: float = 0.0) -> None:
         super().__init__((host, port), _Handler)
         self.site = self
         self.delay = delay
+        #: robots.txt's ``Crawl-delay`` (0: none).
+        self.crawl_delay = crawl_delay
         # Spread evenly, page 0 (the start page) excepted.
         self.failing = {(j + 1) * pages // (failing + 1) for j in range(min(failing, pages - 1))}
         self.graph = SiteGraph(pages, seed)
@@ -248,7 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, json.dumps(site.stats()).encode(), "application/json")
             return
         if self.path == "/robots.txt":
-            self._send(HTTPStatus.OK, b"User-agent: *\nDisallow:\n", "text/plain")
+            robots = "User-agent: *\nDisallow:\n"
+            if site.crawl_delay:
+                robots += f"Crawl-delay: {site.crawl_delay}\n"
+            self._send(HTTPStatus.OK, robots.encode(), "text/plain")
             return
         page = page_of(self.path)
         host = self.server.server_address[0] if len(site.hosts) > 1 else site.hosts[0]
@@ -303,11 +308,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="pages that always answer 500 (0)")
     parser.add_argument("--hosts", type=int, default=1,
                         help="spread the pages over 127.0.0.1 to 127.0.0.H (1)")
+    parser.add_argument("--crawl-delay", type=float, default=0.0,
+                        help="robots.txt's Crawl-delay, in seconds (0: none)")
     parser.add_argument("--throttle", type=int, default=0,
                         help="the N-th request to the last host answers 429 (0: none)")
     args = parser.parse_args(argv)
     site = DemoSite(args.host, args.port, args.pages, args.seed, delay=args.delay,
-                    failing=args.failing, hosts=args.hosts, throttle=args.throttle)
+                    failing=args.failing, hosts=args.hosts, throttle=args.throttle,
+                    crawl_delay=args.crawl_delay)
     # run_demo.py reads this first line to learn the port.
     print(f"Demo site with {args.pages} pages at {site.url}", flush=True)
     try:

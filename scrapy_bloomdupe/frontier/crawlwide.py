@@ -83,6 +83,7 @@ class CrawlWideQueue(PriorityQueue):
         self._defaults = keys.slot_defaults(self.tag, 0)
         self._waiting_count = keys.slot_waiting(self.tag, 0)
         self._prefix = keys.slot_prefix(self.tag, 0)
+        self._robots = keys.slot_robots(self.tag, 0)
         #: Whether the intake may hold requests (the last look found some).
         self._intake_seen = True
         self._defaults_sent = False
@@ -98,9 +99,11 @@ class CrawlWideQueue(PriorityQueue):
         (highest priority first); returns how many it looked at. An entry that does
         not decode is retired (``bloomdupe failed``), as a pop's is."""
         looked = 0
+        robots: dict[Any, Any] = {}
         for _ in range(batches):
-            found: list[Any] = self.link.call("ZRANGE", self._intake, 0, SORT_BATCH - 1,
-                                              "WITHSCORES")
+            found, robots = self.link.calls([
+                ("ZRANGE", self._intake, 0, SORT_BATCH - 1, "WITHSCORES"),
+                ("HGETALL", self._robots)])
             if not found:
                 self._intake_seen = False
                 break
@@ -116,8 +119,9 @@ class CrawlWideQueue(PriorityQueue):
                     bad.append((member, int(float(score)), member, e))
                     continue
                 limits = self.policy.of(request)
-                args += [keys.slot_name(limits.slot), -int(float(score)), limits.concurrency,
-                         limits.delay_ms, member]
+                name = keys.slot_name(limits.slot)
+                delay = max(limits.delay_ms, int(robots.get(name.encode(), 0)))
+                args += [name, -int(float(score)), limits.concurrency, delay, member]
             if bad:
                 self._retire(0, "queued", bad)
             if args:
@@ -207,6 +211,11 @@ class CrawlWideQueue(PriorityQueue):
         return int(self.link.call("EVALSHA", self._scripts["slot_backoff"].sha, 3, self._ready,
                                   self._prefix + name, self._defaults, self._prefix, name,
                                   until_ms))
+
+    def robots_delay(self, slot: str, delay_ms: int) -> None:
+        """robots.txt asks for ``delay_ms`` between two requests of ``slot``: its
+        requests queued from now on get at least that delay, for every worker."""
+        self.link.call("HSET", self._robots, keys.slot_name(slot), int(delay_ms))
 
     def redis_time_ms(self) -> int:
         seconds, micros = self.link.call("TIME")

@@ -561,7 +561,7 @@ def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
             # a crawl-wide queue's (frontier/crawlwide.py)
             names += [keys.ready(tag, shard), keys.slot_leases(tag, shard),
                       keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
-                      keys.slot_strikes(tag, shard)]
+                      keys.slot_strikes(tag, shard), keys.slot_robots(tag, shard)]
             names += link.scan(keys.slot_prefix(tag, shard) + "*")
             names += link.scan(keys.slot_push_record(tag, shard, "*"))
         link.calls([("DEL", name) for name in names])
