@@ -59,6 +59,7 @@ ACL_COMMANDS = (
     "zadd", "zcard", "zrange", "zremrangebyrank",          # the queue: push and pop
     "hget", "hdel", "hlen", "zrangebyscore", "zrem",        # its leases and heartbeats
     "xadd",                                                 # failed requests
+    "rpush", "lpush", "lpop", "hmget", "incrby", "decrby",  # the queue's download slots
     "scan",                                                 # clear: find op logs
 )
 ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*")

@@ -36,6 +36,7 @@ from ..exceptions import BloomDupeError
 from ..transport.sentinel import master_epoch
 from . import undecodable
 from .entry import Bad, split_requeues
+from .politeness import ONE_SLOT
 from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed, pop_number
 from .slots import SlotQueue
 
@@ -112,6 +113,9 @@ class CrawlWideQueue(PriorityQueue):
             pairs = found if isinstance(found[0], (list, tuple)) else list(
                 zip(found[0::2], found[1::2], strict=True))
             for member, score in pairs:
+                if not self.policy.crawl_wide:  # one slot: no need to read the entry
+                    args += [ONE_SLOT, -int(float(score)), 0, 0, member]
+                    continue
                 try:
                     payload = split_requeues(member)[1]
                     request = self.codec.decode(payload)
@@ -161,7 +165,8 @@ class CrawlWideQueue(PriorityQueue):
         if not self._defaults_sent:
             defaults = self.policy.defaults()
             commands.append(("HSET", self._defaults, "conc", defaults.concurrency,
-                             "delay", defaults.delay_ms))
+                             "delay", defaults.delay_ms,
+                             "mode", "crawl" if self.policy.crawl_wide else "worker"))
         commands += [pop, ("ZCARD", self._intake), ("GET", self._waiting_count)]
         with self._acks_lock:
             self._unanswered_pops.add(number)

@@ -40,6 +40,10 @@ class SlotLimits:
 class SlotPolicy:
     """Scrapy's slot key and limits for a request (see the module's docstring)."""
 
+    #: Whether the limits hold crawl-wide (``"crawl"``), or each worker's downloader
+    #: keeps them (``"worker"``: :class:`OneSlot`).
+    crawl_wide = True
+
     def __init__(self, settings: BaseSettings, spider: Spider | None = None) -> None:
         self.domain_concurrency = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
         self.ip_concurrency = settings.getint("CONCURRENT_REQUESTS_PER_IP")
@@ -88,3 +92,24 @@ class SlotPolicy:
             engine = None
         downloader = getattr(engine, "downloader", None)
         return getattr(downloader, "get_slot_key", None)
+
+
+class OneSlot(SlotPolicy):
+    """``BLOOMDUPE_POLITENESS = "worker"``: every request in one slot, :data:`ONE_SLOT`,
+    without limits (each worker's downloader keeps Scrapy's, as Scrapy alone does)."""
+
+    crawl_wide = False
+
+    def __init__(self) -> None:
+        self.randomize = False
+        self.spider = None
+
+    def key(self, request: Request) -> str:
+        return ONE_SLOT
+
+    def limits(self, slot: str) -> SlotLimits:
+        return SlotLimits(slot, 0, 0)
+
+
+#: The slot of every request when the limits are each worker's.
+ONE_SLOT = "*"

@@ -583,13 +583,16 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
              int(replies[4 * i + 1]) + int(replies[4 * i + 3])) for i in range(shards)]
 
 
-def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[int, int]:
-    """(requests waiting, requests leased) in the download slots of the crawl tagged
-    ``tag`` (``BLOOMDUPE_POLITENESS = "crawl"``, one node: shard 0's)."""
+def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int]:
+    """The politeness mode whose workers last filled the download slots of the crawl
+    tagged ``tag`` (one node: shard 0's; "" when none did), and the requests waiting
+    and leased in them."""
     with link_to(target) as link:
-        waiting, leased = link.calls([("GET", keys.slot_waiting(tag, 0)),
-                                      ("HLEN", keys.slot_leases(tag, 0))])
-    return int(waiting or 0), int(leased)
+        mode, waiting, leased = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
+                                            ("GET", keys.slot_waiting(tag, 0)),
+                                            ("HLEN", keys.slot_leases(tag, 0))])
+    text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
+    return text, int(waiting or 0), int(leased)
 
 
 def status(target: Redis | RedisCluster | Link, tag: str, shards: int) -> tuple[int, int]:

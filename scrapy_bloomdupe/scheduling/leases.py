@@ -115,7 +115,8 @@ class Leases:
         #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes only what may
         #: start now, so nothing is taken ahead (no prefetch), and a pop that took
         #: nothing while slots wait is tried again when the next slot may go.
-        self._crawl_wide = isinstance(self.queue, CrawlWideQueue)
+        self._crawl_wide = isinstance(self.queue, CrawlWideQueue) and \
+            self.queue.policy.crawl_wide
         self._slot_call: CallLaterResult | None = None
 
     @property

@@ -24,9 +24,10 @@ from ..exceptions import BloomDupeError
 from ..frontier import entry
 from ..frontier import queue as frontier_queue
 from ..frontier.crawlwide import CrawlWideQueue
-from ..frontier.politeness import SlotPolicy
+from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
+from ..transport.cluster import is_cluster
 from ..transport.wait import replicas_to_wait
 
 if TYPE_CHECKING:
@@ -86,6 +87,11 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
                     "BLOOMDUPE_POLITENESS = 'worker'")
             cls = CrawlWideQueue
             extra["policy"] = SlotPolicy(settings, spider)
+        elif cls is PriorityQueue and not is_cluster(server):
+            # The same layout, every request in one slot without limits (lists: a third
+            # of a sorted set's memory a request; docs/capacity.md).
+            cls = CrawlWideQueue
+            extra["policy"] = OneSlot()
     try:
         return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
     except TypeError as e:
@@ -109,23 +115,24 @@ def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisClust
 
 def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
                             settings: BaseSettings, spider_name: str) -> None:
-    """A worker with ``BLOOMDUPE_POLITENESS = "worker"`` does not join a crawl whose
-    requests wait in download slots (queued by "crawl" workers): it would never take
-    them, and the crawl would not end. (A "crawl" worker takes up a "worker" crawl's
-    queue: its pops move it into the slots.)"""
+    """A worker does not join a crawl whose requests wait in download slots filled by
+    workers of the other ``BLOOMDUPE_POLITENESS``: the requests it queued would not
+    keep the crawl's limits ("worker" into "crawl"), or would put one crawl under two
+    sets of limits ("crawl" into "worker"). One crawl runs in one mode; it may switch
+    while its slots are empty (a crawl of an earlier release has none: its queue is
+    moved into them)."""
     cls = load_object(queue_cls)
     if not (isinstance(cls, type) and issubclass(cls, PriorityQueue)):
         return
-    if FrontierConfig.from_settings(settings).politeness != "worker":
-        return
+    mode = FrontierConfig.from_settings(settings).politeness
     tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
     with suppress(RedisError):  # the filter's start-up check, next, names what fails
-        waiting, leased = frontier_queue.slot_status(server, tag)
-        if waiting or leased:
+        found, waiting, leased = frontier_queue.slot_status(server, tag)
+        if found and found != mode and (waiting or leased):
             raise BloomDupeError(
-                f"The crawl {tag!r} has {waiting} request(s) waiting and {leased} leased in "
-                "download slots, queued by workers with BLOOMDUPE_POLITENESS = 'crawl': set "
-                "BLOOMDUPE_POLITENESS = 'crawl' on this worker too (one crawl runs in one "
+                f"The crawl {tag!r} has {waiting} request(s) waiting and {leased} leased, "
+                f"queued by workers with BLOOMDUPE_POLITENESS = {found!r}: set "
+                f"BLOOMDUPE_POLITENESS = {found!r} on this worker too (one crawl runs in one "
                 "mode), or clear the crawl (`bloomdupe clear`) to start over")
 
 

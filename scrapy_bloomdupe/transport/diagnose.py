@@ -323,7 +323,7 @@ def probe_commands(key: str, engine: str = "lua", *, window: bool = False
     (``BLOOMDUPE_ENGINE``): the bit commands of ``"lua"``, or the ``BF.*`` commands of
     ``"redisbloom"``. With a recrawl ``window`` (``BLOOMDUPE_WINDOW``), the command that
     sets a time slice to expire too."""
-    s, h, z, x, b = (keys.probe(key, kind) for kind in ("s", "h", "z", "x", "b"))
+    s, h, z, x, b, li = (keys.probe(key, kind) for kind in ("s", "h", "z", "x", "b", "l"))
     bits: list[tuple[Any, ...]] = [
         ("BITFIELD", s, "SET", "u1", 0, 0), ("BITFIELD_RO", s, "GET", "u1", 0),
         ("BITCOUNT", s),
@@ -334,13 +334,16 @@ def probe_commands(key: str, engine: str = "lua", *, window: bool = False
     return [
         ("SET", s, 0, "PX", 60_000), ("GET", s), ("MGET", s, s), ("STRLEN", s), ("EXISTS", s),
         *bits,
-        ("HSET", h, "f", 1), ("HGET", h, "f"), ("HGETALL", h), ("HINCRBY", h, "f", 1),
-        ("HLEN", h), ("HDEL", h, "f"),
+        ("INCRBY", s, 1), ("DECRBY", s, 1),
+        ("HSET", h, "f", 1), ("HGET", h, "f"), ("HMGET", h, "f"), ("HGETALL", h),
+        ("HINCRBY", h, "f", 1), ("HLEN", h), ("HDEL", h, "f"),
+        # the queue's download slots (frontier/slots.py)
+        ("RPUSH", li, "m"), ("LPUSH", li, "m"), ("LPOP", li, 1),
         ("ZADD", z, 0, "m"), ("ZCARD", z), ("ZRANGE", z, 0, 0),
         ("ZRANGEBYSCORE", z, "-inf", "+inf"), ("ZREMRANGEBYRANK", z, 1, 1), ("ZREM", z, "m"),
         ("XADD", x, "MAXLEN", 1, "*", "f", "v"),
         *([("PEXPIREAT", s, 1 << 42)] if window else []),
-        ("DEL", s, h, z, x),
+        ("DEL", s, h, z, x, li),
     ]
 
 

@@ -71,16 +71,22 @@ def test_a_queue_of_a_newer_format_is_one_line(redis_url: str) -> None:
     client.close()
 
 
-def test_a_worker_mode_worker_does_not_join_a_crawl_wide_crawl(redis_url: str) -> None:
-    """Requests wait in download slots (BLOOMDUPE_POLITENESS = "crawl" workers queued
-    them): a "worker" one would never take them, and does not start."""
+def test_a_worker_does_not_join_a_crawl_of_the_other_politeness(redis_url: str) -> None:
+    """Requests wait in download slots filled by workers of the other
+    BLOOMDUPE_POLITENESS: this one does not start (one crawl, one set of limits)."""
     client = redis.Redis.from_url(redis_url)
     client.set(keys.slot_waiting("mixed:bloomdupe", 0), 3)
+    client.hset(keys.slot_defaults("mixed:bloomdupe", 0), "mode", "crawl")
     assert_start_error_line(
         example_crawl(redis_url, "BLOOMDUPE_KEY=mixed:bloomdupe"),
-        "The crawl 'mixed:bloomdupe' has 3 request(s) waiting and 0 leased in download "
-        "slots, queued by workers with BLOOMDUPE_POLITENESS = 'crawl': set "
-        "BLOOMDUPE_POLITENESS = 'crawl' on this worker too")
+        "The crawl 'mixed:bloomdupe' has 3 request(s) waiting and 0 leased, queued by "
+        "workers with BLOOMDUPE_POLITENESS = 'crawl': set BLOOMDUPE_POLITENESS = 'crawl' "
+        "on this worker too")
+    # And the other way.
+    client.hset(keys.slot_defaults("mixed:bloomdupe", 0), "mode", "worker")
+    assert_start_error_line(
+        example_crawl(redis_url, "BLOOMDUPE_KEY=mixed:bloomdupe", "BLOOMDUPE_POLITENESS=crawl"),
+        "queued by workers with BLOOMDUPE_POLITENESS = 'worker'")
     client.close()
 
 
