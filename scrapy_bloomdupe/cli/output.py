@@ -101,5 +101,6 @@ def busy_slots(busy: BusySlots) -> list[str]:
     return lines + table(
         ["slot", "in flight", "limit", "waiting", "delay", "next start in", "backed off for"],
         [[s.slot, f"{s.in_flight:,}", f"{s.concurrency:,}" if s.concurrency else "none",
-          f"{s.waiting:,}", seconds(s.delay), seconds(s.next_start), seconds(s.backoff)]
+          f"{s.waiting:,}", f"{s.delay:g} s" if s.delay else "-", seconds(s.next_start),
+          seconds(s.backoff)]
          for s in busy.slots])
