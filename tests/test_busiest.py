@@ -1,18 +1,21 @@
 """The busiest download slots of a crawl-wide crawl (frontier/busiest.py) on a real
 Redis: what each slot's figures are, the order, a crawl without slots, and a bounded
-read of a crawl with thousands of slots."""
+read of a crawl with thousands of slots, a crawl-wide queue's slots (binary entries)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import redis
-from helpers import BUSY_SLOTS, busy_slots
+from helpers import BUSY_SLOTS, DemoSpider, busy_slots
+from scrapy import Request
+from scrapy.settings import Settings
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import busiest
 from scrapy_bloomdupe.frontier.busiest import busiest_slots
+from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.transport.link import Link
 
@@ -104,15 +107,15 @@ def test_thousands_of_slots_are_read_in_three_round_trips_and_bounded(
     assert [s.in_flight for s in found.slots] == [1] * busiest.BUSIEST
 
 
-@pytest.mark.parametrize("decode", [False, True])
-def test_a_client_that_decodes_replies_reads_the_same(redis_url: str, decode: bool) -> None:
-    writer = redis.Redis.from_url(redis_url)
-    client = redis.Redis.from_url(redis_url, decode_responses=decode)
-    try:
-        busy_slots(writer, TAG)
-        found = busiest_slots(client, TAG)
-    finally:
-        client.close()
-        writer.close()
+def test_a_crawl_wide_queue_s_slots_as_its_workers_leave_them(client: redis.Redis) -> None:
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.25,
+                                  "RANDOMIZE_DOWNLOAD_DELAY": False}), None)
+    q = CrawlWideQueue(client, DemoSpider(), "site:requests", tag=TAG, policy=policy)
+    q.push_many([Request(f"https://a.test/{j}") for j in range(4)]
+                + [Request("https://b.test/0", meta={"download_slot": "b:slot"})])
+    assert len(q.pop_leases(10)) == 2  # one a slot: a delay
+    found = busiest_slots(client, TAG)
     assert found is not None
-    assert [(s.slot, s.in_flight, s.concurrency, s.waiting) for s in found.slots] == BUSY_SLOTS
+    assert [(s.slot, s.in_flight, s.concurrency, s.waiting, s.delay) for s in found.slots] == [
+        ("a.test", 1, 2, 3, 0.25), ("b:slot", 1, 2, 0, 0.25)]
+    assert 0 < found.slots[0].next_start <= 0.25

@@ -93,7 +93,7 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
             ("HMGET", defaults, "conc", "delay")])
         if not int(found):
             return None
-        flight = Counter(_text(value).split("|", 2)[1] for value in leased)
+        flight = Counter(_lease_slot(value) for value in leased)
         names = [name for name, _ in flight.most_common(IN_FLIGHT)]
         names = list(dict.fromkeys([*names, *map(_text, first), *map(_text, last)]))
         single = not is_cluster(link.client)
@@ -124,6 +124,14 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
         for j, (name, state) in enumerate(zip(names, states, strict=True))]
     slots.sort(key=lambda s: (-s.in_flight, -s.waiting, s.slot))
     return BusySlots(slots[:limit], len(flight), int(ready_slots))
+
+
+def _lease_slot(value: bytes | str) -> str:
+    """The slot's name in a lease's value, ``<priority>|<slot>|<entry>`` (the entry's
+    bytes need not be text)."""
+    if isinstance(value, str):
+        return value.split("|", 2)[1]
+    return value.split(b"|", 2)[1].decode()
 
 
 def _text(value: Any) -> str:
