@@ -13,11 +13,14 @@ and each running worker's own figures (:func:`crawlstats.read_live`).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import NoPermissionError
 
 from . import crawlstats, keys, sizing
 from .bloom import meta
@@ -29,6 +32,8 @@ from .frontier.queue import LEASE_TIMEOUT, status
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
+
+logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of the filter's fill (a scan of every shard).
 FILTER_EVERY = 10.0
@@ -110,6 +115,7 @@ class CrawlReader:
         self.clock = clock
         self._filter: FilterFigures | None = None
         self._filter_read = -math.inf
+        self._slots_denied = False
 
     def read(self) -> CrawlFigures:
         key, client = self.key, self.client
@@ -138,7 +144,7 @@ class CrawlReader:
         else:
             self._filter, self._filter_read = None, -math.inf
         waiting, leased = status(client, key, shards) if shards else (0, 0)
-        slots = busiest_slots(client, key, self.slots)
+        slots = self._read_slots()
         now = time.time()
         workers = [_worker(wid, line, now)
                    for wid, line in crawlstats.read_live(client, key).items()]
@@ -146,6 +152,16 @@ class CrawlReader:
         return CrawlFigures(
             key, totals, self._filter, int(waiting), int(leased), int(failed_kept),
             sum(1 for _, score in owners if score >= since_ms), workers, problem, slots)
+
+    def _read_slots(self) -> BusySlots | None:
+        try:
+            return busiest_slots(self.client, self.key, self.slots)
+        except NoPermissionError as e:  # an ACL user without +hmget +llen: the rest is read
+            if not self._slots_denied:
+                self._slots_denied = True
+                logger.warning("Cannot read the busiest download slots of %r: %s (they need "
+                               "+hmget +llen, docs/cli.md)", self.key, e)
+            return None
 
     def _read_filter(self) -> None:
         if self._filter is not None and self.clock() - self._filter_read < self.filter_every:

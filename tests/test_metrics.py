@@ -404,3 +404,37 @@ def test_a_worker_writes_its_figures_with_the_least_privilege_acl(
         assert client.hget(keys.stats("demo:bloomdupe"), "pages") == b"2"
     finally:
         client.execute_command("ACL", "DELUSER", "metrics-test")
+
+
+def test_the_least_privilege_acl_reads_a_crawl_and_says_what_the_slots_need(
+        redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With the ACL user of docs/security.md (and +xlen, which the tools need), a crawl
+    without download slots is read with nothing denied; one with slots is read but for them, and a line says what they need."""
+    doc = (ROOT / "docs" / "security.md").read_text()
+    line = next(t for t in doc.splitlines() if t.startswith("ACL SETUSER crawler "))
+    rules = [r.replace("myspider", "demo").replace(">the-password", ">pw")
+             for r in line.split()[3:]]
+    # The tools also read the failed requests' count (docs/metrics.md, "What top reads").
+    client.execute_command("ACL", "SETUSER", "slots-test", *rules, "+xlen")
+    client.execute_command("ACL", "LOG", "RESET")
+    url = redis_url.replace("redis://", "redis://slots-test:pw@")
+    BloomFilter.open(client, "demo:bloomdupe", first_plan(1000, 0.01)).close()
+    try:
+        assert main(["top", "--once", "--json", "--redis-url", url, "--spider", "demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["slots"] is None
+        assert main(["info", "--json", "--redis-url", url, "--spider", "demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["slots"] is None
+        assert client.execute_command("ACL", "LOG") == []
+        busy_slots(client, "demo:bloomdupe")
+        with caplog.at_level("WARNING", logger="scrapy_bloomdupe.crawlfigures"):
+            assert main(["top", "--once", "--redis-url", url, "--spider", "demo"]) == 0
+        out = capsys.readouterr().out
+        assert "queue            12 waiting, 3 leased" in out and "download slots" not in out
+        assert "they need +hmget +llen" in caplog.text
+        assert main(["info", "--redis-url", url, "--spider", "demo"]) == 0
+        done = capsys.readouterr()
+        assert "12 request(s) waiting, 3 leased by workers" in done.out
+        assert "busiest download slots cannot be read" in done.err and "+hmget +llen" in done.err
+    finally:
+        client.execute_command("ACL", "DELUSER", "slots-test")

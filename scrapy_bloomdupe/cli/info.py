@@ -9,6 +9,8 @@ import argparse
 import dataclasses
 from typing import Any
 
+import redis
+
 from ..bloom.filter import BloomFilter
 from ..bloom.info import FilterInfo
 from ..bloom.placement import shard_nodes
@@ -61,7 +63,12 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
         missing = missing_shards(ctx, bloom)
         queue = shard_status(bloom.link, bloom.key, bloom.sizing.shards)
-        slots = busiest_slots(bloom.link, bloom.key)
+        try:
+            slots = busiest_slots(bloom.link, bloom.key)
+        except redis.exceptions.NoPermissionError as e:  # the rest is shown
+            slots = None
+            ctx.note(f"{ctx.prog}: the busiest download slots cannot be read: {e} (they "
+                     "need +hmget +llen)")
     finally:
         bloom.close()
     status = EXIT_FAILED if missing else EXIT_OK

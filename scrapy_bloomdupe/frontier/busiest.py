@@ -4,8 +4,8 @@ for ``bloomdupe top``, ``bloomdupe info`` and ``bloomdupe metrics`` (issue 38).
 Read-only, in at most three round trips whatever the number of slots (a crawl can
 have 100,000: their hashes are not all read). The slots looked at are:
 
-* every slot with requests in flight, counted from the lease hash (``HVALS``: as
-  many values as the crawl has requests leased, so bounded by the workers'
+* every slot with requests in flight, counted from the lease hash (as many
+  leases as the crawl has requests leased, so bounded by the workers'
   concurrency); past :data:`IN_FLIGHT` such slots, those with the most in flight
   (ties broken in the lease hash's order, so a broad crawl of many workers may
   miss the one of them with the most waiting);
@@ -18,6 +18,10 @@ Of those, the busiest come first: by requests in flight, then requests waiting
 flight and room, in the middle of a long ready set, is not looked at: "busiest"
 means most in flight, and among the slots with room, the ends of the queue of
 slots. Only shard 0's slots (the crawl-wide queue runs on one node).
+
+The first round trip has only commands of the crawler's least-privilege ACL
+(docs/security.md), so a crawl without slots reads as it did; the slots are read
+with ``HMGET`` and ``LLEN`` as well.
 """
 
 from __future__ import annotations
@@ -86,14 +90,16 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
     ready, leases = keys.ready(tag, 0), keys.slot_leases(tag, 0)
     defaults, prefix = keys.slot_defaults(tag, 0), keys.slot_prefix(tag, 0)
     with link_to(target) as link:
+        # The first round trip only with commands of the crawler's least-privilege ACL
+        # (docs/security.md): a crawl without slots is read as before.
         found, ready_slots, leased, first, last, limits = link.calls([
             ("EXISTS", ready, leases, defaults, keys.slot_waiting(tag, 0)),
-            ("ZCARD", ready), ("HVALS", leases),
+            ("ZCARD", ready), ("HGETALL", leases),
             ("ZRANGE", ready, 0, READY_ENDS - 1), ("ZRANGE", ready, -READY_ENDS, -1),
-            ("HMGET", defaults, "conc", "delay")])
+            ("HGETALL", defaults)])
         if not int(found):
             return None
-        flight = Counter(_lease_slot(value) for value in leased)
+        flight = Counter(_lease_slot(value) for value in leased.values())
         names = [name for name, _ in flight.most_common(IN_FLIGHT)]
         names = list(dict.fromkeys([*names, *map(_text, first), *map(_text, last)]))
         single = not is_cluster(link.client)
@@ -116,7 +122,8 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
             lengths = link.calls([("LLEN", f"{prefix}{names[j]}:{prio}") for j, prio in others])
             for (j, _), length in zip(others, lengths, strict=True):
                 waiting[j] += int(length)
-    conc, delay = (_text(v) if v is not None else "0" for v in limits)
+    limits = {_text(k): _text(v) for k, v in limits.items()}
+    conc, delay = limits.get("conc", "0"), limits.get("delay", "0")
     slots = [SlotFigures(
         keys.slot_from_name(name), flight.get(name, 0), int(state[2] or conc),
         waiting[j], int(state[3] or delay) / 1000,
