@@ -410,7 +410,8 @@ def test_the_least_privilege_acl_reads_a_crawl_and_says_what_the_slots_need(
         redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str],
         caplog: pytest.LogCaptureFixture) -> None:
     """With the ACL user of docs/security.md (and +xlen, which the tools need), a crawl
-    without download slots is read with nothing denied; one with slots is read but for them, and a line says what they need."""
+    without download slots is read with nothing denied; one with slots is read but for
+    them, and a line says what they need."""
     doc = (ROOT / "docs" / "security.md").read_text()
     line = next(t for t in doc.splitlines() if t.startswith("ACL SETUSER crawler "))
     rules = [r.replace("myspider", "demo").replace(">the-password", ">pw")
