@@ -5,27 +5,35 @@ Read-only, and no ``KEYS`` or ``SCAN``: the crawl-wide counters (``K:stats``), t
 filter's fill and false-positive rate (``BITCOUNT`` or ``BF.INFO`` of every shard:
 O(filter size), so read at most every ``filter_every`` seconds), the queue's waiting
 and leased requests, the failed requests kept, the live workers (those that
-heartbeat in shard 0's owner set within the lease timeout, by Redis's clock) and
-each running worker's own figures (:func:`crawlstats.read_live`).
+heartbeat in shard 0's owner set within the lease timeout, by Redis's clock), the
+busiest download slots of a crawl with ``BLOOMDUPE_POLITENESS = "crawl"``
+(:func:`~.frontier.busiest.busiest_slots`: bounded, whatever the number of slots)
+and each running worker's own figures (:func:`crawlstats.read_live`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import NoPermissionError
+
 from . import crawlstats, keys, sizing
 from .bloom import meta
 from .bloom.filter import BloomFilter
 from .exceptions import BloomDupeError
+from .frontier.busiest import BUSIEST, BusySlots, busiest_slots
 from .frontier.queue import LEASE_TIMEOUT, status
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
+
+logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of the filter's fill (a scan of every shard).
 FILTER_EVERY = 10.0
@@ -83,6 +91,8 @@ class CrawlFigures:
     workers: list[WorkerFigures]
     #: Why the filter's figures are missing though its metadata is there.
     problem: str | None = None
+    #: The busiest download slots; None when the crawl keeps none (politeness "worker").
+    slots: BusySlots | None = None
 
     @property
     def pages_per_second(self) -> float:
@@ -91,18 +101,21 @@ class CrawlFigures:
 
 class CrawlReader:
     """Reads the figures of the crawl at ``key``; the filter's fill at most every
-    ``filter_every`` seconds (in between, the last one read)."""
+    ``filter_every`` seconds (in between, the last one read), and its ``slots`` busiest
+    download slots."""
 
     def __init__(self, client: Redis | RedisCluster, key: str, *,
                  lease_timeout: float = LEASE_TIMEOUT, filter_every: float = FILTER_EVERY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, slots: int = BUSIEST) -> None:
         self.client = client
         self.key = key
+        self.slots = slots
         self.lease_timeout = lease_timeout
         self.filter_every = filter_every
         self.clock = clock
         self._filter: FilterFigures | None = None
         self._filter_read = -math.inf
+        self._slots_denied = False
 
     def read(self) -> CrawlFigures:
         key, client = self.key, self.client
@@ -131,13 +144,24 @@ class CrawlReader:
         else:
             self._filter, self._filter_read = None, -math.inf
         waiting, leased = status(client, key, shards) if shards else (0, 0)
+        slots = self._read_slots()
         now = time.time()
         workers = [_worker(wid, line, now)
                    for wid, line in crawlstats.read_live(client, key).items()]
         workers.sort(key=lambda w: (w.started, w.id))
         return CrawlFigures(
             key, totals, self._filter, int(waiting), int(leased), int(failed_kept),
-            sum(1 for _, score in owners if score >= since_ms), workers, problem)
+            sum(1 for _, score in owners if score >= since_ms), workers, problem, slots)
+
+    def _read_slots(self) -> BusySlots | None:
+        try:
+            return busiest_slots(self.client, self.key, self.slots)
+        except NoPermissionError as e:  # an ACL user without +hmget +llen: the rest is read
+            if not self._slots_denied:
+                self._slots_denied = True
+                logger.warning("Cannot read the busiest download slots of %r: %s (they need "
+                               "+hmget +llen, docs/cli.md)", self.key, e)
+            return None
 
     def _read_filter(self) -> None:
         if self._filter is not None and self.clock() - self._filter_read < self.filter_every:

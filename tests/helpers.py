@@ -1,5 +1,6 @@
 """What several test files need: paths, a demo spider, fingerprints, cluster clients, a
-pool of spawned workers, bad values of every setting and a crawl that cannot start.
+pool of spawned workers, bad values of every setting, a crawl that cannot start and the
+download slots of a crawl-wide crawl.
 
 Importable as ``helpers`` from every test directory (``pythonpath = ["tests"]`` in
 pyproject.toml), also in the worker processes the tests spawn (they inherit
@@ -32,6 +33,7 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.frontier.iothread import IOThread
+from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
@@ -485,3 +487,34 @@ def assert_start_error_line(result: subprocess.CompletedProcess[str], says: str)
                   "During handling"):
         assert noise not in output, output
     return output
+
+
+# -- the download slots of a crawl with BLOOMDUPE_POLITENESS = "crawl" ----------------------
+
+#: What :func:`busy_slots` leaves, busiest first: (slot, in flight, limit, waiting).
+BUSY_SLOTS = [("one.test", 2, 2, 3), ("slow.test", 1, 1, 2), ("paused.test", 0, 1, 4),
+              ("odd:80|x%", 0, 4, 3)]
+
+
+def busy_slots(client: Any, tag: str) -> SlotQueue:
+    """Download slots in every state (frontier/slots.py), for the readers of them:
+    ``one.test`` at its limit (2 in flight, 3 waiting), ``slow.test`` with a 30 s delay
+    (1 in flight, 2 waiting), ``paused.test`` backed off for 60 s (4 waiting), and
+    ``odd:80|x%`` (a name that needs escaping) under the default limit, 4, with two
+    priorities waiting; the worker that leased them heartbeats."""
+    q = SlotQueue(client, tag, owner="w1")
+    q.set_defaults(concurrency=4)
+
+    def entries(slot: str, n: int, concurrency: int, delay_ms: int = 0, priority: int = 0
+                ) -> list[SlotEntry]:
+        return [SlotEntry(slot, priority, f"\x01https://{slot}/{priority}/{j}".encode(),
+                          concurrency, delay_ms) for j in range(n)]
+
+    q.push(entries("one.test", 5, 2) + entries("slow.test", 3, 1, 30_000))
+    assert len(q.pop(10).leases) == 3
+    now = client.time()
+    seconds, micros = next(iter(now.values())) if isinstance(now, dict) else now  # a cluster's
+    q.backoff("paused.test", seconds * 1000 + micros // 1000 + 60_000)
+    q.push(entries("paused.test", 4, 1) + entries("odd:80|x%", 2, 4, priority=5)
+           + entries("odd:80|x%", 1, 4))
+    return q

@@ -23,8 +23,8 @@ from unittest import mock
 
 import pytest
 import redis
+from helpers import BUSY_SLOTS, DemoSpider, busy_slots
 from helpers import EXAMPLE_PROJECT as PROJECT
-from helpers import DemoSpider
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.settings import Settings
@@ -162,6 +162,36 @@ def test_info_shows_the_shared_queue_per_shard(redis_url: str, client: redis.Red
     assert sum(s["waiting"] for s in data["shards"]) == 2
     text = clean(run_cli("info", "--key", "site:bloomdupe", redis_url=redis_url))
     assert "2 request(s) waiting, 1 leased by workers" in text
+
+
+def test_info_shows_the_busiest_download_slots(redis_url: str, client: redis.Redis) -> None:
+    make_filter(client, "site:bloomdupe", ["https://a.example/"], shards=2)
+    assert info_json(redis_url, "site:bloomdupe")["slots"] is None  # politeness "worker"
+    text = clean(run_cli("info", "--key", "site:bloomdupe", redis_url=redis_url))
+    assert "download slots" not in text
+    busy_slots(client, "site:bloomdupe")
+    data = info_json(redis_url, "site:bloomdupe")["slots"]
+    assert (data["in_flight_slots"], data["ready_slots"]) == (2, 2)
+    assert [(s["slot"], s["in_flight"], s["concurrency"], s["waiting"])
+            for s in data["slots"]] == BUSY_SLOTS
+    slow, paused = data["slots"][1], data["slots"][2]
+    assert slow["delay"] == 30 and 25 < slow["next_start"] <= 30 and slow["backoff"] == 0
+    assert 55 < paused["backoff"] <= 60
+    assert set(data["slots"][0]) == {"slot", "in_flight", "concurrency", "waiting", "delay",
+                                     "next_start", "backoff"}
+    assert info_json(redis_url, "site:bloomdupe")["queue"] == {
+        "waiting": 12, "leased": 3, "shards": [{"index": 0, "waiting": 12, "leased": 3},
+                                               {"index": 1, "waiting": 0, "leased": 0}]}
+    text = clean(run_cli("info", "--key", "site:bloomdupe", redis_url=redis_url))
+    block = text[text.index("Busiest download slots"):].splitlines()
+    assert block[0] == ("Busiest download slots (2 with requests in flight, 2 ready to go "
+                        "now or later)")
+    assert block[1].split() == ["slot", "in", "flight", "limit", "waiting", "delay", "next",
+                                "start", "in", "backed", "off", "for"]
+    assert block[2].split() == ["one.test", "2", "2", "3", "-", "-", "-"]
+    assert block[3].split()[:5] == ["slow.test", "1", "1", "2", "30"]
+    assert block[4].split()[:6] == ["paused.test", "0", "1", "4", "-", "-"]
+    assert block[5].split() == ["odd:80|x%", "0", "4", "3", "-", "-", "-"]
 
 
 def test_info_json_options_before_or_after_the_command(redis_url: str,

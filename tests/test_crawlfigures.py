@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from helpers import first_plan, fps
+from helpers import BUSY_SLOTS, busy_slots, first_plan, fps
 from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import crawlstats, keys
@@ -155,3 +155,9 @@ def test_the_reader_works_on_a_redis_cluster(rc: RedisCluster) -> None:
     assert figures.totals["pages"] == 5
     assert [w.id for w in figures.workers] == ["h:1"]
     assert figures.workers_alive == 1
+    assert figures.slots is None
+    busy_slots(rc, KEY)  # download slots on a cluster (refused to workers for now): read
+    slots = CrawlReader(rc, KEY).read().slots
+    assert slots is not None
+    assert [(s.slot, s.in_flight, s.concurrency, s.waiting) for s in slots.slots] == BUSY_SLOTS
+    assert 55 < slots.slots[2].backoff <= 60

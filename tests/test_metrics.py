@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import EXAMPLE_PROJECT, ROOT, crawler_for, first_plan, fps
+from helpers import BUSY_SLOTS, EXAMPLE_PROJECT, ROOT, busy_slots, crawler_for, first_plan, fps
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.settings import Settings
 
@@ -27,6 +28,7 @@ from scrapy_bloomdupe.cli import main
 from scrapy_bloomdupe.cli.metrics import collect
 from scrapy_bloomdupe.crawlfigures import CrawlReader
 from scrapy_bloomdupe.exceptions import ConfigError
+from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.settings import MetricsConfig, parse_metrics_port
 from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.workermetrics import WorkerMetrics
@@ -77,6 +79,63 @@ def test_the_exporter_serves_every_crawl_it_watches(client: redis.Redis) -> None
              for _, labels, value in families["bloomdupe_queue_requests"]["samples"]}
     assert queue[("a", "waiting")] == 1 and queue[("a", "leased")] == 0
     assert values(families, "bloomdupe_workers") == {"a": 0, "b": 0, "none": 0}
+
+
+def test_the_exporter_serves_the_busiest_download_slots(client: redis.Redis) -> None:
+    BloomFilter.open(client, "a", first_plan(1000, 0.01)).close()
+    BloomFilter.open(client, "b", first_plan(1000, 0.01)).close()
+    busy_slots(client, "a")
+    readers = [CrawlReader(client, "a"), CrawlReader(client, "b")]
+    families = parse(prometheus.exposition(prometheus.registry(lambda: collect(readers))))
+
+    def by_slot(name: str) -> dict[tuple[str, str], float]:
+        assert families[name]["type"] == "gauge", name
+        return {(labels["crawl"], labels["slot"]): value
+                for _, labels, value in families[name]["samples"]}
+
+    assert by_slot("bloomdupe_slot_requests_in_flight") == {
+        ("a", slot): flight for slot, flight, _, _ in BUSY_SLOTS}  # b: politeness "worker"
+    assert by_slot("bloomdupe_slot_requests_waiting") == {
+        ("a", slot): waiting for slot, _, _, waiting in BUSY_SLOTS}
+    backoff = by_slot("bloomdupe_slot_backoff_seconds")
+    assert 55 < backoff.pop(("a", "paused.test")) <= 60 and set(backoff.values()) == {0}
+    start = by_slot("bloomdupe_slot_next_start_seconds")
+    assert 25 < start.pop(("a", "slow.test")) <= 30 and set(start.values()) == {0}
+    # At most BUSIEST slots a crawl (the series' cardinality).
+    families = parse(prometheus.exposition(prometheus.registry(
+        lambda: collect([CrawlReader(client, "a", slots=2)]))))
+    assert by_slot("bloomdupe_slot_requests_in_flight") == {("a", "one.test"): 2,
+                                                           ("a", "slow.test"): 1}
+
+
+def test_top_shows_the_busiest_download_slots(redis_url: str, client: redis.Redis,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    BloomFilter.open(client, "site:bloomdupe", first_plan(1000, 0.01)).close()
+    assert main(["top", "--once", "--redis-url", redis_url, "--key", "site:bloomdupe"]) == 0
+    assert "download slots" not in capsys.readouterr().out  # politeness "worker"
+    busy_slots(client, "site:bloomdupe")
+    SlotQueue(client, "site:bloomdupe").push(  # more slots than top shows
+        [SlotEntry(f"h{j:02}.test", 0, b"\x01u") for j in range(12)])
+    assert main(["top", "--once", "--redis-url", redis_url, "--key", "site:bloomdupe"]) == 0
+    frame = capsys.readouterr().out
+    block = frame[frame.index("Busiest download slots"):].splitlines()
+    assert block[0] == ("Busiest download slots (2 with requests in flight, 14 ready to go "
+                        "now or later)")
+    rows = [line.split() for line in block[2:]]
+    assert len(rows) == 10
+    assert [row[:4] for row in rows[:4]] == [[s, str(f), str(c), str(w)]
+                                             for s, f, c, w in BUSY_SLOTS]
+    # delay, next start in, backed off for
+    assert re.fullmatch(r" +slow\.test +1 +1 +2 +30 s +(2\d|30) s +-", block[3]), block[3]
+    assert re.fullmatch(r" +paused\.test +0 +1 +4 +- +- +(5\d|60) s", block[4]), block[4]
+    assert [row[:4] for row in rows[4:]] == [[f"h{j:02}.test", "0", "none", "1"]
+                                             for j in range(6)]
+    assert main(["top", "--once", "--json", "--redis-url", redis_url, "--key",
+                 "site:bloomdupe"]) == 0
+    data = json.loads(capsys.readouterr().out)["slots"]
+    assert (data["in_flight_slots"], data["ready_slots"], len(data["slots"])) == (2, 14, 10)
+    assert data["slots"][0] == {"slot": "one.test", "in_flight": 2, "concurrency": 2,
+                                "waiting": 3, "delay": 0, "next_start": 0, "backoff": 0}
 
 
 def test_an_unreachable_redis_is_up_0_not_an_error() -> None:
@@ -345,3 +404,38 @@ def test_a_worker_writes_its_figures_with_the_least_privilege_acl(
         assert client.hget(keys.stats("demo:bloomdupe"), "pages") == b"2"
     finally:
         client.execute_command("ACL", "DELUSER", "metrics-test")
+
+
+def test_the_least_privilege_acl_reads_a_crawl_and_says_what_the_slots_need(
+        redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With the ACL user of docs/security.md (and +xlen, which the tools need), a crawl
+    without download slots is read with nothing denied; one with slots is read but for
+    them, and a line says what they need."""
+    doc = (ROOT / "docs" / "security.md").read_text()
+    line = next(t for t in doc.splitlines() if t.startswith("ACL SETUSER crawler "))
+    rules = [r.replace("myspider", "demo").replace(">the-password", ">pw")
+             for r in line.split()[3:]]
+    # The tools also read the failed requests' count (docs/metrics.md, "What top reads").
+    client.execute_command("ACL", "SETUSER", "slots-test", *rules, "+xlen")
+    client.execute_command("ACL", "LOG", "RESET")
+    url = redis_url.replace("redis://", "redis://slots-test:pw@")
+    BloomFilter.open(client, "demo:bloomdupe", first_plan(1000, 0.01)).close()
+    try:
+        assert main(["top", "--once", "--json", "--redis-url", url, "--spider", "demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["slots"] is None
+        assert main(["info", "--json", "--redis-url", url, "--spider", "demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["slots"] is None
+        assert client.execute_command("ACL", "LOG") == []
+        busy_slots(client, "demo:bloomdupe")
+        with caplog.at_level("WARNING", logger="scrapy_bloomdupe.crawlfigures"):
+            assert main(["top", "--once", "--redis-url", url, "--spider", "demo"]) == 0
+        out = capsys.readouterr().out
+        assert "queue            12 waiting, 3 leased" in out and "download slots" not in out
+        assert "they need +hmget +llen" in caplog.text
+        assert main(["info", "--redis-url", url, "--spider", "demo"]) == 0
+        done = capsys.readouterr()
+        assert "12 request(s) waiting, 3 leased by workers" in done.out
+        assert "busiest download slots cannot be read" in done.err and "+hmget +llen" in done.err
+    finally:
+        client.execute_command("ACL", "DELUSER", "slots-test")

@@ -1,20 +1,25 @@
 """``bloomdupe info``: the filter's parameters, fill per generation and shard, estimated
 items, false-positive rate, memory, the shared queue (waiting and leased requests per
-shard), and on a cluster which master holds which shard."""
+shard), on a cluster which master holds which shard, and with crawl-wide politeness
+the busiest download slots."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
+
+import redis
 
 from ..bloom.filter import BloomFilter
 from ..bloom.info import FilterInfo
 from ..bloom.placement import shard_nodes
+from ..frontier.busiest import BusySlots, busiest_slots
 from ..frontier.queue import shard_status
 from ..sizing import TIGHTENING
 from ..transport.cluster import is_cluster
 from .context import EXIT_FAILED, EXIT_OK, Context, missing_shards, open_existing, report_missing
-from .output import count, fields, human_bytes, percent, rate, table, when
+from .output import busy_slots, count, fields, human_bytes, percent, rate, table, when
 
 #: BLOOMDUPE_FINGERPRINT modes, for people.
 MODE_DESCRIPTIONS = {
@@ -30,7 +35,8 @@ ENGINE_DESCRIPTIONS = {"lua": "lua (BITFIELD on plain strings, from a Lua script
 
 def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
               nodes: dict[str, list[int]] | None, missing: list[str] | None = None,
-              queue: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+              queue: list[tuple[int, int]] | None = None, slots: BusySlots | None = None
+              ) -> dict[str, Any]:
     data = info.as_dict()
     data.update({
         "redis": ctx.where,
@@ -45,6 +51,7 @@ def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
                   "leased": sum(leased for _, leased in queue or []),
                   "shards": [{"index": i, "waiting": q, "leased": leased}
                              for i, (q, leased) in enumerate(queue or [])]},
+        "slots": None if slots is None else dataclasses.asdict(slots),
     })
     return data
 
@@ -56,13 +63,19 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
         missing = missing_shards(ctx, bloom)
         queue = shard_status(bloom.link, bloom.key, bloom.sizing.shards)
+        try:
+            slots = busiest_slots(bloom.link, bloom.key)
+        except redis.exceptions.NoPermissionError as e:  # the rest is shown
+            slots = None
+            ctx.note(f"{ctx.prog}: the busiest download slots cannot be read: {e} (they "
+                     "need +hmget +llen)")
     finally:
         bloom.close()
     status = EXIT_FAILED if missing else EXIT_OK
     if missing:
         report_missing(ctx, missing)
     if ctx.json:
-        ctx.emit(info_dict(ctx, bloom, info, nodes, missing, queue))
+        ctx.emit(info_dict(ctx, bloom, info, nodes, missing, queue, slots))
         return status
     first = info.sizing
     newest = info.generations[-1].sizing
@@ -133,5 +146,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
                                 f"{sum(queue[i][0] for i in idx):,} waiting, "
                                 f"{sum(queue[i][1] for i in idx):,} leased")
                          for name, idx in nodes.items()])
+    if slots is not None:
+        lines += busy_slots(slots)
     ctx.print("\n".join(lines))
     return status

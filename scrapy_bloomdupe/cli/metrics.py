@@ -22,6 +22,8 @@ from .context import Context
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from ..frontier.busiest import SlotFigures
+
 logger = logging.getLogger(__name__)
 
 #: The default --host: every interface, as Prometheus exporters do.
@@ -63,6 +65,19 @@ FILTER_GAUGES: tuple[tuple[str, str, Callable[[FilterFigures], float]], ...] = (
      lambda f: f.generations),
 )
 
+#: The busiest download slots' gauges (crawl-wide politeness; at most
+#: :data:`~..frontier.busiest.BUSIEST` slots a crawl): (name, help, value).
+SLOT_GAUGES: tuple[tuple[str, str, Callable[[SlotFigures], float]], ...] = (
+    ("bloomdupe_slot_requests_in_flight", "Requests of one of the busiest download slots in "
+     "flight, crawl-wide (leased by a worker, not yet done).", lambda s: s.in_flight),
+    ("bloomdupe_slot_requests_waiting", "Requests waiting in one of the busiest download "
+     "slots.", lambda s: s.waiting),
+    ("bloomdupe_slot_backoff_seconds", "Seconds until the back-off of one of the busiest "
+     "download slots ends (0: not backed off).", lambda s: s.backoff),
+    ("bloomdupe_slot_next_start_seconds", "Seconds until one of the busiest download slots "
+     "may start its next request (0: now).", lambda s: s.next_start),
+)
+
 
 def collect(readers: Sequence[CrawlReader]) -> Iterable[Metric]:
     """Every crawl's metrics, read from Redis now."""
@@ -94,6 +109,10 @@ def collect(readers: Sequence[CrawlReader]) -> Iterable[Metric]:
                            [((f.key,), float(f.failed_kept)) for f in read])
     yield prometheus.gauge("bloomdupe_workers", "Workers alive: heartbeat within the lease "
                            "timeout.", LABELS, [((f.key,), float(f.workers_alive)) for f in read])
+    for name, doc, slot_value in SLOT_GAUGES:
+        yield prometheus.gauge(name, doc, (*LABELS, "slot"),
+                               [((f.key, s.slot), float(slot_value(s))) for f in read
+                                if f.slots is not None for s in f.slots.slots])
 
 
 def run(ctx: Context, opts: argparse.Namespace) -> int:

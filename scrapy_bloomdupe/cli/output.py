@@ -7,7 +7,10 @@ import math
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from ..frontier.busiest import BusySlots
 
 
 def emit_json(out: TextIO, data: dict[str, Any]) -> None:
@@ -80,3 +83,24 @@ def when(timestamp: float | None) -> str:
         return "-"
     moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
     return f"{moment:%Y-%m-%d %H:%M:%S} UTC ({ago(time.time() - timestamp)})"
+
+
+def seconds(value: float) -> str:
+    """``0.5 s``, ``12 s``, ``-`` for none."""
+    if value <= 0:
+        return "-"
+    return f"{value:.1f} s" if value < 10 else f"{value:,.0f} s"
+
+
+def busy_slots(busy: BusySlots) -> list[str]:
+    """The busiest download slots' block of ``top`` and ``info``, a blank line first."""
+    lines = ["", f"Busiest download slots ({busy.in_flight_slots:,} with requests in flight, "
+                 f"{busy.ready_slots:,} ready to go now or later)"]
+    if not busy.slots:
+        return [*lines, "  (none: nothing waits or is in flight)"]
+    return lines + table(
+        ["slot", "in flight", "limit", "waiting", "delay", "next start in", "backed off for"],
+        [[s.slot, f"{s.in_flight:,}", f"{s.concurrency:,}" if s.concurrency else "none",
+          f"{s.waiting:,}", f"{s.delay:g} s" if s.delay else "-", seconds(s.next_start),
+          seconds(s.backoff)]
+         for s in busy.slots])

@@ -1,7 +1,8 @@
 """``bloomdupe top``: a live view of one crawl in the terminal, refreshed every second
 (``--interval``): workers alive and each running worker's pages a second, the queue,
 leases put back, the filter's fill and estimated false-positive rate, failed
-requests. ``--once`` prints one frame (``--json``: its figures) and exits. Reads only
+requests, and with crawl-wide politeness the busiest download slots. ``--once`` prints
+one frame (``--json``: its figures) and exits. Reads only
 (:class:`~scrapy_bloomdupe.crawlfigures.CrawlReader`)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import datetime
 
 from ..crawlfigures import CrawlFigures, CrawlReader
 from .context import EXIT_OK, Context, FilterAbsent
-from .output import ago, count, fields, human_bytes, percent, rate, table
+from .output import ago, busy_slots, count, fields, human_bytes, percent, rate, table
 
 #: Clears the terminal and puts the cursor home, before each frame.
 CLEAR = "\x1b[H\x1b[2J"
@@ -54,6 +55,8 @@ def frame(ctx: Context, figures: CrawlFigures) -> list[str]:
     else:
         lines.append("  (none writes its figures: no worker runs, or none has the "
                      "WorkerMetrics extension)")
+    if figures.slots is not None:
+        lines += busy_slots(figures.slots)
     return lines
 
 
@@ -62,7 +65,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
                          filter_every=opts.filter_every)
     figures = reader.read()
     if figures.filter is None and figures.problem is None and not figures.workers \
-            and not any(figures.totals.values()):
+            and not any(figures.totals.values()) and figures.slots is None:
         raise FilterAbsent(f"No crawl at key {ctx.key!r} in Redis at {ctx.where}: no filter, "
                            "no crawl stats, no running worker.")
     while True:

@@ -1,0 +1,121 @@
+"""The busiest download slots of a crawl-wide crawl (frontier/busiest.py) on a real
+Redis: what each slot's figures are, the order, a crawl without slots, and a bounded
+read of a crawl with thousands of slots, a crawl-wide queue's slots (binary entries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from helpers import BUSY_SLOTS, DemoSpider, busy_slots
+from scrapy import Request
+from scrapy.settings import Settings
+
+from scrapy_bloomdupe import keys
+from scrapy_bloomdupe.frontier import busiest
+from scrapy_bloomdupe.frontier.busiest import busiest_slots
+from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.politeness import SlotPolicy
+from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
+from scrapy_bloomdupe.transport.link import Link
+
+TAG = "site:bloomdupe"
+
+
+class CountingLink(Link):
+    """A link that counts its round trips."""
+
+    round_trips = 0
+
+    def execute(self, commands: Any, **kwargs: Any) -> list[Any]:
+        self.round_trips += 1
+        return super().execute(commands, **kwargs)
+
+
+def test_each_slot_in_flight_limit_waiting_delay_next_start_and_backoff(
+        client: redis.Redis) -> None:
+    busy_slots(client, TAG)
+    found = busiest_slots(client, TAG)
+    assert found is not None
+    assert [(s.slot, s.in_flight, s.concurrency, s.waiting) for s in found.slots] == BUSY_SLOTS
+    one, slow, paused, odd = found.slots
+    assert (found.in_flight_slots, found.ready_slots) == (2, 2)  # paused.test and odd
+    assert one.delay == 0 and one.next_start == 0 and one.backoff == 0
+    assert slow.delay == 30 and 25 < slow.next_start <= 30 and slow.backoff == 0
+    assert paused.next_start == 0 and 55 < paused.backoff <= 60
+    assert odd.backoff == 0 and odd.next_start == 0
+    assert [s.slot for s in busiest_slots(client, TAG, 2).slots] == ["one.test", "slow.test"]
+
+
+def test_acks_and_an_empty_slot_show_at_once(client: redis.Redis) -> None:
+    q = SlotQueue(client, TAG, owner="w2")
+    q.push([SlotEntry("a.test", 0, b"\x01https://a.test/", 1)])
+    (lease,) = q.pop(10).leases
+    found = busiest_slots(client, TAG)
+    assert found is not None
+    assert [(s.slot, s.in_flight, s.waiting) for s in found.slots] == [("a.test", 1, 0)]
+    q.ack([lease])
+    found = busiest_slots(client, TAG)
+    assert found is not None and found.slots == []  # the crawl keeps slots, none busy
+
+
+def test_a_crawl_without_slots_reads_none(client: redis.Redis) -> None:
+    assert busiest_slots(client, TAG) is None
+    client.zadd(keys.queue(TAG, 0), {b"x": 0})  # a queue of the default layout
+    client.hset(keys.leases(TAG, 0), "w1:1.0", b"0|x")
+    assert busiest_slots(client, TAG) is None
+
+
+def test_thousands_of_slots_are_read_in_three_round_trips_and_bounded(
+        client: redis.Redis) -> None:
+    q = SlotQueue(client, TAG, owner="w1")
+    n = 3 * busiest.IN_FLIGHT
+    q.push([SlotEntry(f"h{j}.test", 0, b"\x01u%d" % j, 1) for j in range(n)])
+    q.pop(busiest.IN_FLIGHT)  # a third of the slots have one in flight, the rest wait
+    q.push([SlotEntry("h0.test", 5, b"\x01more", 1), SlotEntry("h1.test", 0, b"\x01more", 1)])
+    seconds, micros = client.time()
+    q.backoff(f"h{n - 1}.test", seconds * 1000 + micros // 1000 + 60_000)
+    client.config_resetstat()
+    link = CountingLink(client)
+    try:
+        found = busiest_slots(link, TAG)
+    finally:
+        link.close()
+    assert found is not None
+    assert link.round_trips == 3  # the other priorities' lists: a third
+    looked_at = busiest.IN_FLIGHT + 2 * busiest.READY_ENDS
+    stats = client.info("commandstats")
+    assert stats["cmdstat_hmget"]["calls"] <= looked_at + 1  # and the defaults
+    assert stats["cmdstat_llen"]["calls"] <= looked_at + 1
+    assert (found.in_flight_slots, found.ready_slots) == (busiest.IN_FLIGHT,
+                                                         n - busiest.IN_FLIGHT)
+    top = found.slots
+    assert [(s.in_flight, s.waiting) for s in top[:2]] == [(1, 1), (1, 1)]  # h0, h1
+    assert {s.slot for s in top[:2]} == {"h0.test", "h1.test"}
+    assert all(s.in_flight == 1 for s in top) and len(top) == busiest.BUSIEST
+    # The backed-off slot sits at the end of the ready set: it is looked at.
+    last = busiest_slots(client, TAG, n)
+    assert last is not None
+    paused = [s for s in last.slots if s.slot == f"h{n - 1}.test"]
+    assert paused and 55 < paused[0].backoff <= 60
+    # More slots in flight than are read: still bounded.
+    q.pop(busiest.IN_FLIGHT)
+    client.config_resetstat()
+    found = busiest_slots(client, TAG)
+    assert found is not None and found.in_flight_slots == 2 * busiest.IN_FLIGHT
+    assert client.info("commandstats")["cmdstat_hmget"]["calls"] <= looked_at + 1
+    assert [s.in_flight for s in found.slots] == [1] * busiest.BUSIEST
+
+
+def test_a_crawl_wide_queue_s_slots_as_its_workers_leave_them(client: redis.Redis) -> None:
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.25,
+                                  "RANDOMIZE_DOWNLOAD_DELAY": False}), None)
+    q = CrawlWideQueue(client, DemoSpider(), "site:requests", tag=TAG, policy=policy)
+    q.push_many([Request(f"https://a.test/{j}") for j in range(4)]
+                + [Request("https://b.test/0", meta={"download_slot": "b:slot"})])
+    assert len(q.pop_leases(10)) == 2  # one a slot: a delay
+    found = busiest_slots(client, TAG)
+    assert found is not None
+    assert [(s.slot, s.in_flight, s.concurrency, s.waiting, s.delay) for s in found.slots] == [
+        ("a.test", 1, 2, 3, 0.25), ("b:slot", 1, 2, 0, 0.25)]
+    assert 0 < found.slots[0].next_start <= 0.25
