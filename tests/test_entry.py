@@ -140,7 +140,7 @@ def same(a: Request, b: Request) -> bool:
 def test_every_request_comes_back_equal(request: Request) -> None:
     codec = Codec(picklecompat, SPIDER)
     payload = codec.encode(request)
-    assert payload[0] == entry.FORMAT
+    assert payload[0] in (entry.PLAIN, entry.DEFLATED)
     assert same(codec.decode(payload), request)
     # Never bigger than today's entry (the pickled to_dict dict) by more than the format
     # byte and the two separators.
@@ -180,8 +180,8 @@ def test_a_subclass_attribute_named_like_a_short_key_is_kept_apart() -> None:
 def test_an_entry_of_a_newer_format_says_so() -> None:
     codec = Codec(picklecompat, SPIDER)
     with pytest.raises(NewerFormatError, match=r"written by a newer scrapy-bloomdupe "
-                                               r"\(format 2\); upgrade every worker"):
-        codec.decode(b"\x02https://a.example/\x00whatever")
+                                               r"\(format 3\); upgrade every worker"):
+        codec.decode(b"\x03https://a.example/\x00whatever")
     # An older entry that happens to start with a byte kept for formats is read as one.
     odd = OddFirstByte()
     assert Codec(odd, SPIDER).decode(odd.dumps(Request("https://b.example/").to_dict())
@@ -274,8 +274,9 @@ def test_a_users_serializer_writes_the_fields(redis_url: str) -> None:
         assert all(scheduler.enqueue_request(r) for r in sent)
         client = redis.Redis.from_url(redis_url)
         [first] = [m for m in client.zrange(keys.queue(TAG, 0), 0, -1)
-                   if m.startswith(b"\x01https://json.example/1\x00parse_item\x00")]
-        fields = json.loads(first.split(b"\x00", 2)[2])
+                   if m[1:].startswith(b"https://json.example/1\x00parse_item\x00")]
+        written = first.split(b"\x00", 2)[2]
+        fields = json.loads(entry._inflate(written) if first[0] == entry.DEFLATED else written)
         assert fields["p"] == 2 and fields["m"]["tags"] == ["a", "b"], fields
         queue_ = scheduler.queue
         leases = queue_.pop_leases(10)
@@ -301,12 +302,12 @@ def test_a_worker_records_the_format_and_refuses_a_newer_one(redis_url: str) -> 
     Scheduler.from_crawler(crawler)
     assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
     client.set(keys.queue_format(TAG), entry.FORMAT + 1)
-    with pytest.raises(QueueFormatError, match=r"format 2\); upgrade every worker"):
+    with pytest.raises(QueueFormatError, match=rf"format {entry.FORMAT + 1}\); upgrade every"):
         Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
     # An older format (today's pickled entries: none recorded) is taken over.
     client.delete(keys.queue_format(TAG))
     Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
-    assert client.get(keys.queue_format(TAG)) == b"1"
+    assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
 
 
 def test_dates_and_decimals_in_meta_survive() -> None:
@@ -324,6 +325,8 @@ def test_a_pickle_is_written_without_its_frame_header(serializer: Any, size: int
     codec = Codec(serializer, SPIDER)
     payload = codec.encode(request)
     rest = payload.split(b"\x00", 2)[2]
+    if payload[0] == entry.DEFLATED:  # (format 2: deflated, as the blob compresses)
+        rest = entry._inflate(rest)
     assert rest[:1] == b"\x80" and (rest[2:3] == b"\x95") == (size > 65_536)
     assert same(codec.decode(payload), request)
 
@@ -335,10 +338,31 @@ def test_a_failed_request_is_recorded_compact_and_requeued(client: redis.Redis) 
     request = Request("https://failed.example/1", callback=SPIDER.parse_item,
                       meta={"depth": 3}, priority=1)
     score, payload = q.entry(request)
-    assert payload.startswith(b"\x01https://failed.example/1\x00parse_item\x00")
+    assert payload[0] in (entry.PLAIN, entry.DEFLATED)
+    assert payload[1:].startswith(b"https://failed.example/1\x00parse_item\x00")
     q.send([failed.record_command(TAG, url=request.url, method=request.method,
                                   reason="timeout", score=score, request=payload, limit=10)])
     [record] = failed.read(client, TAG)
     assert failed.requeue(client, TAG, [record.id]) == 1
     [lease] = q.pop_leases(10)
     assert same(lease.request, request)
+
+
+def test_a_crawlspiders_fields_are_deflated_and_the_last_releases_entries_still_read() -> None:
+    """Format 2 deflates the fields other than the URL and callback with a preset
+    dictionary: a CrawlSpider's request (its rule, link text and depth in meta) goes
+    from 155 bytes to under 110. An entry of format 1 (the last release's, and this
+    one's when deflating saves nothing) is still read."""
+    codec = Codec(picklecompat, SPIDER)
+    request = Request("https://docs.example.org/django-doc/html/ref/page-000000007.html",
+                      callback=SPIDER.parse, priority=-2,
+                      meta={"rule": 0, "link_text": "Model field reference", "depth": 2})
+    payload = codec.encode(request)
+    assert payload[0] == entry.DEFLATED and len(payload) < 110, len(payload)
+    assert same(codec.decode(payload), request)
+    url, cb, rest = payload[1:].split(entry.SEPARATOR, 2)
+    plain = entry.SEPARATOR.join([bytes((entry.PLAIN,)) + url, cb, entry._inflate(rest)])
+    assert same(codec.decode(plain), request)
+    assert entry.peek(picklecompat, payload) == (request.url, "GET")
+    # A request with nothing but a URL and a callback has nothing to deflate.
+    assert codec.encode(Request("https://a.example/", callback=SPIDER.parse))[0] == entry.PLAIN

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,40 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
     from scrapy import Spider
 
-#: The format this release writes.
-FORMAT = 1
+#: The newest format this release writes (and records for its queue: an older release,
+#: which cannot read it, does not join the crawl).
+FORMAT = 2
+#: Format 1: ``\x01``, the URL, then (NUL-separated, when there are any) the callback's
+#: name and the other fields, written by the serializer (a pickle without its frame).
+#: Format 2: the same, the other fields deflated (raw ``zlib``, :data:`ZDICT` as the
+#: preset dictionary): written when that is shorter. This release reads both.
+PLAIN, DEFLATED = 1, 2
+#: The preset dictionary of format 2: the pickles and JSON of typical requests' other
+#: fields (CrawlSpider's meta, redirects, retries, a form request). Fixed: a change is
+#: a new format.
+ZDICT = (
+    b'{"m": {"depth": 2, "download_slot": "", '
+    b'"retry_times": 1, "redirect_times": 1, "'
+    b'redirect_ttl": 19, "redirect_urls": ["ht'
+    b'tps://"], "redirect_reasons": [301]}, "p'
+    b'": 1}{"m": {"rule": 0, "link_text": "", '
+    b'"depth": 1}, "p": -1}\x80\x05}\x94(\x8c\x01m\x94}\x94(\x8c\rdont_'
+    b'redirect\x94\x88\x8c\x16handle_httpstatus_list\x94]\x94M\x94\x01'
+    b'a\x8c\x10download_timeout\x94G@f\x80\x00\x00\x00\x00\x00\x8c\x05proxy\x94\x8c\x07h'
+    b'ttp://\x94\x8c\tcookiejar\x94K\x00\x8c\x04item\x94}\x94\x8c\x0bdont_fil'
+    b'ter\x94\x88u\x8c\x01M\x94\x8c\x04POST\x94\x8c\x01h\x94}\x94(C\x0cContent-Type\x94]'
+    b'\x94C!application/x-www-form-urlencoded\x94aC\x07'
+    b'Referer\x94]\x94C\x08https://\x94aC\x06Accept\x94]\x94C\x10appli'
+    b'cation/json\x94au\x8c\x01b\x94C\x00\x94\x8c\x01o\x94}\x94\x8c\x01k\x94}\x94\x8c\x01f\x94]\x94\x8c'
+    b'\x01e\x94\x8c\x07errback\x94\x8c\x01d\x94\x88\x8c\x01n\x94\x8c\x05utf-8\x94\x8c\x01_\x94\x8c$scra'
+    b'py.http.request.form.FormRequest\x94u.\x80\x05}\x94('
+    b'\x8c\x01m\x94}\x94(\x8c\x05depth\x94K\x02\x8c\rdownload_slot\x94\x8c\x00\x94\x8c\x0bre'
+    b'try_times\x94K\x01\x8c\x0eredirect_times\x94K\x01\x8c\x0credirec'
+    b't_ttl\x94K\x13\x8c\rredirect_urls\x94]\x94\x8c\x08https://\x94a\x8c\x10'
+    b'redirect_reasons\x94]\x94M-\x01au\x8c\x01p\x94K\x01u.\x80\x05}\x94(\x8c\x01m'
+    b'\x94}\x94(\x8c\x04rule\x94K\x00\x8c\tlink_text\x94\x8c\x00\x94\x8c\x05depth\x94K\x01u\x8c'
+    b'\x01p\x94J\xff\xff\xff\xffu.'
+)
 #: First bytes kept for compact formats (this one and later ones).
 FORMATS = range(0x01, 0x20)
 SEPARATOR = b"\x00"
@@ -124,14 +157,19 @@ class Codec:
             callback = None
         if SEPARATOR in url:  # never from Scrapy's own URL handling: kept in REST then
             rest["u"], url = request.url, b""
-        parts = [bytes((FORMAT,)) + url]
+        parts = [bytes((PLAIN,)) + url]
         if callback is not None or rest:
             parts.append(b"" if callback is None else callback.encode("utf-8"))
         if rest:
             written = self.serializer.dumps(rest)
             if isinstance(written, str):
                 written = written.encode("utf-8")
-            parts.append(_unframed(written) if self._unframe else written)
+            written = _unframed(written) if self._unframe else written
+            deflated = _deflate(written)
+            if len(deflated) < len(written):
+                parts[0] = bytes((DEFLATED,)) + url
+                written = deflated
+            parts.append(written)
         return SEPARATOR.join(parts)
 
     def decode(self, payload: bytes) -> Request:
@@ -143,7 +181,7 @@ class Codec:
         if first not in FORMATS:
             return self.decode_legacy(payload)
         try:
-            if first != FORMAT:
+            if first not in (PLAIN, DEFLATED):
                 raise NewerFormatError(first)
             return request_from_dict(self.fields(payload), spider=self.spider)
         except Exception as error:
@@ -175,14 +213,15 @@ class Codec:
         return request_from_dict(self.serializer.loads(payload), spider=self.spider)
 
     def fields(self, payload: bytes) -> dict[str, Any]:
-        """The ``to_dict`` fields a format-1 entry holds (the URL first; the defaults
-        of its class left out)."""
+        """The ``to_dict`` fields a format-1 or format-2 entry holds (the URL first; the
+        defaults of its class left out)."""
         parts = payload[1:].split(SEPARATOR, 2)
         fields: dict[str, Any] = {"url": parts[0].decode("utf-8")}
         if len(parts) > 1 and parts[1]:
             fields["callback"] = parts[1].decode("utf-8")
         if len(parts) > 2:
-            rest = self.serializer.loads(parts[2])
+            written = _inflate(parts[2]) if payload[0] == DEFLATED else parts[2]
+            rest = self.serializer.loads(written)
             if not isinstance(rest, dict):
                 raise ValueError(f"its fields are a {type(rest).__name__}, not a dict")
             for key, value in rest.items():
@@ -231,16 +270,29 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
+def _deflate(data: bytes) -> bytes:
+    """Format 2's compression of an entry's other fields."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, ZDICT)
+    return packer.compress(data) + packer.flush()
+
+
+def _inflate(data: bytes) -> bytes:
+    unpacker = zlib.decompressobj(-15, ZDICT)
+    return unpacker.decompress(data) + unpacker.flush()
+
+
 def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
-    """The URL and method of a format-1 entry, as far as they can be read without the
-    spider (the method ``""`` when its fields cannot be read); None for another
-    format."""
-    if not payload or payload[0] != FORMAT:
+    """The URL and method of a format-1 or format-2 entry, as far as they can be read
+    without the spider (the method ``""`` when its fields cannot be read); None for
+    another format."""
+    if not payload or payload[0] not in (PLAIN, DEFLATED):
         return None
     parts = payload[1:].split(SEPARATOR, 2)
     url = parts[0].decode("utf-8", errors="replace")
     try:
-        rest = serializer.loads(parts[2]) if len(parts) > 2 else {}
+        written = b"" if len(parts) < 3 else (
+            _inflate(parts[2]) if payload[0] == DEFLATED else parts[2])
+        rest = serializer.loads(written) if len(parts) > 2 else {}
         method = rest.get("M", "GET")
         url = url or rest.get("u", url)
     except Exception:  # best effort: the URL alone
