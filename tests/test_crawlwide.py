@@ -222,3 +222,20 @@ def test_a_robots_crawl_delay_holds_for_the_slots_next_requests(client: redis.Re
     a.send_acks()
     assert b.pop_leases(10) == []  # room, but the slot's next start is 20 s away
     assert b.next_due is not None and 15 < b.next_due <= 20
+
+
+def test_a_dead_workers_leases_of_the_default_layout_come_back_into_the_slots(
+        client: redis.Redis) -> None:
+    """A crawl of the last release: its queue in the sorted set and a dead worker's
+    leases in the sorted set's lease hash. The new worker's reap puts them back, and its
+    pops move everything into the slots: nothing is lost in the migration."""
+    old = PriorityQueue(client, DemoSpider(), "cw:requests", tag=TAG)
+    old.push_many([Request(f"https://old.test/{j}") for j in range(5)])
+    held = old.pop_leases(2)
+    client.zadd(keys.owners(TAG, 0), {old.owner: 0})  # it stopped heartbeating long ago
+    q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    back = q.reap()
+    assert sorted(r.url for _, r in back) == sorted(lease.request.url for lease in held)
+    got = q.pop_leases(10)
+    assert sorted(urls(got)) == [f"https://old.test/{j}" for j in range(5)]
+    assert client.hlen(keys.leases(TAG, 0)) == 0 and client.zcard(keys.queue(TAG, 0)) == 0
