@@ -20,7 +20,10 @@ slot list for the crawl), "bloomdupe crawl" (``"crawl"``: one slot a host, here 
 host) and "scrapy-redis" (its scheduler, priority queue and ``RFPDupeFilter``); all
 with ``SCHEDULER_PERSIST``. Left out as the filter's: ``{K:i}:bits*``/``{K:i}:bf*``
 and ``K:meta`` for this package, ``docs:dupefilter`` for scrapy-redis. Prints a
-markdown table; nothing in it is checked against a target.
+markdown table; nothing in it is checked against a target. Where the kill lands
+(which pages were fetched, what a worker had just queued) moves a contender's
+figures from one run to the next: ``--repeat N`` runs every contender N times, in
+turn, and shows each one's median round.
 
 The doc set: ``apt-get install -y python-django-doc`` (3.5 MB download, 33 MB on
 disk; 2.3 s on the test machine, 2026-11-27). ``--docs DIR`` crawls another
@@ -149,8 +152,9 @@ def requests_held(name: str, client: redis.Redis) -> tuple[int, int]:
     return status(client, KEY, shards)
 
 
-def one_crawl(name: str, settings: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
-    directory = args.out / re.sub(r"[^a-z0-9]+", "-", name.lower())
+def one_crawl(name: str, settings: dict[str, str], args: argparse.Namespace,
+              round_: int = 0) -> dict[str, Any]:
+    directory = args.out / f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}-{round_}"
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with RedisServer(maxmemory=args.maxmemory) as server:
@@ -191,29 +195,49 @@ def one_crawl(name: str, settings: dict[str, str], args: argparse.Namespace) -> 
             "filter_bytes": filter_bytes, "redis": version, "logs": str(directory)}
 
 
+def per_request(row: dict[str, Any]) -> float:
+    return float(row["bytes"]) / row["requests"] if row["requests"] else float("inf")
+
+
+def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row a contender: its round with the median bytes a request (the lower middle of
+    an even count), with every round's figure in ``rounds``."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_name.setdefault(row["name"], []).append(row)
+    return [{**sorted(runs, key=per_request)[(len(runs) - 1) // 2],
+             "rounds": [per_request(r) for r in runs]} for runs in by_name.values()]
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
+    repeated = args.repeat > 1
+    rows = medians(rows)
     theirs = next((r for r in rows if r["name"] == "scrapy-redis" and r["requests"]), None)
     base = theirs["bytes"] / theirs["requests"] if theirs else None
     kinds = [*TYPES, *sorted({k for r in rows for k in r["by_type"]} - set(TYPES))]
     lines = [
         f"`python benchmarks/frontier_crawl.py --pages {args.pages} --workers {args.workers} "
-        f"--page-delay {args.page_delay:g}`: {args.docs} served on 127.0.0.1, every worker "
+        f"--page-delay {args.page_delay:g}"
+        + (f" --repeat {args.repeat}" if repeated else "")
+        + f"`: {args.docs} served on 127.0.0.1, every worker "
         f"SIGKILLed once the site had answered {args.pages} pages; Redis "
         f"{rows[0]['redis'] if rows else '?'}; {time.strftime('%Y-%m-%d', time.gmtime())}, "
         f"{seconds:.0f} s", "",
         "| contender | pages at the kill | waiting | leased | requests | frontier bytes | "
-        "bytes a request | x scrapy-redis's | "
+        "bytes a request" + (" (median; each round)" if repeated else "")
+        + " | x scrapy-redis's | "
         + " | ".join(f"{TYPES.get(k, k)} (keys)" for k in kinds) + " |",
         "|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(kinds),
     ]
     for r in rows:
         per = r["bytes"] / r["requests"] if r["requests"] else None
         ratio = f"{per / base:.2f}" if per is not None and base else ""
+        each = (" (" + ", ".join(f"{x:.0f}" for x in r["rounds"]) + ")") if repeated else ""
         cells = [f"{r['by_type'][k][1]:,} ({r['by_type'][k][0]})" if k in r["by_type"] else "0"
                  for k in kinds]
         lines.append(
             f"| {r['name']} | {r['pages']} | {r['waiting']} | {r['leased']} | {r['requests']} | "
-            f"{r['bytes']:,} | {'' if per is None else f'{per:.0f}'} | {ratio} | "
+            f"{r['bytes']:,} | {'' if per is None else f'{per:.0f}'}{each} | {ratio} | "
             + " | ".join(cells) + " |")
     lines += ["", "Left out as the filter's: "
               + ", ".join(f"{r['name']} {r['filter_bytes']:,} bytes" for r in rows)
@@ -243,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maxmemory", default="256mb", help="each Redis's cap")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "frontier_crawl",
                         help="the workers' logs, a folder a contender")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every contender, in turn; the table shows each "
+                             "contender's round with the median bytes a request")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.docs is None or not (args.docs / "index.html").exists():
@@ -256,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     started = time.monotonic()
-    rows = [one_crawl(name, CONTENDERS[name], args) for name in names]
+    rows = [{**one_crawl(name, CONTENDERS[name], args, round_), "round": round_}
+            for round_ in range(args.repeat) for name in names]
     print(report(rows, args, time.monotonic() - started))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
