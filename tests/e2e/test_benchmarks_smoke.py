@@ -120,3 +120,36 @@ def test_politeness_benchmark_prints_what_the_site_saw(tmp_path: Path) -> None:
         if row[1].strip() == "crawl":
             assert row[3].strip() == "1 (1)", row
             assert float(row[8].strip()[:-2]) >= 1.9, row
+
+
+DJANGO_DOCS = Path("/usr/share/doc/python-django-doc/html")
+
+
+@pytest.mark.slow
+def test_frontier_crawl_benchmark_measures_every_contender(tmp_path: Path) -> None:
+    """``benchmarks/frontier_crawl.py`` at smoke size (20 pages, 2 workers): a row a
+    contender with the requests its frontier held at the kill and their bytes, split by
+    key type, and the ratio to scrapy-redis's bytes a request."""
+    if not (DJANGO_DOCS / "index.html").exists():
+        pytest.skip(f"no {DJANGO_DOCS}: apt-get install -y python-django-doc")
+    done = run_tree(
+        [sys.executable, str(ROOT / "benchmarks" / "frontier_crawl.py"), "--pages", "20",
+         "--workers", "2", "--page-delay", "0.05", "--docs", str(DJANGO_DOCS),
+         "--out", str(tmp_path), "--json", str(tmp_path / "rows.json")],
+        cwd=ROOT, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads((tmp_path / "rows.json").read_text())}
+    assert set(rows) == {"bloomdupe worker", "bloomdupe crawl", "scrapy-redis"}
+    for name, row in rows.items():
+        assert row["pages"] >= 20, (name, row)  # killed only once the site had answered 20
+        assert row["requests"] > 0 and row["bytes"] > 0, (name, row)
+        assert row["filter_bytes"] > 0, (name, row)  # the filter's keys were left out
+        assert f"| {name} | {row['pages']} | {row['waiting']} | {row['leased']} | " \
+               f"{row['requests']} | {row['bytes']:,} | " in done.stdout, (name, done.stdout)
+    # This package's requests wait in a slot's list; scrapy-redis's in its sorted set.
+    for name in ("bloomdupe worker", "bloomdupe crawl"):
+        assert "list" in rows[name]["by_type"], rows[name]
+    assert set(rows["scrapy-redis"]["by_type"]) == {"zset"}, rows["scrapy-redis"]
+    assert rows["scrapy-redis"]["leased"] == 0
+    assert "| 1.00 |" in done.stdout  # scrapy-redis against itself

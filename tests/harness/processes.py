@@ -168,12 +168,13 @@ class Worker:
         self.output.close()
 
 
-def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
-    """``scrapy crawl site`` (cwd example_project) with ``-s`` settings, a log file and
-    a stats file (the demo's StatsToJson extension)."""
+def start_worker(index: int, out: Path, settings: dict[str, str], *, project: Path = PROJECT,
+                 spider: str = SPIDER) -> Worker:
+    """``scrapy crawl site`` (cwd example_project; or ``spider`` of another ``project``)
+    with ``-s`` settings, a log file and a stats file (the demo's StatsToJson extension)."""
     log = out / f"worker-{index}.log"
     stats_file = out / f"worker-{index}.stats.json"
-    command = [sys.executable, "-m", "scrapy", "crawl", SPIDER]
+    command = [sys.executable, "-m", "scrapy", "crawl", spider]
     for name, value in {**settings, "LOG_FILE": str(log),
                         "DEMO_STATS_FILE": str(stats_file)}.items():
         command += ["-s", f"{name}={value}"]
@@ -181,7 +182,7 @@ def start_worker(index: int, out: Path, settings: dict[str, str]) -> Worker:
     # faulthandler: a worker that hangs can be made to print every thread's stack
     # (dump_stacks) before it is stopped.
     env = {**os.environ, "REDIS_URL": settings["REDIS_URL"], "PYTHONFAULTHANDLER": "1"}
-    process = subprocess.Popen(command, cwd=PROJECT, stdout=output,
+    process = subprocess.Popen(command, cwd=project, stdout=output,
                                stderr=subprocess.STDOUT, env=env)
     return Worker(index, process, log, stats_file, output)
 
