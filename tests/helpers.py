@@ -518,3 +518,16 @@ def busy_slots(client: Any, tag: str) -> SlotQueue:
     q.push(entries("paused.test", 4, 1) + entries("odd:80|x%", 2, 4, priority=5)
            + entries("odd:80|x%", 1, 4))
     return q
+
+
+def waiting_entries(client: Any, tag: str) -> list[bytes]:
+    """The entries waiting in the queue of the crawl tagged ``tag`` (one node): in its
+    sorted set (the filter's sink, the intake) and in its download slots' lists
+    (frontier/crawlwide.py), where the entries are moved once queued."""
+    from scrapy_bloomdupe import keys
+
+    found: list[bytes] = list(client.zrange(keys.queue(tag, 0), 0, -1))
+    for name in client.scan_iter(match=keys.slot_prefix(tag, 0) + "*"):
+        if client.type(name) == b"list":
+            found += client.lrange(name, 0, -1)
+    return found

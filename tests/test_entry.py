@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from helpers import crawler_for
+from helpers import crawler_for, waiting_entries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request, Spider
@@ -273,10 +273,12 @@ def test_a_users_serializer_writes_the_fields(redis_url: str) -> None:
                 Request("https://json.example/3")]
         assert all(scheduler.enqueue_request(r) for r in sent)
         client = redis.Redis.from_url(redis_url)
-        [first] = [m for m in client.zrange(keys.queue(TAG, 0), 0, -1)
+        [first] = [m for m in waiting_entries(client, TAG)
                    if m[1:].startswith(b"https://json.example/1\x00parse_item\x00")]
         written = first.split(b"\x00", 2)[2]
-        fields = json.loads(entry._inflate(written) if first[0] == entry.DEFLATED else written)
+        url = first[1:].split(b"\x00", 1)[0]
+        fields = json.loads(entry._inflate(written, url) if first[0] == entry.DEFLATED
+                            else written)
         assert fields["p"] == 2 and fields["m"]["tags"] == ["a", "b"], fields
         queue_ = scheduler.queue
         leases = queue_.pop_leases(10)
@@ -326,7 +328,7 @@ def test_a_pickle_is_written_without_its_frame_header(serializer: Any, size: int
     payload = codec.encode(request)
     rest = payload.split(b"\x00", 2)[2]
     if payload[0] == entry.DEFLATED:  # (format 2: deflated, as the blob compresses)
-        rest = entry._inflate(rest)
+        rest = entry._inflate(rest, payload[1:].split(b"\x00", 1)[0])
     assert rest[:1] == b"\x80" and (rest[2:3] == b"\x95") == (size > 65_536)
     assert same(codec.decode(payload), request)
 
@@ -359,9 +361,20 @@ def test_a_crawlspiders_fields_are_deflated_and_the_last_releases_entries_still_
                       meta={"rule": 0, "link_text": "Model field reference", "depth": 2})
     payload = codec.encode(request)
     assert payload[0] == entry.DEFLATED and len(payload) < 110, len(payload)
+    # What Scrapy's CrawlSpider really queues: the link text is lxml's str subclass,
+    # and RefererMiddleware adds the page's URL as Referer: both cost a few bytes.
+    from lxml import etree
+
+    text = etree.fromstring("<a>Model field reference</a>").xpath("string()")
+    real = request.replace(meta={**request.meta, "link_text": text},
+                           headers={"Referer": "https://docs.example.org/django-doc/html/"
+                                               "ref/index.html"})
+    real_payload = codec.encode(real)
+    assert len(real_payload) < 125, len(real_payload)
+    assert same(codec.decode(real_payload), real)
     assert same(codec.decode(payload), request)
     url, cb, rest = payload[1:].split(entry.SEPARATOR, 2)
-    plain = entry.SEPARATOR.join([bytes((entry.PLAIN,)) + url, cb, entry._inflate(rest)])
+    plain = entry.SEPARATOR.join([bytes((entry.PLAIN,)) + url, cb, entry._inflate(rest, url)])
     assert same(codec.decode(plain), request)
     assert entry.peek(picklecompat, payload) == (request.url, "GET")
     # A request with nothing but a URL and a callback has nothing to deflate.

@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 SORT_BATCH = 500
 #: How many batches one pop moves at most before it pops (the rest: the next pops).
 SORT_BATCHES = 20
+#: How many intake entries one move of the one slot (``"worker"``) takes.
+TAKE_BATCH = 2000
 #: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
 #: leases only; the dead workers' are the reap's, which counts and logs them.
 NEVER_MS = 10**15
@@ -99,6 +101,8 @@ class CrawlWideQueue(PriorityQueue):
         """Move up to ``batches`` batches of the intake's requests into their slots
         (highest priority first); returns how many it looked at. An entry that does
         not decode is retired (``bloomdupe failed``), as a pop's is."""
+        if not self.policy.crawl_wide:
+            return self._take(batches)
         looked = 0
         robots: dict[Any, Any] = {}
         for _ in range(batches):
@@ -113,9 +117,6 @@ class CrawlWideQueue(PriorityQueue):
             pairs = found if isinstance(found[0], (list, tuple)) else list(
                 zip(found[0::2], found[1::2], strict=True))
             for member, score in pairs:
-                if not self.policy.crawl_wide:  # one slot: no need to read the entry
-                    args += [ONE_SLOT, -int(float(score)), 0, 0, member]
-                    continue
                 try:
                     payload = split_requeues(member)[1]
                     request = self.codec.decode(payload)
@@ -138,6 +139,22 @@ class CrawlWideQueue(PriorityQueue):
                 self._intake_seen = False
                 break
         return looked
+
+    def _take(self, batches: int) -> int:
+        """One slot for every request (``"worker"``): the script reads the intake itself
+        (no entry goes to the client and back), up to TAKE_BATCH a round trip."""
+        moved = 0
+        for _ in range(batches):
+            taken, left = self._execute([
+                ("EVALSHA", self._scripts["slot_push"].sha, 5, self._ready,
+                 self._push_records[0], self._defaults, self._waiting_count, self._intake,
+                 "take", RECORD_TTL_MS, self._prefix, ONE_SLOT, TAKE_BATCH),
+                ("ZCARD", self._intake)], acks=False)
+            moved += int(taken)
+            self._intake_seen = int(left) > 0
+            if not self._intake_seen:
+                break
+        return moved
 
     # -- popping -------------------------------------------------------------------------
 

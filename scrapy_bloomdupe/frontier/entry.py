@@ -57,31 +57,35 @@ FORMAT = 2
 #: Format 2: the same, the other fields deflated (raw ``zlib``, :data:`ZDICT` as the
 #: preset dictionary): written when that is shorter. This release reads both.
 PLAIN, DEFLATED = 1, 2
-#: The preset dictionary of format 2: the pickles and JSON of typical requests' other
-#: fields (CrawlSpider's meta, redirects, retries, a form request). Fixed: a change is
-#: a new format.
+#: The preset dictionary of format 2 (before the entry's own URL, which follows it, so
+#: that a ``Referer`` that shares the URL's start costs little): the pickles and JSON of
+#: typical requests' other fields (a CrawlSpider's meta, whose link text is lxml's
+#: ``str`` subclass, its errback and ``Referer``; redirects, retries, a form request).
+#: Fixed: a change is a new format.
 ZDICT = (
     b'{"m": {"depth": 2, "download_slot": "", '
     b'"retry_times": 1, "redirect_times": 1, "'
     b'redirect_ttl": 19, "redirect_urls": ["ht'
     b'tps://"], "redirect_reasons": [301]}, "p'
     b'": 1}{"m": {"rule": 0, "link_text": "", '
-    b'"depth": 1}, "p": -1}\x80\x05}\x94(\x8c\x01m\x94}\x94(\x8c\rdont_'
-    b'redirect\x94\x88\x8c\x16handle_httpstatus_list\x94]\x94M\x94\x01'
-    b'a\x8c\x10download_timeout\x94G@f\x80\x00\x00\x00\x00\x00\x8c\x05proxy\x94\x8c\x07h'
-    b'ttp://\x94\x8c\tcookiejar\x94K\x00\x8c\x04item\x94}\x94\x8c\x0bdont_fil'
-    b'ter\x94\x88u\x8c\x01M\x94\x8c\x04POST\x94\x8c\x01h\x94}\x94(C\x0cContent-Type\x94]'
-    b'\x94C!application/x-www-form-urlencoded\x94aC\x07'
-    b'Referer\x94]\x94C\x08https://\x94aC\x06Accept\x94]\x94C\x10appli'
-    b'cation/json\x94au\x8c\x01b\x94C\x00\x94\x8c\x01o\x94}\x94\x8c\x01k\x94}\x94\x8c\x01f\x94]\x94\x8c'
-    b'\x01e\x94\x8c\x07errback\x94\x8c\x01d\x94\x88\x8c\x01n\x94\x8c\x05utf-8\x94\x8c\x01_\x94\x8c$scra'
-    b'py.http.request.form.FormRequest\x94u.\x80\x05}\x94('
-    b'\x8c\x01m\x94}\x94(\x8c\x05depth\x94K\x02\x8c\rdownload_slot\x94\x8c\x00\x94\x8c\x0bre'
-    b'try_times\x94K\x01\x8c\x0eredirect_times\x94K\x01\x8c\x0credirec'
-    b't_ttl\x94K\x13\x8c\rredirect_urls\x94]\x94\x8c\x08https://\x94a\x8c\x10'
-    b'redirect_reasons\x94]\x94M-\x01au\x8c\x01p\x94K\x01u.\x80\x05}\x94(\x8c\x01m'
-    b'\x94}\x94(\x8c\x04rule\x94K\x00\x8c\tlink_text\x94\x8c\x00\x94\x8c\x05depth\x94K\x01u\x8c'
-    b'\x01p\x94J\xff\xff\xff\xffu.'
+    b'"depth": 1}, "p": -1}\x80\x05}\x94(\x8c\x01m\x94}\x94(\x8c\x05depth'
+    b'\x94K\x02\x8c\rdownload_slot\x94\x8c\x00\x94\x8c\x0bretry_times\x94K\x01\x8c\x0e'
+    b'redirect_times\x94K\x01\x8c\x0credirect_ttl\x94K\x13\x8c\rredi'
+    b'rect_urls\x94]\x94\x8c\x08https://\x94a\x8c\x10redirect_reaso'
+    b'ns\x94]\x94M-\x01au\x8c\x01p\x94K\x01u.\x80\x05}\x94(\x8c\x01m\x94}\x94(\x8c\rdont_red'
+    b'irect\x94\x88\x8c\x16handle_httpstatus_list\x94]\x94M\x94\x01a\x8c\x10'
+    b'download_timeout\x94G@f\x80\x00\x00\x00\x00\x00\x8c\x05proxy\x94\x8c\x07http'
+    b'://\x94\x8c\tcookiejar\x94K\x00\x8c\x04item\x94}\x94\x8c\x0bdont_filter'
+    b'\x94\x88u\x8c\x01M\x94\x8c\x04POST\x94\x8c\x01h\x94}\x94(C\x0cContent-Type\x94]\x94C!'
+    b'application/x-www-form-urlencoded\x94aC\x06Acc'
+    b'ept\x94]\x94C\x10application/json\x94au\x8c\x01b\x94C\x00\x94\x8c\x01o\x94}\x94'
+    b'\x8c\x01k\x94}\x94\x8c\x01f\x94]\x94\x8c\x01d\x94\x88\x8c\x01n\x94\x8c\x05utf-8\x94\x8c\x01_\x94\x8c$scrap'
+    b'y.http.request.form.FormRequest\x94u.\x80\x05}\x94(\x8c'
+    b'\x01m\x94}\x94(\x8c\x04rule\x94K\x00\x8c\tlink_text\x94\x8c\x00\x94\x8c\x05depth\x94K\x01'
+    b'u\x8c\x01p\x94J\xff\xff\xff\xffu.\x80\x05}\x94(\x8c\x01e\x94\x8c\x08_errback\x94\x8c\x01h\x94}\x94C\x07'
+    b'Referer\x94]\x94C\x08https://\x94as\x8c\x01m\x94}\x94(\x8c\x04rule\x94K\x00\x8c'
+    b'\tlink_text\x94\x8c\nlxml.etree\x94\x8c\x15_ElementUnicod'
+    b'eResult\x94\x93\x94\x8c\x01x\x94\x85\x94\x81\x94\x8c\x05depth\x94K\x01uu.'
 )
 #: First bytes kept for compact formats (this one and later ones).
 FORMATS = range(0x01, 0x20)
@@ -165,7 +169,7 @@ class Codec:
             if isinstance(written, str):
                 written = written.encode("utf-8")
             written = _unframed(written) if self._unframe else written
-            deflated = _deflate(written)
+            deflated = _deflate(written, url)
             if len(deflated) < len(written):
                 parts[0] = bytes((DEFLATED,)) + url
                 written = deflated
@@ -220,7 +224,7 @@ class Codec:
         if len(parts) > 1 and parts[1]:
             fields["callback"] = parts[1].decode("utf-8")
         if len(parts) > 2:
-            written = _inflate(parts[2]) if payload[0] == DEFLATED else parts[2]
+            written = _inflate(parts[2], parts[0]) if payload[0] == DEFLATED else parts[2]
             rest = self.serializer.loads(written)
             if not isinstance(rest, dict):
                 raise ValueError(f"its fields are a {type(rest).__name__}, not a dict")
@@ -270,14 +274,15 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-def _deflate(data: bytes) -> bytes:
-    """Format 2's compression of an entry's other fields."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, ZDICT)
+def _deflate(data: bytes, url: bytes) -> bytes:
+    """Format 2's compression of the other fields of an entry of ``url``."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY,
+                              ZDICT + url)
     return packer.compress(data) + packer.flush()
 
 
-def _inflate(data: bytes) -> bytes:
-    unpacker = zlib.decompressobj(-15, ZDICT)
+def _inflate(data: bytes, url: bytes) -> bytes:
+    unpacker = zlib.decompressobj(-15, ZDICT + url)
     return unpacker.decompress(data) + unpacker.flush()
 
 
@@ -291,7 +296,7 @@ def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
     url = parts[0].decode("utf-8", errors="replace")
     try:
         written = b"" if len(parts) < 3 else (
-            _inflate(parts[2]) if payload[0] == DEFLATED else parts[2])
+            _inflate(parts[2], parts[0]) if payload[0] == DEFLATED else parts[2])
         rest = serializer.loads(written) if len(parts) > 2 else {}
         method = rest.get("M", "GET")
         url = url or rest.get("u", url)

@@ -12,6 +12,9 @@
 --          the intake (no record)
 -- ARGV[2]  the record's TTL in ms
 -- ARGV[3]  the shard's slot prefix ("{K:i}:slot:")
+-- ARGV[1]  'take' instead: move the intake's first ARGV[5] entries (highest
+--          priority first) into slot ARGV[4] (its limits the shard's defaults),
+--          read here (no entry goes to the client and back)
 -- ARGV[4..] per request: its slot's name (keys.slot_name), its priority, the
 --          slot's concurrency (0: no limit) and delay in ms, the entry's bytes
 --
@@ -24,7 +27,22 @@
 -- (one Cluster slot; see slots.py).
 -- Returns how many it queued, or -1 when this push already ran (a retry).
 
-if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+local take = ARGV[1] == 'take'
+if ARGV[1] ~= '' and not take and redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+-- The requests, five values each (slot, priority, conc, delay, entry).
+local items = ARGV
+local first = 4
+if take then
+  local d = redis.call('HMGET', KEYS[3], 'conc', 'delay')
+  local found = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')
+  items, first = {}, 1
+  for k = 1, #found, 2 do
+    local n = #items
+    -- "%d": a priority as its list's key spells it (never "-0" nor "1e+15")
+    items[n + 1], items[n + 2] = ARGV[4], string.format('%d', -tonumber(found[k + 1]))
+    items[n + 3], items[n + 4], items[n + 5] = d[1] or '0', d[2] or '0', found[k]
+  end
+end
 local intake = KEYS[5]
 local prefix = ARGV[3]
 local defaults_key = KEYS[3]
@@ -118,9 +136,9 @@ end
 -- HSET a slot, one ZADD for the ready set.
 local slots, order = {}, {}
 local queued = 0
-for j = 4, #ARGV, 5 do
-  local name, p = ARGV[j], ARGV[j + 1]
-  if intake and redis.call('ZREM', intake, ARGV[j + 4]) == 0 then
+for j = first, #items, 5 do
+  local name, p = items[j], items[j + 1]
+  if intake and redis.call('ZREM', intake, items[j + 4]) == 0 then
     name = nil  -- moved already (a retry, another worker), or never there
   end
   if name then
@@ -131,14 +149,14 @@ for j = 4, #ARGV, 5 do
     slots[name] = slot
     order[#order + 1] = name
   end
-  slot.conc, slot.delay, slot.n = ARGV[j + 2], ARGV[j + 3], slot.n + 1
+  slot.conc, slot.delay, slot.n = items[j + 2], items[j + 3], slot.n + 1
   local list = slot.lists[p]
   if not list then
     list = {}
     slot.lists[p] = list
     slot.prios[#slot.prios + 1] = p
   end
-  list[#list + 1] = ARGV[j + 4]
+  list[#list + 1] = items[j + 4]
   end
 end
 local ready, full = {}, {}
@@ -167,5 +185,5 @@ for i = 1, #ready, 1000 do
 end
 chunked('ZREM', KEYS[1], full)
 if queued > 0 then redis.call('INCRBY', KEYS[4], queued) end
-if ARGV[1] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+if ARGV[1] ~= '' and not take then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
 return queued

@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 from .. import dupefilter as dupefilter_module
 from ..exceptions import BloomDupeError
 from ..frontier import storable
+from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.queue import PriorityQueue
 from .jobs import RedisJobs, Stopped
 from .outbox import Outbox, Output
@@ -215,6 +216,10 @@ class RequestPath:
             new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
                 self.jobs.outage_call(lambda: self.queue.push_many(pushed))
+            if isinstance(self.queue, CrawlWideQueue) and (any(new) or pushed):
+                # Into the download slots now: a request waits there at a third of the
+                # intake's bytes (else the next pop moves it).
+                self.jobs.guarded(self.queue.sort, 0)
             return new
         new = self.df.check_and_queue(fps, None, entries) if fps else []
         for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
-from helpers import demo_site, start_runspider, take_fetches, wait_workers
+from helpers import demo_site, start_runspider, take_fetches, wait_workers, waiting_entries
 from scrapy_redis import picklecompat
 
 from scrapy_bloomdupe import keys
@@ -114,16 +114,6 @@ def queued_dict(member: bytes) -> dict[str, Any]:
     return entry.Codec(picklecompat, None).fields(entry.split_requeues(member)[1])
 
 
-def waiting_entries(client: redis.Redis) -> list[bytes]:
-    """The entries waiting in the crawl's queue: in its sorted set (the filter's sink)
-    and in its download slots' lists (frontier/crawlwide.py), where pops move them."""
-    found: list[bytes] = list(client.zrange(keys.queue(KEY, 0), 0, -1))
-    for name in client.scan_iter(match=keys.slot_prefix(KEY, 0) + "*"):
-        if client.type(name) == b"list":
-            found += client.lrange(name, 0, -1)
-    return found
-
-
 def assert_clean_exit(codes: list[int], texts: list[str]) -> None:
     for code, text in zip(codes, texts, strict=True):
         assert code == 0, text[-3000:]
@@ -155,7 +145,7 @@ def test_entries_a_deploy_made_undecodable_are_retired_and_the_crawl_ends(
         waiting, leased = frontier_queue.status(client, KEY, 1)
         assert waiting > 0 and leased == 0, (waiting, leased)
         # The queued requests that name parse_item: the new spider cannot decode them.
-        lost = {page_id(d["url"]) for d in map(queued_dict, waiting_entries(client))
+        lost = {page_id(d["url"]) for d in map(queued_dict, waiting_entries(client, KEY))
                 if d.get("callback") == "parse_item"}
         assert lost, "no request naming parse_item was queued when the crawl stopped"
         json_url = site.url + JSON_PATH
