@@ -81,6 +81,21 @@ def test_a_slots_delay_holds_across_workers(client: redis.Redis) -> None:
     assert b.next_due is not None and 25 < b.next_due <= 30
 
 
+def test_a_pop_takes_a_slot_due_within_its_horizon_with_when_it_may_start(
+        client: redis.Redis) -> None:
+    a = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=3, DOWNLOAD_DELAY=3)
+    a.horizon = 5.0
+    a.push_many([Request(f"https://slow.test/{j}") for j in range(3)])
+    (now,) = a.pop_leases(10)
+    assert now.start_in == 0
+    (ahead,) = a.pop_leases(10)  # the slot's next start (in 3 s) is within 5 s
+    assert ahead.request.url == "https://slow.test/1" and 2 < ahead.start_in <= 3
+    # The one after starts 3 s later still: 6 s away, 1 s past the horizon.
+    assert a.pop_leases(10) == []
+    assert a.next_due is not None and 0 < a.next_due <= 1
+    assert a.slots_waiting
+
+
 def test_a_queue_of_the_default_layout_is_moved_into_the_slots(client: redis.Redis) -> None:
     old = PriorityQueue(client, DemoSpider(), "cw:requests", tag=TAG)
     old.push_many([Request(f"https://h{j % 3}.test/{j}") for j in range(30)])
