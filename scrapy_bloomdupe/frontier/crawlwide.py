@@ -56,9 +56,10 @@ SORT_BATCHES = 20
 #: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
 #: leases only; the dead workers' are the reap's, which counts and logs them.
 NEVER_MS = 10**15
-#: How far ahead a pop takes the slots about to go (s): each lease starts when its slot
-#: may go, so a worker pops about once this long while work is due instead of once a
-#: slot's start, and workers do not race for the same start.
+#: How far ahead a pop takes the slots about to go (s), at least: each lease starts when
+#: its slot may go, so a worker pops about once this long while work is due instead of
+#: once a slot's start, and workers do not race for the same start. A crawl with longer
+#: delays looks as far ahead as its longest (see :func:`claim_horizon`).
 CLAIM_AHEAD = 0.2
 
 
@@ -95,7 +96,7 @@ class CrawlWideQueue(PriorityQueue):
         self._intake_seen = True
         self._defaults_sent = False
         #: How far ahead a pop takes (s; see CLAIM_AHEAD).
-        self.horizon = CLAIM_AHEAD
+        self.horizon = claim_horizon(policy)
         #: After a pop: seconds until a pop may take more, the next slot being then
         #: within the horizon (None: no slot has requests and room), and whether
         #: requests wait in the slots (some may wait for room).
@@ -309,6 +310,19 @@ class CrawlWideQueue(PriorityQueue):
         moved = super().adopt(legacy, batch)
         self._intake_seen = self._intake_seen or moved > 0
         return moved
+
+
+def claim_horizon(policy: SlotPolicy) -> float:
+    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest delay
+    (randomized: one and a half times it), so that the worker whose ack gives a slot
+    its room back takes the slot's next request in the same pop, whenever it may start
+    (else every worker would wake to race for that start)."""
+    if not policy.crawl_wide:
+        return 0.0  # one slot without limits: everything it takes may start now
+    delays = [policy.delay, *(float(own.get("delay", policy.delay))
+                              for own in policy.per_slot.values())]
+    longest = max(delays) * (1.5 if policy.randomize else 1.0)
+    return max(CLAIM_AHEAD, longest)
 
 
 def _as_queued(value: bytes) -> bytes:
