@@ -271,10 +271,9 @@ class Leases:
             if self.leased else partial(self._pop_unleased, count)
         after = look() if look is not None and poll else None
 
-        def job() -> tuple[list[Lease], float, T | None]:
+        def job() -> tuple[list[Lease], T | None]:
             leases = pop()
-            at = self._clock()  # the answer's arrival: what a lease's start counts from
-            return leases, at, (after() if after is not None and not leases else None)
+            return leases, (after() if after is not None and not leases else None)
 
         d = self.jobs.run(job)
         d.addCallbacks(partial(self._filled, count, looked), self._pop_failed)
@@ -320,8 +319,8 @@ class Leases:
         return popped
 
     def _filled(self, count: int, looked: Callable[[T | None], None] | None,
-                answer: tuple[list[Lease], float, T | None]) -> None:
-        leases, at, look = answer
+                answer: tuple[list[Lease], T | None]) -> None:
+        leases, look = answer
         if look is not None and looked is not None:
             looked(look)
         # A full answer: the queue is deep, the next pop may take a few more (leased only:
@@ -330,7 +329,9 @@ class Leases:
         self.buffer.extend(lease for lease in leases
                            if not (self.leased and self._came_back_too_often(lease)))
         if self._crawl_wide:
-            self._order_by_start(leases, at)
+            # What a lease's start counts from: now, on the reactor, as for the leases
+            # due at once, which go out from here (their starts' gaps hold so).
+            self._order_by_start(leases, self._clock())
         # Entries it could not decode (retired): the queue is not empty, take more now.
         retired = self.report_retired()
         if retired:
@@ -345,8 +346,8 @@ class Leases:
             self.wake_engine()
 
     def _order_by_start(self, leases: list[Lease], at: float) -> None:
-        """Crawl-wide: the leases taken ahead wait for their start (``at``: when the
-        pop's answer came, on ``clock``), the buffer ordered by start."""
+        """Crawl-wide: the leases taken ahead wait for their start (counted from ``at``,
+        on ``clock``), the buffer ordered by start."""
         held = {lease.field for lease in self.buffer}
         for lease in leases:
             if lease.start_in > 0 and lease.field in held:
