@@ -115,9 +115,10 @@ class Leases:
         self._empty_until = 0.0
         #: Whether this worker queued requests since a pop last found the queue empty.
         self._queued = False
-        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes only what may
-        #: start now, so nothing is taken ahead (no prefetch), and a pop that took
-        #: nothing while slots wait is tried again when the next slot may go.
+        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes what may start
+        #: now or within its horizon (each lease handed out at its start), no
+        #: prefetch beyond; while slots wait, the next pop goes when the next slot
+        #: comes within the horizon, and acks ride on a pop (which takes what they free).
         self._crawl_wide = isinstance(self.queue, CrawlWideQueue) and \
             self.queue.policy.crawl_wide
         self._slot_call: CallLaterResult | None = None
