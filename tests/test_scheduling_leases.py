@@ -322,3 +322,27 @@ def test_crawl_wide_a_lease_taken_ahead_is_handed_out_only_at_its_start(
     call.func()
     (woken,) = setup.engine.crawled
     assert woken is ahead.request and leases.take() is ahead.request
+
+
+def test_crawl_wide_a_slot_at_its_limit_is_asked_again_by_the_pop_that_acks(
+        redis_url: str, client: redis.Redis) -> None:
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0,
+                                  "RANDOMIZE_DOWNLOAD_DELAY": False}))
+    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
+                           lease_timeout=30)
+    setup = Setup(redis_url, client, engine=True, queue=queue)
+    leases = setup.leases
+    setup.push(2)
+    first = leases.take()
+    assert first is not None and queue.slots_waiting  # the other waits for room
+    pops = queue._pop_number
+    # The engine's asks, and the hand-out's "busy", do not go to Redis: room comes
+    # back with an ack, and the pop that carries it takes what it frees.
+    assert leases.take() is None and leases.take() is None
+    assert queue._pop_number == pops
+    leases.ack(first.meta[LEASE_META])
+    (send,) = [c for c in setup.calls.pending() if c.func == leases._send_acks]
+    send.func()
+    assert queue._pop_number == pops + 1 and queue.pending_acks() == 0
+    (woken,) = setup.engine.crawled
+    assert woken.url == "http://a.example/1" and leases.take() is woken

@@ -268,6 +268,9 @@ class Leases:
             return
         count = self.prefetch_count()
         self.filling = True
+        if self._slot_call is not None:  # this pop is the one it was to make
+            self._slot_call.cancel()
+            self._slot_call = None
         pop = partial(self.jobs.outage_call, partial(self.queue.pop_leases, count)) \
             if self.leased else partial(self._pop_unleased, count)
         after = look() if look is not None and poll else None
@@ -287,8 +290,13 @@ class Leases:
         self.jobs.redis_failed(failure)
 
     def work_came(self) -> None:
-        """This worker has work, or queued some: the next ask goes to Redis (see fill)."""
-        self._empty_until = 0.0
+        """This worker has work, or queued some: the next ask goes to Redis (see fill).
+        Crawl-wide, while requests wait in slots, not for that: what they wait for is
+        room or a start, not work; the pop that carries a page's acks (its output is
+        queued first) moves the new requests into their slots and takes what the acks
+        free, and the wait for the next start or room is timed (see _slot_wait)."""
+        if not (self._crawl_wide and self._acks_early and self.queue.slots_waiting):
+            self._empty_until = 0.0
 
     def queued(self) -> None:
         """This worker queued requests: the shared queue has work, as far as it knows,
@@ -396,7 +404,7 @@ class Leases:
 
     def _slot_due(self) -> None:
         self._slot_call = None
-        self.work_came()
+        self._empty_until = 0.0
         self.starved = True  # what the fill takes goes to the engine at once
         self.fill()
 
@@ -503,7 +511,7 @@ class Leases:
         self._ack_call = None
         if self._crawl_wide and not self.filling and not self.jobs.failed():
             # The acks ride on a pop, which takes what they free (their slots' next).
-            self.work_came()
+            self._empty_until = 0.0
             self.fill()
             if self.filling:
                 return
@@ -519,7 +527,7 @@ class Leases:
         still waits, else within ACK_DELAY."""
         self._acks_sending = False
         if self._crawl_wide:
-            self.work_came()  # the acks gave their slots room back: take what may go
+            self._empty_until = 0.0  # the acks gave their slots room back: take what may go
             self.fill()
         if self.starved and self.startable() and not self.full():
             self.starved = False
