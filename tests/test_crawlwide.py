@@ -16,7 +16,7 @@ from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.frontier import failed
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.crawlwide import CLAIM_AHEAD, CrawlWideQueue, claim_horizon
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
 from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
@@ -77,8 +77,36 @@ def test_a_slots_delay_holds_across_workers(client: redis.Redis) -> None:
     assert sorted(urls(a_got)) == ["https://fast.test/0", "https://slow.test/0"]
     a.ack(a_got)
     a.send_acks()
+    b.horizon = CLAIM_AHEAD  # not as far ahead as the delay (see claim_horizon)
     assert b.pop_leases(10) == []  # room, but not before 30 s: no start
     assert b.next_due is not None and 25 < b.next_due <= 30
+    # As far ahead as the crawl's longest delay (the default): taken, to start in 30 s.
+    assert a.horizon == 30
+    (ahead,) = a.pop_leases(10)
+    assert ahead.request.url == "https://slow.test/1" and 25 < ahead.start_in <= 30
+
+
+def test_a_pop_takes_a_slot_due_within_its_horizon_with_when_it_may_start(
+        client: redis.Redis) -> None:
+    a = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=3, DOWNLOAD_DELAY=3)
+    a.horizon = 5.0
+    a.push_many([Request(f"https://slow.test/{j}") for j in range(3)])
+    (now,) = a.pop_leases(10)
+    assert now.start_in == 0
+    (ahead,) = a.pop_leases(10)  # the slot's next start (in 3 s) is within 5 s
+    assert ahead.request.url == "https://slow.test/1" and 2 < ahead.start_in <= 3
+    # The one after starts 3 s later still: 6 s away, 1 s past the horizon.
+    assert a.pop_leases(10) == []
+    assert a.next_due is not None and 0 < a.next_due <= 1
+    assert a.slots_waiting
+
+
+def test_a_pop_looks_as_far_ahead_as_the_longest_delay() -> None:
+    assert claim_horizon(policy()) == CLAIM_AHEAD
+    assert claim_horizon(policy(DOWNLOAD_DELAY=2)) == 2
+    assert claim_horizon(policy(DOWNLOAD_DELAY=2, RANDOMIZE_DOWNLOAD_DELAY=True)) == 3
+    assert claim_horizon(policy(DOWNLOAD_DELAY=1,
+                                DOWNLOAD_SLOTS={"slow.test": {"delay": 4}})) == 4
 
 
 def test_a_queue_of_the_default_layout_is_moved_into_the_slots(client: redis.Redis) -> None:

@@ -13,9 +13,12 @@ import pytest
 import redis
 from helpers import Calls, Clock, DemoSpider, Engine, crawler_for
 from scrapy import Request
+from scrapy.settings import Settings
 from scrapy_redis.queue import FifoQueue
 
 from scrapy_bloomdupe.frontier import failed
+from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.leases import ACK_DELAY, WAKE_META, Leases
@@ -291,3 +294,55 @@ def test_pending_is_what_the_worker_knows_until_a_pop_finds_the_queue_empty(
     # empty: nothing pending, as far as this worker knows.
     assert not leases.pending()
     assert leases.take() is None
+
+
+def test_crawl_wide_a_lease_taken_ahead_is_handed_out_only_at_its_start(
+        redis_url: str, client: redis.Redis) -> None:
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 3,
+                                  "RANDOMIZE_DOWNLOAD_DELAY": False}))
+    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
+                           lease_timeout=30)
+    queue.horizon = 5.0  # seconds on Redis's clock: whatever this machine's pace
+    setup = Setup(redis_url, client, engine=True, queue=queue)
+    leases = setup.leases
+    setup.push(2)
+    first = leases.take()  # due now: at once
+    assert first is not None and first.url == "http://a.example/0"
+    assert leases.take() is None  # the next pop waits for the slot's next start...
+    setup.clock.now += 1.3  # ...to come within the horizon (and its jitter): taken ahead
+    assert leases.take() is None
+    (ahead,) = leases.buffer
+    assert 2 < ahead.start_in <= 3 and leases.starved
+    # Not handed out before its start, whatever the engine asks; a call wakes it then.
+    (call,) = [c for c in setup.calls.pending() if c.func == leases._start_due]
+    assert call.delay == pytest.approx(ahead.start_in)
+    setup.clock.now += call.delay / 2
+    assert leases.take() is None and leases.buffer == [ahead]
+    setup.clock.now += call.delay / 2
+    call.func()
+    (woken,) = setup.engine.crawled
+    assert woken is ahead.request and leases.take() is ahead.request
+
+
+def test_crawl_wide_a_slot_at_its_limit_is_asked_again_by_the_pop_that_acks(
+        redis_url: str, client: redis.Redis) -> None:
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0,
+                                  "RANDOMIZE_DOWNLOAD_DELAY": False}))
+    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
+                           lease_timeout=30)
+    setup = Setup(redis_url, client, engine=True, queue=queue)
+    leases = setup.leases
+    setup.push(2)
+    first = leases.take()
+    assert first is not None and queue.slots_waiting  # the other waits for room
+    pops = queue._pop_number
+    # The engine's asks, and the hand-out's "busy", do not go to Redis: room comes
+    # back with an ack, and the pop that carries it takes what it frees.
+    assert leases.take() is None and leases.take() is None
+    assert queue._pop_number == pops
+    leases.ack(first.meta[LEASE_META])
+    (send,) = [c for c in setup.calls.pending() if c.func == leases._send_acks]
+    send.func()
+    assert queue._pop_number == pops + 1 and queue.pending_acks() == 0
+    (woken,) = setup.engine.crawled
+    assert woken.url == "http://a.example/1" and leases.take() is woken

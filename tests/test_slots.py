@@ -427,3 +427,38 @@ def test_tools_name_every_key_of_the_layout(client: redis.Redis) -> None:
         assert keys.belongs(TAG, name), name
         found = keys.what_is(TAG, name)
         assert found is not None and found[0] == 0, name
+
+
+def test_a_horizon_takes_a_slot_due_within_it_with_its_start_and_a_retry_keeps_it(
+        client: redis.Redis) -> None:
+    q = queue(client)
+    q.push(entries("soon", 3, concurrency=3, delay_ms=2_000)
+           + entries("late", 2, concurrency=2, delay_ms=60_000))
+    first = q.pop(10)  # both due now: one each, at once
+    assert sorted(lease.slot for lease in first.leases) == ["late", "soon"]
+    assert [lease.start_ms for lease in first.leases] == [0, 0]
+    # "soon" may go again in 2 s, within a 3 s horizon: taken now, to start then;
+    # "late" (in 60 s) is not.
+    popped = q.pop(10, horizon_ms=3_000, number=50, seed=1)
+    (ahead,) = popped.leases
+    assert ahead.slot == "soon" and ahead.entry == b"\x01https://soon/1"
+    assert 0 < ahead.start_ms - popped.now_ms <= 2_000
+    assert int(q.state("soon")["next"]) == ahead.start_ms + 2_000  # starts stay apart
+    assert q.pop(10, horizon_ms=3_000, number=50, seed=1).leases == [ahead]  # a retry
+    assert q.pop(10, horizon_ms=3_000).leases == []  # the next start is past it
+    q.ack(popped.leases + first.leases)
+    assert int(q.state("soon")["flight"]) == 0 and int(q.state("late")["flight"]) == 0
+    assert ready(client) == ["soon", "late"]
+
+
+def test_a_lease_taken_ahead_goes_back_whole_when_its_worker_dies(
+        client: redis.Redis) -> None:
+    dead, alive = queue(client, "dead"), queue(client, "alive")
+    dead.push(entries("s", 2, concurrency=2, delay_ms=1_000))
+    dead.pop(5)
+    (ahead,) = dead.pop(5, horizon_ms=2_000).leases
+    assert ahead.start_ms > 0
+    client.zadd(keys.owners(TAG, 0), {"dead": 0})
+    assert alive.reap() == 2
+    assert dead.waiting("s", 0) == [REQUEUED + b"1\x00\x01https://s/0",
+                                    REQUEUED + b"1\x00\x01https://s/1"]

@@ -5,11 +5,13 @@ The requests wait in their download slots' lists, a list per slot and priority i
 use, and a slot's state (its requests in flight crawl-wide, its concurrency and
 delay, its next allowed start, its back-off) is a hash beside them, on Redis's clock
 (:mod:`.slots`: the layout and its scripts). A pop takes only from the slots that may
-go now (a sorted set of slots scored by when), one request a slot with a delay, no
-more than the slot's room: a slot at its limit or backed off is not walked past,
-and does not hold the others back. A request stays in flight until its lease is
-acked (Scrapy is done with it) or put back (its worker died): the slot's room
-comes back then.
+go now or within :data:`CLAIM_AHEAD` (a sorted set of slots scored by when), one
+request a slot with a delay, no more than the slot's room: a slot at its limit or
+backed off is not walked past, and does not hold the others back. A request taken
+ahead carries when it may start (:attr:`~.queue.Lease.start_in`), and the worker
+hands it to Scrapy no sooner (``scheduling/leases.py``). A request stays in flight
+until its lease is acked (Scrapy is done with it) or put back (its worker died): the
+slot's room comes back then.
 
 Where a request enters: the filter's check-and-queue script pushes new requests into
 the shard's sorted set (:meth:`~.queue.PriorityQueue.sink_key`, the *intake*, the
@@ -56,6 +58,11 @@ TAKE_BATCH = 2000
 #: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
 #: leases only; the dead workers' are the reap's, which counts and logs them.
 NEVER_MS = 10**15
+#: How far ahead a pop takes the slots about to go (s), at least: each lease starts when
+#: its slot may go, so a worker pops about once this long while work is due instead of
+#: once a slot's start, and workers do not race for the same start. A crawl with longer
+#: delays looks as far ahead as its longest (see :func:`claim_horizon`).
+CLAIM_AHEAD = 0.2
 
 
 class CrawlWideQueue(PriorityQueue):
@@ -90,8 +97,11 @@ class CrawlWideQueue(PriorityQueue):
         #: Whether the intake may hold requests (the last look found some).
         self._intake_seen = True
         self._defaults_sent = False
-        #: After a pop: seconds until the next slot may go (None: no slot has requests
-        #: and room), and whether requests wait in the slots (some may wait for room).
+        #: How far ahead a pop takes (s; see CLAIM_AHEAD).
+        self.horizon = claim_horizon(policy)
+        #: After a pop: seconds until a pop may take more, the next slot being then
+        #: within the horizon (None: no slot has requests and room), and whether
+        #: requests wait in the slots (some may wait for room).
         self.next_due: float | None = None
         self.slots_waiting = False
 
@@ -177,7 +187,7 @@ class CrawlWideQueue(PriorityQueue):
                                               digest_size=4).digest(), "big") % 2**31
         pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, self._ready, self._slot_leases,
                self._owners[0], self._defaults, self._waiting_count, self.owner, number, count,
-               self._prefix, int(self.policy.randomize), seed)
+               self._prefix, int(self.policy.randomize), seed, round(self.horizon * 1000))
         commands = self._ack_commands()
         if not self._defaults_sent:
             defaults = self.policy.defaults()
@@ -194,12 +204,15 @@ class CrawlWideQueue(PriorityQueue):
         self._intake_seen = int(intake) > 0
         self.slots_waiting = int(waiting or 0) > 0
         now, due = int(reply[0]), int(reply[1])
-        self.next_due = None if due < 0 else max(0, due - now) / 1000
+        self.next_due = None if due < 0 else max(
+            0, due - now - round(self.horizon * 1000)) / 1000
         epoch = master_epoch(self.server)
         fields = [raw.decode() for raw in reply[2::2]]
+        starts = {field: max(0, _start_ms(value) - now) / 1000
+                  for field, value in zip(fields, reply[3::2], strict=True)}
         shaped = [_as_queued(value) for value in reply[3::2]]
         decoded, bad = self.codec.decode_replies(shaped, fields)
-        leases = [Lease(0, str(field), request, epoch, requeues)
+        leases = [Lease(0, str(field), request, epoch, requeues, starts[str(field)])
                   for field, requeues, request in decoded]
         if bad:
             self._retire_leased(bad)
@@ -316,9 +329,28 @@ class CrawlWideQueue(PriorityQueue):
         return moved
 
 
+def claim_horizon(policy: SlotPolicy) -> float:
+    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest delay
+    (randomized: one and a half times it), so that the worker whose ack gives a slot
+    its room back takes the slot's next request in the same pop, whenever it may start
+    (else every worker would wake to race for that start)."""
+    if not policy.crawl_wide:
+        return 0.0  # one slot without limits: everything it takes may start now
+    delays = [policy.delay, *(float(own.get("delay", policy.delay))
+                              for own in policy.per_slot.values())]
+    longest = max(delays) * (1.5 if policy.randomize else 1.0)
+    return max(CLAIM_AHEAD, longest)
+
+
 def _as_queued(value: bytes) -> bytes:
-    """A slot lease's value, ``<priority>|<slot>|<entry>``, in the default queue's reply
-    shape, ``<score>|<entry>`` (what :meth:`~.entry.Codec.decode_replies` reads)."""
-    priority, _, rest = value.partition(b"|")
+    """A slot lease's value, ``<priority>[@<start>]|<slot>|<entry>``, in the default
+    queue's reply shape, ``<score>|<entry>`` (what :meth:`~.entry.Codec.decode_replies`
+    reads)."""
+    head, _, rest = value.partition(b"|")
     entry = rest.partition(b"|")[2]
-    return b"%d|%s" % (-int(priority), entry)
+    return b"%d|%s" % (-int(head.partition(b"@")[0]), entry)
+
+
+def _start_ms(value: bytes) -> int:
+    """When a slot lease taken ahead may start (ms, Redis's clock; 0: at once)."""
+    return int(value.partition(b"|")[0].partition(b"@")[2] or 0)

@@ -78,6 +78,9 @@ class Lease:
     epoch: int = 0
     #: How often this request's lease expired before (its holder stopped heartbeating).
     requeues: int = 0
+    #: Seconds after the pop's answer before it may start (crawl-wide politeness takes
+    #: a slot's next request ahead of its start: frontier/crawlwide.py); 0: at once.
+    start_in: float = 0.0
 
 
 @dataclass(frozen=True)

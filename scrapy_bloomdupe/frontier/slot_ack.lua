@@ -2,7 +2,7 @@
 -- its slot's room, and the slot goes back into the ready set when it has requests.
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
--- KEYS[2]  the shard's slot leases (a hash: field -> "<priority>|<slot>|<entry>")
+-- KEYS[2]  the shard's slot leases (a hash: field -> "<priority>[@<start>]|<slot>|<entry>")
 -- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[2..] the leases' fields

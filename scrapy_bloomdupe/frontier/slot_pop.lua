@@ -14,14 +14,22 @@
 -- ARGV[4]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[5]  1 to randomize each delay (0.5x-1.5x, RANDOMIZE_DOWNLOAD_DELAY), else 0
 -- ARGV[6]  the seed of that randomness (an integer; the same on a retry)
+-- ARGV[7]  optional: the horizon, ms (default 0): slots due within it are taken
+--          now, each lease to start when its slot may go
 --
--- Takes, slot by slot in the order they became due (Redis's clock), the heads of
--- each slot's highest priorities: as many as the slot's room (its concurrency
--- less its leases; 0 is no limit) and the count left allow, one only when the
--- slot has a delay. Each goes into the lease hash under "<owner>:<pop>.<j>" as
--- "<priority>|<slot>|<entry>"; the slot's leases grow by as many, its next
--- allowed start becomes now + its delay (times the random factor), and it leaves
--- the ready set when it has nothing left or no room (an ack puts it back).
+-- Takes, slot by slot in the order they become due (Redis's clock), from the
+-- slots due now or within the horizon, the heads of each slot's highest
+-- priorities: as many as the slot's room (its concurrency less its leases; 0 is
+-- no limit) and the count left allow, one only when the slot has a delay. A
+-- slot's requests start when it may go (``start``: now, or its next start or the
+-- end of its back-off, within the horizon). Each goes into the lease hash under
+-- "<owner>:<pop>.<j>" as "<priority>|<slot>|<entry>", "<priority>@<start>|..."
+-- when it starts later than now; the slot's leases grow by as many, its next
+-- allowed start becomes start + its delay (times the random factor), and it
+-- leaves the ready set when it has nothing left or no room (an ack puts it back).
+-- Claiming ahead lets a worker pop about once a horizon while work is due, and
+-- workers no longer race for the same moment (the caller hands a lease out at
+-- its start).
 -- Keys touched beyond KEYS: the slots' hashes and lists (the shard's hash tag).
 -- Returns {now, when the next slot may go (-1: none ready), field, value, ...};
 -- a pop that already ran (a retry after a lost reply) returns the same leases
@@ -30,6 +38,7 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local horizon = now + (tonumber(ARGV[7]) or 0)
 redis.call('ZADD', KEYS[3], now, owner)
 local lease = owner .. ':' .. ARGV[2] .. '.'
 local defaults_key = KEYS[4]
@@ -131,10 +140,16 @@ if #KEYS > 5 then
   for k = 6, #KEYS do
     local name = string.sub(KEYS[k], #prefix + 1)
     local at = redis.call('ZSCORE', KEYS[1], name)
-    if at and tonumber(at) <= now then due[#due + 1] = name end
+    if at and tonumber(at) <= horizon then due[#due + 1] = name end
   end
 else
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, count)
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', 0, count)
+end
+
+-- What a lease's priority carries when it starts later than now.
+local function p_mark(start)
+  if start > now then return '@' .. start end
+  return ''
 end
 
 -- Park and Miller's generator, a few steps in so that close seeds draw apart.
@@ -148,9 +163,13 @@ for _, name in ipairs(due) do
   local h = prefix .. name
   local s = load(h)
   local flight, conc, delay = tonumber(s.flight), tonumber(s.conc), tonumber(s.delay)
+  local start = math.max(now, tonumber(s.next), tonumber(s.backoff))
   local room = count - j
   if conc > 0 then room = math.min(room, conc - flight) end
   if delay > 0 then room = math.min(room, 1) end
+  -- Its score was due, its state says later (a declared slot): left as it is.
+  if start > horizon then room = 0 end
+  local mark = p_mark(start)
   local taken, kept, full = 0, {}, false
   for p in string.gmatch(s.prios, '[^,]+') do
     local want = room - taken
@@ -159,7 +178,7 @@ for _, name in ipairs(due) do
     else
       local got = redis.call('LPOP', h .. ':' .. p, want) or {}
       for _, e in ipairs(got) do
-        local value = p .. '|' .. name .. '|' .. e
+        local value = p .. mark .. '|' .. name .. '|' .. e
         leased[#leased + 1] = lease .. j
         leased[#leased + 1] = value
         out[#out + 1] = lease .. j
@@ -181,8 +200,14 @@ for _, name in ipairs(due) do
   end
   -- The next start is kept only when ahead (a delay); without one the slot still
   -- goes back into the ready set behind those served before it (score now).
-  local nxt = now + wait
-  if taken == 0 then nxt = tonumber(s.next) elseif wait > 0 then s.next = nxt else s.next = 0 end
+  local nxt = start + wait
+  if taken == 0 then
+    nxt = tonumber(s.next)
+  elseif nxt > now then
+    s.next = nxt
+  else
+    s.next = 0
+  end
   s.prios, s.flight = table.concat(kept, ','), flight
   save(h, s)
   if #kept > 0 and (conc == 0 or flight < conc) then

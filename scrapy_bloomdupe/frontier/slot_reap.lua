@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
 -- KEYS[2]  the shard's slot leases (a hash: "<owner>:<pop>.<j>" ->
---          "<priority>|<slot>|<entry>")
+--          "<priority>[@<start>]|<slot>|<entry>")
 -- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
 -- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
@@ -159,7 +159,8 @@ for _, item in ipairs(gone) do
   local field, value, owner = item[1], item[2], item[3]
   local bar = string.find(value, '|', 1, true)
   local second = string.find(value, '|', bar + 1, true)
-  local p = string.sub(value, 1, bar - 1)
+  -- A lease claimed ahead has its start after its priority ("<priority>@<start>").
+  local p = string.match(string.sub(value, 1, bar - 1), '^[^@]*')
   local name = string.sub(value, bar + 1, second - 1)
   local e = string.sub(value, second + 1)
   if owner == ARGV[3] then

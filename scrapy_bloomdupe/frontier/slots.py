@@ -28,10 +28,14 @@ A pop (``slot_pop.lua``) takes the slots due on Redis's clock, in the order
 they became due, and from each the heads of its highest priorities, as many as
 its room allows (one when it has a delay): so a slot at its limit or in its
 delay never blocks the others (no head-of-line blocking), priorities are exact
-within a slot, and across slots it is "due slots first, then priority". Each
-slot taken from gets its next allowed start, now plus its delay, times a factor
-in 0.5-1.5 with ``randomize`` (``RANDOMIZE_DOWNLOAD_DELAY``) drawn in the
-script from the seed the caller passes. "Worker" politeness is the same layout
+within a slot, and across slots it is "due slots first, then priority". With a
+horizon, it also takes the slots due within it ("claim ahead"): each such
+lease carries its start (``SlotLease.start_ms``, its slot's next allowed start
+or the end of its back-off; in the lease's value, ``<priority>@<start>``), and
+the caller starts it no sooner. Each slot taken from gets its next allowed
+start, its start plus its delay, times a factor in 0.5-1.5 with ``randomize``
+(``RANDOMIZE_DOWNLOAD_DELAY``) drawn in the script from the seed the caller
+passes. "Worker" politeness is the same layout
 with the limits at 0 (no concurrency limit, no delay): the slots then take
 turns, the one served longest ago first.
 
@@ -124,6 +128,8 @@ class SlotLease:
     slot: str
     priority: int
     entry: bytes
+    #: When it may start (ms, Redis's clock), when later than the pop's now; else 0.
+    start_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,11 +200,13 @@ class SlotQueue:
     # -- pop, ack, reap, back-off --------------------------------------------------
 
     def pop(self, count: int, *, randomize: bool = False, seed: int | None = None,
-            number: int | None = None, declared: bool = False) -> Popped:
-        """Lease up to ``count`` requests from the slots due now. ``number`` (default:
-        the next) is the pop's and ``seed`` the delay's randomness, both the same on a
-        retry. With ``declared``, read the ready set first and declare the due slots'
-        hashes (a cluster's way; see the module's docstring)."""
+            number: int | None = None, declared: bool = False,
+            horizon_ms: int = 0) -> Popped:
+        """Lease up to ``count`` requests from the slots due now, or within
+        ``horizon_ms`` (such a lease's ``start_ms`` says when it may start). ``number``
+        (default: the next) is the pop's and ``seed`` the delay's randomness, both the
+        same on a retry. With ``declared``, read the ready set first and declare the
+        due slots' hashes (a cluster's way; see the module's docstring)."""
         if number is None:
             self._pop_number += 1
             number = self._pop_number
@@ -211,7 +219,8 @@ class SlotQueue:
         reply = self._scripts["pop"](
             keys=[self.ready, self.leases, self.owners, self.defaults, self.waiting_count,
                   *slot_keys],
-            args=[self.owner, number, count, self.prefix, int(randomize), seed])
+            args=[self.owner, number, count, self.prefix, int(randomize), seed,
+                  int(horizon_ms)])
         now, nxt = int(reply[0]), int(reply[1])
         leases = [_lease(reply[j], reply[j + 1]) for j in range(2, len(reply), 2)]
         return Popped(now, None if nxt < 0 else nxt, leases)
@@ -283,6 +292,7 @@ def _text(value: Any) -> str:
 
 
 def _lease(field: bytes, value: bytes) -> SlotLease:
-    priority, name, entry_bytes = value.split(b"|", 2)
+    head, name, entry_bytes = value.split(b"|", 2)
+    priority, _, start = head.partition(b"@")
     return SlotLease(field.decode(), keys.slot_from_name(name.decode()), int(priority),
-                     entry_bytes)
+                     entry_bytes, int(start or 0))

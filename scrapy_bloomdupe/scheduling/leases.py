@@ -21,6 +21,7 @@ is left alone, and hears when a fill is over with nothing for the engine.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from functools import partial
@@ -53,8 +54,10 @@ WAKE_META = "_bloomdupe_wake"
 #: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
 ACK_DELAY = 0.05
 #: Crawl-wide politeness: how soon a worker asks again when requests wait in download
-#: slots that are all at their limit (another worker's ack frees room), in seconds.
-SLOT_POLL = 0.1
+#: slots that are all at their limit, in seconds (and up to as much again, at random,
+#: so that workers do not ask at once). Room comes back with an ack, and the worker
+#: that acks pops with it (see _send_acks): this only catches what that missed.
+SLOT_POLL = 0.5
 
 #: How a delayed call is asked for (Scrapy's ``call_later``; a test's own clock).
 Later = Callable[[float, Callable[[], None]], CallLaterResult]
@@ -112,12 +115,18 @@ class Leases:
         self._empty_until = 0.0
         #: Whether this worker queued requests since a pop last found the queue empty.
         self._queued = False
-        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes only what may
-        #: start now, so nothing is taken ahead (no prefetch), and a pop that took
-        #: nothing while slots wait is tried again when the next slot may go.
+        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes what may start
+        #: now or within its horizon (each lease handed out at its start), no
+        #: prefetch beyond; while slots wait, the next pop goes when the next slot
+        #: comes within the horizon, and acks ride on a pop (which takes what they free).
         self._crawl_wide = isinstance(self.queue, CrawlWideQueue) and \
             self.queue.policy.crawl_wide
         self._slot_call: CallLaterResult | None = None
+        #: Crawl-wide: when each buffered lease taken ahead of its start may go (by
+        #: field, on ``clock``; the buffer is ordered by it), and the call that hands
+        #: the first one to the engine then.
+        self._starts: dict[str, float] = {}
+        self._start_call: CallLaterResult | None = None
 
     @property
     def leased(self) -> bool:
@@ -136,7 +145,7 @@ class Leases:
         as many unacked pages as it may (see :meth:`full`; the acks' answer wakes the
         engine)."""
         self.settle()
-        if not self.buffer:
+        if not self.startable():
             self.fill()  # during a crawl, in the background
         request = None
         if self.buffer and self.full():
@@ -144,14 +153,18 @@ class Leases:
                 self.path.stats.inc_value("bloomdupe/held_full")
             self.starved = True  # the acks' answer wakes the engine (see _acks_out)
             self.send_acks_now()
+        elif self.buffer and not self.startable():
+            self.starved = True
+            self._wake_at_start()  # taken ahead: not before its start
         elif self.buffer:
             lease = self.buffer.pop(0)
+            self._starts.pop(lease.field, None)
             request = lease.request
             request.meta.pop(WAKE_META, None)  # left when a signal dropped the wake
             if self.leased:
                 self.handed[lease.field] = lease
                 request.meta[LEASE_META] = lease.field
-                if len(self.buffer) <= self.low_water():
+                if self.startable() <= self.low_water():
                     self.fill()  # the next ones, while these download
         else:
             self.starved = True
@@ -166,6 +179,32 @@ class Leases:
         request = self.buffer[0].request
         request.meta[WAKE_META] = True
         engine.crawl(request)
+
+    def startable(self) -> int:
+        """How many buffered leases Scrapy may have now: all of them, but those taken
+        ahead of their start (crawl-wide politeness), which wait for it."""
+        if not self._starts:
+            return len(self.buffer)
+        now = self._clock()
+        return sum(1 for lease in self.buffer if self._starts.get(lease.field, 0.0) <= now)
+
+    def _wake_at_start(self) -> None:
+        """The engine asked while the first buffered lease waits for its start: hand it
+        over then (a call at that time, replacing one set for another time)."""
+        if self._start_call is not None:
+            self._start_call.cancel()
+            self._start_call = None
+        if self.buffer and self._engine() is not None:
+            wait = max(0.0, self._starts.get(self.buffer[0].field, 0.0) - self._clock())
+            self._start_call = self._later(wait, self._start_due)
+
+    def _start_due(self) -> None:
+        self._start_call = None
+        if self.starved and self.startable():
+            self.starved = False
+            self.wake_engine()
+        elif self.starved and self.buffer:
+            self._wake_at_start()
 
     def full(self) -> bool:
         """Whether this worker holds as many unacked pages as it may: those handed to
@@ -222,13 +261,16 @@ class Leases:
         ``look`` (the idle poll's) makes a job that runs after a pop that
         took nothing, in the same job; ``looked`` gets what it found (None once the
         fill failed)."""
-        if self.filling or len(self.buffer) > self.low_water() or self.jobs.failed() or (
+        if self.filling or self.startable() > self.low_water() or self.jobs.failed() or (
                 not poll and self._clock() < self._empty_until):
             if then is not None and not self.filling:
                 then()
             return
         count = self.prefetch_count()
         self.filling = True
+        if self._slot_call is not None:  # this pop is the one it was to make
+            self._slot_call.cancel()
+            self._slot_call = None
         pop = partial(self.jobs.outage_call, partial(self.queue.pop_leases, count)) \
             if self.leased else partial(self._pop_unleased, count)
         after = look() if look is not None and poll else None
@@ -248,8 +290,13 @@ class Leases:
         self.jobs.redis_failed(failure)
 
     def work_came(self) -> None:
-        """This worker has work, or queued some: the next ask goes to Redis (see fill)."""
-        self._empty_until = 0.0
+        """This worker has work, or queued some: the next ask goes to Redis (see fill).
+        Crawl-wide, while requests wait in slots, not for that: what they wait for is
+        room or a start, not work; the pop that carries a page's acks (its output is
+        queued first) moves the new requests into their slots and takes what the acks
+        free, and the wait for the next start or room is timed (see _slot_wait)."""
+        if not (self._crawl_wide and self._acks_early and self.queue.slots_waiting):
+            self._empty_until = 0.0
 
     def queued(self) -> None:
         """This worker queued requests: the shared queue has work, as far as it knows,
@@ -290,12 +337,16 @@ class Leases:
         self._deep = self.leased and len(leases) >= count
         self.buffer.extend(lease for lease in leases
                            if not (self.leased and self._came_back_too_often(lease)))
+        if self._crawl_wide:
+            # What a lease's start counts from: now, on the reactor, as for the leases
+            # due at once, which go out from here (their starts' gaps hold so).
+            self._order_by_start(leases, self._clock())
         # Entries it could not decode (retired): the queue is not empty, take more now.
         retired = self.report_retired()
         if retired:
             self._refill = True
-        elif not leases and self._crawl_wide and self.queue.slots_waiting:
-            self._slot_wait()
+        elif self._crawl_wide:
+            self._crawl_wide_filled(leases, count)
         elif not leases:
             self._queued = False
             self._empty_until = self._clock() + self._idle_poll()
@@ -303,20 +354,57 @@ class Leases:
             self.starved = False
             self.wake_engine()
 
+    def _order_by_start(self, leases: list[Lease], at: float) -> None:
+        """Crawl-wide: the leases taken ahead wait for their start (counted from ``at``,
+        on ``clock``), the buffer ordered by start."""
+        held = {lease.field for lease in self.buffer}
+        for lease in leases:
+            if lease.start_in > 0 and lease.field in held:
+                self._starts[lease.field] = at + lease.start_in
+        if self._starts:
+            self._starts = {f: t for f, t in self._starts.items() if f in held}
+            self.buffer.sort(key=lambda lease: self._starts.get(lease.field, 0.0))
+
+    def _crawl_wide_filled(self, leases: list[Lease], count: int) -> None:
+        """After a crawl-wide pop: while requests wait in slots and the pop got less than
+        it asked for, the next pop waits for the next slot to come within the horizon
+        (see _slot_wait); a pop that found nothing at all, for the idle poll. The
+        engine, if it asked in vain, gets a lease once one may start."""
+        if self.queue.slots_waiting and len(leases) < count:
+            self._slot_wait()
+        elif not leases:
+            self._queued = False
+            self._empty_until = self._clock() + self._idle_poll()
+        if self.buffer and self.starved and not self.full():
+            if self.startable():
+                self.starved = False
+                self.wake_engine()
+            else:
+                self._wake_at_start()
+
     def _slot_wait(self) -> None:
-        """Requests wait in download slots, none of which may go now: ask again when
-        the next one may (Redis said when), or after SLOT_POLL when all are at their
-        limit; the engine's asks meanwhile do not go to Redis."""
+        """Requests wait in download slots, none of which this pop could take: ask
+        again when the next one comes within the pop's horizon (Redis said when),
+        else after SLOT_POLL (all are at their limit, the acks' pops take what they
+        free); the engine's asks meanwhile do not go to Redis. Each worker waits a
+        little more, at random (a quarter of the horizon at most; what it takes still
+        starts on time), so that workers do not ask at once."""
         self._queued = True  # work is left, as far as this worker knows (see pending)
         due = self.queue.next_due
-        wait = SLOT_POLL if due is None else min(max(due, 0.005), SLOT_POLL * 10)
+        if due is None:
+            wait = SLOT_POLL * (1 + random.random())
+        else:
+            wait = min(max(due, 0.005), SLOT_POLL * 10) + random.random() * self.queue.horizon / 4
         self._empty_until = self._clock() + wait
-        if self._slot_call is None and self._engine() is not None:
+        if self._slot_call is not None:
+            self._slot_call.cancel()
+            self._slot_call = None
+        if self._engine() is not None:
             self._slot_call = self._later(wait, self._slot_due)
 
     def _slot_due(self) -> None:
         self._slot_call = None
-        self.work_came()
+        self._empty_until = 0.0
         self.starved = True  # what the fill takes goes to the engine at once
         self.fill()
 
@@ -398,7 +486,7 @@ class Leases:
         if lease is None or self.jobs.failed():  # after an error what is held comes back
             return
         self.queue.ack([lease])
-        if self.starved and self.buffer:
+        if self.starved and self.startable():
             self.send_acks_now()  # the engine waits for them (see full)
         else:
             self._ack_later()
@@ -421,6 +509,12 @@ class Leases:
 
     def _send_acks(self) -> None:
         self._ack_call = None
+        if self._crawl_wide and not self.filling and not self.jobs.failed():
+            # The acks ride on a pop, which takes what they free (their slots' next).
+            self._empty_until = 0.0
+            self.fill()
+            if self.filling:
+                return
         if not self.jobs.failed():
             self._acks_sending = True
             sent = self.jobs.run(lambda: self.jobs.outage_call(self.queue.send_acks))
@@ -432,14 +526,14 @@ class Leases:
         on their way (:meth:`send_acks_now` sent none meanwhile) go now if the engine
         still waits, else within ACK_DELAY."""
         self._acks_sending = False
-        if self._crawl_wide and not self.buffer:
-            self.work_came()  # the acks gave their slots room back: take what may go
+        if self._crawl_wide:
+            self._empty_until = 0.0  # the acks gave their slots room back: take what may go
             self.fill()
-        if self.starved and self.buffer and not self.full():
+        if self.starved and self.startable() and not self.full():
             self.starved = False
             self.wake_engine()
         if self.queue.pending_acks():
-            if self.starved and self.buffer:
+            if self.starved and self.startable():
                 self.send_acks_now()
             else:
                 self._ack_later()
@@ -459,3 +553,6 @@ class Leases:
         if self._slot_call is not None:
             self._slot_call.cancel()
         self._slot_call = None
+        if self._start_call is not None:
+            self._start_call.cancel()
+        self._start_call = None
