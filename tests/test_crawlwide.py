@@ -267,3 +267,29 @@ def test_a_dead_workers_leases_of_the_default_layout_come_back_into_the_slots(
     got = q.pop_leases(10)
     assert sorted(urls(got)) == [f"https://old.test/{j}" for j in range(5)]
     assert client.hlen(keys.leases(TAG, 0)) == 0 and client.zcard(keys.queue(TAG, 0)) == 0
+
+
+def test_acks_riding_on_a_check_and_queue_survive_a_script_flush(redis_url: str) -> None:
+    """A crawl-wide queue's acks are slot_ack.lua calls that ride on the filter's
+    check-and-queue round trips: after a Redis restart (its scripts gone) the filter's
+    link loads that script too, instead of stopping the crawl on NOSCRIPT."""
+    from helpers import crawler_for
+    from scrapy.utils.misc import build_from_crawler
+
+    from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+
+    crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    client = df.bloom.client
+    q = CrawlWideQueue(client, crawler.spider, "demo:requests", tag=df.bloom.key,
+                       policy=policy(CONCURRENT_REQUESTS_PER_DOMAIN=0))
+    first = [Request("https://a.test/1"), Request("https://a.test/2")]
+    assert df.check_and_queue([df.fingerprinter.fingerprint(r) for r in first], q,
+                              [q.entry(r) for r in first]) == [True, True]
+    leases = q.pop_leases(10)
+    q.ack(leases)  # pending: rides on the next check-and-queue
+    client.script_flush()
+    later = Request("https://a.test/3")
+    assert df.check_and_queue([df.fingerprinter.fingerprint(later)], q,
+                              [q.entry(later)]) == [True]
+    assert q.pending_acks() == 0 and client.hlen(keys.slot_leases(df.bloom.key, 0)) == 0

@@ -305,6 +305,8 @@ class Calls:
                                                      list(unit.sections.values()), sink))
         checks = len(commands)
         riding = sink if isinstance(sink, RidingSink) else None
+        if riding is not None:
+            self.link.knows(*riding.rider_scripts())
 
         def with_riders() -> tuple[list[tuple[Any, ...]], int | None]:
             # Built for each attempt: an outage's retry, or a new master, may leave out

@@ -51,6 +51,10 @@ class RidingSink(Sink, Protocol):
     def riders_sent(self) -> None:
         """The last :meth:`riders` went through: they are not sent again."""
 
+    def rider_scripts(self) -> tuple[str, ...]:
+        """The text of every script a rider may run (``EVALSHA``): the round trip that
+        carries them loads one again where Redis lost it (a restart)."""
+
 
 #: Sink arguments per item.
 SINK_ARGS = 2

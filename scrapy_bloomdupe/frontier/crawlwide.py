@@ -233,6 +233,12 @@ class CrawlWideQueue(PriorityQueue):
         with self._acks_lock:
             self._retired.extend(retired)
 
+    def rider_scripts(self) -> tuple[str, ...]:
+        """An ack is ``slot_ack.lua``: a check-and-queue's round trip that carries acks
+        loads it again where Redis lost it (the filter's link does not know the
+        queue's scripts otherwise)."""
+        return (SlotQueue.ACK_SCRIPT,)
+
     def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
         return ("EVALSHA", self._scripts["slot_ack"].sha, 3, self._ready, self._slot_leases,
                 self._defaults, self._prefix, *fields)

@@ -423,6 +423,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def riders_sent(self) -> None:
         self._acks_sent()
 
+    def rider_scripts(self) -> tuple[str, ...]:
+        """The acks (``HDEL`` s here) run no script."""
+        return ()
+
     def _ack_commands(self, reached: Callable[[tuple[Any, ...]], bool] | None = None
                       ) -> list[tuple[Any, ...]]:
         """``HDEL`` s of the pending acks (only of shards whose ``HDEL`` is ``reached``),
