@@ -520,7 +520,19 @@ def test_every_script_file_is_headed_by_its_keys_and_return() -> None:
                 text = path.read_text()
                 assert text.startswith("-- "), path.name
                 head = text.split("\n\n")[0]
+                if head.startswith("-- A block, not a script"):  # included (slot_state.lua)
+                    continue
                 assert "KEYS[1]" in head and "Returns" in head, path.name
+
+
+def test_an_included_block_is_whole_in_the_script() -> None:
+    """``-- #include`` (luascript.read): the slot scripts share slot_state.lua's block."""
+    block = luascript.read(FRONTIER, "slot_state.lua")
+    for name in ("slot_push.lua", "slot_pop.lua", "slot_ack.lua", "slot_reap.lua",
+                 "slot_backoff.lua"):
+        text = luascript.read(FRONTIER, name)
+        assert block in text, name
+        assert not any(line.startswith(luascript.INCLUDE) for line in text.split("\n"))
 
 
 def test_an_unknown_script_name_is_an_error() -> None:
