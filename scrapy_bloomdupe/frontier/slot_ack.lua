@@ -20,16 +20,6 @@ local defaults_key = KEYS[3]
 
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
 
--- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
--- limit); returns the last call's reply.
-local function chunked(command, key, items)
-  local reply
-  for i = 1, #items, 1000 do
-    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
-  end
-  return reply
-end
-
 -- Every lease's value in one HMGET, deleted in one HDEL (a call a 1,000); then each slot once: its
 -- room freed, back in the ready set when it has requests (it was not in it while
 -- it had none or no room, so nothing leaves it here).

@@ -20,32 +20,6 @@ local defaults_key = KEYS[3]
 
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
 
--- Writes slot ``name`` 's state ``s`` and puts it in or out of the ready set: in
--- when it has requests and room (one already there keeps its place unless ``moved``,
--- a new back-off), out otherwise; a slot with nothing waiting, nothing in flight
--- and no start or back-off ahead loses its hash.
-local function place(name, s, now, moved)
-  local h = prefix .. name
-  local flight, conc = tonumber(s.flight), tonumber(s.conc)
-  local at = math.max(tonumber(s.next), tonumber(s.backoff))
-  local waiting = prios_of(h, s) ~= ''
-  if waiting and (conc == 0 or flight < conc) then
-    if at == 0 then at = now end
-    if moved then
-      redis.call('ZADD', KEYS[1], at, name)
-    else
-      redis.call('ZADD', KEYS[1], 'NX', at, name)
-    end
-  else
-    redis.call('ZREM', KEYS[1], name)
-  end
-  if not waiting and flight == 0 and at <= now then
-    if s.exists then redis.call('DEL', h) end
-  else
-    save(h, s)
-  end
-end
-
 local s = load(KEYS[2])
 local until_ms = math.max(tonumber(s.backoff), tonumber(ARGV[3]))
 s.backoff = until_ms

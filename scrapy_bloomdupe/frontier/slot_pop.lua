@@ -45,16 +45,6 @@ local defaults_key = KEYS[4]
 
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
 
--- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
--- limit); returns the last call's reply.
-local function chunked(command, key, items)
-  local reply
-  for i = 1, #items, 1000 do
-    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
-  end
-  return reply
-end
-
 local function next_due()
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if #first == 0 then return -1 end

@@ -49,29 +49,6 @@ local defaults_key = KEYS[3]
 
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
 
--- The priorities in use, highest first, with ``p`` (its own spelling, that of its
--- list's key, compared as a number).
-local function with_priority(prios, p)
-  local out, put, n = {}, false, tonumber(p)
-  for x in string.gmatch(prios, '[^,]+') do
-    if x == p then return prios end
-    if not put and tonumber(x) < n then out[#out + 1] = p; put = true end
-    out[#out + 1] = x
-  end
-  if not put then out[#out + 1] = p end
-  return table.concat(out, ',')
-end
-
--- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
--- limit); returns the last call's reply.
-local function chunked(command, key, items)
-  local reply
-  for i = 1, #items, 1000 do
-    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
-  end
-  return reply
-end
-
 -- Grouped by slot, then by priority: one RPUSH a list, one HMGET and at most one
 -- HSET a slot, one ZADD for the ready set.
 local slots, order = {}, {}

@@ -1,7 +1,8 @@
 -- A block, not a script: every slot_*.lua includes it (luascript.read puts it where
 -- its "-- #include slot_state.lua" line stands). It reads ``defaults_key`` (the
 -- including script's key of the shard's default limits) and defines FIELDS,
--- DEFAULT, load, prios_of and save.
+-- DEFAULT, load, prios_of, save, chunked, with_priority and place (which also reads
+-- ``prefix``, the shard's slot prefix, and KEYS[1], its ready set).
 
 -- A slot's state (the same block in every slot_*.lua): its hash holds only what
 -- differs from the default (the shard's default limits, else no limit; nothing
@@ -63,4 +64,53 @@ local function save(h, s)
   end
   if del then redis.call('HDEL', h, unpack(del)) end
   if set then redis.call('HSET', h, unpack(set)) end
+end
+
+-- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
+-- limit); returns the last call's reply.
+local function chunked(command, key, items)
+  local reply
+  for i = 1, #items, 1000 do
+    reply = redis.call(command, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+  return reply
+end
+
+-- The priorities in use, highest first, with ``p`` (its own spelling, that of its
+-- list's key, compared as a number).
+local function with_priority(prios, p)
+  local out, put, n = {}, false, tonumber(p)
+  for x in string.gmatch(prios, '[^,]+') do
+    if x == p then return prios end
+    if not put and tonumber(x) < n then out[#out + 1] = p; put = true end
+    out[#out + 1] = x
+  end
+  if not put then out[#out + 1] = p end
+  return table.concat(out, ',')
+end
+
+-- Writes slot ``name`` 's state ``s`` and puts it in or out of the ready set: in
+-- when it has requests and room (one already there keeps its place unless ``moved``,
+-- a new back-off), out otherwise; a slot with nothing waiting, nothing in flight
+-- and no start or back-off ahead loses its hash.
+local function place(name, s, now, moved)
+  local h = prefix .. name
+  local flight, conc = tonumber(s.flight), tonumber(s.conc)
+  local at = math.max(tonumber(s.next), tonumber(s.backoff))
+  local waiting = prios_of(h, s) ~= ''
+  if waiting and (conc == 0 or flight < conc) then
+    if at == 0 then at = now end
+    if moved then
+      redis.call('ZADD', KEYS[1], at, name)
+    else
+      redis.call('ZADD', KEYS[1], 'NX', at, name)
+    end
+  else
+    redis.call('ZREM', KEYS[1], name)
+  end
+  if not waiting and flight == 0 and at <= now then
+    if s.exists then redis.call('DEL', h) end
+  else
+    save(h, s)
+  end
 end
