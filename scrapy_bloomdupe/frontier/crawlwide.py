@@ -39,7 +39,7 @@ from ..transport.sentinel import master_epoch
 from . import undecodable
 from .entry import Bad, split_requeues
 from .politeness import ONE_SLOT
-from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed, pop_number
+from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed
 from .slots import SlotQueue
 
 if TYPE_CHECKING:
@@ -311,19 +311,7 @@ class CrawlWideQueue(PriorityQueue):
                                  self._leases[0], self.owner, *sorted(keep))], acks=False)
         if old:
             self._intake_seen = True
-        failover = lost_pops = lost_acks = 0
-        with self._acks_lock:
-            for raw in [*own, *old]:
-                field = raw.decode() if isinstance(raw, bytes) else str(raw)
-                if field in self._stale_fields:
-                    failover += 1
-                elif pop_number(field) in self._unanswered_pops:
-                    lost_pops += 1
-                else:
-                    lost_acks += 1
-            self._stale_fields.clear()
-            self._unanswered_pops.clear()
-        return Reclaimed(failover, lost_pops, lost_acks)
+        return self._reclaimed([*own, *old])
 
     def push_many(self, requests: Any) -> None:
         super().push_many(requests)

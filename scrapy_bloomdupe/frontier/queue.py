@@ -370,17 +370,22 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                              self._leases[shard], self.owner, *fields.get(shard, ())))
         replies = self._execute(commands)
         self._acks_sent()
+        return self._reclaimed([raw for reply in replies[len(replies) - self.shards:]
+                                for raw in reply])
+
+    def _reclaimed(self, fields: list[Any]) -> Reclaimed:
+        """What a reclaim put back (its leases' ``fields``), by why this worker no longer
+        held each; the stale acks and unanswered pops it settled are forgotten."""
         failover = lost_pops = lost_acks = 0
         with self._acks_lock:
-            for reply in replies[len(replies) - self.shards:]:
-                for raw in reply:
-                    field = raw.decode() if isinstance(raw, bytes) else str(raw)
-                    if field in self._stale_fields:
-                        failover += 1
-                    elif pop_number(field) in self._unanswered_pops:
-                        lost_pops += 1
-                    else:
-                        lost_acks += 1
+            for raw in fields:
+                field = raw.decode() if isinstance(raw, bytes) else str(raw)
+                if field in self._stale_fields:
+                    failover += 1
+                elif pop_number(field) in self._unanswered_pops:
+                    lost_pops += 1
+                else:
+                    lost_acks += 1
             # Whatever of theirs Redis held is back in the queue now.
             self._stale_fields.clear()
             self._unanswered_pops.clear()
