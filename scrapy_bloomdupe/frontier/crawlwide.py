@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import keys
 from ..exceptions import BloomDupeError
+from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
 from . import undecodable
 from .entry import Bad, split_requeues
@@ -348,3 +349,15 @@ def _as_queued(value: bytes) -> bytes:
 def _start_ms(value: bytes) -> int:
     """When a slot lease taken ahead may start (ms, Redis's clock; 0: at once)."""
     return int(value.partition(b"|")[0].partition(b"@")[2] or 0)
+
+
+def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int]:
+    """The politeness mode whose workers last filled the download slots of the crawl
+    tagged ``tag`` (one node: shard 0's; "" when none did), and the requests waiting
+    and leased in them."""
+    with link_to(target) as link:
+        mode, waiting, leased = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
+                                            ("GET", keys.slot_waiting(tag, 0)),
+                                            ("HLEN", keys.slot_leases(tag, 0))])
+    text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
+    return text, int(waiting or 0), int(leased)

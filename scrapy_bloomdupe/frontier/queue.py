@@ -589,22 +589,9 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
             for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)),
                             ("GET", keys.slot_waiting(tag, shard)),
                             ("HLEN", keys.slot_leases(tag, shard)))])
-    # A crawl-wide queue (frontier/crawlwide.py) keeps its requests in its download
-    # slots' lists, counted, and their leases in a hash of their own.
+    # The download slots' requests (frontier/crawlwide.py: counted) and their leases.
     return [(int(replies[4 * i]) + int(replies[4 * i + 2] or 0),
              int(replies[4 * i + 1]) + int(replies[4 * i + 3])) for i in range(shards)]
-
-
-def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int]:
-    """The politeness mode whose workers last filled the download slots of the crawl
-    tagged ``tag`` (one node: shard 0's; "" when none did), and the requests waiting
-    and leased in them."""
-    with link_to(target) as link:
-        mode, waiting, leased = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
-                                            ("GET", keys.slot_waiting(tag, 0)),
-                                            ("HLEN", keys.slot_leases(tag, 0))])
-    text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
-    return text, int(waiting or 0), int(leased)
 
 
 def status(target: Redis | RedisCluster | Link, tag: str, shards: int) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError
-from ..frontier import entry
+from ..frontier import crawlwide, entry
 from ..frontier import queue as frontier_queue
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.politeness import OneSlot, SlotPolicy
@@ -127,7 +127,7 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
     mode = FrontierConfig.from_settings(settings).politeness
     tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
     with suppress(RedisError):  # the filter's start-up check, next, names what fails
-        found, waiting, leased = frontier_queue.slot_status(server, tag)
+        found, waiting, leased = crawlwide.slot_status(server, tag)
         if found and found != mode and (waiting or leased):
             raise BloomDupeError(
                 f"The crawl {tag!r} has {waiting} request(s) waiting and {leased} leased, "
