@@ -24,14 +24,17 @@ from scrapy_bloomdupe.testing import RedisServer
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lock", [False, True], ids=["atomic", "lock"])
-def test_crawl_survives_a_redis_restart(tmp_path: Path, lock: bool) -> None:
+@pytest.mark.parametrize(("lock", "politeness"), [(False, "worker"), (True, "worker"),
+                                                  (True, "crawl")],
+                         ids=["atomic", "lock", "lock-crawl-wide"])
+def test_crawl_survives_a_redis_restart(tmp_path: Path, lock: bool, politeness: str) -> None:
     with RedisServer(persist=True) as server:
         client = redis.Redis.from_url(server.url)
         demo = subprocess.Popen(
             [sys.executable, str(RUN_DEMO), "--workers", "3", "--pages", "600",
              "--redis-url", server.url, "--out", str(tmp_path), "--timeout", "180",
-             "--set", "BLOOMDUPE_LOG_INTERVAL=0", "--set", f"BLOOMDUPE_LOCK={lock}"],
+             "--set", "BLOOMDUPE_LOG_INTERVAL=0", "--set", f"BLOOMDUPE_LOCK={lock}",
+             "--set", f"BLOOMDUPE_POLITENESS={politeness}"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         try:
