@@ -293,3 +293,38 @@ def test_acks_riding_on_a_check_and_queue_survive_a_script_flush(redis_url: str)
     assert df.check_and_queue([df.fingerprinter.fingerprint(later)], q,
                               [q.entry(later)]) == [True]
     assert q.pending_acks() == 0 and client.hlen(keys.slot_leases(df.bloom.key, 0)) == 0
+
+
+def test_a_command_the_acl_refuses_leaves_the_slots_as_they_were(redis_url: str,
+                                                                  client: redis.Redis) -> None:
+    """ZADD revoked mid-crawl (tests/e2e/test_operator.py's acl-revoked-zadd): a slot
+    script that wrote its lists before the refused ZADD of the ready set left requests
+    no pop found, and the next workers' crawl never ended. Every slot script asks the
+    ACL first: refused, it writes nothing."""
+    from urllib.parse import urlsplit
+
+    from redis.exceptions import NoPermissionError
+
+    q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+    q.push_many([Request(f"https://one.test/{j}") for j in range(3)])
+    before = sorted(client.keys("*"))
+    client.acl_setuser("limited", enabled=True, passwords=["+pw"], keys=["*"],
+                       commands=["+@all", "-zadd"])
+    port = urlsplit(redis_url).port
+    limited = redis.Redis(host="127.0.0.1", port=port, username="limited", password="pw")
+    try:
+        refused = crawlwide(limited, CONCURRENT_REQUESTS_PER_DOMAIN=0)
+        for call in (refused.sort, lambda: refused.pop_leases(10),
+                     lambda: refused.backoff("one.test", 1)):
+            try:
+                call()
+            except NoPermissionError as e:
+                assert "'zadd'" in str(e)
+            else:
+                raise AssertionError("not refused")
+            assert sorted(client.keys("*")) == before
+            assert client.zcard(keys.queue(TAG, 0)) == 3
+    finally:
+        limited.close()
+        client.acl_deluser("limited")
+    assert sorted(urls(q.pop_leases(10))) == [f"https://one.test/{j}" for j in range(3)]

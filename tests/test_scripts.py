@@ -528,10 +528,13 @@ def test_every_script_file_is_headed_by_its_keys_and_return() -> None:
 def test_an_included_block_is_whole_in_the_script() -> None:
     """``-- #include`` (luascript.read): the slot scripts share slot_state.lua's block."""
     block = luascript.read(FRONTIER, "slot_state.lua")
+    acl = luascript.read(FRONTIER, "slot_acl.lua")
     for name in ("slot_push.lua", "slot_pop.lua", "slot_ack.lua", "slot_reap.lua",
                  "slot_backoff.lua"):
         text = luascript.read(FRONTIER, name)
         assert block in text, name
+        # The ACL is asked before the first command of the script.
+        assert text.index(acl) < text.index("redis.call("), name
         assert not any(line.startswith(luascript.INCLUDE) for line in text.split("\n"))
 
 

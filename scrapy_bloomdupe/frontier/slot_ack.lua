@@ -13,6 +13,7 @@
 -- slots' hashes (the shard's hash tag).
 -- Returns how many leases it finished.
 
+-- #include slot_acl.lua (the ACL asked before anything is written)
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[1]

@@ -35,6 +35,7 @@
 -- a pop that already ran (a retry after a lost reply) returns the same leases
 -- again and takes nothing.
 
+-- #include slot_acl.lua (the ACL asked before anything is written)
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]

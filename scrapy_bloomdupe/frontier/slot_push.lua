@@ -27,6 +27,7 @@
 -- (one Cluster slot; see slots.py).
 -- Returns how many it queued, or -1 when this push already ran (a retry).
 
+-- #include slot_acl.lua (the ACL asked before anything is written)
 local take = ARGV[1] == 'take'
 if ARGV[1] ~= '' and not take and redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
 -- The requests, five values each (slot, priority, conc, delay, entry).

@@ -24,6 +24,7 @@
 -- Returns {what went back for dead owners, as "<priority>|<slot>|<entry>" (the entry
 -- with its requeue count), the fields of ARGV[3]'s leases that went back}.
 
+-- #include slot_acl.lua (the ACL asked before anything is written)
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[1]
