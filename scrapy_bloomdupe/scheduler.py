@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.settings import Settings
-from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from scrapy_redis import defaults
@@ -47,24 +46,21 @@ from twisted.internet.defer import Deferred
 
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
-from .exceptions import BloomDupeError
 from .frontier.queue import PriorityQueue
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
-from .scheduling.shared import SharedCrawl, make_queue, open_filter
+from .scheduling.shared import SharedCrawl, check_politeness, enabled, make_queue, open_filter
 from .scheduling.upkeep import LeaseUpkeep
 from .settings import FrontierConfig
-from .transport.cluster import is_cluster
 from .transport.diagnose import check
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.http import Request
-    from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
     from typing_extensions import Self
 
@@ -76,16 +72,6 @@ __all__ = ["ACK_DELAY", "IDLE_POLL", "MAX_IDLE_POLL", "QUEUED_META", "WAKE_META"
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
-BACKOFF_MIDDLEWARE = "scrapy_bloomdupe.backoff.CrawlBackoffMiddleware"
-
-
-def _enabled(settings: BaseSettings, name: str, path: str) -> bool:
-    """Whether the component at ``path`` (or a subclass of it) is enabled in ``name``."""
-    for component in build_component_list(settings.getwithbase(name)):
-        cls = load_object(component) if isinstance(component, str) else component
-        if any(f"{c.__module__}.{c.__qualname__}" == path for c in getattr(cls, "__mro__", ())):
-            return True
-    return False
 
 
 def for_crawler(crawler: Crawler) -> Scheduler | None:
@@ -175,7 +161,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             kwargs["serializer"] = serializer
         kwargs["frontier"] = FrontierConfig.from_settings(settings)
         queue_cls = load_object(kwargs["queue_cls"])
-        acks_early = _enabled(settings, "SPIDER_MIDDLEWARES", MIDDLEWARE)
+        acks_early = enabled(settings, "SPIDER_MIDDLEWARES", MIDDLEWARE)
         if isinstance(queue_cls, type) and issubclass(queue_cls, PriorityQueue) and \
                 not acks_early:
             logger.warning(
@@ -184,24 +170,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 "this worker is idle, and if it dies, every page it handled since is fetched "
                 "again. Add it, or activate the package with ADDONS = "
                 "{'scrapy_bloomdupe.addon.BloomDupeAddon': 100}, which does", MIDDLEWARE)
-        if kwargs["frontier"].politeness == "crawl" and queue_cls is not PriorityQueue:
-            raise BloomDupeError(
-                f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
-                f"SCHEDULER_QUEUE_CLASS = {kwargs['queue_cls']!r}: remove that setting, or "
-                "set BLOOMDUPE_POLITENESS = 'worker'")
-        if kwargs["frontier"].politeness == "crawl" and not _enabled(
-                settings, "DOWNLOADER_MIDDLEWARES", BACKOFF_MIDDLEWARE):
-            logger.warning(
-                "DOWNLOADER_MIDDLEWARES lacks %r (order 560): with BLOOMDUPE_POLITENESS = "
-                "'crawl' a 429 or 503 pauses its site only for the worker that got it. Add "
-                "it, or use the add-on", BACKOFF_MIDDLEWARE)
         server = connection.get_client(crawler)
         check(server)  # fail here, before the engine opens anything
-        if kwargs["frontier"].politeness == "crawl" and is_cluster(server):
-            raise BloomDupeError(
-                "BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet: set "
-                "BLOOMDUPE_POLITENESS = 'worker' (Scrapy's limits per worker), or use one "
-                "Redis node or a Sentinel set")
+        check_politeness(kwargs["frontier"], settings, kwargs["queue_cls"], server)
         instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats

@@ -68,6 +68,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 OUTAGE_ACTIONS = ("close", "allow")
+#: ``BLOOMDUPE_POLITENESS`` values: Scrapy's per-process limits, or the crawl's
+#: (``frontier/crawlwide.py``).
+POLITENESS = ("worker", "crawl")
 #: ``BLOOMDUPE_ENGINE`` values: ``"auto"`` picks ``"redisbloom"`` for a new filter on a
 #: server with the BF.* commands, ``"lua"`` otherwise; a stored filter keeps its own.
 ENGINES = ("auto", "lua", "redisbloom")
@@ -275,9 +278,14 @@ def parse_fingerprint(mode: object) -> str:
 
 
 def parse_engine(engine: object) -> str:
-    if isinstance(engine, str) and engine.strip().lower() in ENGINES:
-        return engine.strip().lower()
-    raise ConfigError("BLOOMDUPE_ENGINE", engine, f"must be one of {', '.join(ENGINES)}")
+    return parse_choice("BLOOMDUPE_ENGINE", engine, ENGINES)
+
+
+def parse_choice(name: str, value: object, choices: tuple[str, ...], meaning: str = "") -> str:
+    """``value``, one of ``choices`` in any case (``meaning`` says what each is)."""
+    if isinstance(value, str) and value.strip().lower() in choices:
+        return value.strip().lower()
+    raise ConfigError(name, value, f"must be one of {', '.join(choices)}{meaning}")
 
 
 def batch_size(settings: BaseSettings) -> int | None:
@@ -300,11 +308,10 @@ class FrontierConfig:
     #: Times a request's lease may expire (its holder stopped heartbeating) before the
     #: request is recorded as failed instead of being handed out again.
     max_requeues: int = 3
-    #: ``BLOOMDUPE_POLITENESS``: whose download slots' limits hold, "worker" or "crawl".
+    #: "crawl" politeness (docs/politeness.md): whose limits hold, the codes that back a
+    #: site off, and the longest back-off.
     politeness: str = "worker"
-    #: Response codes that back a slot off crawl-wide ("crawl" politeness).
     backoff_codes: tuple[int, ...] = (429, 503)
-    #: Longest back-off of a slot without ``Retry-After`` (doubling), and the cap of one.
     backoff_max: float = 300.0
 
     @classmethod
@@ -318,33 +325,25 @@ class FrontierConfig:
                       minimum=0),
             parse_int("BLOOMDUPE_MAX_REQUEUES", _get(settings, "BLOOMDUPE_MAX_REQUEUES"),
                       minimum=1),
-            parse_politeness(_get(settings, "BLOOMDUPE_POLITENESS")),
+            parse_choice("BLOOMDUPE_POLITENESS", _get(settings, "BLOOMDUPE_POLITENESS"),
+                         POLITENESS, " (Scrapy's per-site limits each worker for itself, or "
+                         "held for the whole crawl)"),
             parse_codes("BLOOMDUPE_BACKOFF_CODES", _get(settings, "BLOOMDUPE_BACKOFF_CODES")),
             parse_float("BLOOMDUPE_BACKOFF_MAX", _get(settings, "BLOOMDUPE_BACKOFF_MAX"),
                         low=1, high=86_400),
         )
 
 
-def parse_politeness(value: Any) -> str:
-    """``BLOOMDUPE_POLITENESS``: "worker" (Scrapy's limits, each worker for itself) or
-    "crawl" (held for the whole crawl: frontier/crawlwide.py)."""
-    if not isinstance(value, str) or value.strip().lower() not in ("worker", "crawl"):
-        raise ConfigError("BLOOMDUPE_POLITENESS", value,
-                          "must be 'worker' (Scrapy's per-site limits, each worker for itself) "
-                          "or 'crawl' (the same limits held for the whole crawl)")
-    return value.strip().lower()
-
-
 def parse_codes(name: str, value: Any) -> tuple[int, ...]:
     """A list of HTTP status codes (a list, or a comma-separated string)."""
     items = value.split(",") if isinstance(value, str) else value
     try:
-        codes = tuple(int(str(item).strip()) for item in items if str(item).strip())
+        codes = tuple(int(str(item)) for item in items if str(item).strip())
     except (TypeError, ValueError):
         codes = ()
-    if not codes or any(not 100 <= code <= 599 for code in codes):
-        raise ConfigError(name, value, "must be a list of HTTP status codes, such as [429, 503]")
-    return codes
+    if codes and all(100 <= code <= 599 for code in codes):
+        return codes
+    raise ConfigError(name, value, "must be a list of HTTP status codes, such as [429, 503]")
 
 
 def use_scheduler(settings: BaseSettings) -> bool:

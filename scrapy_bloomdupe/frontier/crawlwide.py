@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 
     from .politeness import SlotPolicy
 
+#: Why a worker does not start crawl-wide on a Redis Cluster.
+CLUSTER_REFUSED = ("BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet: set "
+                   "BLOOMDUPE_POLITENESS = 'worker' (Scrapy's limits per worker), or use one "
+                   "Redis node or a Sentinel set")
 #: How many intake entries one move takes (a script call each).
 SORT_BATCH = 500
 #: How many batches one pop moves at most before it pops (the rest: the next pops).
@@ -80,10 +84,7 @@ class CrawlWideQueue(PriorityQueue):
                  serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
         super().__init__(server, spider, key, serializer, **kwargs)
         if self.shards != 1:
-            raise BloomDupeError(
-                "BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet: set "
-                "BLOOMDUPE_POLITENESS = 'worker' (Scrapy's limits per worker), or use one "
-                "Redis node or a Sentinel set")
+            raise BloomDupeError(CLUSTER_REFUSED)
         self.policy = policy
         for name, text in self.SLOT_SCRIPTS:
             self._scripts[name] = server.register_script(text)

@@ -23,9 +23,6 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.settings import BaseSettings
 
-#: ``BLOOMDUPE_POLITENESS`` values: Scrapy's per-process limits, or the crawl's.
-POLITENESS = ("worker", "crawl")
-
 
 @dataclass(frozen=True)
 class SlotLimits:

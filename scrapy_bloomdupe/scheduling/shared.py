@@ -14,6 +14,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from .. import dupefilter as dupefilter_module
@@ -79,12 +80,7 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         extra = {"tag": tag, "shards": shards,
                  "lease_timeout": frontier.lease_timeout, "wait_replicas": wait,
                  "failed_limit": frontier.failed_limit}
-        if frontier.politeness == "crawl":
-            if cls is not PriorityQueue:
-                raise BloomDupeError(
-                    f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
-                    f"SCHEDULER_QUEUE_CLASS = {queue_cls!r}: remove that setting, or set "
-                    "BLOOMDUPE_POLITENESS = 'worker'")
+        if frontier.politeness == "crawl":  # (check_politeness refused another class)
             cls = CrawlWideQueue
             extra["policy"] = SlotPolicy(settings, spider)
         elif cls is PriorityQueue and not is_cluster(server):
@@ -111,6 +107,40 @@ def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisClust
         return entry.claim_format(
             server, BloomDupeConfig.from_settings(settings).key_for(spider_name), write=write)
     return True
+
+
+#: Enables the crawl-wide back-off (the add-on does).
+BACKOFF_MIDDLEWARE = "scrapy_bloomdupe.backoff.CrawlBackoffMiddleware"
+
+
+def enabled(settings: BaseSettings, name: str, path: str) -> bool:
+    """Whether the component at ``path`` (or a subclass of it) is enabled in ``name``."""
+    for component in build_component_list(settings.getwithbase(name)):
+        cls = load_object(component) if isinstance(component, str) else component
+        if any(f"{c.__module__}.{c.__qualname__}" == path for c in getattr(cls, "__mro__", ())):
+            return True
+    return False
+
+
+def check_politeness(frontier: FrontierConfig, settings: BaseSettings,
+                     queue_cls: str | type[Any], server: Redis | RedisCluster) -> None:
+    """At a worker's start: ``"crawl"`` politeness needs this package's default queue
+    and one Redis node (or a Sentinel master), else one line says what to do; without
+    the back-off middleware it warns."""
+    if frontier.politeness != "crawl":
+        return
+    if load_object(queue_cls) is not PriorityQueue:
+        raise BloomDupeError(
+            f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
+            f"SCHEDULER_QUEUE_CLASS = {queue_cls!r}: remove that setting, or set "
+            "BLOOMDUPE_POLITENESS = 'worker'")
+    if is_cluster(server):
+        raise BloomDupeError(crawlwide.CLUSTER_REFUSED)
+    if not enabled(settings, "DOWNLOADER_MIDDLEWARES", BACKOFF_MIDDLEWARE):
+        logger.warning(
+            "DOWNLOADER_MIDDLEWARES lacks %r (order 560): with BLOOMDUPE_POLITENESS = "
+            "'crawl' a 429 or 503 pauses its site only for the worker that got it. Add "
+            "it, or use the add-on", BACKOFF_MIDDLEWARE)
 
 
 def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
