@@ -28,12 +28,12 @@ from redis.cluster import RedisCluster
 from scrapy import Spider
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
+from slotqueue import SlotEntry, SlotQueue
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
 from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.frontier.iothread import IOThread
-from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 

@@ -10,13 +10,13 @@ import redis
 from helpers import BUSY_SLOTS, DemoSpider, busy_slots
 from scrapy import Request
 from scrapy.settings import Settings
+from slotqueue import SlotEntry, SlotQueue
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import busiest
 from scrapy_bloomdupe.frontier.busiest import busiest_slots
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
-from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.transport.link import Link
 
 TAG = "site:bloomdupe"

@@ -11,6 +11,7 @@ import warnings
 import redis
 from scrapy import Request, Spider
 from scrapy.settings import Settings
+from slotqueue import SlotEntry, SlotQueue
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
@@ -19,7 +20,6 @@ from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CLAIM_AHEAD, CrawlWideQueue, claim_horizon
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
-from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.settings import FrontierConfig
 
 TAG = "cw:bloomdupe"

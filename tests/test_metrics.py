@@ -21,6 +21,7 @@ import redis
 from helpers import BUSY_SLOTS, EXAMPLE_PROJECT, ROOT, busy_slots, crawler_for, first_plan, fps
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.settings import Settings
+from slotqueue import SlotEntry, SlotQueue
 
 from scrapy_bloomdupe import connection, crawlstats, keys, prometheus
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -28,7 +29,6 @@ from scrapy_bloomdupe.cli import main
 from scrapy_bloomdupe.cli.metrics import collect
 from scrapy_bloomdupe.crawlfigures import CrawlReader
 from scrapy_bloomdupe.exceptions import ConfigError
-from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 from scrapy_bloomdupe.settings import MetricsConfig, parse_metrics_port
 from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.workermetrics import WorkerMetrics

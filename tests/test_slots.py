@@ -11,10 +11,10 @@ from collections import Counter
 
 import redis
 from redis.cluster import RedisCluster
+from slotqueue import SlotEntry, SlotQueue
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier.entry import REQUEUED
-from scrapy_bloomdupe.frontier.slots import SlotEntry, SlotQueue
 
 TAG = "slots:bloomdupe"
 

@@ -37,11 +37,10 @@ from .. import keys
 from ..exceptions import BloomDupeError
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
-from . import undecodable
+from . import slots, undecodable
 from .entry import Bad, split_requeues
 from .politeness import ONE_SLOT
 from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed
-from .slots import SlotQueue
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -76,9 +75,9 @@ class CrawlWideQueue(PriorityQueue):
     limits hold crawl-wide (see the module's docstring). ``policy`` names a request's
     slot and its limits."""
 
-    SLOT_SCRIPTS = (("slot_push", SlotQueue.PUSH_SCRIPT), ("slot_pop", SlotQueue.POP_SCRIPT),
-                    ("slot_ack", SlotQueue.ACK_SCRIPT), ("slot_reap", SlotQueue.REAP_SCRIPT),
-                    ("slot_backoff", SlotQueue.BACKOFF_SCRIPT))
+    SLOT_SCRIPTS = (("slot_push", slots.PUSH_SCRIPT), ("slot_pop", slots.POP_SCRIPT),
+                    ("slot_ack", slots.ACK_SCRIPT), ("slot_reap", slots.REAP_SCRIPT),
+                    ("slot_backoff", slots.BACKOFF_SCRIPT))
 
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
@@ -239,7 +238,7 @@ class CrawlWideQueue(PriorityQueue):
         """An ack is ``slot_ack.lua``: a check-and-queue's round trip that carries acks
         loads it again where Redis lost it (the filter's link does not know the
         queue's scripts otherwise)."""
-        return (SlotQueue.ACK_SCRIPT,)
+        return (slots.ACK_SCRIPT,)
 
     def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
         return ("EVALSHA", self._scripts["slot_ack"].sha, 3, self._ready, self._slot_leases,
