@@ -37,8 +37,8 @@ filter:
 ``{K:0}:failed``                 stream: requests that failed for good
 ==============================  =====================================================
 
-and for the per-slot layout (``frontier/slots.py``, not yet used by the
-scheduler), ``<slot>`` a download slot's name as :func:`slot_name` writes it:
+and for the per-slot layout (``frontier/slots.py``), ``<slot>`` a download slot's
+name as :func:`slot_name` writes it:
 
 ==============================  =====================================================
 ``{K:i}:slot:<slot>``            hash: what of a slot's state is not the default
@@ -46,7 +46,8 @@ scheduler), ``<slot>`` a download slot's name as :func:`slot_name` writes it:
                                 start, back-off); none for a slot all default
 ``{K:i}:slot:<slot>:<p>``        list: the slot's waiting entries of priority ``p``
 ``{K:i}:ready``                  sorted set: slots with room, by when each may go next
-``{K:i}:slotleases``             hash: requests taken from the slots, until acked
+``{K:i}:slotleased``             string: how many requests are taken from the slots
+``{K:i}:slotleased:<owner>``     list: what a worker took from the slots, until acked
 ``{K:i}:slotpush:<client>``      string: a client's last push into the slots
 ``{K:i}:slotdefaults``           hash: the crawl's default limits of a slot
 ``{K:i}:slotwaiting``            string: how many requests wait in the slots' lists
@@ -276,9 +277,16 @@ def ready(key: str, index: int) -> str:
     return f"{_shard(key, index)}:ready"
 
 
-def slot_leases(key: str, index: int) -> str:
-    """Shard ``index``'s leases of requests taken from its slots."""
-    return f"{_shard(key, index)}:slotleases"
+def slot_leased(key: str, index: int) -> str:
+    """Shard ``index``'s count of requests taken from its slots; a worker's leases are
+    the list :func:`slot_held` names."""
+    return f"{_shard(key, index)}:slotleased"
+
+
+def slot_held(key: str, index: int, owner: str) -> str:
+    """The leases worker ``owner`` holds of shard ``index``'s slots (a list, in the
+    order taken: ``<pop>.<j>|<priority>[@<start>]|<slot>|<entry>``)."""
+    return f"{slot_leased(key, index)}:{owner}"
 
 
 def slot_defaults(key: str, index: int) -> str:
@@ -350,7 +358,8 @@ _SHARDED = [
     (re.compile(r"slot:[^:]+:-?\d+"),
      "a download slot's waiting requests of one priority, shard {i}"),
     (re.compile(r"ready"), "download slots that may go, shard {i}, by when"),
-    (re.compile(r"slotleases"), "requests taken from the slots, not yet done, shard {i}"),
+    (re.compile(r"slotleased"), "how many requests are taken from the slots, shard {i}"),
+    (re.compile(r"slotleased:.+"), "a worker's requests taken from the slots of shard {i}"),
     (re.compile(r"slotpush:.+"), "a worker's last push into the slots of shard {i}"),
     (re.compile(r"slotdefaults"), "the default limits of a download slot, shard {i}"),
     (re.compile(r"slotwaiting"), "how many requests wait in the slots of shard {i}"),

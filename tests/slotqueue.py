@@ -75,7 +75,7 @@ class SlotQueue:
         self.lease_timeout_ms = lease_timeout_ms
         self.prefix = keys.slot_prefix(tag, shard)
         self.ready = keys.ready(tag, shard)
-        self.leases = keys.slot_leases(tag, shard)
+        self.leased = keys.slot_leased(tag, shard)
         self.owners = keys.owners(tag, shard)
         self.push_record = keys.slot_push_record(tag, shard, self.owner)
         self.defaults = keys.slot_defaults(tag, shard)
@@ -86,6 +86,8 @@ class SlotQueue:
             ("heartbeat", self.HEARTBEAT_SCRIPT))}
         self._push_number = 0
         self._pop_number = 0
+        #: Each lease popped, as its owner's list holds it (what an ack names), by field.
+        self._held: dict[str, bytes] = {}
 
     def set_defaults(self, concurrency: int = 0, delay_ms: int = 0) -> None:
         """Set the shard's default limits of a slot (the crawl's, the same in every
@@ -131,12 +133,14 @@ class SlotQueue:
             names: list[Any] = list(self.server.zrange(self.ready, 0, count - 1))
             slot_keys = [self.prefix + _text(name) for name in names]
         reply = self._scripts["pop"](
-            keys=[self.ready, self.leases, self.owners, self.defaults, self.waiting_count,
+            keys=[self.ready, self.leased, self.owners, self.defaults, self.waiting_count,
                   *slot_keys],
             args=[self.owner, number, count, self.prefix, int(randomize), seed,
                   int(horizon_ms)])
         now, nxt = int(reply[0]), int(reply[1])
         leases = [_lease(reply[j], reply[j + 1]) for j in range(2, len(reply), 2)]
+        self._held.update((_text(reply[j]), b"%s|%s" % (reply[j].partition(b":")[2], reply[j + 1]))
+                          for j in range(2, len(reply), 2))
         return Popped(now, None if nxt < 0 else nxt, leases)
 
     def ack(self, leases: Iterable[SlotLease | str]) -> int:
@@ -145,15 +149,16 @@ class SlotQueue:
         fields = [lease if isinstance(lease, str) else lease.field for lease in leases]
         if not fields:
             return 0
-        return int(self._scripts["ack"](keys=[self.ready, self.leases, self.defaults],
-                                        args=[self.prefix, *fields]))
+        return int(self._scripts["ack"](keys=[self.ready, self.leased, self.defaults],
+                                        args=[self.prefix, self.owner,
+                                              *(self._held[field] for field in fields)]))
 
     def reap(self, *, release_own: bool = False) -> int:
         """Put back the leases of workers without a heartbeat for the lease timeout
         (and this worker's own with ``release_own``). Returns how many went back."""
         own = self.owner if release_own else ""
         counted, given = self._scripts["reap"](
-            keys=[self.ready, self.leases, self.owners, self.defaults, self.waiting_count],
+            keys=[self.ready, self.leased, self.owners, self.defaults, self.waiting_count],
             args=[self.prefix, self.lease_timeout_ms, own, 1])
         return len(counted) + len(given)
 
@@ -199,6 +204,16 @@ class SlotQueue:
         found: list[Any] = list(self.server.lrange(
             keys.slot_list(self.tag, self.shard, keys.slot_name(slot), priority), 0, -1))
         return [bytes(item) for item in found]
+
+
+def leased(server: Redis, tag: str, shard: int = 0) -> int:
+    """The requests leased from shard ``shard`` 's slots: its count, checked against
+    the workers' lease lists."""
+    count = int(server.get(keys.slot_leased(tag, shard)) or 0)
+    lists = sum(int(server.llen(name))
+                for name in server.scan_iter(keys.slot_held(tag, shard, "*")))
+    assert count == lists, f"{count} counted leased, {lists} in the lists"
+    return count
 
 
 def _text(value: Any) -> str:

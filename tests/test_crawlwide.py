@@ -11,7 +11,7 @@ import warnings
 import redis
 from scrapy import Request, Spider
 from scrapy.settings import Settings
-from slotqueue import SlotEntry, SlotQueue
+from slotqueue import SlotEntry, SlotQueue, leased
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
@@ -139,7 +139,7 @@ def test_a_reclaim_gives_back_what_a_lost_pop_leased(client: redis.Redis) -> Non
     kept = q.pop_leases(1)
     # A pop whose reply never came: its leases are in Redis, not in the worker's hands.
     q._unanswered_pops.add(q._pop_number)
-    q._execute([("EVALSHA", q._scripts["slot_pop"].sha, 5, q._ready, q._slot_leases,
+    q._execute([("EVALSHA", q._scripts["slot_pop"].sha, 5, q._ready, q._slot_leased,
                  q._owners[0], q._defaults, q._waiting_count, q.owner, q._pop_number, 10,
                  q._prefix, 0, 1)], acks=False)
     dead = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
@@ -149,7 +149,7 @@ def test_a_reclaim_gives_back_what_a_lost_pop_leased(client: redis.Redis) -> Non
     back = q.reclaim(kept)
     assert back.lost_pops == 1 and back.total == 1
     assert [r.url for _, r in q.reap()] == ["https://three.test/0"]
-    assert client.hlen(keys.slot_leases(TAG, 0)) == 1
+    assert leased(client, TAG) == 1
     assert len(q) == 2
 
 
@@ -174,7 +174,7 @@ def test_undecodable_entries_are_retired_in_the_intake_and_in_a_lease(
     assert q.pop_leases(10) == []
     records = failed.read(client, TAG)
     assert len(records) == 2
-    assert client.hlen(keys.slot_leases(TAG, 0)) == 1  # one.test/0's only
+    assert leased(client, TAG) == 1  # one.test/0's only
     assert status(client, TAG, 1) == (0, 1)
 
 
@@ -292,7 +292,7 @@ def test_acks_riding_on_a_check_and_queue_survive_a_script_flush(redis_url: str)
     later = Request("https://a.test/3")
     assert df.check_and_queue([df.fingerprinter.fingerprint(later)], q,
                               [q.entry(later)]) == [True]
-    assert q.pending_acks() == 0 and client.hlen(keys.slot_leases(df.bloom.key, 0)) == 0
+    assert q.pending_acks() == 0 and leased(client, df.bloom.key) == 0
 
 
 def test_a_command_the_acl_refuses_leaves_the_slots_as_they_were(redis_url: str,

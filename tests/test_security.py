@@ -59,7 +59,8 @@ ACL_COMMANDS = (
     "zadd", "zcard", "zrange", "zremrangebyrank",          # the queue: push and pop
     "hget", "hdel", "hlen", "zrangebyscore", "zrem",        # its leases and heartbeats
     "xadd",                                                 # failed requests
-    "rpush", "lpush", "lpop", "hmget", "incrby", "decrby",  # the queue's download slots
+    "rpush", "lpush", "lpop", "lrange", "lrem",             # the queue's download slots
+    "hmget", "incrby", "decrby",
     "scan",                                                 # clear: find op logs
 )
 ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*")

@@ -11,7 +11,7 @@ from collections import Counter
 
 import redis
 from redis.cluster import RedisCluster
-from slotqueue import SlotEntry, SlotQueue
+from slotqueue import SlotEntry, SlotQueue, leased
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier.entry import REQUEUED
@@ -198,7 +198,7 @@ def test_an_ack_frees_room_once_and_an_idle_slot_leaves_no_state(
     (second,) = q.pop(5).leases
     assert q.ack([second]) == 1
     assert q.state("s") == {} and ready(client) == []  # no delay ahead: forgotten
-    assert client.hlen(keys.slot_leases(TAG, 0)) == 0
+    assert leased(client, TAG) == 0
 
 
 def test_a_slot_with_a_start_ahead_keeps_its_state_when_idle(client: redis.Redis) -> None:
@@ -249,7 +249,7 @@ def test_a_retried_pop_returns_the_same_leases_and_takes_nothing_more(
     first = q.pop(3, number=7, seed=1)
     again = q.pop(3, number=7, seed=1)
     assert again.leases == first.leases and len(first.leases) == 3
-    assert client.hlen(keys.slot_leases(TAG, 0)) == 3
+    assert leased(client, TAG) == 3
     assert int(q.state("s")["flight"]) + int(q.state("t")["flight"]) == 3
     assert int(q.state("s")["waiting"]) + int(q.state("t")["waiting"]) == 5
 
@@ -323,7 +323,7 @@ def test_batches_past_luas_unpack_limit_push_pop_and_ack_whole(client: redis.Red
     assert [lease.entry for lease in taken if lease.slot == "two"][:2] == [
         b"\x01https://two/0", b"\x01https://two/1"]
     assert q.ack(taken) == 5000
-    assert client.hlen(keys.slot_leases(TAG, 0)) == 0 and q.state("one") == {}
+    assert leased(client, TAG) == 0 and q.state("one") == {}
 
 
 def test_a_slot_all_default_keeps_no_hash(client: redis.Redis) -> None:
@@ -421,8 +421,9 @@ def test_tools_name_every_key_of_the_layout(client: redis.Redis) -> None:
     q.push([SlotEntry("a:b", -2, b"\x01x"), SlotEntry("a:b", -2, b"\x01y")])
     q.pop(1)
     names = sorted(name.decode() for name in client.scan_iter(match=f"{{{TAG}:0}}:*"))
-    # the slot's hash and list, ready, leases, owners, push record, waiting count
-    assert len(names) == 7
+    # the slot's hash and list, ready, the leases' count and a worker's, owners, push
+    # record, waiting count
+    assert len(names) == 8
     for name in names:
         assert keys.belongs(TAG, name), name
         found = keys.what_is(TAG, name)

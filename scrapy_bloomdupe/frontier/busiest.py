@@ -1,13 +1,13 @@
 """The busiest download slots of a crawl with ``BLOOMDUPE_POLITENESS = "crawl"``, read
 for ``bloomdupe top``, ``bloomdupe info`` and ``bloomdupe metrics`` (issue 38).
 
-Read-only, in at most three round trips whatever the number of slots (a crawl can
+Read-only, in at most four round trips whatever the number of slots (a crawl can
 have 100,000: their hashes are not all read). The slots looked at are:
 
-* every slot with requests in flight, counted from the lease hash (as many
-  leases as the crawl has requests leased, so bounded by the workers'
+* every slot with requests in flight, counted from the workers' lease lists (as
+  many leases as the crawl has requests leased, so bounded by the workers'
   concurrency); past :data:`IN_FLIGHT` such slots, those with the most in flight
-  (ties broken in the lease hash's order, so a broad crawl of many workers may
+  (ties broken in the leases' order, so a broad crawl of many workers may
   miss the one of them with the most waiting);
 * the first and the last :data:`READY_ENDS` of the ready set: the slots that may go
   soonest (or waited longest for a worker) and those that may go last, which is
@@ -21,7 +21,7 @@ slots. Only shard 0's slots (the crawl-wide queue runs on one node).
 
 The first round trip has only commands of the crawler's least-privilege ACL
 (docs/security.md), so a crawl without slots reads as it did; the slots are read
-with ``HMGET`` and ``LLEN`` as well.
+with ``LRANGE``, ``HMGET`` and ``LLEN`` as well.
 """
 
 from __future__ import annotations
@@ -87,19 +87,21 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
     """The ``limit`` busiest download slots of the crawl tagged ``tag`` (the filter's
     key), or None when the crawl keeps no download slots (its politeness is not
     ``"crawl"``, or nothing was queued in that mode yet). Reads only."""
-    ready, leases = keys.ready(tag, 0), keys.slot_leases(tag, 0)
+    ready, leased = keys.ready(tag, 0), keys.slot_leased(tag, 0)
     defaults, prefix = keys.slot_defaults(tag, 0), keys.slot_prefix(tag, 0)
     with link_to(target) as link:
         # The first round trip only with commands of the crawler's least-privilege ACL
         # (docs/security.md): a crawl without slots is read as before.
-        found, ready_slots, leased, first, last, limits = link.calls([
-            ("EXISTS", ready, leases, defaults, keys.slot_waiting(tag, 0)),
-            ("ZCARD", ready), ("HGETALL", leases),
+        found, ready_slots, owners, first, last, limits = link.calls([
+            ("EXISTS", ready, leased, defaults, keys.slot_waiting(tag, 0)),
+            ("ZCARD", ready), ("ZRANGE", keys.owners(tag, 0), 0, -1),
             ("ZRANGE", ready, 0, READY_ENDS - 1), ("ZRANGE", ready, -READY_ENDS, -1),
             ("HGETALL", defaults)])
         if not int(found):
             return None
-        flight = Counter(_lease_slot(value) for value in leased.values())
+        held = link.calls([("LRANGE", keys.slot_held(tag, 0, _text(owner)), 0, -1)
+                           for owner in owners]) if owners else []
+        flight = Counter(_lease_slot(lease) for leases in held for lease in leases)
         names = [name for name, _ in flight.most_common(IN_FLIGHT)]
         names = list(dict.fromkeys([*names, *map(_text, first), *map(_text, last)]))
         single = not is_cluster(link.client)
@@ -133,12 +135,12 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
     return BusySlots(slots[:limit], len(flight), int(ready_slots))
 
 
-def _lease_slot(value: bytes | str) -> str:
-    """The slot's name in a lease's value, ``<priority>|<slot>|<entry>`` (the entry's
-    bytes need not be text)."""
-    if isinstance(value, str):
-        return value.split("|", 2)[1]
-    return value.split(b"|", 2)[1].decode()
+def _lease_slot(lease: bytes | str) -> str:
+    """The slot's name in a lease, ``<pop>.<j>|<priority>|<slot>|<entry>`` (the
+    entry's bytes need not be text)."""
+    if isinstance(lease, str):
+        return lease.split("|", 3)[2]
+    return lease.split(b"|", 3)[2].decode()
 
 
 def _text(value: Any) -> str:

@@ -40,7 +40,7 @@ from ..transport.sentinel import master_epoch
 from . import slots, undecodable
 from .entry import Bad, split_requeues
 from .politeness import ONE_SLOT
-from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed
+from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed, pop_number
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -90,7 +90,10 @@ class CrawlWideQueue(PriorityQueue):
             self.link.knows(text)
         self._intake = self._queues[0]
         self._ready = keys.ready(self.tag, 0)
-        self._slot_leases = keys.slot_leases(self.tag, 0)
+        self._slot_leased = keys.slot_leased(self.tag, 0)
+        #: Each lease taken and not yet known acked, as its owner's list in Redis holds
+        #: it (an ack names it so: ``slot_ack.lua``), by its field.
+        self._held: dict[str, bytes] = {}
         self._defaults = keys.slot_defaults(self.tag, 0)
         self._waiting_count = keys.slot_waiting(self.tag, 0)
         self._prefix = keys.slot_prefix(self.tag, 0)
@@ -186,7 +189,7 @@ class CrawlWideQueue(PriorityQueue):
         number = self._pop_number
         seed = int.from_bytes(hashlib.blake2b(f"{self.owner}:{number}".encode(),
                                               digest_size=4).digest(), "big") % 2**31
-        pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, self._ready, self._slot_leases,
+        pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, self._ready, self._slot_leased,
                self._owners[0], self._defaults, self._waiting_count, self.owner, number, count,
                self._prefix, int(self.policy.randomize), seed, round(self.horizon * 1000))
         commands = self._ack_commands()
@@ -209,6 +212,8 @@ class CrawlWideQueue(PriorityQueue):
             0, due - now - round(self.horizon * 1000)) / 1000
         epoch = master_epoch(self.server)
         fields = [raw.decode() for raw in reply[2::2]]
+        self._held.update((field, b"%s|%s" % (field.partition(":")[2].encode(), value))
+                          for field, value in zip(fields, reply[3::2], strict=True))
         starts = {field: max(0, _start_ms(value) - now) / 1000
                   for field, value in zip(fields, reply[3::2], strict=True)}
         shaped = [_as_queued(value) for value in reply[3::2]]
@@ -241,8 +246,21 @@ class CrawlWideQueue(PriorityQueue):
         return (slots.ACK_SCRIPT,)
 
     def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
-        return ("EVALSHA", self._scripts["slot_ack"].sha, 3, self._ready, self._slot_leases,
-                self._defaults, self._prefix, *fields)
+        # A field not held (none: every lease acked came from a pop) stays leased in
+        # Redis, and a reclaim puts it back: fetched twice at worst, never lost. (Called
+        # with the acks' lock held, too: lookups only.)
+        held = [self._held[field] for field in fields if field in self._held]
+        return ("EVALSHA", self._scripts["slot_ack"].sha, 3, self._ready, self._slot_leased,
+                self._defaults, self._prefix, self.owner, *held)
+
+    def _acks_sent(self) -> None:
+        super()._acks_sent()
+        with self._acks_lock:  # forget the leases no longer taken, nor acked on the way
+            live = set(self._taken).union(self._stale_fields, *(
+                (field for field, _ in acks) for acks in self._acks.values()))
+            if len(live) < len(self._held):  # (a pop's reply being read: not yet taken)
+                self._held = {f: e for f, e in self._held.items()
+                              if f in live or pop_number(f) in self._unanswered_pops}
 
     # -- back-off ------------------------------------------------------------------------
 
@@ -269,7 +287,7 @@ class CrawlWideQueue(PriorityQueue):
         """slot_reap.lua: the dead owners' leases (unless not ``dead``: a timeout no
         heartbeat is that old) and ``own`` 's but ``keep``."""
         timeout = self.lease_timeout_ms if dead else NEVER_MS
-        return ("EVALSHA", self._scripts["slot_reap"].sha, 5, self._ready, self._slot_leases,
+        return ("EVALSHA", self._scripts["slot_reap"].sha, 5, self._ready, self._slot_leased,
                 self._owners[0], self._defaults, self._waiting_count, self._prefix,
                 timeout, own, 0, *keep)
 
@@ -358,6 +376,6 @@ def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int
     with link_to(target) as link:
         mode, waiting, leased = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
                                             ("GET", keys.slot_waiting(tag, 0)),
-                                            ("HLEN", keys.slot_leases(tag, 0))])
+                                            ("GET", keys.slot_leased(tag, 0))])
     text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
-    return text, int(waiting or 0), int(leased)
+    return text, int(waiting or 0), int(leased or 0)

@@ -107,8 +107,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     (the scheduler's default; ``scrapy_bloomdupe.cluster.PriorityQueue`` is the
     same class under its old name). ``tag`` is the filter's key (the shards'
     hash tags), ``shards`` the filter's shard count; ``key`` (scrapy-redis's
-    ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given.
-    """
+    ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given."""
 
     #: The queue's scripts, each a file in this package headed by its KEYS and ARGV.
     PUSH_SCRIPT = luascript.read(__package__, "push.lua")
@@ -563,19 +562,20 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
 
 def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
     """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it: waiting requests, leases, owners, push records, failed requests, the format
-    record; through ``target``'s link (a crawl's: its last job)."""
+    made it (either layout: a sorted set, or download slots): waiting requests, leases,
+    owners, push records, failed requests, the format record; through ``target``'s link
+    (a crawl's: its last job)."""
     with link_to(target) as link:
         names = [keys.failed(tag), keys.queue_format(tag)]
         for shard in range(shards):
-            names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard)]
-            names += link.scan(keys.push_record(tag, shard, "*"))
-            # a crawl-wide queue's (frontier/crawlwide.py)
-            names += [keys.ready(tag, shard), keys.slot_leases(tag, shard),
+            names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard),
+                      *link.scan(keys.push_record(tag, shard, "*"))]
+            names += [keys.ready(tag, shard), keys.slot_leased(tag, shard),
                       keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
                       keys.slot_strikes(tag, shard), keys.slot_robots(tag, shard)]
-            names += link.scan(keys.slot_prefix(tag, shard) + "*")
-            names += link.scan(keys.slot_push_record(tag, shard, "*"))
+            for pattern in (keys.slot_prefix(tag, shard) + "*", keys.slot_held(tag, shard, "*"),
+                            keys.slot_push_record(tag, shard, "*")):
+                names += link.scan(pattern)
         link.calls([("DEL", name) for name in names])
 
 
@@ -588,10 +588,10 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
             command for shard in range(shards)
             for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)),
                             ("GET", keys.slot_waiting(tag, shard)),
-                            ("HLEN", keys.slot_leases(tag, shard)))])
+                            ("GET", keys.slot_leased(tag, shard)))])
     # The download slots' requests (frontier/crawlwide.py: counted) and their leases.
     return [(int(replies[4 * i]) + int(replies[4 * i + 2] or 0),
-             int(replies[4 * i + 1]) + int(replies[4 * i + 3])) for i in range(shards)]
+             int(replies[4 * i + 1]) + int(replies[4 * i + 3] or 0)) for i in range(shards)]
 
 
 def status(target: Redis | RedisCluster | Link, tag: str, shards: int) -> tuple[int, int]:

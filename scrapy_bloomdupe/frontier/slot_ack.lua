@@ -2,15 +2,17 @@
 -- its slot's room, and the slot goes back into the ready set when it has requests.
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
--- KEYS[2]  the shard's slot leases (a hash: field -> "<priority>[@<start>]|<slot>|<entry>")
+-- KEYS[2]  the shard's count of slot leases (a string); KEYS[2] .. ':' .. owner is
+--          the owner's leases (a list of "<pop>.<j>|<priority>[@<start>]|<slot>|<entry>")
 -- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
--- ARGV[2..] the leases' fields
+-- ARGV[2]  the owner
+-- ARGV[3..] the leases, each as its list holds it (the owner got each from its pop)
 --
--- A field no longer in the hash (acked already, or reaped) changes nothing, so
+-- A lease no longer in the list (acked already, or reaped) changes nothing, so
 -- an ack is safe to repeat. A slot with nothing waiting, nothing in flight and
 -- no start or back-off ahead loses its hash (its limits come with its next push). Keys touched beyond KEYS: the
--- slots' hashes (the shard's hash tag).
+-- owner's list and the slots' hashes (the shard's hash tag).
 -- Returns how many leases it finished.
 
 -- #include slot_acl.lua (the ACL asked before anything is written)
@@ -21,30 +23,23 @@ local defaults_key = KEYS[3]
 
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
 
--- Every lease's value in one HMGET, deleted in one HDEL (a call a 1,000); then each slot once: its
--- room freed, back in the ready set when it has requests (it was not in it while
--- it had none or no room, so nothing leaves it here).
-local fields = {}
-for j = 2, #ARGV do fields[#fields + 1] = ARGV[j] end
-if #fields == 0 then return 0 end
-local values = {}
-for i = 1, #fields, 1000 do
-  local part = redis.call('HMGET', KEYS[2], unpack(fields, i, math.min(i + 999, #fields)))
-  for k = 1, #part do values[i + k - 1] = part[k] end
-end
-local held, freed, order = {}, {}, {}
-for j = 1, #fields do
-  local value = values[j]
-  if value then
-    held[#held + 1] = fields[j]
-    local bar = string.find(value, '|', 1, true)
-    local name = string.sub(value, bar + 1, string.find(value, '|', bar + 1, true) - 1)
+-- Each lease out of the list (an LREM from its head: acks come about in the order
+-- taken); then each slot once: its room freed, back in the ready set when it has
+-- requests (it was not in it while it had none or no room, so nothing leaves it here).
+local held = KEYS[2] .. ':' .. ARGV[2]
+local done, freed, order = 0, {}, {}
+for j = 3, #ARGV do
+  local e = ARGV[j]
+  if redis.call('LREM', held, 1, e) == 1 then
+    done = done + 1
+    local bar = string.find(e, '|', string.find(e, '|', 1, true) + 1, true)
+    local name = string.sub(e, bar + 1, string.find(e, '|', bar + 1, true) - 1)
     if not freed[name] then freed[name] = 0; order[#order + 1] = name end
     freed[name] = freed[name] + 1
   end
 end
-if #held == 0 then return 0 end
-chunked('HDEL', KEYS[2], held)
+if done == 0 then return 0 end
+redis.call('DECRBY', KEYS[2], done)
 for _, name in ipairs(order) do
   local h = prefix .. name
   local s = load(h)
@@ -65,4 +60,4 @@ for _, name in ipairs(order) do
     end
   end
 end
-return #held
+return done

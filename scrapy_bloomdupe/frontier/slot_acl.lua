@@ -14,6 +14,7 @@ if redis.acl_check_cmd then
                       {'HSET', k, 'f', 'v'}, {'HDEL', k, 'f'},
                       {'HGET', k, 'f'}, {'HMGET', k, 'f'}, {'HGETALL', k}, {'DEL', k},
                       {'EXISTS', k}, {'RPUSH', k, 'v'}, {'LPUSH', k, 'v'}, {'LPOP', k},
+                      {'LREM', k, '1', 'v'}, {'LRANGE', k, '0', '0'},
                       {'INCRBY', k, '1'}, {'DECRBY', k, '1'}, {'SET', k, 'v'},
                       {'GET', k}}) do
     if not redis.acl_check_cmd(unpack(c)) then

@@ -1,7 +1,8 @@
 -- Lease requests from the download slots that may go now (frontier/slots.py).
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
--- KEYS[2]  the shard's slot leases (a hash)
+-- KEYS[2]  the shard's count of slot leases (a string); KEYS[2] .. ':' .. owner is
+--          the owner's leases (a list, in the order taken)
 -- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
 -- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
 -- KEYS[5]  the shard's count of requests waiting in its slots (a string)
@@ -22,9 +23,10 @@
 -- priorities: as many as the slot's room (its concurrency less its leases; 0 is
 -- no limit) and the count left allow, one only when the slot has a delay. A
 -- slot's requests start when it may go (``start``: now, or its next start or the
--- end of its back-off, within the horizon). Each goes into the lease hash under
--- "<owner>:<pop>.<j>" as "<priority>|<slot>|<entry>", "<priority>@<start>|..."
--- when it starts later than now; the slot's leases grow by as many, its next
+-- end of its back-off, within the horizon). Each goes at the tail of the owner's
+-- lease list as "<pop>.<j>|<priority>|<slot>|<entry>" ("<priority>@<start>" when it
+-- starts later than now; its field, the name an ack and a reclaim give it, is
+-- "<owner>:<pop>.<j>"); the slot's leases grow by as many, its next
 -- allowed start becomes start + its delay (times the random factor), and it
 -- leaves the ready set when it has nothing left or no room (an ack puts it back).
 -- Claiming ahead lets a worker pop about once a horizon while work is due, and
@@ -42,6 +44,7 @@ local owner, count, prefix = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 local horizon = now + (tonumber(ARGV[7]) or 0)
 redis.call('ZADD', KEYS[3], now, owner)
 local lease = owner .. ':' .. ARGV[2] .. '.'
+local held, mine = KEYS[2] .. ':' .. owner, ARGV[2] .. '.'
 local defaults_key = KEYS[4]
 
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
@@ -53,14 +56,15 @@ local function next_due()
 end
 
 local out = {now, 0}
-local again = redis.call('HGET', KEYS[2], lease .. '0')
-if again then
-  out[3], out[4] = lease .. '0', again
-  for j = 1, count - 1 do
-    local value = redis.call('HGET', KEYS[2], lease .. j)
-    if not value then break end
-    out[#out + 1] = lease .. j
-    out[#out + 1] = value
+-- A retry: this pop's leases are the list's last (no other pop of this owner ran since).
+local last = redis.call('LRANGE', held, -1, -1)[1]
+if last and string.sub(last, 1, #mine) == mine then
+  for _, e in ipairs(redis.call('LRANGE', held, -count, -1)) do
+    if string.sub(e, 1, #mine) == mine then
+      local bar = string.find(e, '|', 1, true)
+      out[#out + 1] = owner .. ':' .. string.sub(e, 1, bar - 1)
+      out[#out + 1] = string.sub(e, bar + 1)
+    end
   end
   out[2] = next_due()
   return out
@@ -86,7 +90,7 @@ end
 -- Park and Miller's generator, a few steps in so that close seeds draw apart.
 local x = (tonumber(ARGV[6]) % 2147483646) + 1
 for _ = 1, 4 do x = (x * 16807) % 2147483647 end
--- Leases written in one HSET, the ready set changed in one ZADD and one ZREM.
+-- Leases written in one RPUSH, the ready set changed in one ZADD and one ZREM.
 local leased, back, gone = {}, {}, {}
 local j = 0
 for _, name in ipairs(due) do
@@ -110,8 +114,7 @@ for _, name in ipairs(due) do
       local got = redis.call('LPOP', h .. ':' .. p, want) or {}
       for _, e in ipairs(got) do
         local value = p .. mark .. '|' .. name .. '|' .. e
-        leased[#leased + 1] = lease .. j
-        leased[#leased + 1] = value
+        leased[#leased + 1] = mine .. j .. '|' .. value
         out[#out + 1] = lease .. j
         out[#out + 1] = value
         j, taken = j + 1, taken + 1
@@ -148,8 +151,11 @@ for _, name in ipairs(due) do
     gone[#gone + 1] = name
   end
 end
-chunked('HSET', KEYS[2], leased)
-if j > 0 then redis.call('DECRBY', KEYS[5], j) end
+chunked('RPUSH', held, leased)
+if j > 0 then
+  redis.call('INCRBY', KEYS[2], j)
+  redis.call('DECRBY', KEYS[5], j)
+end
 chunked('ZADD', KEYS[1], back)
 chunked('ZREM', KEYS[1], gone)
 out[2] = next_due()

@@ -2,8 +2,9 @@
 -- runs it.
 --
 -- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
--- KEYS[2]  the shard's slot leases (a hash: "<owner>:<pop>.<j>" ->
---          "<priority>[@<start>]|<slot>|<entry>")
+-- KEYS[2]  the shard's count of slot leases (a string); KEYS[2] .. ':' .. owner is
+--          the owner's leases (a list of "<pop>.<j>|<priority>[@<start>]|<slot>|<entry>",
+--          each lease's field "<owner>:<pop>.<j>")
 -- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
 -- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
@@ -41,22 +42,25 @@ if next(dead) == nil then return {{}, {}} end
 local keep = {}
 for k = 5, #ARGV do keep[ARGV[k]] = true end
 local back, slots, gone, own, counted = 0, {}, {}, {}, {}
-local all = redis.call('HGETALL', KEYS[2])
-for j = 1, #all, 2 do
-  local field, value = all[j], all[j + 1]
-  local colon = string.find(field, ':', 1, true)
-  local owner = string.sub(field, 1, colon - 1)
-  if dead[owner] and not keep[field] then
-    local dot = string.find(field, '.', colon, true)
-    gone[#gone + 1] = {field, value, owner, tonumber(string.sub(field, colon + 1, dot - 1)),
-                       tonumber(string.sub(field, dot + 1))}
+for owner in pairs(dead) do
+  local held = KEYS[2] .. ':' .. owner
+  local all, kept, going = redis.call('LRANGE', held, 0, -1), {}, {}
+  for _, e in ipairs(all) do
+    local bar = string.find(e, '|', 1, true)
+    local field = owner .. ':' .. string.sub(e, 1, bar - 1)
+    if owner == ARGV[3] and keep[field] then
+      kept[#kept + 1] = e
+    else
+      going[#going + 1] = {field, string.sub(e, bar + 1), owner}
+    end
+  end
+  -- Latest taken first: each goes to its list's head, so they end in the order taken.
+  for j = #going, 1, -1 do gone[#gone + 1] = going[j] end
+  if #all > 0 then
+    redis.call('DEL', held)
+    chunked('RPUSH', held, kept)
   end
 end
--- Latest taken first: each goes to its list's head, so they end in the order taken.
-table.sort(gone, function(a, b)
-  if a[4] ~= b[4] then return a[4] > b[4] end
-  return a[5] > b[5]
-end)
 for _, item in ipairs(gone) do
   local field, value, owner = item[1], item[2], item[3]
   local bar = string.find(value, '|', 1, true)
@@ -86,11 +90,13 @@ for _, item in ipairs(gone) do
   end
   if redis.call('LPUSH', h .. ':' .. p, e) == 1 then s.prios = with_priority(s.prios, p) end
   s.flight = math.max(tonumber(s.flight) - 1, 0)
-  redis.call('HDEL', KEYS[2], field)
   back = back + 1
 end
 for name, s in pairs(slots) do place(name, s, now, false) end
-if back > 0 then redis.call('INCRBY', KEYS[5], back) end
+if back > 0 then
+  redis.call('INCRBY', KEYS[5], back)
+  redis.call('DECRBY', KEYS[2], back)
+end
 if ARGV[4] == '1' then
   for owner in pairs(dead) do
     if owner ~= ARGV[3] then redis.call('ZREM', KEYS[3], owner) end

@@ -18,12 +18,17 @@ tag ``{K:i}``, :mod:`scrapy_bloomdupe.keys`):
 * ``{K:i}:ready``: the slots that have requests and room, scored by when each
   may go next (``max(next, backoff)``); a slot at its concurrency is not in it
   until an ack or a reap frees room;
-* ``{K:i}:slotleases`` and ``{K:i}:owners``: leases and heartbeats as in
-  ``frontier/queue.py``; a lease's value is ``<priority>|<slot>|<entry>``, so an
-  ack frees the right slot's room and a reap puts the entry back at the head of
-  the list it came from (a dead worker's with one more requeue counted, NUL
-  ``rq`` <n> NUL before it, as ``frontier/entry.py`` splits it: a pop hands the
-  entry back with that prefix).
+* ``{K:i}:slotleased:<owner>``: a list a worker of the leases it holds, in the
+  order taken, each ``<pop>.<j>|<priority>|<slot>|<entry>`` (its field, as the
+  worker names it, ``<owner>:<pop>.<j>``), so an ack (which names the lease as
+  the list holds it: an ``LREM`` from the head) frees the right slot's room and a
+  reap puts the entry back at the head of the list it came from (a dead worker's
+  with one more requeue counted, NUL ``rq`` <n> NUL before it, as
+  ``frontier/entry.py`` splits it: a pop hands the entry back with that prefix);
+  ``{K:i}:slotleased`` counts them, and ``{K:i}:owners`` holds the heartbeats, as
+  in ``frontier/queue.py``. A list of entries costs each about its bytes and 2
+  more; a hash (the first version) 60-90 more, its values being over the 64
+  bytes of a compact hash (``hash-max-listpack-value``).
 
 A pop (``slot_pop.lua``) takes the slots due on Redis's clock, in the order
 they became due, and from each the heads of its highest priorities, as many as
@@ -45,7 +50,7 @@ the last), a pop a pop number (a retry returns the same leases and takes
 nothing), acks, reaps and back-offs are idempotent.
 
 Redis Cluster: every key above is in the shard's hash tag, so one Cluster slot.
-The scripts declare the ready set, the lease hash and the owners; they build the
+The scripts declare the ready set, the lease count and the owners; they build the
 slots' hashes and lists from ``prefix + name`` (undeclared keys of the same hash
 slot, which Redis 7 runs but the Cluster spec asks to declare). On a cluster
 a pop with declared keys (``slot_pop.lua``'s KEYS[6..]) first reads the ready set

@@ -338,7 +338,8 @@ def probe_commands(key: str, engine: str = "lua", *, window: bool = False
         ("HSET", h, "f", 1), ("HGET", h, "f"), ("HMGET", h, "f"), ("HGETALL", h),
         ("HINCRBY", h, "f", 1), ("HLEN", h), ("HDEL", h, "f"),
         # the queue's download slots (frontier/slots.py)
-        ("RPUSH", li, "m"), ("LPUSH", li, "m"), ("LPOP", li, 1),
+        ("RPUSH", li, "m"), ("LPUSH", li, "m"), ("LPOP", li, 1), ("LRANGE", li, 0, 0),
+        ("LREM", li, 1, "m"),
         ("ZADD", z, 0, "m"), ("ZCARD", z), ("ZRANGE", z, 0, 0),
         ("ZRANGEBYSCORE", z, "-inf", "+inf"), ("ZREMRANGEBYRANK", z, 1, 1), ("ZREM", z, "m"),
         ("XADD", x, "MAXLEN", 1, "*", "f", "v"),

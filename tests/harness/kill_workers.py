@@ -121,11 +121,14 @@ def leases_by_owner(client: redis.Redis, shards: int) -> dict[str, int]:
 
     held: dict[str, int] = {}
     for shard in range(shards):
-        # (BLOOMDUPE_POLITENESS = "crawl" keeps its leases in a hash of their own)
-        for name in [*client.hkeys(keys.leases(KEY, shard)),
-                     *client.hkeys(keys.slot_leases(KEY, shard))]:
+        for name in client.hkeys(keys.leases(KEY, shard)):
             owner = name.decode().split(":", 1)[0]
             held[owner] = held.get(owner, 0) + 1
+        # (the download slots' leases: a list a worker, frontier/slots.py)
+        prefix = keys.slot_held(KEY, shard, "")
+        for name in client.scan_iter(prefix + "*"):
+            owner = name.decode()[len(prefix):]
+            held[owner] = held.get(owner, 0) + int(client.llen(name))
     return held
 
 
@@ -163,7 +166,7 @@ def lease_count(client: redis.Redis, shards: int) -> int:
     from scrapy_bloomdupe import keys
 
     return sum(int(client.hlen(keys.leases(KEY, shard))) +
-               int(client.hlen(keys.slot_leases(KEY, shard))) for shard in range(shards))
+               int(client.get(keys.slot_leased(KEY, shard)) or 0) for shard in range(shards))
 
 
 class DeadOwners:
