@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 
 import redis
+from redis.cluster import RedisCluster
 from scrapy import Request, Spider
 from scrapy.settings import Settings
 from slotqueue import SlotEntry, SlotQueue, leased
@@ -18,7 +19,7 @@ from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CLAIM_AHEAD, CrawlWideQueue, claim_horizon
-from scrapy_bloomdupe.frontier.politeness import SlotPolicy
+from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
 from scrapy_bloomdupe.settings import FrontierConfig
 
@@ -139,9 +140,10 @@ def test_a_reclaim_gives_back_what_a_lost_pop_leased(client: redis.Redis) -> Non
     kept = q.pop_leases(1)
     # A pop whose reply never came: its leases are in Redis, not in the worker's hands.
     q._unanswered_pops.add(q._pop_number)
-    q._execute([("EVALSHA", q._scripts["slot_pop"].sha, 5, q._ready, q._slot_leased,
-                 q._owners[0], q._defaults, q._waiting_count, q.owner, q._pop_number, 10,
-                 q._prefix, 0, 1)], acks=False)
+    k = q.k[0]
+    q._execute([("EVALSHA", q._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
+                 k.defaults, k.waiting, q.owner, q._pop_number, 10, k.prefix, 0, 1)],
+               acks=False)
     dead = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
     dead.push_many([Request("https://three.test/0")])
     dead.pop_leases(10)
@@ -328,3 +330,44 @@ def test_a_command_the_acl_refuses_leaves_the_slots_as_they_were(redis_url: str,
         limited.close()
         client.acl_deluser("limited")
     assert sorted(urls(q.pop_leases(10))) == [f"https://one.test/{j}" for j in range(3)]
+
+
+def test_on_a_cluster_each_shard_keeps_its_slot_and_a_dead_workers_leases_come_back(
+        rc: RedisCluster) -> None:
+    """``"worker"`` mode on a Redis Cluster: a slot (``*``) a queue shard, popped in turn;
+    a dead worker's leases on every shard come back counted, a reclaim gives back only
+    what this worker no longer holds, and nothing is lost or doubled."""
+    rc.flushall()
+
+    def worker_queue() -> CrawlWideQueue:
+        return CrawlWideQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4,
+                              policy=OneSlot(), lease_timeout=1.0)
+
+    dead, live = worker_queue(), worker_queue()
+    sent = [f"https://one.test/{j}" for j in range(40)]
+    for j in range(0, 40, 5):  # a push a shard in turn
+        dead.push_many([Request(url) for url in sent[j:j + 5]])
+    taken = [lease for _ in range(4) for lease in dead.pop_leases(3)]
+    assert len({lease.shard for lease in taken}) == 4 and len(taken) == 12
+    assert status(rc, TAG, 4) == (28, 12)
+    for shard in range(4):  # its heartbeat stopped long ago
+        rc.zadd(keys.owners(TAG, shard), {dead.owner: 0})
+    back = live.reap()
+    assert sorted(r.url for _, r in back) == sorted(lease.request.url for lease in taken)
+    assert {n for n, _ in back} == {1}
+    # A lost pop's leases (its reply never read) come back with a reclaim, the rest stay.
+    kept = live.pop_leases(5)
+    live._unanswered_pops.add(live._pop_number)
+    live._pop_number += 1
+    k = live.k[kept[0].shard]
+    live._execute([("EVALSHA", live._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
+                    k.defaults, k.waiting, live.owner, live._pop_number - 1, 2, k.prefix, 0,
+                    1)], acks=False)
+    assert live.reclaim(kept).lost_pops == 2
+    got = [*kept]
+    while leases := live.pop_leases(10):
+        got += leases
+    assert sorted(lease.request.url for lease in got) == sorted(sent)
+    live.ack(got)
+    live.send_acks()
+    assert status(rc, TAG, 4) == (0, 0)

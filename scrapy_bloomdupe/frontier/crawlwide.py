@@ -23,14 +23,18 @@ repeat, and two workers never move one twice). So a queue left by the default
 layout, or by a worker of an earlier release, is moved into the slots by the first
 pops: the one migration there is.
 
-One node and a Sentinel master only, for now: on a Redis Cluster a slot's state and
-its requests would have to leave the filter shard that queued them (the plan is in
-docs/design-notes.md), and a worker refuses to start.
+On a Redis Cluster every queue shard (a filter shard's hash tag) has its own slots,
+ready set and leases, and a worker pops from the shards in turn, as the default
+queue does: in ``"worker"`` mode (one slot, ``*``, a shard) a request stays on the
+shard that queued it. ``"crawl"`` mode needs a slot's state in one place whatever
+shard queued its requests (the plan, an inbox a shard, is in docs/design-notes.md):
+not built, so a worker refuses to start.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import keys
@@ -69,6 +73,28 @@ NEVER_MS = 10**15
 CLAIM_AHEAD = 0.2
 
 
+@dataclass(frozen=True)
+class ShardKeys:
+    """One queue shard's keys of the download slots (:mod:`.slots`), and its intake."""
+
+    intake: str
+    ready: str
+    leased: str
+    defaults: str
+    waiting: str
+    prefix: str
+    robots: str
+    push_record: str
+    owners: str
+
+    @classmethod
+    def of(cls, tag: str, shard: int, owner: str) -> ShardKeys:
+        return cls(keys.queue(tag, shard), keys.ready(tag, shard), keys.slot_leased(tag, shard),
+                   keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
+                   keys.slot_prefix(tag, shard), keys.slot_robots(tag, shard),
+                   keys.push_record(tag, shard, owner), keys.owners(tag, shard))
+
+
 class CrawlWideQueue(PriorityQueue):
     """The leased queue (:class:`~.queue.PriorityQueue`: leases, heartbeats, reaps,
     failed requests, retry-safe calls) with its requests in download slots whose
@@ -82,25 +108,20 @@ class CrawlWideQueue(PriorityQueue):
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
         super().__init__(server, spider, key, serializer, **kwargs)
-        if self.shards != 1:
+        if self.shards != 1 and policy.crawl_wide:
             raise BloomDupeError(CLUSTER_REFUSED)
         self.policy = policy
         for name, text in self.SLOT_SCRIPTS:
             self._scripts[name] = server.register_script(text)
             self.link.knows(text)
-        self._intake = self._queues[0]
-        self._ready = keys.ready(self.tag, 0)
-        self._slot_leased = keys.slot_leased(self.tag, 0)
+        #: Each shard's keys.
+        self.k = [ShardKeys.of(self.tag, shard, self.owner) for shard in range(self.shards)]
         #: Each lease taken and not yet known acked, as its owner's list in Redis holds
         #: it (an ack names it so: ``slot_ack.lua``), by its field.
         self._held: dict[str, bytes] = {}
-        self._defaults = keys.slot_defaults(self.tag, 0)
-        self._waiting_count = keys.slot_waiting(self.tag, 0)
-        self._prefix = keys.slot_prefix(self.tag, 0)
-        self._robots = keys.slot_robots(self.tag, 0)
-        #: Whether the intake may hold requests (the last look found some).
-        self._intake_seen = True
-        self._defaults_sent = False
+        #: Whether each shard's intake may hold requests (the last look found some).
+        self._intake_seen = [True] * self.shards
+        self._defaults_sent = [False] * self.shards
         #: How far ahead a pop takes (s; see CLAIM_AHEAD).
         self.horizon = claim_horizon(policy)
         #: After a pop: seconds until a pop may take more, the next slot being then
@@ -111,20 +132,21 @@ class CrawlWideQueue(PriorityQueue):
 
     # -- the intake into the slots ------------------------------------------------------
 
-    def sort(self, batches: int = SORT_BATCHES) -> int:
-        """Move up to ``batches`` batches of the intake's requests into their slots
+    def sort(self, batches: int = SORT_BATCHES, shard: int = 0) -> int:
+        """Move up to ``batches`` batches of ``shard`` 's intake into its slots
         (highest priority first); returns how many it looked at. An entry that does
         not decode is retired (``bloomdupe failed``), as a pop's is."""
         if not self.policy.crawl_wide:
-            return self._take(batches)
+            return self._take(batches, shard)
+        k = self.k[0]  # (one shard: see the module's docstring)
         looked = 0
         robots: dict[Any, Any] = {}
         for _ in range(batches):
             found, robots = self.link.calls([
-                ("ZRANGE", self._intake, 0, SORT_BATCH - 1, "WITHSCORES"),
-                ("HGETALL", self._robots)])
+                ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
+                ("HGETALL", k.robots)])
             if not found:
-                self._intake_seen = False
+                self._intake_seen[0] = False
                 break
             args: list[Any] = []
             bad: list[Bad] = []
@@ -144,68 +166,77 @@ class CrawlWideQueue(PriorityQueue):
             if bad:
                 self._retire(0, "queued", bad)
             if args:
-                self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, self._ready,
-                                self._push_records[0], self._defaults, self._waiting_count,
-                                self._intake, "", RECORD_TTL_MS, self._prefix, *args)],
-                              acks=False)
+                self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
+                                k.push_record, k.defaults, k.waiting, k.intake, "",
+                                RECORD_TTL_MS, k.prefix, *args)], acks=False)
             looked += len(found)
             if len(found) < SORT_BATCH:
-                self._intake_seen = False
+                self._intake_seen[0] = False
                 break
         return looked
 
-    def _take(self, batches: int) -> int:
+    def _take(self, batches: int, shard: int) -> int:
         """One slot for every request (``"worker"``): the script reads the intake itself
         (no entry goes to the client and back), up to TAKE_BATCH a round trip."""
-        moved = 0
+        k, moved = self.k[shard], 0
         for _ in range(batches):
             taken, left = self._execute([
-                ("EVALSHA", self._scripts["slot_push"].sha, 5, self._ready,
-                 self._push_records[0], self._defaults, self._waiting_count, self._intake,
-                 "take", RECORD_TTL_MS, self._prefix, ONE_SLOT, TAKE_BATCH),
-                ("ZCARD", self._intake)], acks=False)
+                ("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready, k.push_record,
+                 k.defaults, k.waiting, k.intake, "take", RECORD_TTL_MS, k.prefix, ONE_SLOT,
+                 TAKE_BATCH),
+                ("ZCARD", k.intake)], acks=False)
             moved += int(taken)
-            self._intake_seen = int(left) > 0
-            if not self._intake_seen:
+            self._intake_seen[shard] = int(left) > 0
+            if not self._intake_seen[shard]:
                 break
         return moved
 
     # -- popping -------------------------------------------------------------------------
 
-    def pop_leases(self, count: int) -> list[Lease]:
-        """Lease up to ``count`` requests from the slots that may go now (moving the
-        intake's first), sending the pending acks in the same round trip. Sets
-        :attr:`next_due` and :attr:`slots_waiting`."""
+    def _pop_from(self, shard: int, count: int) -> list[Lease]:
+        """Lease up to ``count`` requests from ``shard`` 's slots that may go now
+        (moving its intake's first), sending the pending acks of its master in the same
+        round trip. Sets :attr:`next_due` and :attr:`slots_waiting`. (The shard is the
+        next in turn: :meth:`~.queue.PriorityQueue.pop_leases`.)"""
         leases: list[Lease] = []
         for _ in range(2):
-            if self._intake_seen:
-                self.sort()
-            leases = self._pop_slots(count)
-            if leases or not self._intake_seen:
+            if self._intake_seen[shard]:
+                self.sort(shard=shard)
+            leases = self._pop_slots(shard, count)
+            if leases or not self._intake_seen[shard]:
                 break
         return leases
 
-    def _pop_slots(self, count: int) -> list[Lease]:
-        number = self._pop_number
+    def _shards_waiting(self) -> list[int]:
+        """The shards with requests in their intake or their slots (a cluster's)."""
+        sizes = self.link.calls([command for k in self.k for command in (
+            ("ZCARD", k.intake), ("GET", k.waiting))])
+        return [i for i in range(self.shards) if int(sizes[2 * i]) or int(sizes[2 * i + 1] or 0)]
+
+    def _pop_slots(self, shard: int, count: int) -> list[Lease]:
+        self._pop_shard = shard  # a retry after a lost reply: the same shard, the same number
+        k, number = self.k[shard], self._pop_number
         seed = int.from_bytes(hashlib.blake2b(f"{self.owner}:{number}".encode(),
                                               digest_size=4).digest(), "big") % 2**31
-        pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, self._ready, self._slot_leased,
-               self._owners[0], self._defaults, self._waiting_count, self.owner, number, count,
-               self._prefix, int(self.policy.randomize), seed, round(self.horizon * 1000))
-        commands = self._ack_commands()
-        if not self._defaults_sent:
+        pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
+               k.defaults, k.waiting, self.owner, number, count, k.prefix,
+               int(self.policy.randomize), seed, round(self.horizon * 1000))
+        # The acks of other masters of a cluster wait for a round trip that goes there.
+        commands = self._ack_commands(self.link.reaches([pop]))
+        if not self._defaults_sent[shard]:
             defaults = self.policy.defaults()
-            commands.append(("HSET", self._defaults, "conc", defaults.concurrency,
+            commands.append(("HSET", k.defaults, "conc", defaults.concurrency,
                              "delay", defaults.delay_ms,
                              "mode", "crawl" if self.policy.crawl_wide else "worker"))
-        commands += [pop, ("ZCARD", self._intake), ("GET", self._waiting_count)]
+        commands += [pop, ("ZCARD", k.intake), ("GET", k.waiting)]
         with self._acks_lock:
             self._unanswered_pops.add(number)
         reply, intake, waiting = self._execute(commands)[-3:]
         self._acks_sent()
-        self._defaults_sent = True
+        self._defaults_sent[shard] = True
         self._pop_number += 1  # only once the reply is in: a retry replays
-        self._intake_seen = int(intake) > 0
+        self._pop_shard = None
+        self._intake_seen[shard] = int(intake) > 0
         self.slots_waiting = int(waiting or 0) > 0
         now, due = int(reply[0]), int(reply[1])
         self.next_due = None if due < 0 else max(
@@ -218,24 +249,25 @@ class CrawlWideQueue(PriorityQueue):
                   for field, value in zip(fields, reply[3::2], strict=True)}
         shaped = [_as_queued(value) for value in reply[3::2]]
         decoded, bad = self.codec.decode_replies(shaped, fields)
-        leases = [Lease(0, str(field), request, epoch, requeues, starts[str(field)])
+        leases = [Lease(shard, str(field), request, epoch, requeues, starts[str(field)])
                   for field, requeues, request in decoded]
         if bad:
-            self._retire_leased(bad)
+            self._retire_leased(shard, bad)
         with self._acks_lock:
-            self._taken.update((lease.field, 0) for lease in leases)
+            self._taken.update((lease.field, shard) for lease in leases)
             self._unanswered_pops.discard(number)
         return leases
 
-    def _retire_leased(self, bad: list[Bad]) -> None:
+    def _retire_leased(self, shard: int, bad: list[Bad]) -> None:
         """Entries a pop took that do not decode: recorded as failed, then acked (their
         slots' room comes back). A crash in between records one twice, never loses it."""
         retired, round_trips = undecodable.retire_round_trips(
-            serializer=self.serializer, tag=self.tag, shard=0, same_slot=False,
+            serializer=self.serializer, tag=self.tag, shard=shard, same_slot=False,
             script=self._scripts["retire"].sha, limit=self.failed_limit, where="lease",
             bad=bad)
         self._execute(round_trips[0], acks=False)
-        self._execute([self._ack_command(0, [str(ident) for ident, *_ in bad])], acks=False)
+        self._execute([self._ack_command(shard, [str(ident) for ident, *_ in bad])],
+                      acks=False)
         with self._acks_lock:
             self._retired.extend(retired)
 
@@ -250,8 +282,9 @@ class CrawlWideQueue(PriorityQueue):
         # Redis, and a reclaim puts it back: fetched twice at worst, never lost. (Called
         # with the acks' lock held, too: lookups only.)
         held = [self._held[field] for field in fields if field in self._held]
-        return ("EVALSHA", self._scripts["slot_ack"].sha, 3, self._ready, self._slot_leased,
-                self._defaults, self._prefix, self.owner, *held)
+        k = self.k[shard]
+        return ("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased, k.defaults,
+                k.prefix, self.owner, *held)
 
     def _acks_sent(self) -> None:
         super()._acks_sent()
@@ -267,15 +300,14 @@ class CrawlWideQueue(PriorityQueue):
     def backoff(self, slot: str, until_ms: int) -> int:
         """Pause ``slot`` for every worker until ``until_ms`` (Redis's clock; a later
         pause already set stays). Returns when its pause ends."""
-        name = keys.slot_name(slot)
-        return int(self.link.call("EVALSHA", self._scripts["slot_backoff"].sha, 3, self._ready,
-                                  self._prefix + name, self._defaults, self._prefix, name,
-                                  until_ms))
+        name, k = keys.slot_name(slot), self.k[0]  # ("crawl": one shard)
+        return int(self.link.call("EVALSHA", self._scripts["slot_backoff"].sha, 3, k.ready,
+                                  k.prefix + name, k.defaults, k.prefix, name, until_ms))
 
     def robots_delay(self, slot: str, delay_ms: int) -> None:
         """robots.txt asks for ``delay_ms`` between two requests of ``slot``: its
         requests queued from now on get at least that delay, for every worker."""
-        self.link.call("HSET", self._robots, keys.slot_name(slot), int(delay_ms))
+        self.link.call("HSET", self.k[0].robots, keys.slot_name(slot), int(delay_ms))
 
     def redis_time_ms(self) -> int:
         seconds, micros = self.link.call("TIME")
@@ -283,62 +315,69 @@ class CrawlWideQueue(PriorityQueue):
 
     # -- leases that come back -------------------------------------------------------------
 
-    def _slot_reap(self, own: str, keep: list[str], *, dead: bool = True) -> tuple[Any, ...]:
-        """slot_reap.lua: the dead owners' leases (unless not ``dead``: a timeout no
-        heartbeat is that old) and ``own`` 's but ``keep``."""
-        timeout = self.lease_timeout_ms if dead else NEVER_MS
-        return ("EVALSHA", self._scripts["slot_reap"].sha, 5, self._ready, self._slot_leased,
-                self._owners[0], self._defaults, self._waiting_count, self._prefix,
-                timeout, own, 0, *keep)
+    def _slot_reap(self, shard: int, own: str, keep: list[str], *, dead: bool = True
+                   ) -> tuple[Any, ...]:
+        """slot_reap.lua on ``shard``: the dead owners' leases (unless not ``dead``: a
+        timeout no heartbeat is that old) and ``own`` 's but ``keep``."""
+        timeout, k = self.lease_timeout_ms if dead else NEVER_MS, self.k[shard]
+        return ("EVALSHA", self._scripts["slot_reap"].sha, 5, k.ready, k.leased, k.owners,
+                k.defaults, k.waiting, k.prefix, timeout, own, 0, *keep)
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """As the default queue's, for the slots' leases (back at the head of their
-        slots' lists) and for any left in the default layout's lease hash."""
+        slots' lists) and for any left in the default layout's lease hashes."""
         own = self.owner if release_own else ""
         # Two round trips: a round trip is repeated whole after a NOSCRIPT (a restarted
         # Redis), and a repeated reap's reply no longer names what the first moved.
         commands = self._ack_commands()
-        commands.append(self._slot_reap(own, []))
-        counted, _ = self._execute(commands)[-1]
+        commands += [self._slot_reap(shard, own, []) for shard in range(self.shards)]
+        replies = self._execute(commands)[-self.shards:]
         self._acks_sent()
         # The default layout's (a worker of it, before this crawl went crawl-wide), which
         # also forgets the dead owners.
-        (old,) = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, self._intake,
-                                 self._leases[0], self._owners[0], self.lease_timeout_ms,
-                                 own)], acks=False)
-        if old:
-            self._intake_seen = True
+        olds = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
+                               self._leases[shard], k.owners, self.lease_timeout_ms, own)
+                              for shard, k in enumerate(self.k)], acks=False)
         # One that does not decode stays where it is: the next pop retires it.
-        slots, _bad = self.codec.decode_replies([_as_queued(value) for value in counted])
+        slots, _bad = self.codec.decode_replies(
+            [_as_queued(value) for counted, _ in replies for value in counted])
         back = [(requeues, request) for _, requeues, request in slots]
-        decoded, bad = self.codec.decode_replies(old)
-        back += [(requeues, request) for _, requeues, request in decoded]
-        if bad:
-            self._retire(0, "queued", bad)
+        for shard, old in enumerate(olds):
+            if old:
+                self._intake_seen[shard] = True
+            decoded, bad = self.codec.decode_replies(old)
+            back += [(requeues, request) for _, requeues, request in decoded]
+            if bad:
+                self._retire(shard, "queued", bad)
         return back
 
     def reclaim(self, held: Any = ()) -> Reclaimed:
         """As the default queue's (see :meth:`~.queue.PriorityQueue.reclaim`)."""
         with self._acks_lock:
-            keep = set(self._taken)
-        keep.update(lease.field for lease in held)
+            keep = dict(self._taken)
+        keep.update((lease.field, lease.shard) for lease in held)
+        kept = [sorted(f for f, shard in keep.items() if shard == i) for i in range(self.shards)]
         commands = self._ack_commands()
-        commands.append(self._slot_reap(self.owner, sorted(keep), dead=False))
-        _, own = self._execute(commands)[-1]  # two round trips: see reap
+        commands += [self._slot_reap(i, self.owner, kept[i], dead=False)
+                     for i in range(self.shards)]
+        replies = self._execute(commands)[-self.shards:]  # two round trips: see reap
         self._acks_sent()
-        (old,) = self._execute([("EVALSHA", self._scripts["reclaim"].sha, 2, self._intake,
-                                 self._leases[0], self.owner, *sorted(keep))], acks=False)
-        if old:
-            self._intake_seen = True
-        return self._reclaimed([*own, *old])
+        olds = self._execute([("EVALSHA", self._scripts["reclaim"].sha, 2, k.intake,
+                               self._leases[i], self.owner, *kept[i])
+                              for i, k in enumerate(self.k)], acks=False)
+        for shard, old in enumerate(olds):
+            self._intake_seen[shard] = self._intake_seen[shard] or bool(old)
+        return self._reclaimed([*(f for _, own in replies for f in own),
+                                *(f for old in olds for f in old)])
 
     def push_many(self, requests: Any) -> None:
         super().push_many(requests)
-        self._intake_seen = True
+        self._intake_seen = [True] * self.shards
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
         moved = super().adopt(legacy, batch)
-        self._intake_seen = self._intake_seen or moved > 0
+        if moved:
+            self._intake_seen = [True] * self.shards
         return moved
 
 

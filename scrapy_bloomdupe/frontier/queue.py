@@ -254,13 +254,16 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         leases = self._pop_from(first, count)
         if leases or self.shards == 1:
             return leases
-        sizes = self.link.calls([("ZCARD", name) for name in self._queues])
-        self._waiting = [i for i, n in enumerate(sizes) if n and i != first]
+        self._waiting = [i for i in self._shards_waiting() if i != first]
         while self._waiting:
             leases = self._pop_from(self._waiting.pop(0), count)
             if leases:
                 return leases
         return []
+
+    def _shards_waiting(self) -> list[int]:
+        sizes = self.link.calls([("ZCARD", name) for name in self._queues])
+        return [i for i, n in enumerate(sizes) if n]
 
     def _pop_from(self, shard: int, count: int) -> list[Lease]:
         self._pop_shard = shard  # a retry after a lost reply: the same shard, the same number

@@ -82,8 +82,9 @@ the ready set, a skiplist past 128 slots), and a hash (about 135 more) when it
 has a request in flight, a limit of its own, a start or back-off ahead or
 another priority than 0: so the layout wins where slots hold more than about
 3 requests each and still loses where most hold one (a broad crawl over many
-hosts): SLOTS-STATUS.md. A leased request costs 156-171 bytes (the lease hash,
-as today's).
+hosts; docs/design-notes.md). A leased request costs about its entry and 12 bytes
+(``<pop>.<j>|<priority>|<slot>|`` before it, in its worker's list; 156-171 in
+the first version's hash).
 
 Redis CPU (``INFO commandstats``, the scripts' µs divided by the requests, 10,000
 over three priorities, pops of 100 each acked; a shared 2-core machine): a push,

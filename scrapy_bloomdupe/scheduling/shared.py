@@ -83,9 +83,10 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         if frontier.politeness == "crawl":  # (check_politeness refused another class)
             cls = CrawlWideQueue
             extra["policy"] = SlotPolicy(settings, spider)
-        elif cls is PriorityQueue and not is_cluster(server):
+        elif cls is PriorityQueue:
             # The same layout, every request in one slot without limits (lists: a third
-            # of a sorted set's memory a request; docs/capacity.md).
+            # of a sorted set's memory a request; docs/capacity.md), a slot a queue shard
+            # on a cluster.
             cls = CrawlWideQueue
             extra["policy"] = OneSlot()
     try:
