@@ -148,7 +148,7 @@ def _strike(queue: CrawlWideQueue, slot: str, now_ms: int, longest: float) -> fl
     """One more "slow down" for ``slot`` without Retry-After: its pause (s), doubled
     for each in a row, the count forgotten after ``longest`` seconds without one."""
     name = keys.slot_name(slot)
-    strikes = keys.slot_strikes(queue.tag, 0)
+    strikes = queue.k[queue.home(name)].strikes
     found = queue.link.call("HGET", strikes, name)
     count = 0
     if found:

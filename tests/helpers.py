@@ -318,12 +318,15 @@ def demo_site(pages: int, **options: Any) -> Iterator[Any]:
         server = importlib.import_module("demo.site").DemoSite(port=0, pages=pages, **options)
     finally:
         sys.path.remove(str(EXAMPLE_PROJECT))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              daemon=True)
+    # (``serve``: with ``hosts``, each other host's mirror too, in threads of their own)
+    thread = threading.Thread(target=server.serve, daemon=True)
     thread.start()
     try:
         yield server
     finally:
+        for mirror in server.mirrors:
+            mirror.shutdown()
+            mirror.server_close()
         server.shutdown()
         server.server_close()
         thread.join(10)

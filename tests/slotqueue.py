@@ -158,8 +158,9 @@ class SlotQueue:
         (and this worker's own with ``release_own``). Returns how many went back."""
         own = self.owner if release_own else ""
         counted, given = self._scripts["reap"](
-            keys=[self.ready, self.leased, self.owners, self.defaults, self.waiting_count],
-            args=[self.prefix, self.lease_timeout_ms, own, 1])
+            keys=[self.ready, self.leased, self.owners, self.defaults, self.waiting_count,
+                  keys.queue(self.tag, self.shard)],
+            args=[self.prefix, self.lease_timeout_ms, own, 1])[:2]
         return len(counted) + len(given)
 
     def heartbeat(self) -> None:

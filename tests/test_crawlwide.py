@@ -371,3 +371,64 @@ def test_on_a_cluster_each_shard_keeps_its_slot_and_a_dead_workers_leases_come_b
     live.ack(got)
     live.send_acks()
     assert status(rc, TAG, 4) == (0, 0)
+
+
+def cluster_crawlwide(rc: RedisCluster, **settings: object) -> CrawlWideQueue:
+    return CrawlWideQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4,
+                          policy=policy(**settings), lease_timeout=1.0)
+
+
+def test_on_a_cluster_a_slot_lives_on_its_home_shard_and_its_limit_holds_crawl_wide(
+        rc: RedisCluster) -> None:
+    """``"crawl"`` mode on a Redis Cluster: requests of one host queued on every shard
+    move into their slot's home shard, so its limit (1 in flight) holds for every
+    worker, and its back-off too."""
+    rc.flushall()
+    a, b = cluster_crawlwide(rc), cluster_crawlwide(rc)
+    hosts = [f"h{j}.test" for j in range(6)]
+    sent = [f"https://{host}/{n}" for n in range(4) for host in hosts]
+    for j in range(0, len(sent), 3):  # a push a shard in turn: each host's on several
+        a.push_many([Request(url) for url in sent[j:j + 3]])
+    assert {a.home(keys.slot_name(host)) for host in hosts} != {0}
+    got: list = []
+    for _ in range(len(sent)):  # each round: one in flight a host, whoever pops
+        round_ = [lease for q in (a, b, a, b) for lease in q.pop_leases(10)]
+        hosts_out = [lease.request.url.split("/")[2] for lease in round_]
+        assert len(hosts_out) == len(set(hosts_out)), hosts_out
+        got += round_
+        for q in (a, b):
+            q.ack([lease for lease in round_ if lease.field.startswith(q.owner)])
+            q.send_acks()
+        if len(got) == len(sent):
+            break
+    assert sorted(lease.request.url for lease in got) == sorted(sent)
+    assert status(rc, TAG, 4) == (0, 0)
+    # A back-off pauses the slot on its home, for both workers.
+    a.push_many([Request("https://h0.test/late")])
+    seconds, micros = rc.get_node_from_key(a.k[a.home("h0.test")].ready).redis_connection.time()
+    a.backoff("h0.test", int(seconds) * 1000 + int(micros) // 1000 + 60_000)
+    assert [lease for _ in range(4) for lease in b.pop_leases(10)] == []
+    assert b.slots_waiting and b.next_due is not None and b.next_due > 50
+
+
+def test_on_a_cluster_a_dead_workers_move_goes_back_to_the_intake(rc: RedisCluster) -> None:
+    """A worker that died between taking entries out of an intake and pushing them to
+    their slots' homes: its entries in the move are counted as leased, then, reaped,
+    back in the intake, and the next pops move and lease each once."""
+    rc.flushall()
+    dead, live = cluster_crawlwide(rc), cluster_crawlwide(rc)
+    dead.push_many([Request(f"https://h{j}.test/0") for j in range(5)])
+    shard = next(i for i, k in enumerate(dead.k) if rc.zcard(k.intake))
+    k = dead.k[shard]
+    claim = [x for member, score in rc.zrange(k.intake, 0, -1, withscores=True)
+             for x in (int(score), member)]
+    moving = dead._execute([("EVALSHA", dead._scripts["slot_claim"].sha, 2, k.intake,
+                             k.leased, dead.owner, *claim)], acks=False)[0]
+    assert len(moving) == 5 and status(rc, TAG, 4) == (0, 5)
+    rc.zadd(k.owners, {dead.owner: 0})  # its heartbeat stopped long ago
+    assert live.reap() == []  # nothing was fetched: nothing counted as a requeue
+    assert status(rc, TAG, 4) == (5, 0)
+    got = [lease for _ in range(8) for lease in live.pop_leases(10)]
+    assert sorted(lease.request.url for lease in got) == [
+        f"https://h{j}.test/0" for j in range(5)]
+    assert {lease.requeues for lease in got} == {0}

@@ -34,11 +34,12 @@ not built, so a worker refuses to start.
 from __future__ import annotations
 
 import hashlib
+import time
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import keys
-from ..exceptions import BloomDupeError
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
 from . import slots, undecodable
@@ -53,10 +54,6 @@ if TYPE_CHECKING:
 
     from .politeness import SlotPolicy
 
-#: Why a worker does not start crawl-wide on a Redis Cluster.
-CLUSTER_REFUSED = ("BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet: set "
-                   "BLOOMDUPE_POLITENESS = 'worker' (Scrapy's limits per worker), or use one "
-                   "Redis node or a Sentinel set")
 #: How many intake entries one move takes (a script call each).
 SORT_BATCH = 500
 #: How many batches one pop moves at most before it pops (the rest: the next pops).
@@ -84,7 +81,10 @@ class ShardKeys:
     waiting: str
     prefix: str
     robots: str
+    strikes: str
+    #: This worker's push records: the intake's (push.lua, a ``take``) and the slots'.
     push_record: str
+    slot_push_record: str
     owners: str
 
     @classmethod
@@ -92,7 +92,8 @@ class ShardKeys:
         return cls(keys.queue(tag, shard), keys.ready(tag, shard), keys.slot_leased(tag, shard),
                    keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
                    keys.slot_prefix(tag, shard), keys.slot_robots(tag, shard),
-                   keys.push_record(tag, shard, owner), keys.owners(tag, shard))
+                   keys.slot_strikes(tag, shard), keys.push_record(tag, shard, owner),
+                   keys.slot_push_record(tag, shard, owner), keys.owners(tag, shard))
 
 
 class CrawlWideQueue(PriorityQueue):
@@ -103,13 +104,11 @@ class CrawlWideQueue(PriorityQueue):
 
     SLOT_SCRIPTS = (("slot_push", slots.PUSH_SCRIPT), ("slot_pop", slots.POP_SCRIPT),
                     ("slot_ack", slots.ACK_SCRIPT), ("slot_reap", slots.REAP_SCRIPT),
-                    ("slot_backoff", slots.BACKOFF_SCRIPT))
+                    ("slot_backoff", slots.BACKOFF_SCRIPT), ("slot_claim", slots.CLAIM_SCRIPT))
 
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
         super().__init__(server, spider, key, serializer, **kwargs)
-        if self.shards != 1 and policy.crawl_wide:
-            raise BloomDupeError(CLUSTER_REFUSED)
         self.policy = policy
         for name, text in self.SLOT_SCRIPTS:
             self._scripts[name] = server.register_script(text)
@@ -124,11 +123,33 @@ class CrawlWideQueue(PriorityQueue):
         self._defaults_sent = [False] * self.shards
         #: How far ahead a pop takes (s; see CLAIM_AHEAD).
         self.horizon = claim_horizon(policy)
-        #: After a pop: seconds until a pop may take more, the next slot being then
-        #: within the horizon (None: no slot has requests and room), and whether
-        #: requests wait in the slots (some may wait for room).
-        self.next_due: float | None = None
-        self.slots_waiting = False
+        #: After each shard's last pop: when (time.monotonic()) its next slot comes
+        #: within the horizon (None: none has requests and room), and whether requests
+        #: wait in its slots (see next_due and slots_waiting).
+        self._due: list[float | None] = [None] * self.shards
+        self._slots_wait = [False] * self.shards
+        #: A move from an intake into the slots' home shards (a cluster's, crawl-wide)
+        #: whose pushes or whose end may not have run: its shard, pushes and entries,
+        #: sent again (the same push numbers) before the next move.
+        self._unfinished_move: tuple[int, list[tuple[Any, ...]], list[bytes]] | None = None
+        self._move_number = 0
+
+    @property
+    def next_due(self) -> float | None:
+        """Seconds until a pop may take more, the next slot (of any shard) being then
+        within the horizon; None: no slot has requests and room, as the last pops saw."""
+        dues = [due for due in self._due if due is not None]
+        return max(0.0, min(dues) - time.monotonic()) if dues else None
+
+    @property
+    def slots_waiting(self) -> bool:
+        """Whether requests wait in the slots (for room, or a start), as the last pops saw."""
+        return any(self._slots_wait)
+
+    def home(self, name: str) -> int:
+        """The shard that keeps download slot ``name`` (keys.slot_name): its requests,
+        state and leases (a cluster's shards spread the slots; one node: shard 0)."""
+        return zlib.crc32(name.encode()) % self.shards if self.policy.crawl_wide else 0
 
     # -- the intake into the slots ------------------------------------------------------
 
@@ -138,42 +159,101 @@ class CrawlWideQueue(PriorityQueue):
         not decode is retired (``bloomdupe failed``), as a pop's is."""
         if not self.policy.crawl_wide:
             return self._take(batches, shard)
-        k = self.k[0]  # (one shard: see the module's docstring)
-        looked = 0
-        robots: dict[Any, Any] = {}
+        if self.shards > 1:
+            return self._move(batches, shard)
+        k, looked = self.k[0], 0
         for _ in range(batches):
             found, robots = self.link.calls([
                 ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
                 ("HGETALL", k.robots)])
             if not found:
-                self._intake_seen[0] = False
                 break
-            args: list[Any] = []
-            bad: list[Bad] = []
-            pairs = found if isinstance(found[0], (list, tuple)) else list(
-                zip(found[0::2], found[1::2], strict=True))
-            for member, score in pairs:
-                try:
-                    payload = split_requeues(member)[1]
-                    request = self.codec.decode(payload)
-                except Exception as e:  # the serializer's, whatever it is
-                    bad.append((member, int(float(score)), member, e))
-                    continue
-                limits = self.policy.of(request)
-                name = keys.slot_name(limits.slot)
-                delay = max(limits.delay_ms, int(robots.get(name.encode(), 0)))
-                args += [name, -int(float(score)), limits.concurrency, delay, member]
+            by_home, bad = self._slot_args(_pairs(found), [robots])
             if bad:
                 self._retire(0, "queued", bad)
-            if args:
+            if by_home:
                 self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
                                 k.push_record, k.defaults, k.waiting, k.intake, "",
-                                RECORD_TTL_MS, k.prefix, *args)], acks=False)
+                                RECORD_TTL_MS, k.prefix, *by_home[0])], acks=False)
             looked += len(found)
             if len(found) < SORT_BATCH:
-                self._intake_seen[0] = False
                 break
+        self._intake_seen[0] = looked > 0 and looked % SORT_BATCH == 0
         return looked
+
+    def _slot_args(self, pairs: list[tuple[bytes, int]], robots: list[dict[Any, Any]]
+                   ) -> tuple[dict[int, list[Any]], list[Bad]]:
+        """slot_push.lua's arguments for intake entries (``(entry, score)`` s), by the
+        home shard of each one's slot (its delay at least its robots.txt Crawl-delay,
+        from each shard's ``robots``); and those that do not decode."""
+        by_home: dict[int, list[Any]] = {}
+        bad: list[Bad] = []
+        for member, score in pairs:
+            try:
+                request = self.codec.decode(split_requeues(member)[1])
+            except Exception as e:  # the serializer's, whatever it is
+                bad.append((member, score, member, e))
+                continue
+            limits = self.policy.of(request)
+            name = keys.slot_name(limits.slot)
+            home = self.home(name)
+            delay = max(limits.delay_ms, int(robots[home].get(name.encode(), 0)))
+            by_home.setdefault(home, []).extend(
+                [name, -score, limits.concurrency, delay, member])
+        return by_home, bad
+
+    def _move(self, batches: int, shard: int) -> int:
+        """A cluster's move of ``shard`` 's intake into the slots' home shards, three
+        round trips a batch: ``slot_claim.lua`` takes the entries out of the intake
+        into this worker's lease list (counted as leased: a dead worker's go back to
+        the intake with its leases), ``slot_push.lua`` pushes each home's share (a
+        push number each: a retry pushes nothing twice), and ``slot_ack.lua`` ends the
+        move. A worker killed between a push and the end leaves its entries to be
+        moved again (fetched twice, never lost)."""
+        self._finish_move()
+        k, looked = self.k[shard], 0
+        robots: list[dict[Any, Any]] = []
+        for _ in range(batches):
+            found, *robots = self.link.calls([
+                ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
+                *(("HGETALL", other.robots) for other in self.k)])
+            if not found:
+                break
+            claim: list[Any] = []
+            for member, score in _pairs(found):
+                claim += [score, member]
+            moving = self._execute([("EVALSHA", self._scripts["slot_claim"].sha, 2, k.intake,
+                                     k.leased, self.owner, *claim)], acks=False)[0]
+            entries = [bytes(e) for e in moving]
+            by_home, bad = self._slot_args([_moving(e) for e in entries], robots)
+            pushes = []
+            for home, args in sorted(by_home.items()):
+                self._move_number += 1
+                h = self.k[home]
+                pushes.append(("EVALSHA", self._scripts["slot_push"].sha, 4, h.ready,
+                               h.slot_push_record, h.defaults, h.waiting, self._move_number,
+                               RECORD_TTL_MS, h.prefix, *args))
+            if bad:  # recorded as failed; the move's end takes them out of the list
+                self._retire(shard, "queued", bad)
+            self._unfinished_move = (shard, pushes, entries)
+            self._finish_move()
+            looked += len(found)
+            if len(found) < SORT_BATCH:
+                break
+        self._intake_seen[shard] = looked > 0 and looked % SORT_BATCH == 0
+        return looked
+
+    def _finish_move(self) -> None:
+        """Push (again: the same numbers) and end the last move, if it did not end."""
+        if self._unfinished_move is None:
+            return
+        shard, pushes, entries = self._unfinished_move
+        if pushes:
+            self._execute(pushes, acks=False)
+        k = self.k[shard]
+        self._execute([("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased,
+                        k.defaults, k.prefix, self.owner, *entries)], acks=False)
+        self._unfinished_move = None
 
     def _take(self, batches: int, shard: int) -> int:
         """One slot for every request (``"worker"``): the script reads the intake itself
@@ -237,9 +317,9 @@ class CrawlWideQueue(PriorityQueue):
         self._pop_number += 1  # only once the reply is in: a retry replays
         self._pop_shard = None
         self._intake_seen[shard] = int(intake) > 0
-        self.slots_waiting = int(waiting or 0) > 0
+        self._slots_wait[shard] = int(waiting or 0) > 0
         now, due = int(reply[0]), int(reply[1])
-        self.next_due = None if due < 0 else max(
+        self._due[shard] = None if due < 0 else time.monotonic() + max(
             0, due - now - round(self.horizon * 1000)) / 1000
         epoch = master_epoch(self.server)
         fields = [raw.decode() for raw in reply[2::2]]
@@ -300,14 +380,16 @@ class CrawlWideQueue(PriorityQueue):
     def backoff(self, slot: str, until_ms: int) -> int:
         """Pause ``slot`` for every worker until ``until_ms`` (Redis's clock; a later
         pause already set stays). Returns when its pause ends."""
-        name, k = keys.slot_name(slot), self.k[0]  # ("crawl": one shard)
+        name = keys.slot_name(slot)
+        k = self.k[self.home(name)]
         return int(self.link.call("EVALSHA", self._scripts["slot_backoff"].sha, 3, k.ready,
                                   k.prefix + name, k.defaults, k.prefix, name, until_ms))
 
     def robots_delay(self, slot: str, delay_ms: int) -> None:
         """robots.txt asks for ``delay_ms`` between two requests of ``slot``: its
         requests queued from now on get at least that delay, for every worker."""
-        self.link.call("HSET", self.k[0].robots, keys.slot_name(slot), int(delay_ms))
+        name = keys.slot_name(slot)
+        self.link.call("HSET", self.k[self.home(name)].robots, name, int(delay_ms))
 
     def redis_time_ms(self) -> int:
         seconds, micros = self.link.call("TIME")
@@ -320,8 +402,8 @@ class CrawlWideQueue(PriorityQueue):
         """slot_reap.lua on ``shard``: the dead owners' leases (unless not ``dead``: a
         timeout no heartbeat is that old) and ``own`` 's but ``keep``."""
         timeout, k = self.lease_timeout_ms if dead else NEVER_MS, self.k[shard]
-        return ("EVALSHA", self._scripts["slot_reap"].sha, 5, k.ready, k.leased, k.owners,
-                k.defaults, k.waiting, k.prefix, timeout, own, 0, *keep)
+        return ("EVALSHA", self._scripts["slot_reap"].sha, 6, k.ready, k.leased, k.owners,
+                k.defaults, k.waiting, k.intake, k.prefix, timeout, own, 0, *keep)
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """As the default queue's, for the slots' leases (back at the head of their
@@ -340,10 +422,10 @@ class CrawlWideQueue(PriorityQueue):
                               for shard, k in enumerate(self.k)], acks=False)
         # One that does not decode stays where it is: the next pop retires it.
         slots, _bad = self.codec.decode_replies(
-            [_as_queued(value) for counted, _ in replies for value in counted])
+            [_as_queued(value) for counted, *_ in replies for value in counted])
         back = [(requeues, request) for _, requeues, request in slots]
         for shard, old in enumerate(olds):
-            if old:
+            if old or int(replies[shard][2]):  # (entries of a move: back in the intake)
                 self._intake_seen[shard] = True
             decoded, bad = self.codec.decode_replies(old)
             back += [(requeues, request) for _, requeues, request in decoded]
@@ -366,8 +448,8 @@ class CrawlWideQueue(PriorityQueue):
                                self._leases[i], self.owner, *kept[i])
                               for i, k in enumerate(self.k)], acks=False)
         for shard, old in enumerate(olds):
-            self._intake_seen[shard] = self._intake_seen[shard] or bool(old)
-        return self._reclaimed([*(f for _, own in replies for f in own),
+            self._intake_seen[shard] |= bool(old) or int(replies[shard][2]) > 0
+        return self._reclaimed([*(f for _, own, _ in replies for f in own),
                                 *(f for old in olds for f in old)])
 
     def push_many(self, requests: Any) -> None:
@@ -392,6 +474,19 @@ def claim_horizon(policy: SlotPolicy) -> float:
                               for own in policy.per_slot.values())]
     longest = max(delays) * (1.5 if policy.randomize else 1.0)
     return max(CLAIM_AHEAD, longest)
+
+
+def _pairs(found: list[Any]) -> list[tuple[bytes, int]]:
+    """``ZRANGE ... WITHSCORES`` 's reply (pairs, or a flat list) as (entry, score) s."""
+    pairs = found if isinstance(found[0], (list, tuple)) else list(
+        zip(found[0::2], found[1::2], strict=True))
+    return [(bytes(member), int(float(score))) for member, score in pairs]
+
+
+def _moving(element: bytes) -> tuple[bytes, int]:
+    """An entry in a move, ``m|<score>|<entry>`` (slot_claim.lua), as (entry, score)."""
+    score, _, member = element[2:].partition(b"|")
+    return member, int(score)
 
 
 def _as_queued(value: bytes) -> bytes:

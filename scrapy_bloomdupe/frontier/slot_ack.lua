@@ -7,7 +7,8 @@
 -- KEYS[3]  the shard's default limits of a slot (a hash: conc, delay)
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[2]  the owner
--- ARGV[3..] the leases, each as its list holds it (the owner got each from its pop)
+-- ARGV[3..] the leases, each as its list holds it (the owner got each from its pop),
+--          or the entries of a move that is done (slot_claim.lua)
 --
 -- A lease no longer in the list (acked already, or reaped) changes nothing, so
 -- an ack is safe to repeat. A slot with nothing waiting, nothing in flight and
@@ -30,8 +31,11 @@ local held = KEYS[2] .. ':' .. ARGV[2]
 local done, freed, order = 0, {}, {}
 for j = 3, #ARGV do
   local e = ARGV[j]
-  if redis.call('LREM', held, 1, e) == 1 then
-    done = done + 1
+  local gone = redis.call('LREM', held, 1, e) == 1
+  if gone then done = done + 1 end
+  -- A move's entry ("m|<score>|<entry>", slot_claim.lua) is in its slot now: no room
+  -- to free.
+  if gone and string.sub(e, 1, 2) ~= 'm|' then
     local bar = string.find(e, '|', string.find(e, '|', 1, true) + 1, true)
     local name = string.sub(e, bar + 1, string.find(e, '|', bar + 1, true) - 1)
     if not freed[name] then freed[name] = 0; order[#order + 1] = name end

@@ -10,6 +10,8 @@
 -- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
 -- ARGV[2]  the lease timeout in ms
 -- KEYS[5]  the shard's count of requests waiting in its slots (a string)
+-- KEYS[6]  the shard's intake (a sorted set), where a dead owner's entries in a
+--          move (slot_claim.lua: "m|<score>|<entry>" in its list) go back
 -- ARGV[3]  an owner whose leases go back now whatever its heartbeat ('' for
 --          none): a worker that closes gives back what it took and did not start
 -- ARGV[4]  '1' to forget the dead owners (ZREM from KEYS[3]); '0' when the
@@ -23,7 +25,8 @@
 -- owner is forgotten; the leases of ARGV[3] go back uncounted. Keys touched
 -- beyond KEYS: the slots' hashes and lists (the shard's hash tag).
 -- Returns {what went back for dead owners, as "<priority>|<slot>|<entry>" (the entry
--- with its requeue count), the fields of ARGV[3]'s leases that went back}.
+-- with its requeue count), the fields of ARGV[3]'s leases that went back, how many
+-- entries in a move went back to the intake}.
 
 -- #include slot_acl.lua (the ACL asked before anything is written)
 local t = redis.call('TIME')
@@ -38,17 +41,21 @@ for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumb
   dead[owner] = true
 end
 if ARGV[3] ~= '' then dead[ARGV[3]] = true end
-if next(dead) == nil then return {{}, {}} end
+if next(dead) == nil then return {{}, {}, 0} end
 local keep = {}
 for k = 5, #ARGV do keep[ARGV[k]] = true end
-local back, slots, gone, own, counted = 0, {}, {}, {}, {}
+local back, slots, gone, own, counted, intake = 0, {}, {}, {}, {}, {}
 for owner in pairs(dead) do
   local held = KEYS[2] .. ':' .. owner
   local all, kept, going = redis.call('LRANGE', held, 0, -1), {}, {}
   for _, e in ipairs(all) do
     local bar = string.find(e, '|', 1, true)
     local field = owner .. ':' .. string.sub(e, 1, bar - 1)
-    if owner == ARGV[3] and keep[field] then
+    if string.sub(e, 1, 2) == 'm|' then
+      local second = string.find(e, '|', 3, true)
+      intake[#intake + 1] = string.sub(e, 3, second - 1)
+      intake[#intake + 1] = string.sub(e, second + 1)
+    elseif owner == ARGV[3] and keep[field] then
       kept[#kept + 1] = e
     else
       going[#going + 1] = {field, string.sub(e, bar + 1), owner}
@@ -97,9 +104,15 @@ if back > 0 then
   redis.call('INCRBY', KEYS[5], back)
   redis.call('DECRBY', KEYS[2], back)
 end
+if #intake > 0 then
+  for i = 1, #intake, 1000 do
+    redis.call('ZADD', KEYS[6], unpack(intake, i, math.min(i + 999, #intake)))
+  end
+  redis.call('DECRBY', KEYS[2], math.floor(#intake / 2))
+end
 if ARGV[4] == '1' then
   for owner in pairs(dead) do
     if owner ~= ARGV[3] then redis.call('ZREM', KEYS[3], owner) end
   end
 end
-return {counted, own}
+return {counted, own, math.floor(#intake / 2)}

@@ -28,7 +28,6 @@ from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
-from ..transport.cluster import is_cluster
 from ..transport.wait import replicas_to_wait
 
 if TYPE_CHECKING:
@@ -125,9 +124,8 @@ def enabled(settings: BaseSettings, name: str, path: str) -> bool:
 
 def check_politeness(frontier: FrontierConfig, settings: BaseSettings,
                      queue_cls: str | type[Any], server: Redis | RedisCluster) -> None:
-    """At a worker's start: ``"crawl"`` politeness needs this package's default queue
-    and one Redis node (or a Sentinel master), else one line says what to do; without
-    the back-off middleware it warns."""
+    """At a worker's start: ``"crawl"`` politeness needs this package's default queue,
+    else one line says what to do; without the back-off middleware it warns."""
     if frontier.politeness != "crawl":
         return
     if load_object(queue_cls) is not PriorityQueue:
@@ -135,8 +133,6 @@ def check_politeness(frontier: FrontierConfig, settings: BaseSettings,
             f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
             f"SCHEDULER_QUEUE_CLASS = {queue_cls!r}: remove that setting, or set "
             "BLOOMDUPE_POLITENESS = 'worker'")
-    if is_cluster(server):
-        raise BloomDupeError(crawlwide.CLUSTER_REFUSED)
     if not enabled(settings, "DOWNLOADER_MIDDLEWARES", BACKOFF_MIDDLEWARE):
         logger.warning(
             "DOWNLOADER_MIDDLEWARES lacks %r (order 560): with BLOOMDUPE_POLITENESS = "

@@ -98,14 +98,6 @@ def test_crawl_wide_politeness_with_a_scrapy_redis_queue_is_one_line(redis_url: 
         "SCHEDULER_QUEUE_CLASS = 'scrapy_redis.queue.FifoQueue'")
 
 
-@pytest.mark.slow
-def test_crawl_wide_politeness_on_a_cluster_is_one_line(cluster_url: str) -> None:
-    """Not built for a Redis Cluster yet (docs/politeness.md): refused at start."""
-    assert_start_error_line(
-        example_crawl(cluster_url, "BLOOMDUPE_REDIS_CLUSTER=True", "BLOOMDUPE_POLITENESS=crawl"),
-        "BLOOMDUPE_POLITENESS = 'crawl' does not run on a Redis Cluster yet")
-
-
 def _walk() -> list[Any]:
     """A bad value of every setting of the table (``tests/test_settingstable.py`` runs a
     few of them in the fast lane)."""
