@@ -486,8 +486,8 @@ def race(contender: Contender, redis_url: str, direct: redis.Redis, urls: Sequen
 _BATCH_MIDDLEWARE = '{"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}'
 # The demo's settings turn the batch middleware on; per-request contenders turn it off
 # (BLOOMDUPE_BATCH=False), so their dupefilter sees one request a call. scrapy-redis's
-# settings (with the harness's wait_for_queue.py, which keeps its workers as long as ours stay) are
-# latency_crawl.py's.
+# settings (with the harness's wait_for_queue.py, which keeps its workers as long as ours
+# stay) are latency_crawl.py's.
 E2E_CONTENDERS: tuple[tuple[Contender, dict[str, str]], ...] = (
     (SCRAPY_REDIS, LATENCY_CRAWL_SCRAPY_REDIS[1]),
     *((c, {"DUPEFILTER_CLASS": "harness.timed.TimedRedisBloomDupeFilter",
