@@ -1,10 +1,8 @@
 """End-to-end crawl: N ``scrapy crawl site`` workers on the example project's demo site.
 
-Uses ``example_project/`` as it is (its site ``demo/site.py``, its spider and
-settings) and changes only a contender's dedup settings and ``DUPEFILTER_CLASS``,
-a timed wrapper (:mod:`benchmarks.timed`) of its dupefilter, so each worker
-reports the CPU it spent in dedup. Not ``run_demo.py``, which reports this
-package's filter only: the comparison needs scrapy-redis's own components.
+``example_project/`` as it is; a contender changes its dedup settings only, with a
+timed ``DUPEFILTER_CLASS`` (:mod:`harness.timed`) so each worker reports its CPU in
+dedup. Not ``run_demo.py``, which runs this package's filter only.
 """
 
 from __future__ import annotations
@@ -21,11 +19,7 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from harness.processes import PROJECT, Worker, site_stats, start_site, start_worker  # noqa: E402
-
-
-def available() -> bool:
-    return (PROJECT / "scrapy.cfg").exists() and (PROJECT / "demo" / "site.py").exists()
+from harness.processes import PROJECT, Worker, start_site, start_worker  # noqa: E402
 
 
 def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, workers: int,
@@ -42,17 +36,17 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     site = start_site(directory, pages=pages, delay=delay, hosts=hosts, throttle=throttle)
-    site_url = site.url
-    # The workers import this folder's timed dupefilters and wait_for_queue extension.
+    # The workers import the harness's timed dupefilters and wait_for_queue extension.
     path = os.environ.get("PYTHONPATH", "")
-    if str(ROOT) not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(PROJECT), path]))
+    if str(ROOT / "tests") not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(ROOT / "tests"), str(PROJECT), path]))
     running: list[Worker] = []
     try:
         common = {
-            "REDIS_URL": redis_url, "DEMO_SITE_URL": site_url, "LOG_LEVEL": "INFO",
+            "REDIS_URL": redis_url, "DEMO_SITE_URL": site.url, "LOG_LEVEL": "INFO",
             # How long an idle worker waits for more work: scrapy-redis's contender
-            # (benchmarks/wait_for_queue.py), and this package's end-of-crawl grace.
+            # (tests/harness/wait_for_queue.py), and this package's end-of-crawl grace.
             "SHARED_QUEUE_IDLE_TIMEOUT": str(idle_timeout),
             "BLOOMDUPE_DONE_GRACE": str(idle_timeout), "BENCH_TIMING_DIR": str(timing),
             "BLOOMDUPE_CAPACITY": str(max(10_000, 2 * pages)),
@@ -68,7 +62,7 @@ def crawl(name: str, settings: dict[str, str], *, redis_url: str, pages: int, wo
         failed = [i for i, p in enumerate(procs) if p.returncode != 0]
         if failed:
             raise RuntimeError(f"e2e crawl {name!r}: worker(s) {failed} failed; see {directory}")
-        stats = site_stats(site_url)
+        stats = site.stats()
     finally:
         for worker in running:
             worker.close()

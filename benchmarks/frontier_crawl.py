@@ -1,34 +1,11 @@
 #!/usr/bin/env python
 """A real crawl's frontier: Redis bytes a waiting or leased request, against scrapy-redis.
 
-``python benchmarks/frontier_crawl.py`` (``--help`` for the options). Issue 39's
-measurement: a CrawlSpider (``benchmarks/docsite``, spider ``docs``: one
-``Rule(LinkExtractor(allow_domains=<the site>), callback="parse_item", follow=True)``)
-over Debian's ``python-django-doc`` HTML (692 pages), served on 127.0.0.1 by a
-threaded ``http.server`` in a subprocess (``docspider.site``), each page answering
-after ``--page-delay`` s. For each contender in turn, on a fresh Redis of its own:
-``--workers`` ``scrapy crawl docs`` processes (Scrapy's default limits, 16 requests
-and 8 a site each) start together; the moment the site has answered ``--pages``
-pages in all, every worker is SIGKILLed (by PID). Then, over every key but the
-filter's, the sum of ``MEMORY USAGE key SAMPLES 0``, and the requests the frontier
-holds: waiting and leased (``frontier.queue.status``) for this package, the queue's
-``ZCARD`` for scrapy-redis (which holds no leases: a worker's popped requests are
-gone from Redis).
-
-Contenders: "bloomdupe worker" (the add-on, ``BLOOMDUPE_POLITENESS = "worker"``: one
-slot list for the crawl), "bloomdupe crawl" (``"crawl"``: one slot a host, here one
-host) and "scrapy-redis" (its scheduler, priority queue and ``RFPDupeFilter``); all
-with ``SCHEDULER_PERSIST``. Left out as the filter's: ``{K:i}:bits*``/``{K:i}:bf*``
-and ``K:meta`` for this package, ``docs:dupefilter`` for scrapy-redis. Prints a
-markdown table; nothing in it is checked against a target. Where the kill lands
-(which pages were fetched, what a worker had just queued) moves a contender's
-figures from one run to the next: ``--repeat N`` runs every contender N times, in
-turn, and shows each one's median round.
-
-The doc set: ``apt-get install -y python-django-doc`` (3.5 MB download, 33 MB on
-disk; 2.3 s on the test machine, 2026-11-27). ``--docs DIR`` crawls another
-directory of HTML (say ``/usr/share/doc/python3-doc/html``); by default the first
-of those two that is installed.
+``python benchmarks/frontier_crawl.py`` (``--help`` for the options; the doc set:
+``apt-get install -y python-django-doc``): a CrawlSpider (``benchmarks/docsite``) over
+a directory of HTML, every worker SIGKILLed once the site has answered ``--pages``
+pages, then ``MEMORY USAGE`` of every key but the filter's over the requests the
+frontier holds. How, and the figures: docs/capacity.md (A real crawl's frontier).
 """
 
 from __future__ import annotations
@@ -38,28 +15,23 @@ import json
 import os
 import re
 import select
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
+from e2e import ROOT
+from harness.processes import Site, Worker, start_server, start_worker
+from report import median_rounds, progress, table
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from scrapy_bloomdupe import keys
+from scrapy_bloomdupe.bloom import meta
+from scrapy_bloomdupe.frontier.queue import status
+from scrapy_bloomdupe.testing import RedisServer
 
-from harness.processes import Worker, start_worker, stop  # noqa: E402
-
-from scrapy_bloomdupe import keys  # noqa: E402
-from scrapy_bloomdupe.bloom import meta  # noqa: E402
-from scrapy_bloomdupe.frontier.queue import status  # noqa: E402
-from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
-
+HERE = ROOT / "benchmarks"
 DOCSITE = HERE / "docsite"
 DOC_SETS = (Path("/usr/share/doc/python-django-doc/html"),
             Path("/usr/share/doc/python3-doc/html"))
@@ -70,15 +42,13 @@ SCRAPY_REDIS_QUEUE = f"{SPIDER}:requests"
 SCRAPY_REDIS_FILTER = f"{SPIDER}:dupefilter"
 ADDON = json.dumps({"scrapy_bloomdupe.addon.BloomDupeAddon": 100})
 CONTENDERS: dict[str, dict[str, str]] = {
-    "bloomdupe worker": {"ADDONS": ADDON, "BLOOMDUPE_POLITENESS": "worker",
-                         "BLOOMDUPE_CAPACITY": "100000"},
-    "bloomdupe crawl": {"ADDONS": ADDON, "BLOOMDUPE_POLITENESS": "crawl",
-                        "BLOOMDUPE_CAPACITY": "100000"},
+    **{f"bloomdupe {mode}": {"ADDONS": ADDON, "BLOOMDUPE_POLITENESS": mode,
+                             "BLOOMDUPE_CAPACITY": "100000"} for mode in ("worker", "crawl")},
     "scrapy-redis": {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
         # Keeps a worker whose first look finds the shared queue empty.
-        "EXTENSIONS": json.dumps({"benchmarks.wait_for_queue.WaitForSharedQueue": 510}),
+        "EXTENSIONS": json.dumps({"harness.wait_for_queue.WaitForSharedQueue": 510}),
     },
 }
 #: The filter's keys of this package: ``{K:i}:bits``, ``{K:i}:bf`` and their
@@ -91,32 +61,13 @@ def is_bloom_filter_key(name: str) -> bool:
     return name == keys.meta(KEY) or BLOOM_FILTER_KEY.match(name) is not None
 
 
-def start_site(docs: Path, out: Path, *, delay: float, notify: int
-               ) -> tuple[subprocess.Popen[bytes], str]:
-    err = (out / "site.err").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "docspider.site", "--root", str(docs), "--delay", str(delay),
-         "--notify", str(notify)], cwd=DOCSITE, stdout=subprocess.PIPE, stderr=err)
-    err.close()
-    assert process.stdout is not None
-    line = process.stdout.readline().decode()  # "Doc site at http://127.0.0.1:PORT/"
-    match = re.search(r"at (http://\S+)", line)
-    if not match:
-        stop(process)
-        raise RuntimeError(f"the doc site did not start: {line!r}\n"
-                           + (out / "site.err").read_text(errors="replace")[-2000:])
-    return process, match.group(1)
-
-
-def wait_for_pages(site: subprocess.Popen[bytes], workers: list[Worker],
-                   timeout: float) -> None:
+def wait_for_pages(site: Site, workers: list[Worker], timeout: float) -> None:
     """Until the site says it has answered the pages it was told to count."""
-    assert site.stdout is not None
+    assert site.process.stdout is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([site.stdout], [], [], 0.2)
-        if ready:
-            line = site.stdout.readline().decode()
+        if select.select([site.process.stdout], [], [], 0.2)[0]:
+            line = site.process.stdout.readline().decode()
             if line.startswith("reached"):
                 return
             raise RuntimeError(f"the doc site stopped: {line!r}")
@@ -152,33 +103,30 @@ def requests_held(name: str, client: redis.Redis) -> tuple[int, int]:
     return status(client, KEY, shards)
 
 
-def one_crawl(name: str, settings: dict[str, str], args: argparse.Namespace,
-              round_: int = 0) -> dict[str, Any]:
+def one_crawl(name: str, args: argparse.Namespace, round_: int) -> dict[str, Any]:
     directory = args.out / f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}-{round_}"
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with RedisServer(maxmemory=args.maxmemory) as server:
-        site, site_url = start_site(args.docs, directory, delay=args.page_delay,
-                                    notify=args.pages)
+        site = start_server(["docspider.site", "--root", str(args.docs), "--delay",
+                             str(args.page_delay), "--notify", str(args.pages)],
+                            directory, cwd=DOCSITE)
         workers: list[Worker] = []
         try:
-            common = {"REDIS_URL": server.url, "DOCSITE_URL": site_url,
+            common = {"REDIS_URL": server.url, "DOCSITE_URL": site.url,
                       "SCHEDULER_PERSIST": "True", "LOG_LEVEL": "INFO"}
-            workers = [start_worker(i, directory, {**common, **settings}, project=DOCSITE,
-                                    spider=SPIDER) for i in range(args.workers)]
+            workers = [start_worker(i, directory, {**common, **CONTENDERS[name]},
+                                    project=DOCSITE, spider=SPIDER) for i in range(args.workers)]
             wait_for_pages(site, workers, args.timeout)
             for worker in workers:
                 worker.process.kill()  # SIGKILL, by its PID
             for worker in workers:
                 worker.process.wait()
-            with urllib.request.urlopen(site_url + "__stats", timeout=10) as reply:
-                pages = int(json.load(reply)["pages"])
+            pages = int(site.stats()["pages"])
         finally:
             for worker in workers:
                 worker.close()
-            stop(site)
-            if site.stdout is not None:
-                site.stdout.close()
+            site.stop()
         with redis.Redis.from_url(server.url) as client:
             is_filter = ((lambda k: k == SCRAPY_REDIS_FILTER) if name == "scrapy-redis"
                          else is_bloom_filter_key)
@@ -186,68 +134,46 @@ def one_crawl(name: str, settings: dict[str, str], args: argparse.Namespace,
             waiting, leased = requests_held(name, client)
             version = str(client.info("server")["redis_version"])
     total = sum(b for _, b in by_type.values())
-    requests = waiting + leased
-    print(f"  {name}: {pages} pages, {requests} requests ({waiting} waiting, {leased} "
-          f"leased), {total:,} bytes, {time.monotonic() - started:.0f} s", file=sys.stderr,
-          flush=True)
-    return {"name": name, "pages": pages, "waiting": waiting, "leased": leased,
-            "requests": requests, "bytes": total, "by_type": by_type,
-            "filter_bytes": filter_bytes, "redis": version, "logs": str(directory)}
+    progress(f"  {name}: {pages} pages, {waiting + leased} requests ({waiting} waiting, "
+             f"{leased} leased), {total:,} bytes, {time.monotonic() - started:.0f} s")
+    return {"name": name, "round": round_, "pages": pages, "waiting": waiting,
+            "leased": leased, "requests": waiting + leased, "bytes": total,
+            "by_type": by_type, "filter_bytes": filter_bytes, "redis": version,
+            "logs": str(directory)}
 
 
 def per_request(row: dict[str, Any]) -> float:
     return float(row["bytes"]) / row["requests"] if row["requests"] else float("inf")
 
 
-def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A row a contender: its round with the median bytes a request (the lower middle of
-    an even count), with every round's figure in ``rounds``."""
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_name.setdefault(row["name"], []).append(row)
-    return [{**sorted(runs, key=per_request)[(len(runs) - 1) // 2],
-             "rounds": [per_request(r) for r in runs]} for runs in by_name.values()]
-
-
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
     repeated = args.repeat > 1
-    rows = medians(rows)
+    rows = median_rounds(rows, lambda r: r["name"], per_request)
     theirs = next((r for r in rows if r["name"] == "scrapy-redis" and r["requests"]), None)
-    base = theirs["bytes"] / theirs["requests"] if theirs else None
     kinds = [*TYPES, *sorted({k for r in rows for k in r["by_type"]} - set(TYPES))]
-    lines = [
-        f"`python benchmarks/frontier_crawl.py --pages {args.pages} --workers {args.workers} "
-        f"--page-delay {args.page_delay:g}"
-        + (f" --repeat {args.repeat}" if repeated else "")
-        + f"`: {args.docs} served on 127.0.0.1, every worker "
-        f"SIGKILLed once the site had answered {args.pages} pages; Redis "
-        f"{rows[0]['redis'] if rows else '?'}; {time.strftime('%Y-%m-%d', time.gmtime())}, "
-        f"{seconds:.0f} s", "",
-        "| contender | pages at the kill | waiting | leased | requests | frontier bytes | "
-        "bytes a request" + (" (median; each round)" if repeated else "")
-        + " | x scrapy-redis's | "
-        + " | ".join(f"{TYPES.get(k, k)} (keys)" for k in kinds) + " |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(kinds),
-    ]
+    header = ["contender", "pages at the kill", "waiting", "leased", "requests",
+              "frontier bytes", "bytes a request" + (" (median; each round)" if repeated
+                                                     else ""), "x scrapy-redis's",
+              *(f"{TYPES.get(k, k)} (keys)" for k in kinds)]
+    body = []
     for r in rows:
-        per = r["bytes"] / r["requests"] if r["requests"] else None
-        ratio = f"{per / base:.2f}" if per is not None and base else ""
+        per = per_request(r) if r["requests"] else None
         each = (" (" + ", ".join(f"{x:.0f}" for x in r["rounds"]) + ")") if repeated else ""
-        cells = [f"{r['by_type'][k][1]:,} ({r['by_type'][k][0]})" if k in r["by_type"] else "0"
-                 for k in kinds]
-        lines.append(
-            f"| {r['name']} | {r['pages']} | {r['waiting']} | {r['leased']} | {r['requests']} | "
-            f"{r['bytes']:,} | {'' if per is None else f'{per:.0f}'}{each} | {ratio} | "
-            + " | ".join(cells) + " |")
-    lines += ["", "Left out as the filter's: "
-              + ", ".join(f"{r['name']} {r['filter_bytes']:,} bytes" for r in rows)
-              + ". Issue 39's target: at most 150 bytes a request, and at most 1/3 of "
-              "scrapy-redis's."]
-    return "\n".join(lines)
-
-
-def default_docs() -> Path | None:
-    return next((d for d in DOC_SETS if (d / "index.html").exists()), None)
+        body.append([r["name"], r["pages"], r["waiting"], r["leased"], r["requests"],
+                     f"{r['bytes']:,}", "" if per is None else f"{per:.0f}{each}",
+                     f"{per / per_request(theirs):.2f}" if per is not None and theirs else "",
+                     *(f"{r['by_type'][k][1]:,} ({r['by_type'][k][0]})" if k in r["by_type"]
+                       else "0" for k in kinds)])
+    return "\n".join([
+        f"`python benchmarks/frontier_crawl.py --pages {args.pages} --workers {args.workers} "
+        f"--page-delay {args.page_delay:g}" + (f" --repeat {args.repeat}" if repeated else "")
+        + f"`: {args.docs} served on 127.0.0.1, every worker SIGKILLed once the site had "
+        f"answered {args.pages} pages; Redis {rows[0]['redis'] if rows else '?'}; "
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}, {seconds:.0f} s", "",
+        table(header, body), "", "Left out as the filter's: "
+        + ", ".join(f"{r['name']} {r['filter_bytes']:,} bytes" for r in rows)
+        + ". Issue 39's target: at most 150 bytes a request, and at most 1/3 of "
+        "scrapy-redis's."])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--page-delay", type=float, default=0.3,
                         help="seconds before the site answers a page")
-    parser.add_argument("--docs", type=Path, default=default_docs(),
+    parser.add_argument("--docs", type=Path,
+                        default=next((d for d in DOC_SETS if (d / "index.html").exists()), None),
                         help="the HTML to crawl (default: python-django-doc's, else "
                              "python3-doc's)")
     parser.add_argument("--contenders", default=",".join(CONTENDERS),
@@ -279,12 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in CONTENDERS]
     if unknown:
         parser.error(f"unknown contender(s) {unknown}; known: {list(CONTENDERS)}")
-    # The workers import the scrapy-redis contender's extension from benchmarks/.
+    # The workers import the scrapy-redis contender's extension from the harness.
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
     started = time.monotonic()
-    rows = [{**one_crawl(name, CONTENDERS[name], args, round_), "round": round_}
-            for round_ in range(args.repeat) for name in names]
+    rows = [one_crawl(name, args, round_) for round_ in range(args.repeat) for name in names]
     print(report(rows, args, time.monotonic() - started))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -2,21 +2,9 @@
 """The frontier's memory: bytes a waiting or leased request, each queue layout against
 scrapy-redis's, measured in one run.
 
-    .venv/bin/python benchmarks/frontier_memory.py [--requests 1000000] [--hosts 1000]
-
-For each kind of request (a 64-byte documentation URL with a callback; a CrawlSpider's,
-with its rule, link text and depth in meta), ``--requests`` of them are queued in a
-fresh redis-server by each contender, and ``--leased`` (1%) of them then leased:
-
-* scrapy-redis's ``PriorityQueue`` (its pickled ``Request.to_dict`` in a sorted set;
-  its pops remove, nothing is leased);
-* this package's sorted-set layout (``frontier/queue.py``: what a Redis Cluster keeps);
-* the download slots' lists (``frontier/crawlwide.py``) with ``BLOOMDUPE_POLITENESS =
-  "worker"`` (one slot) and ``"crawl"`` (a slot a host, the URLs spread over
-  ``--hosts`` hosts).
-
-A figure is the ``MEMORY USAGE ... SAMPLES 0`` of every key over the requests waiting or
-leased; the ratio is to scrapy-redis's. The results: docs/capacity.md.
+``python benchmarks/frontier_memory.py [--requests 1000000] [--hosts 1000]``; the kinds
+of request and the contenders: ``kinds`` and ``contenders`` below; what a figure is, and
+the figures: docs/capacity.md (A frontier of a million requests).
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from scrapy import Request, Spider
+from scrapy import Request
 from scrapy.settings import Settings
 from scrapy_redis import picklecompat
 from scrapy_redis.queue import PriorityQueue as RedisPriorityQueue
@@ -40,43 +28,28 @@ from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
 from scrapy_bloomdupe.testing import RedisServer
+from scripts.entry_bytes import SPIDER, docs_url, memory
 
 TAG = "mem:bloomdupe"
 BATCH = 1000
 
 
-class DocsSpider(Spider):
-    name = "docs"
-
-    def parse_item(self, response: Any) -> None:
-        pass
-
-    def _callback(self, response: Any) -> None:  # CrawlSpider's callback of every rule
-        pass
-
-
-SPIDER = DocsSpider()
-
-
 def kinds(hosts: int) -> dict[str, Callable[[int], Request]]:
-    def url(i: int) -> str:  # 64 bytes on docs.example.org; as long on the other hosts
-        host = "docs.example.org" if i % hosts == 0 else f"docs{i % hosts:04d}.example"
-        return f"https://{host}/django-doc/html/ref/page-{i:09d}.html"
-
+    """A 64-byte URL over ``hosts`` hosts and a callback; a CrawlSpider's request."""
     return {
-        "a callback (parse_item)": lambda i: Request(url(i), callback=SPIDER.parse_item),
+        "a callback (parse_item)": lambda i: Request(docs_url(i, hosts),
+                                                     callback=SPIDER.parse_item),
         "a CrawlSpider's (rule, link text, depth, priority -2)": lambda i: Request(
-            url(i), callback=SPIDER._callback, priority=-2,
+            docs_url(i, hosts), callback=SPIDER._callback, priority=-2,
             meta={"rule": 0, "link_text": "Model field reference", "depth": 2}),
     }
 
 
-def memory(client: redis.Redis) -> int:
-    return sum(int(client.memory_usage(name, samples=0) or 0)
-               for name in client.scan_iter(count=1000))
-
-
 def contenders(client: redis.Redis) -> dict[str, Callable[[], Any]]:
+    """scrapy-redis's ``PriorityQueue`` (pickled ``Request.to_dict`` in a sorted set; its
+    pops remove, nothing is leased); this package's sorted set (``frontier/queue.py``, a
+    Redis Cluster's layout); the download slots' lists (``frontier/crawlwide.py``), one
+    slot (``"worker"``) and a slot a host (``"crawl"``)."""
     unlimited = Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "DOWNLOAD_DELAY": 0})
     return {
         "scrapy-redis PriorityQueue": lambda: RedisPriorityQueue(

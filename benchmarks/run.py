@@ -1,31 +1,13 @@
 #!/usr/bin/env python
 """scrapy-bloomdupe against scrapy-redis, side by side, in one run.
 
-``python benchmarks/run.py`` (``--quick`` for a small smoke run, ``--out DIR``
-for the results, default ``benchmarks/out``). It starts its own ``redis-server``
-(and, for the latency runs, a delaying TCP proxy in front of it) and measures:
-
-a. checks per second in one process: scrapy-redis's ``RFPDupeFilter`` (its own
-   sha1-of-JSON fingerprint, then ``SADD``), Scrapy's in-memory
-   ``RFPDupeFilter``, and this package's ``RedisBloomDupeFilter`` in lock mode,
-   atomic mode, and batched (``requests_seen`` on batches of 50 requests, then
-   the scheduler's ``request_seen`` on each new one, as with the batch
-   middleware). The same stream of requests (50% repeats) for every
-   contender, fresh ``Request`` objects for every run (Scrapy caches
-   fingerprints per request), best of N runs, contenders interleaved;
-b. the same with 0.5 ms and 2 ms added to every Redis round trip;
-c. bytes per URL in Redis at 1,000,000 URLs, error rate 0.001;
-d. the false-positive rate measured at capacity, and (d2) a recrawl window's bits per
-   live fingerprint and false positives under four arrival patterns, both engines;
-e. URLs accepted twice and never, 16 processes checking the same URLs in the
-   same order at the same moment;
-f. an end-to-end crawl of the example project's demo site by 4 workers:
-   pages/s and the share of the workers' CPU spent in dedup.
-
-Markdown tables go to stdout (and ``DIR/results.md``), raw figures to
-``DIR/results.json``; progress to stderr.
-Exit status 0 unless something broke (missed targets are reported, not fatal,
-unless ``--strict``).
+``python benchmarks/run.py`` (``--quick`` for a small smoke run, ``--out DIR`` for the
+results, default ``benchmarks/out``; ``--help``). It starts its own ``redis-server``
+(and a delaying TCP proxy) and measures: (a) checks per second in one process, (b) the
+same at +0.5 and +2 ms a round trip, (c) bytes per URL, (d) the false-positive rate at
+capacity and (d2) a recrawl window's, (e) 16 processes checking the same URLs at once,
+(f) an end-to-end crawl. What each is and how it is taken: docs/benchmarks.md. Markdown
+tables go to stdout and ``DIR/results.md``, raw figures to ``DIR/results.json``.
 """
 
 from __future__ import annotations
@@ -49,7 +31,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import e2e  # first: it puts tests/ (the harness) on sys.path
 import redis
+from harness.latency_proxy import LatencyProxy, measure_rtt, proxy_overhead
+from latency_crawl import SCRAPY_REDIS as LATENCY_CRAWL_SCRAPY_REDIS
+from report import progress, table
 from scrapy import Request, Spider
 from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
 from scrapy.utils.misc import build_from_crawler
@@ -61,11 +47,6 @@ from scrapy_bloomdupe.bloom import native
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import e2e
-from harness.latency_proxy import LatencyProxy, measure_rtt
-from latency_crawl import SCRAPY_REDIS as LATENCY_CRAWL_SCRAPY_REDIS
 
 ERROR_RATE = 0.001
 #: Capacity of the dupefilter in the throughput and race runs (the package's default).
@@ -93,13 +74,7 @@ QUICK = Size(1_500, 2, 150, 1, 1, 20_000, 20_000, 4, 1_000, 0, 2)
 DELAYS_MS = (0.5, 2.0)
 
 
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 # -- the machine ----------------------------------------------------------------------
-
-
 def machine(redis_url: str) -> dict[str, Any]:
     def proc(path: str, field: str) -> str:  # a /proc file's first line starting with it
         lines = Path(path).read_text().splitlines() if Path(path).exists() else []
@@ -168,8 +143,6 @@ def url_stream(count: int, repeat: float, seed: int = 2024) -> tuple[list[str], 
 
 
 # -- contenders -----------------------------------------------------------------------
-
-
 class BenchSpider(Spider):
     name = "bench"
 
@@ -183,10 +156,6 @@ class Contender:
     #: BLOOMDUPE_LOCAL_CACHE on (the default): repeats this process has met are
     #: answered without Redis. Off: every check is a round trip.
     cache: bool = True
-
-    @property
-    def uses_redis(self) -> bool:
-        return self.kind != "memory"
 
 
 SCRAPY_REDIS = Contender("scrapy-redis RFPDupeFilter (SADD)", "scrapy-redis")
@@ -278,18 +247,15 @@ def measure(contender: Contender, redis_url: str, direct: redis.Redis, urls: Seq
         close()
     n = len(urls)
     return {"rate": n / wall, "wall_us": wall / n * 1e6, "cpu_us": cpu / n * 1e6,
-            "redis_cpu_us": server_cpu / n * 1e6 if contender.uses_redis else 0.0,
+            "redis_cpu_us": server_cpu / n * 1e6 if contender.kind != "memory" else 0.0,
             "new": float(sum(accepted))}
 
 
 def throughput(contenders: Sequence[Contender], redis_url: str, direct: redis.Redis,
                urls: Sequence[str], repeats: int, batch: int, label: str,
                batched_repeats: int | None = None) -> dict[str, Any]:
-    """Best of ``repeats`` runs per contender, contenders interleaved in each round.
-
-    ``batched_repeats`` (default ``repeats``) gives the batched contenders more
-    rounds where their runs are short (the added-latency runs).
-    """
+    """Best of ``repeats`` runs per contender (``batched_repeats`` for the batched ones,
+    whose runs are short with added latency), contenders interleaved in each round."""
     wanted = {c.name: (batched_repeats or repeats) if c.batched else repeats
               for c in contenders}
     rounds = max(wanted.values())
@@ -313,8 +279,6 @@ def throughput(contenders: Sequence[Contender], redis_url: str, direct: redis.Re
 
 
 # -- memory and false positives -------------------------------------------------------
-
-
 def fingerprints(count: int, prefix: bytes) -> list[bytes]:
     """sha1 digests, the size of Scrapy's request fingerprints."""
     return [hashlib.sha1(prefix + b"%d" % i).digest() for i in range(count)]
@@ -472,8 +436,6 @@ def window_patterns(url: str, count: int, probes: int, engine_name: str
 
 
 # -- many processes at once -----------------------------------------------------------
-
-
 def _race_worker(contender: Contender, redis_url: str, urls: Sequence[str], batch: int,
                  barrier: Any, results: Any, index: int) -> None:
     try:
@@ -524,11 +486,11 @@ def race(contender: Contender, redis_url: str, direct: redis.Redis, urls: Sequen
 _BATCH_MIDDLEWARE = '{"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}'
 # The demo's settings turn the batch middleware on; per-request contenders turn it off
 # (BLOOMDUPE_BATCH=False), so their dupefilter sees one request a call. scrapy-redis's
-# settings (with wait_for_queue.py, which keeps its workers as long as ours stay) are
-# latency_crawl.py's.
+# settings (with the harness's wait_for_queue.py, which keeps its workers as long as ours
+# stay) are latency_crawl.py's.
 E2E_CONTENDERS: tuple[tuple[Contender, dict[str, str]], ...] = (
     (SCRAPY_REDIS, LATENCY_CRAWL_SCRAPY_REDIS[1]),
-    *((c, {"DUPEFILTER_CLASS": "benchmarks.timed.TimedRedisBloomDupeFilter",
+    *((c, {"DUPEFILTER_CLASS": "harness.timed.TimedRedisBloomDupeFilter",
            "BLOOMDUPE_LOCK": str(c.lock), "BLOOMDUPE_BATCH": str(c.batched),
            **({"SPIDER_MIDDLEWARES": _BATCH_MIDDLEWARE} if c.batched else {})})
       for c in (LOCK, ATOMIC, BATCHED_LOCK, BATCHED_ATOMIC)),
@@ -536,21 +498,8 @@ E2E_CONTENDERS: tuple[tuple[Contender, dict[str, str]], ...] = (
 
 
 # -- reporting ------------------------------------------------------------------------
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def ratio(x: float, base: float) -> str:
     return f"{x / base:.2f}x" if base else "-"
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
@@ -568,7 +517,7 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
                    f"batches of {batch}. CPU figures are medians per check.\n")
         rows = [[c.name, f"{r['rate']:,.0f}", f"{min(r['rates']):,.0f} - {max(r['rates']):,.0f}",
                  ratio(r["rate"], sr), ratio(r["rate"], mem), f"{r['cpu_us']:.0f}",
-                 f"{r['redis_cpu_us']:.0f}" if c.uses_redis else "-", f"{r['wall_us']:.0f}",
+                 f"{r['redis_cpu_us']:.0f}" if c.kind != "memory" else "-", f"{r['wall_us']:.0f}",
                  f"{r['new']:,.0f}"] for c in ALL for r in [local[c.name]]]
         out.append(table(["contender", "checks/s (best)", "all runs", "vs scrapy-redis",
                           "vs in-memory", "client CPU µs/check", "Redis CPU µs/check",
@@ -628,18 +577,11 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
         out.append(table(["store", "bytes/URL (MEMORY USAGE)", "less than scrapy-redis",
                           "bytes/URL (used_memory delta)", "less than scrapy-redis",
                           "bytes/URL (bits / 8)"], rows))
-        out.append(f"\nMEMORY USAGE (`SAMPLES 0`) is what Redis reports for the key; for a set it "
-                   "counts each entry at `sizeof(dictEntry)` = 24 bytes, while jemalloc "
-                   "serves it from its 32-byte class. The `used_memory` delta (INFO, before "
-                   "and after deleting the key) is the allocator's footprint. The filter: "
-                   f"{memory['bloom_bits']:,} bits, {memory['bloom_hashes']} hashes, "
-                   f"{memory['bloom_shards']} shard(s), one string allocated at full size "
-                   f"when the filter is opened (so its memory does not depend on the fill); "
-                   f"filled in {memory['add_seconds']:.1f} s with `add_many` in batches of "
-                   f"10,000. Not counted above: each client's transient op log of its last "
-                   f"round trip ({memory['op_log_bytes']:,} bytes after the last batch of "
-                   f"10,000 items: one character per item of the last round trip; an hour's "
-                   f"TTL).")
+        out.append(f"\nThe filter: {memory['bloom_bits']:,} bits, {memory['bloom_hashes']} "
+                   f"hashes, {memory['bloom_shards']} shard(s), filled in "
+                   f"{memory['add_seconds']:.1f} s (`add_many`, batches of 10,000). Not "
+                   f"counted above: the clients' op logs of their last round trip "
+                   f"({memory['op_log_bytes']:,} bytes; an hour's TTL).")
 
         lo, hi = memory["fpr_ci95"]
         out.append(f"\n## d. False-positive rate at capacity\n\n"
@@ -692,13 +634,7 @@ def report(results: dict[str, Any], size: Size, quick: bool, batch: int) -> str:
         else:
             first = crawl[0]
             out.append(f"`example_project` (scrapy-redis shared queue), {first['workers']} "
-                       f"`scrapy crawl` workers, {first['pages']:,} pages. pages/s = pages "
-                       "fetched / (last fetch - first fetch) from the site's own counts. Dedup "
-                       "CPU share = CPU time inside `request_seen`/`requests_seen`/"
-                       "`check_and_queue` "
-                       "(fingerprinting included) / the workers' CPU time from spider open "
-                       "to close. Round trips: every command or pipeline a worker wrote to "
-                       "Redis (queue, filter, stats, heartbeats), over the pages fetched.\n")
+                       f"`scrapy crawl` workers, {first['pages']:,} pages.\n")
             rows = []
             for r in crawl:
                 per = r["dedup_cpu"] / r["pages"] * 1e6
@@ -729,7 +665,7 @@ def judge(results: dict[str, Any]) -> list[dict[str, str]]:
     targets: list[dict[str, str]] = []
 
     def add(target: str, measured: str, ok: bool) -> None:
-        targets.append({"target": target, "measured": measured, "result": verdict(ok)})
+        targets.append({"target": target, "measured": measured, "result": "PASS" if ok else "FAIL"})
 
     memory = results.get("memory")
     if memory:
@@ -788,8 +724,6 @@ def judge(results: dict[str, Any]) -> list[dict[str, str]]:
 
 
 # -- main -----------------------------------------------------------------------------
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
@@ -828,11 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             urls = stream[:size.latency_requests]
             delays = []
             base_rtt = measure_rtt(server.url)
-            # The proxy's own thread hand-offs add latency too: measure them with
-            # no delay and take them off the delay asked of the proxy, so that the
-            # round trip grows by the intended amount (the measured figure is shown).
-            with LatencyProxy(server.port, 0.0) as proxy:
-                overhead = max(0.0, measure_rtt(proxy.url) - base_rtt)
+            overhead = proxy_overhead(server.port, base_rtt)
             for delay in DELAYS_MS:
                 setting = max(0.0, delay - overhead * 1000)
                 with LatencyProxy(server.port, setting) as proxy:
@@ -877,8 +807,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "e2e" in sections:
         if size.e2e_pages <= 0:
             results["e2e"] = "Skipped (quick run; `--e2e-pages N` runs it)."
-        elif not e2e.available():
-            results["e2e"] = "Skipped: example_project/ (demo/site.py) is not there."
         else:
             crawls = []
             # Persistence on, as the demo runs it (a shared crawl keeps state in Redis).

@@ -2,8 +2,9 @@
 
 Every ``BLOOMDUPE_*`` setting (and scrapy-redis's ``REDIS_*`` ones) is parsed
 here and nowhere else, once, at start; each error names the setting and the
-value it got. :class:`BloomDupeConfig` is the filter's, :class:`RedisSettings`
-the client's, :func:`batch_size` the batch middleware's and
+value it got (the parsers of a kind of value, which know no setting, are in
+:mod:`.settingvalues`). :class:`BloomDupeConfig` is the filter's,
+:class:`RedisSettings` the client's, :func:`batch_size` the batch middleware's and
 :func:`use_scheduler` the add-on's.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,16 @@ from redis.cluster import RedisCluster
 from . import redisargs, sizing
 from .exceptions import ConfigError
 from .keys import validate_key
+from .settingvalues import (
+    is_none,
+    is_unset,
+    parse_bool,
+    parse_choice,
+    parse_codes,
+    parse_dict,
+    parse_float,
+    parse_int,
+)
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -86,76 +96,9 @@ SENTINEL_MASTER_SETTING = "BLOOMDUPE_SENTINEL_MASTER"
 #: The schemes of a Redis URL, as redis-py's ``parse_url`` has them.
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-#: What ``-s NAME=...`` gives for a setting meant as Python's ``None`` (a string, from the
-#: command line): it means the same as ``NAME = None`` in settings.py, the default.
-_NONE = {"none", "null"}
-
-
-def is_none(value: Any) -> bool:
-    """Whether ``value`` is None, or ``None`` (``null``) written on the command line."""
-    return value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
-
-
-def is_unset(value: Any) -> bool:
-    """:func:`is_none`, or empty: an optional setting left out."""
-    return is_none(value) or (isinstance(value, str) and not value.strip())
-
-
 def _get(settings: BaseSettings, name: str) -> Any:
     value = settings.get(name)
     return DEFAULTS[name] if is_none(value) else value
-
-
-def parse_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(name, value, "must be a whole number, not a boolean")
-    if isinstance(value, str):
-        # What Python accepts in settings.py, accepted from -s too: 10_000_000, 1e7.
-        text = value.strip().replace("_", "")
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                raise ConfigError(name, value, "must be a whole number") from None
-            if not value.is_integer():
-                raise ConfigError(name, text, "must be a whole number") from None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        raise ConfigError(name, value, "must be a whole number")
-    if value < minimum:
-        raise ConfigError(name, value, f"must be at least {minimum}")
-    return value
-
-
-def parse_float(name: str, value: Any, *, low: float, high: float = math.inf,
-                low_open: bool = False, high_open: bool = False) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(name, value, "must be a number, not a boolean")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(name, value, "must be a number") from None
-    if math.isnan(number) or number < low or (low_open and number == low) or number > high \
-            or (high_open and number == high):
-        left = "(" if low_open else "["
-        right = ")" if high_open else "]"
-        raise ConfigError(name, value, f"must be in {left}{low}, {high}{right}")
-    return number
-
-
-def parse_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ConfigError(name, value, "must be true or false")
 
 
 @dataclass(frozen=True)
@@ -281,13 +224,6 @@ def parse_engine(engine: object) -> str:
     return parse_choice("BLOOMDUPE_ENGINE", engine, ENGINES)
 
 
-def parse_choice(name: str, value: object, choices: tuple[str, ...], meaning: str = "") -> str:
-    """``value``, one of ``choices`` in any case (``meaning`` says what each is)."""
-    if isinstance(value, str) and value.strip().lower() in choices:
-        return value.strip().lower()
-    raise ConfigError(name, value, f"must be one of {', '.join(choices)}{meaning}")
-
-
 def batch_size(settings: BaseSettings) -> int | None:
     """The batch middleware's chunk size, or None when ``BLOOMDUPE_BATCH`` turns it off."""
     if not parse_bool("BLOOMDUPE_BATCH", _get(settings, "BLOOMDUPE_BATCH")):
@@ -332,18 +268,6 @@ class FrontierConfig:
             parse_float("BLOOMDUPE_BACKOFF_MAX", _get(settings, "BLOOMDUPE_BACKOFF_MAX"),
                         low=1, high=86_400),
         )
-
-
-def parse_codes(name: str, value: Any) -> tuple[int, ...]:
-    """A list of HTTP status codes (a list, or a comma-separated string)."""
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        codes = tuple(int(str(item)) for item in items if str(item).strip())
-    except (TypeError, ValueError):
-        codes = ()
-    if codes and all(100 <= code <= 599 for code in codes):
-        return codes
-    raise ConfigError(name, value, "must be a list of HTTP status codes, such as [429, 503]")
 
 
 def use_scheduler(settings: BaseSettings) -> bool:
@@ -538,25 +462,6 @@ def _sentinel_address(item: Any) -> tuple[str, int]:
     if not 0 < number < 65536:
         raise ConfigError(SENTINELS_SETTING, item, "the port must be in 1-65535")
     return host.strip(), number
-
-
-def parse_dict(name: str, value: Any) -> dict[str, Any]:
-    """A dict setting, as Scrapy's ``getdict`` reads it: a dict, or a JSON object in a
-    string (what ``-s 'REDIS_PARAMS={"socket_timeout": 30}'`` gives)."""
-    if is_unset(value):
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as e:
-            raise ConfigError(name, value, f"is not valid JSON ({e}); write a JSON object, "
-                              'for example {"socket_timeout": 30}') from None
-    if hasattr(value, "copy_to_dict"):  # a Scrapy BaseSettings
-        value = value.copy_to_dict()
-    if not isinstance(value, dict):
-        raise ConfigError(name, value, "must be a dict (or a JSON object) of redis client "
-                          f"arguments, not {type(value).__name__}")
-    return dict(value)
 
 
 def redis_params(settings: BaseSettings) -> dict[str, Any]:

@@ -46,9 +46,11 @@ class DocsSpider(Spider):
 SPIDER = DocsSpider()
 
 
-def docs_url(i: int) -> str:
-    """A documentation-like URL of 64 bytes (docs/design-notes.md's measurements)."""
-    return f"https://docs.example.org/django-doc/html/ref/page-{i:09d}.html"
+def docs_url(i: int, hosts: int = 1) -> str:
+    """A documentation-like URL of 64 bytes (docs/design-notes.md's measurements) on one of
+    ``hosts`` hosts: ``docs.example.org``, or one as long (``benchmarks/frontier_memory.py``)."""
+    host = "docs.example.org" if i % hosts == 0 else f"docs{i % hosts:04d}.example"
+    return f"https://{host}/django-doc/html/ref/page-{i:09d}.html"
 
 
 #: The kinds of request: what a spider of each kind queues.
@@ -65,7 +67,10 @@ def legacy(request: Request) -> bytes:
     return picklecompat.dumps(request.to_dict(spider=SPIDER))  # type: ignore[no-any-return]
 
 
-def memory(client: redis.Redis, names: list[str]) -> int:
+def memory(client: redis.Redis, names: list[str] | None = None) -> int:
+    """``MEMORY USAGE ... SAMPLES 0`` of ``names`` (None: every key), summed."""
+    if names is None:
+        names = list(client.scan_iter(count=1000))
     return sum(int(client.memory_usage(name, samples=0) or 0) for name in names)
 
 

@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     # 1: pure logic, no I/O
     "exceptions": 1, "keys": 1, "sizing": 1, "hashing": 1, "localcache": 1, "settings": 1,
     "versions": 1,
-    "luascript": 1, "redaction": 1, "redisargs": 1, "settingstable": 1,
+    "luascript": 1, "redaction": 1, "redisargs": 1, "settingstable": 1, "settingvalues": 1,
     # 2: redis-py only
     "transport": 2,
     # 3: the filter and the queue, Scrapy-free; the crawl's figures read from both

@@ -75,8 +75,8 @@ def test_a_scrapy_redis_queue_keeps_redis_off_the_reactor(
     timing = tmp_path / "timing"
     results = run_workers(durable_redis, site.url, tmp_path, 2,
                           f"SCHEDULER_QUEUE_CLASS={queue}", "BLOOMDUPE_DONE_GRACE=1",
-                          "DUPEFILTER_CLASS=benchmarks.timed.TimedRedisBloomDupeFilter",
-                          f"BENCH_TIMING_DIR={timing}", env={"PYTHONPATH": str(ROOT)})
+                          "DUPEFILTER_CLASS=harness.timed.TimedRedisBloomDupeFilter",
+                          f"BENCH_TIMING_DIR={timing}", env={"PYTHONPATH": str(ROOT / "tests")})
     assert_clean(results)
     assert take_fetches(site) == [1] * PAGES
     figures = [json.loads(path.read_text()) for path in timing.glob("*.json")]
@@ -104,8 +104,8 @@ def test_a_non_asyncio_reactor_takes_the_same_path(durable_redis: str, site: Any
     results = run_workers(durable_redis, site.url, tmp_path, 2,
                           "TWISTED_REACTOR=twisted.internet.epollreactor.EPollReactor",
                           "BLOOMDUPE_DONE_GRACE=1",
-                          "DUPEFILTER_CLASS=benchmarks.timed.TimedRedisBloomDupeFilter",
-                          f"BENCH_TIMING_DIR={timing}", env={"PYTHONPATH": str(ROOT)})
+                          "DUPEFILTER_CLASS=harness.timed.TimedRedisBloomDupeFilter",
+                          f"BENCH_TIMING_DIR={timing}", env={"PYTHONPATH": str(ROOT / "tests")})
     assert_clean(results)
     assert all("EPollReactor" in log for _, log in results)
     assert take_fetches(site) == [1] * PAGES

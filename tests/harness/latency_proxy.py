@@ -174,5 +174,13 @@ def measure_rtt(url: str, pings: int = 200) -> float:
         client.close()
 
 
+def proxy_overhead(target_port: int, base_rtt: float) -> float:
+    """Seconds the proxy's own thread hand-offs add to a round trip (measured with no
+    delay over ``base_rtt``, the direct one): what to take off the delay asked of it, so
+    that the round trip grows by the intended amount."""
+    with LatencyProxy(target_port, 0.0) as proxy:
+        return max(0.0, measure_rtt(proxy.url) - base_rtt)
+
+
 if __name__ == "__main__":
     main()

@@ -54,7 +54,17 @@ class Site:
 def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
                failing: int = 0, port: int = 0, hosts: int = 1, throttle: int = 0,
                timeout: float = 30.0) -> Site:
-    """``python -m demo.site`` (cwd example_project); ``port`` 0 picks a free one.
+    """``python -m demo.site`` (cwd example_project); ``port`` 0 picks a free one."""
+    return start_server(
+        ["demo.site", "--port", str(port), "--pages", str(pages), "--seed", str(seed),
+         "--delay", str(delay), "--failing", str(failing), "--hosts", str(hosts),
+         "--throttle", str(throttle)], out, timeout=timeout)
+
+
+def start_server(args: list[str], out: Path, *, cwd: Path = PROJECT,
+                 timeout: float = 30.0) -> Site:
+    """``python -m <args>`` (cwd ``cwd``), a site that prints ``... at http://...`` once
+    it listens; its errors in ``out/site.err``.
 
     A port just freed by a previous site may still be taken for a moment: tried
     again until ``timeout``."""
@@ -62,12 +72,8 @@ def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
     for attempt in itertools.count(1):
         err = out / f"site-{attempt}.err" if attempt > 1 else out / "site.err"
         with err.open("ab") as err_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "demo.site", "--port", str(port), "--pages", str(pages),
-                 "--seed", str(seed), "--delay", str(delay), "--failing", str(failing),
-                 "--hosts", str(hosts), "--throttle", str(throttle)],
-                cwd=PROJECT, stdout=subprocess.PIPE, stderr=err_file,
-            )
+            process = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd,
+                                       stdout=subprocess.PIPE, stderr=err_file)
         assert process.stdout is not None
         line = process.stdout.readline().decode()  # "Demo site with N pages at http://..."
         match = re.search(r"at (http://\S+)", line)
@@ -77,7 +83,7 @@ def start_site(out: Path, *, pages: int, seed: int = 2024, delay: float = 0.0,
         stop(process)
         process.stdout.close()
         if time.monotonic() > deadline or "Address already in use" not in err.read_text():
-            raise RuntimeError(f"the demo site did not start: {line!r}\n"
+            raise RuntimeError(f"the site {args[0]} did not start: {line!r}\n"
                                + err.read_text(errors="replace")[-2000:])
         time.sleep(0.5)
     raise AssertionError("unreachable")

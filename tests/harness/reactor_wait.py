@@ -1,6 +1,6 @@
 """Where a worker's reactor thread waits for Redis, for the end-to-end crawl benchmark.
 
-A developer's instrument, imported by :mod:`benchmarks.timed` (so every benchmark
+A developer's instrument, imported by :mod:`harness.timed` (so every benchmark
 worker has it): it times,
 on the process's main thread only (Scrapy's reactor), every write of a command
 to a redis-py connection and every reply read, and every wait for the

@@ -1,6 +1,6 @@
 """A worker's Redis round trips, and what each carried, for the Redis CPU benchmark.
 
-A developer's instrument, imported by :mod:`benchmarks.timed` (so every benchmark
+A developer's instrument, imported by :mod:`harness.timed` (so every benchmark
 worker has it): it counts every command or pipeline the process writes to a redis-py
 connection, blocking or ``redis.asyncio`` (``send_packed_command``, through any
 client, from when it is imported):
@@ -63,7 +63,7 @@ AsyncConnection.send_packed_command = _counted_send_async  # type: ignore[method
 
 def carried(directory: Path, ports: dict[str, str], pages: int) -> dict[str, dict[str, float]]:
     """The workers' round trips a page, by what they carried, per master (``ports``: its
-    name by port), from the timing files (:mod:`benchmarks.timed`)."""
+    name by port), from the timing files (:mod:`harness.timed`)."""
     out: dict[str, dict[str, float]] = {}
     for path in (directory / "timing").glob("*.json"):
         for key, count in json.loads(path.read_text()).get("carried", {}).items():

@@ -1,22 +1,18 @@
-"""Dupefilters that time themselves, for the end-to-end crawl benchmark.
+"""Dupefilters that time themselves: the end-to-end benchmarks' instrument, and tests'.
 
-``DUPEFILTER_CLASS = "benchmarks.timed.TimedRedisBloomDupeFilter"`` (or
-``TimedScrapyRedisDupeFilter``) with ``BENCH_TIMING_DIR`` set: each call of
-``request_seen`` / ``requests_seen`` adds its CPU time (``time.process_time``)
-and wall time (``time.perf_counter``) to running totals, fingerprinting
-included (users pay it). When the spider closes, the worker writes
-``<BENCH_TIMING_DIR>/<pid>.json`` with those totals beside the worker's own
-CPU and wall time over the same window (from the dupefilter's creation, at
-spider open, to spider close), so dedup's share of the worker's CPU is
-``dedup_cpu / worker_cpu``; and its Redis round trips and what each carried
-(``tests/harness/round_trips.py``). Nothing of the filtering changes.
+``DUPEFILTER_CLASS = "harness.timed.TimedRedisBloomDupeFilter"`` (or
+``TimedScrapyRedisDupeFilter``; ``tests/`` on the worker's ``PYTHONPATH``) with
+``BENCH_TIMING_DIR`` set: at spider close each worker writes
+``<BENCH_TIMING_DIR>/<pid>.json``, its time in dedup beside its own CPU and wall time
+(docs/benchmarks.md, section f), its Redis round trips and what each carried
+(:mod:`harness.round_trips`), and what its reactor waited for
+(:mod:`harness.reactor_wait`). Nothing of the filtering changes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,11 +21,9 @@ from typing import Any, TypeVar
 from scrapy import signals
 from scrapy_redis.dupefilter import RFPDupeFilter
 
-from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from harness import reactor_wait
 from harness.round_trips import CARRIED, ROUND_TRIPS
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 
 T = TypeVar("T")
 

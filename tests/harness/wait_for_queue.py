@@ -1,13 +1,13 @@
 """``WaitForSharedQueue``: keeps a scrapy-redis worker open while its shared queue may refill.
 
-For the scrapy-redis contender of the end-to-end benchmark only (``e2e.py``):
-scrapy-redis closes an idle worker as soon as the shared queue is empty, even
-though another worker may be about to queue the links of the page it is
-fetching; workers started together would leave within a fraction of a second.
-This keeps the worker open (``DontCloseSpider``) until it has found no work for
-``SHARED_QUEUE_IDLE_TIMEOUT`` seconds (default 3), looking at the queue again
-every ``SHARED_QUEUE_POLL_INTERVAL`` seconds (default 0.25). This package's own
-scheduler stays until the crawl is done by itself (``BLOOMDUPE_DONE_GRACE``).
+For the scrapy-redis contender of the benchmarks' crawls (``benchmarks/e2e.py``,
+``frontier_crawl.py``, :func:`harness.kill_workers.side_by_side`): scrapy-redis closes
+an idle worker as soon as the shared queue is empty, though another worker may be about
+to queue the links of the page it is fetching; workers started together would leave
+within a fraction of a second. This keeps the worker open (``DontCloseSpider``) until it
+has found no work for ``SHARED_QUEUE_IDLE_TIMEOUT`` seconds (default 3), looking at the
+queue again every ``SHARED_QUEUE_POLL_INTERVAL`` seconds (default 0.25). This package's
+own scheduler stays until the crawl is done by itself (``BLOOMDUPE_DONE_GRACE``).
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Benchmarks of scrapy-bloomdupe against scrapy-redis: ``python benchmarks/run.py``."""
