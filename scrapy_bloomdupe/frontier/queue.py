@@ -11,20 +11,16 @@ its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
 filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
 loses nothing: what it held is fetched again by the others.
 
-Shards: on a Redis Cluster the queue has one sorted set per filter shard, with
-the filter shard's hash tag (see :mod:`scrapy_bloomdupe.keys`), so every
-master carries part of the pushes and pops; on one node (or a Sentinel master)
-it has one, shard 0's, whatever the filter's shard count, so an idle worker's
-looks, its pops, heartbeats and reaps cost what one shard costs. A new request
-is pushed by the very script that checks it against the filter (the sink of
-``bloom/check_add_*.lua``): a request is never in the filter without being in
-the queue or a lease. Within a shard, requests come out by priority (highest
-first, then by their entries' bytes); across shards, a worker takes from the shards in
-turn, so priorities hold approximately.
-
-The shape (a sorted set and a lease hash, moved by Lua scripts) was measured
-against Streams with a consumer group (``XREADGROUP``/``XACK``/``XAUTOCLAIM``):
-docs/queue_shapes.md. Streams have no priorities.
+Shards: on a Redis Cluster one sorted set per filter shard, with its hash tag
+(:mod:`scrapy_bloomdupe.keys`), so every master carries part of the pushes and
+pops; on one node (or a Sentinel master) one, shard 0's. A new request is pushed
+by the very script that checks it against the filter (the sink of
+``bloom/check_add_*.lua``): never in the filter without being in the queue or a
+lease. Within a shard, requests come out by priority (highest first, then by
+their bytes); across shards, a worker takes from the shards in turn. The
+scheduler's queue, :class:`~.crawlwide.CrawlWideQueue`, moves what lands in
+these sorted sets into download slots' lists (:mod:`.slots`). Measured against
+Streams with a consumer group, which have no priorities: docs/design-notes.md.
 
 Every call is safe to repeat after a lost reply: a pop carries this worker's
 pop number and a retry gets the same leases back; an unfiltered push carries a
