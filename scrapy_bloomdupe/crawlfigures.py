@@ -144,7 +144,7 @@ class CrawlReader:
         else:
             self._filter, self._filter_read = None, -math.inf
         waiting, leased = status(client, key, shards) if shards else (0, 0)
-        slots = self._read_slots()
+        slots = self._read_slots(max(shards, 1))
         now = time.time()
         workers = [_worker(wid, line, now)
                    for wid, line in crawlstats.read_live(client, key).items()]
@@ -153,9 +153,9 @@ class CrawlReader:
             key, totals, self._filter, int(waiting), int(leased), int(failed_kept),
             sum(1 for _, score in owners if score >= since_ms), workers, problem, slots)
 
-    def _read_slots(self) -> BusySlots | None:
+    def _read_slots(self, shards: int) -> BusySlots | None:
         try:
-            return busiest_slots(self.client, self.key, self.slots)
+            return busiest_slots(self.client, self.key, self.slots, shards)
         except NoPermissionError as e:  # an ACL user without +hmget +llen: the rest is read
             if not self._slots_denied:
                 self._slots_denied = True

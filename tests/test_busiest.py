@@ -119,3 +119,22 @@ def test_a_crawl_wide_queue_s_slots_as_its_workers_leave_them(client: redis.Redi
     assert [(s.slot, s.in_flight, s.concurrency, s.waiting, s.delay) for s in found.slots] == [
         ("a.test", 1, 2, 3, 0.25), ("b:slot", 1, 2, 0, 0.25)]
     assert 0 < found.slots[0].next_start <= 0.25
+
+
+def test_a_clusters_slots_are_read_on_their_home_shards(rc: Any) -> None:
+    """``"crawl"`` mode on a Redis Cluster: each slot's figures come from its home
+    shard, its in-flight count from the leases there; every shard's slots are read."""
+    rc.flushall()
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0}),
+                        None)
+    q = CrawlWideQueue(rc, DemoSpider(), "site:requests", tag=TAG, shards=4, policy=policy)
+    hosts = [f"h{j}.test" for j in range(6)]
+    for n in range(3):
+        q.push_many([Request(f"https://{host}/{n}") for host in hosts])
+    taken = [lease for _ in range(8) for lease in q.pop_leases(20)]
+    assert len(taken) == 12  # two a host
+    assert len({q.home(keys.slot_name(host)) for host in hosts}) > 1
+    found = busiest_slots(rc, TAG, limit=10, shards=4)
+    assert found is not None and found.in_flight_slots == 6
+    assert sorted((s.slot, s.in_flight, s.concurrency, s.waiting) for s in found.slots) == [
+        (host, 2, 2, 1) for host in hosts]

@@ -64,7 +64,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         missing = missing_shards(ctx, bloom)
         queue = shard_status(bloom.link, bloom.key, bloom.sizing.shards)
         try:
-            slots = busiest_slots(bloom.link, bloom.key)
+            slots = busiest_slots(bloom.link, bloom.key, shards=bloom.sizing.shards)
         except redis.exceptions.NoPermissionError as e:  # the rest is shown
             slots = None
             ctx.note(f"{ctx.prog}: the busiest download slots cannot be read: {e} (they "

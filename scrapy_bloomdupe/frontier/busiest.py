@@ -17,7 +17,8 @@ Of those, the busiest come first: by requests in flight, then requests waiting
 (the lengths of its lists), then name. A slot with requests waiting, none in
 flight and room, in the middle of a long ready set, is not looked at: "busiest"
 means most in flight, and among the slots with room, the ends of the queue of
-slots. Only shard 0's slots (the crawl-wide queue runs on one node).
+slots. On a Redis Cluster, every shard's (a slot is on its home shard; in
+``"worker"`` mode, where every shard has a slot ``*``, shard 0's is read).
 
 The first round trip has only commands of the crawler's least-privilege ACL
 (docs/security.md), so a crawl without slots reads as it did; the slots are read
@@ -26,6 +27,7 @@ with ``LRANGE``, ``HMGET`` and ``LLEN`` as well.
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .. import keys
 from ..transport.cluster import is_cluster
 from ..transport.link import link_to
+from .politeness import ONE_SLOT
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -82,32 +85,41 @@ class BusySlots:
     ready_slots: int
 
 
-def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BUSIEST
-                  ) -> BusySlots | None:
+def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BUSIEST,
+                  shards: int = 1) -> BusySlots | None:
     """The ``limit`` busiest download slots of the crawl tagged ``tag`` (the filter's
-    key), or None when the crawl keeps no download slots (its politeness is not
-    ``"crawl"``, or nothing was queued in that mode yet). Reads only."""
-    ready, leased = keys.ready(tag, 0), keys.slot_leased(tag, 0)
-    defaults, prefix = keys.slot_defaults(tag, 0), keys.slot_prefix(tag, 0)
+    key, of ``shards`` shards: a cluster's queue has as many, one node's one), or None
+    when the crawl keeps no download slots (nothing was queued in them yet). Reads
+    only; each step one round trip over every shard."""
     with link_to(target) as link:
+        single = not is_cluster(link.client)
+        indexes = [0] if single else list(range(shards))
         # The first round trip only with commands of the crawler's least-privilege ACL
         # (docs/security.md): a crawl without slots is read as before.
-        found, ready_slots, owners, first, last, limits = link.calls([
-            ("EXISTS", ready, leased, defaults, keys.slot_waiting(tag, 0)),
-            ("ZCARD", ready), ("ZRANGE", keys.owners(tag, 0), 0, -1),
-            ("ZRANGE", ready, 0, READY_ENDS - 1), ("ZRANGE", ready, -READY_ENDS, -1),
-            ("HGETALL", defaults)])
-        if not int(found):
+        first_trip = link.calls([command for i in indexes for command in (
+            ("EXISTS", keys.ready(tag, i), keys.slot_leased(tag, i), keys.slot_defaults(tag, i),
+             keys.slot_waiting(tag, i)),
+            ("ZCARD", keys.ready(tag, i)), ("ZRANGE", keys.owners(tag, i), 0, -1),
+            ("ZRANGE", keys.ready(tag, i), 0, READY_ENDS - 1),
+            ("ZRANGE", keys.ready(tag, i), -READY_ENDS, -1),
+            ("HGETALL", keys.slot_defaults(tag, i)))])
+        per = [first_trip[6 * j:6 * j + 6] for j in range(len(indexes))]
+        if not any(int(found) for found, *_ in per):
             return None
-        held = link.calls([("LRANGE", keys.slot_held(tag, 0, _text(owner)), 0, -1)
-                           for owner in owners]) if owners else []
+        held = link.calls([("LRANGE", keys.slot_held(tag, i, _text(owner)), 0, -1)
+                           for i, (_, _, owners, *_) in zip(indexes, per, strict=True)
+                           for owner in owners])
         flight = Counter(_lease_slot(lease) for leases in held for lease in leases)
-        names = [name for name, _ in flight.most_common(IN_FLIGHT)]
-        names = list(dict.fromkeys([*names, *map(_text, first), *map(_text, last)]))
-        single = not is_cluster(link.client)
+        # (shard, name) of the slots read: the most in flight, each shard's ready ends.
+        homes = {name: i for i, (_, _, _, first, last, _) in zip(indexes, per, strict=True)
+                 for name in map(_text, [*first, *last])}
+        names = list(dict.fromkeys([*(name for name, _ in flight.most_common(IN_FLIGHT)),
+                                    *homes]))
+        shard_of = {name: homes.get(name, _home(name, len(indexes))) for name in names}
+        prefix = {name: keys.slot_prefix(tag, shard_of[name]) + name for name in names}
         commands: list[tuple[Any, ...]] = [("TIME",)] if single else []
         for name in names:
-            commands += [("HMGET", prefix + name, *FIELDS), ("LLEN", prefix + name + ":0")]
+            commands += [("HMGET", prefix[name], *FIELDS), ("LLEN", prefix[name] + ":0")]
         replies = link.calls(commands)
         if single:
             seconds, micros = replies.pop(0)
@@ -121,10 +133,10 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
         others = [(j, prio) for j, state in enumerate(states) if state[0]
                   for prio in state[0].split(",") if prio and prio != "0"]
         if others:
-            lengths = link.calls([("LLEN", f"{prefix}{names[j]}:{prio}") for j, prio in others])
+            lengths = link.calls([("LLEN", f"{prefix[names[j]]}:{prio}") for j, prio in others])
             for (j, _), length in zip(others, lengths, strict=True):
                 waiting[j] += int(length)
-    limits = {_text(k): _text(v) for k, v in limits.items()}
+    limits = {_text(k): _text(v) for k, v in per[0][5].items()}
     conc, delay = limits.get("conc", "0"), limits.get("delay", "0")
     slots = [SlotFigures(
         keys.slot_from_name(name), flight.get(name, 0), int(state[2] or conc),
@@ -132,7 +144,13 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
         max(0, int(state[4] or 0) - now) / 1000, max(0, int(state[5] or 0) - now) / 1000)
         for j, (name, state) in enumerate(zip(names, states, strict=True))]
     slots.sort(key=lambda s: (-s.in_flight, -s.waiting, s.slot))
-    return BusySlots(slots[:limit], len(flight), int(ready_slots))
+    return BusySlots(slots[:limit], len(flight), sum(int(ready) for _, ready, *_ in per))
+
+
+def _home(name: str, shards: int) -> int:
+    """A slot's home shard (as :meth:`.crawlwide.CrawlWideQueue.home`: crc32 of its
+    name); in ``"worker"`` mode, every shard's slot ``*``, shard 0's is read."""
+    return zlib.crc32(name.encode()) % shards if name != keys.slot_name(ONE_SLOT) else 0
 
 
 def _lease_slot(lease: bytes | str) -> str:
