@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -499,28 +500,39 @@ BUSY_SLOTS = [("one.test", 2, 2, 3), ("slow.test", 1, 1, 2), ("paused.test", 0, 
               ("odd:80|x%", 0, 4, 3)]
 
 
-def busy_slots(client: Any, tag: str) -> SlotQueue:
+def busy_slots(client: Any, tag: str, shards: int = 1) -> None:
     """Download slots in every state (frontier/slots.py), for the readers of them:
     ``one.test`` at its limit (2 in flight, 3 waiting), ``slow.test`` with a 30 s delay
     (1 in flight, 2 waiting), ``paused.test`` backed off for 60 s (4 waiting), and
     ``odd:80|x%`` (a name that needs escaping) under the default limit, 4, with two
-    priorities waiting; the worker that leased them heartbeats."""
-    q = SlotQueue(client, tag, owner="w1")
-    q.set_defaults(concurrency=4)
+    priorities waiting; the worker that leased them heartbeats. With ``shards`` (a
+    cluster's), each slot on its home shard, as a crawl-wide queue puts it."""
+    from scrapy_bloomdupe import keys
 
-    def entries(slot: str, n: int, concurrency: int, delay_ms: int = 0, priority: int = 0
-                ) -> list[SlotEntry]:
-        return [SlotEntry(slot, priority, f"\x01https://{slot}/{priority}/{j}".encode(),
-                          concurrency, delay_ms) for j in range(n)]
+    queues: dict[int, SlotQueue] = {}
 
-    q.push(entries("one.test", 5, 2) + entries("slow.test", 3, 1, 30_000))
-    assert len(q.pop(10).leases) == 3
+    def queue(slot: str) -> SlotQueue:
+        home = zlib.crc32(keys.slot_name(slot).encode()) % shards
+        if home not in queues:
+            queues[home] = SlotQueue(client, tag, home, owner="w1")
+            queues[home].set_defaults(concurrency=4)
+        return queues[home]
+
+    def push(slot: str, n: int, concurrency: int, delay_ms: int = 0, priority: int = 0
+             ) -> None:
+        queue(slot).push([SlotEntry(slot, priority,
+                                    f"\x01https://{slot}/{priority}/{j}".encode(),
+                                    concurrency, delay_ms) for j in range(n)])
+
+    push("one.test", 5, 2)
+    push("slow.test", 3, 1, 30_000)
+    assert sum(len(queue(slot).pop(10).leases) for slot in ("one.test", "slow.test")) == 3
     now = client.time()
     seconds, micros = next(iter(now.values())) if isinstance(now, dict) else now  # a cluster's
-    q.backoff("paused.test", seconds * 1000 + micros // 1000 + 60_000)
-    q.push(entries("paused.test", 4, 1) + entries("odd:80|x%", 2, 4, priority=5)
-           + entries("odd:80|x%", 1, 4))
-    return q
+    queue("paused.test").backoff("paused.test", seconds * 1000 + micros // 1000 + 60_000)
+    push("paused.test", 4, 1)
+    push("odd:80|x%", 2, 4, priority=5)
+    push("odd:80|x%", 1, 4)
 
 
 def waiting_entries(client: Any, tag: str) -> list[bytes]:

@@ -156,7 +156,7 @@ def test_the_reader_works_on_a_redis_cluster(rc: RedisCluster) -> None:
     assert [w.id for w in figures.workers] == ["h:1"]
     assert figures.workers_alive == 1
     assert figures.slots is None
-    busy_slots(rc, KEY)  # download slots on a cluster (refused to workers for now): read
+    busy_slots(rc, KEY, shards=4)  # download slots on a cluster, each on its home shard
     slots = CrawlReader(rc, KEY).read().slots
     assert slots is not None
     assert [(s.slot, s.in_flight, s.concurrency, s.waiting) for s in slots.slots] == BUSY_SLOTS

@@ -136,11 +136,18 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
             lengths = link.calls([("LLEN", f"{prefix[names[j]]}:{prio}") for j, prio in others])
             for (j, _), length in zip(others, lengths, strict=True):
                 waiting[j] += int(length)
-    limits = {_text(k): _text(v) for k, v in per[0][5].items()}
-    conc, delay = limits.get("conc", "0"), limits.get("delay", "0")
+    # Each shard's default limits (a slot keeps only its own), or any shard's where a
+    # shard has none yet (every worker writes the same).
+    limits = {i: {_text(k): _text(v) for k, v in found[5].items()}
+              for i, found in zip(indexes, per, strict=True)}
+    anywhere = next((found for found in limits.values() if found), {})
+
+    def default(name: str, field: str) -> str:
+        return (limits[shard_of[name]] or anywhere).get(field, "0")
+
     slots = [SlotFigures(
-        keys.slot_from_name(name), flight.get(name, 0), int(state[2] or conc),
-        waiting[j], int(state[3] or delay) / 1000,
+        keys.slot_from_name(name), flight.get(name, 0), int(state[2] or default(name, "conc")),
+        waiting[j], int(state[3] or default(name, "delay")) / 1000,
         max(0, int(state[4] or 0) - now) / 1000, max(0, int(state[5] or 0) - now) / 1000)
         for j, (name, state) in enumerate(zip(names, states, strict=True))]
     slots.sort(key=lambda s: (-s.in_flight, -s.waiting, s.slot))
