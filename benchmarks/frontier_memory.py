@@ -47,14 +47,14 @@ def kinds(hosts: int) -> dict[str, Callable[[int], Request]]:
 
 def contenders(client: redis.Redis) -> dict[str, Callable[[], Any]]:
     """scrapy-redis's ``PriorityQueue`` (pickled ``Request.to_dict`` in a sorted set; its
-    pops remove, nothing is leased); this package's sorted set (``frontier/queue.py``, a
-    Redis Cluster's layout); the download slots' lists (``frontier/crawlwide.py``), one
-    slot (``"worker"``) and a slot a host (``"crawl"``)."""
+    pops remove, nothing is leased); this package's sorted set (``frontier/queue.py``, the
+    intake, a cluster's layout until 2026-11-27); the download slots' lists
+    (``frontier/crawlwide.py``), one slot (``"worker"``) and a slot a host (``"crawl"``)."""
     unlimited = Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "DOWNLOAD_DELAY": 0})
     return {
         "scrapy-redis PriorityQueue": lambda: RedisPriorityQueue(
             client, SPIDER, "mem:requests", picklecompat),
-        "sorted set (a Redis Cluster's layout)": lambda: PriorityQueue(
+        "sorted set (the intake)": lambda: PriorityQueue(
             client, SPIDER, "mem:requests", tag=TAG),
         'slots, "worker" (one slot)': lambda: CrawlWideQueue(
             client, SPIDER, "mem:requests", tag=TAG, policy=OneSlot()),
