@@ -55,9 +55,10 @@ slots' hashes and lists from ``prefix + name`` (undeclared keys of the same hash
 slot, which Redis 7 runs but the Cluster spec asks to declare). On a cluster
 a pop with declared keys (``slot_pop.lua``'s KEYS[6..]) first reads the ready set
 (``ZRANGE``) and then declares the due slots' hashes (the script checks them
-again on its clock); declaring their lists too, the push's and the ack's slots,
-and where a request whose slot's home is on another master goes (the inbox of
-docs/design-notes.md) remain to build.
+again on its clock); the crawl's pops do not declare (Redis 7 runs undeclared
+keys of the script's own hash slot), and declaring the lists, the push's and the
+ack's slots remains to build. A slot's home shard and the move of an intake's
+entries there (``slot_claim.lua``): :mod:`.crawlwide`.
 
 Memory (Redis 7.0.15, ``MEMORY USAGE`` of every key of the layout but the push
 records, divided by the requests; a 65-byte entry: a 64-byte URL and the format
