@@ -4,6 +4,7 @@ session's local Redis Cluster (``local_cluster`` in tests/conftest.py)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -251,3 +252,28 @@ def test_the_crawls_start_and_end_are_jobs_on_the_runner_chosen_when_it_opens(
     assert f"runner {runner} waited False" in out, out
     assert "close waited False" in out and "stopped True" in out, out
     assert str(sorted({"join": where, "leave": where, "filter closed": where}.items())) in out, out
+
+
+@pytest.mark.parametrize("window", [None, 3600])
+def test_crawl_wide_politeness_with_either_engine_and_a_window(
+        engine_url: str, engine: str, window: int | None) -> None:
+    """``BLOOMDUPE_POLITENESS = "crawl"`` whatever the filter: the engine's (and a
+    window's) check-and-queue feeds the intake, the scheduler's pops move it into the
+    download slots, and a host at its limit (1) is not handed out twice at once."""
+    settings: dict[str, Any] = {"BLOOMDUPE_POLITENESS": "crawl",
+                                "CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0,
+                                "BLOOMDUPE_DONE_GRACE": 0}
+    if window:
+        settings["BLOOMDUPE_WINDOW"] = window
+    crawler = crawler_for(engine_url, **settings)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert scheduler.df.bloom.engine_name == engine
+    urls = [f"http://{host}.example/{n}" for n in range(2) for host in ("a", "b")]
+    for url in urls:
+        assert scheduler.enqueue_request(Request(url))
+        assert not scheduler.enqueue_request(Request(url))
+    first = [scheduler.next_request() for _ in range(4)]
+    handed = sorted(r.url.split("/")[2] for r in first if r is not None)
+    assert handed == ["a.example", "b.example"]  # one a host: each at its limit
+    scheduler.close("finished")
