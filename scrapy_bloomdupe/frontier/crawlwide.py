@@ -392,7 +392,8 @@ class CrawlWideQueue(PriorityQueue):
         self.link.call("HSET", self.k[self.home(name)].robots, name, int(delay_ms))
 
     def redis_time_ms(self) -> int:
-        seconds, micros = self.link.call("TIME")
+        """Redis's clock, ms (a cluster's latest master's: a back-off ends no sooner)."""
+        seconds, micros = max(reply for _, reply in self.link.on_masters("TIME"))
         return int(seconds) * 1000 + int(micros) // 1000
 
     # -- leases that come back -------------------------------------------------------------
