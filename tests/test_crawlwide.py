@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import warnings
 
+import pytest
 import redis
 from redis.cluster import RedisCluster
 from scrapy import Request, Spider
@@ -436,3 +437,32 @@ def test_on_a_cluster_a_dead_workers_move_goes_back_to_the_intake(rc: RedisClust
     assert sorted(lease.request.url for lease in got) == [
         f"https://h{j}.test/0" for j in range(5)]
     assert {lease.requeues for lease in got} == {0}
+
+
+def test_on_a_cluster_a_move_cut_short_is_ended_once_not_put_back_by_a_reclaim(
+        rc: RedisCluster) -> None:
+    """A move whose end did not go through (a lost reply) stays this worker's: a reclaim
+    keeps its entries (they are pushed to their slots already), and the next move ends
+    it; every request is leased once."""
+    rc.flushall()
+    q = cluster_crawlwide(rc)
+    q.push_many([Request(f"https://h{j}.test/0") for j in range(5)])
+    shard = next(i for i, k in enumerate(q.k) if rc.zcard(k.intake))
+    real = q._execute
+
+    def end_lost(commands: list, **kwargs: object) -> list:
+        if commands[0][1] == q._scripts["slot_ack"].sha:
+            raise redis.ConnectionError("the move's end: no reply")
+        return real(commands, **kwargs)
+
+    q._execute = end_lost  # type: ignore[method-assign]
+    with pytest.raises(redis.ConnectionError):
+        q.sort(shard=shard)
+    q._execute = real  # type: ignore[method-assign]
+    assert status(rc, TAG, 4) == (5, 5)  # pushed to their slots, still in the move
+    q.reclaim()
+    assert status(rc, TAG, 4) == (5, 5)
+    got = [lease for _ in range(8) for lease in q.pop_leases(10)]
+    assert sorted(lease.request.url for lease in got) == [
+        f"https://h{j}.test/0" for j in range(5)]
+    assert status(rc, TAG, 4) == (0, 5)

@@ -439,6 +439,8 @@ class CrawlWideQueue(PriorityQueue):
         with self._acks_lock:
             keep = dict(self._taken)
         keep.update((lease.field, lease.shard) for lease in held)
+        if self._unfinished_move is not None:  # its entries: pushed and ended by the next move
+            keep[f"{self.owner}:m"] = self._unfinished_move[0]
         kept = [sorted(f for f, shard in keep.items() if shard == i) for i in range(self.shards)]
         commands = self._ack_commands()
         commands += [self._slot_reap(i, self.owner, kept[i], dead=False)

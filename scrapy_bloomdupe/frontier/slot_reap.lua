@@ -17,7 +17,8 @@
 -- ARGV[4]  '1' to forget the dead owners (ZREM from KEYS[3]); '0' when the
 --          shard's other reap (reap.lua, in the same round trip) does it
 -- ARGV[5..] fields of ARGV[3]'s leases that stay (the ones it still holds: a
---          reclaim); without any, all of ARGV[3]'s go back
+--          reclaim; "<owner>:m" keeps its entries in a move, one it will end);
+--          without any, all of ARGV[3]'s go back
 --
 -- Every lease of an owner with no heartbeat for ARGV[2] ms goes back to the head
 -- of its slot's list of its priority, with one more requeue counted (NUL "rq" <n>
@@ -51,12 +52,12 @@ for owner in pairs(dead) do
   for _, e in ipairs(all) do
     local bar = string.find(e, '|', 1, true)
     local field = owner .. ':' .. string.sub(e, 1, bar - 1)
-    if string.sub(e, 1, 2) == 'm|' then
+    if owner == ARGV[3] and keep[field] then
+      kept[#kept + 1] = e
+    elseif string.sub(e, 1, 2) == 'm|' then
       local second = string.find(e, '|', 3, true)
       intake[#intake + 1] = string.sub(e, 3, second - 1)
       intake[#intake + 1] = string.sub(e, second + 1)
-    elseif owner == ARGV[3] and keep[field] then
-      kept[#kept + 1] = e
     else
       going[#going + 1] = {field, string.sub(e, bar + 1), owner}
     end
