@@ -44,21 +44,25 @@ def test_the_limits_hold_crawl_wide_on_a_cluster(cluster_url: str, tmp_path: Pat
     """Three workers on the session's Redis Cluster (3 masters), the site over 4 hosts:
     each host's requests are queued on every shard and leased from their slot's home
     shard, so no host ever has more than its limit (1) in flight, its starts keep the
-    delay (the 10th percentile gap of each host at least 0.9 times it, issue 38's
-    measure: a lease taken ahead starts on the worker's clock, so one late start
-    shortens the next gap: the least was 0.084 s of 0.1 in a CI run), and every page
-    is fetched once."""
-    with demo_site(PAGES * 2, hosts=4) as site:
+    delay, and every page is fetched once. The gaps: a lease taken ahead starts on the
+    worker's clock, so one late start shortens the next gap (under the CI's load, the
+    least was 0.084 s of 0.1; a host's 14 gaps once had two under 0.9x of 0.2): the
+    10th percentile of all hosts' gaps at least 0.9x the delay, each host's median at
+    least 0.95x (benchmarks/politeness.py measures each host's 10th percentile, on a
+    quiet machine)."""
+    with demo_site(PAGES * 4, hosts=4) as site:
         results = run_workers(cluster_url, site.url, tmp_path, 3, "BLOOMDUPE_REDIS_CLUSTER=True",
                               "BLOOMDUPE_SHARDS=6", "BLOOMDUPE_POLITENESS=crawl",
                               "CONCURRENT_REQUESTS_PER_DOMAIN=1", f"DOWNLOAD_DELAY={DELAY}",
                               "RANDOMIZE_DOWNLOAD_DELAY=False", "BLOOMDUPE_DONE_GRACE=1")
         assert [code for code, _ in results] == [0, 0, 0], results[0][1][-3000:]
-        assert take_fetches(site) == [1] * PAGES * 2
+        assert take_fetches(site) == [1] * PAGES * 4
         with site.lock:
             most = dict(site.max_in_flight)
             starts = {host: sorted(times) for host, times in site.starts.items()}
     assert set(most.values()) == {1}, most
+    every = sorted(b - a for times in starts.values() for a, b in itertools.pairwise(times))
+    assert every[len(every) // 10] >= 0.9 * DELAY, every[:10]
     for host, times in starts.items():
-        gaps = sorted(b - a for a, b in itertools.pairwise(times))
-        assert gaps[len(gaps) // 10] >= 0.9 * DELAY, (host, gaps[:5])
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert statistics.median(gaps) >= 0.95 * DELAY, (host, sorted(gaps)[:5])
