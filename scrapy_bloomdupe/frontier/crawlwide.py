@@ -26,9 +26,9 @@ pops: the one migration there is.
 On a Redis Cluster every queue shard (a filter shard's hash tag) has its own slots,
 ready set and leases, and a worker pops from the shards in turn, as the default
 queue does: in ``"worker"`` mode (one slot, ``*``, a shard) a request stays on the
-shard that queued it. ``"crawl"`` mode needs a slot's state in one place whatever
-shard queued its requests (the plan, an inbox a shard, is in docs/design-notes.md):
-not built, so a worker refuses to start.
+shard that queued it. In ``"crawl"`` mode a slot lives on its home shard
+(:meth:`CrawlWideQueue.home`), and the worker that sorts an intake moves its entries
+there (:meth:`CrawlWideQueue._move`).
 """
 
 from __future__ import annotations
