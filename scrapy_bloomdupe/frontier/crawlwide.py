@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import keys
+from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
 from . import slots, undecodable
@@ -508,11 +509,14 @@ def _start_ms(value: bytes) -> int:
 
 def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int]:
     """The politeness mode whose workers last filled the download slots of the crawl
-    tagged ``tag`` (one node: shard 0's; "" when none did), and the requests waiting
-    and leased in them."""
+    tagged ``tag`` (shard 0's record; "" when none did), and the requests waiting and
+    leased in them (every shard of a cluster's, as many as its filter has)."""
     with link_to(target) as link:
-        mode, waiting, leased = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
-                                            ("GET", keys.slot_waiting(tag, 0)),
-                                            ("GET", keys.slot_leased(tag, 0))])
+        mode, shards = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
+                                   ("HGET", keys.meta(tag), "shards")])
+        count = int(shards or 1) if is_cluster(link.client) else 1
+        counts = link.calls([command for i in range(count) for command in (
+            ("GET", keys.slot_waiting(tag, i)), ("GET", keys.slot_leased(tag, i)))])
     text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
-    return text, int(waiting or 0), int(leased or 0)
+    return (text, sum(int(n or 0) for n in counts[0::2]),
+            sum(int(n or 0) for n in counts[1::2]))
