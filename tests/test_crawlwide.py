@@ -136,6 +136,35 @@ def test_a_dead_workers_slot_leases_come_back_counted_and_free_room(
     assert client.zscore(keys.owners(TAG, 0), dead.owner) is None
 
 
+def test_a_heartbeat_that_ages_between_a_reaps_round_trips_leaves_the_owner_to_the_next(
+        client: redis.Redis) -> None:
+    """A reap is two round trips: the slot leases (slot_reap.lua), then the default
+    layout's (reap.lua, which forgets the dead owners). A dead worker's heartbeat that
+    passes the lease timeout between the two was seen alive by the first and dead by
+    the second: forgotten then, its slot leases would never come back and the crawl
+    would never end (a SIGKILL test's workers once stayed idle for good with 20
+    leased). It is kept, and the next reap gives them back."""
+    dead, live = crawlwide(client), crawlwide(client)
+    dead.push_many([Request("https://one.test/0")])
+    (held,) = dead.pop_leases(10)
+    execute, rounds = live._execute, []
+
+    def aging(commands: list, **kw: object) -> list:
+        replies = execute(commands, **kw)
+        if not rounds:  # between the two round trips: the timeout passes
+            client.zadd(keys.owners(TAG, 0), {dead.owner: 0})
+        rounds.append(len(commands))
+        return replies
+
+    live._execute = aging  # type: ignore[method-assign]
+    assert live.reap() == [] and len(rounds) == 2
+    assert client.zscore(keys.owners(TAG, 0), dead.owner) == 0  # not forgotten
+    live._execute = execute  # type: ignore[method-assign]
+    assert [r.url for _, r in live.reap()] == [held.request.url]
+    assert client.zscore(keys.owners(TAG, 0), dead.owner) is None
+    assert leased(client, TAG) == 0
+
+
 def test_a_reclaim_gives_back_what_a_lost_pop_leased(client: redis.Redis) -> None:
     q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
     q.push_many([Request("https://one.test/0"), Request("https://two.test/0")])

@@ -419,8 +419,10 @@ class CrawlWideQueue(PriorityQueue):
         self._acks_sent()
         # The default layout's (a worker of it, before this crawl went crawl-wide), which
         # also forgets the dead owners.
+        # (not an owner whose slot leases are still out: see reap.lua's ARGV[3]).
         olds = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
-                               self._leases[shard], k.owners, self.lease_timeout_ms, own)
+                               self._leases[shard], k.owners, self.lease_timeout_ms, own,
+                               k.leased)
                               for shard, k in enumerate(self.k)], acks=False)
         # One that does not decode stays where it is: the next pop retires it.
         slots, _bad = self.codec.decode_replies(

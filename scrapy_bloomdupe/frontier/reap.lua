@@ -6,6 +6,11 @@
 -- ARGV[1]  the lease timeout in ms
 -- ARGV[2]  an owner whose leases go back now whatever its heartbeat ('' for
 --          none): a worker that closes gives back what it took and did not start
+-- ARGV[3]  optional: the shard's count of slot leases (frontier/slots.py), whose
+--          "<count>:<owner>" lists hold the owners' slot leases. A dead owner with
+--          such a list is not forgotten: slot_reap.lua gives those back (it ran a
+--          round trip before, when this owner's heartbeat may have been just short
+--          of the timeout; forgotten now, its slot leases would never come back)
 --
 -- Every lease of an owner with no heartbeat for ARGV[1] ms goes back to the
 -- queue with its score and one more requeue counted, and the owner is
@@ -53,5 +58,9 @@ for j = 1, #all, 2 do
     if owner ~= ARGV[2] then back[#back + 1] = queued end
   end
 end
-for owner in pairs(dead) do redis.call('ZREM', KEYS[3], owner) end
+for owner in pairs(dead) do
+  if not ARGV[3] or redis.call('EXISTS', ARGV[3] .. ':' .. owner) == 0 then
+    redis.call('ZREM', KEYS[3], owner)
+  end
+end
 return back
