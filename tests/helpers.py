@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -508,11 +507,12 @@ def busy_slots(client: Any, tag: str, shards: int = 1) -> None:
     priorities waiting; the worker that leased them heartbeats. With ``shards`` (a
     cluster's), each slot on its home shard, as a crawl-wide queue puts it."""
     from scrapy_bloomdupe import keys
+    from scrapy_bloomdupe.frontier.slots import home_shard
 
     queues: dict[int, SlotQueue] = {}
 
     def queue(slot: str) -> SlotQueue:
-        home = zlib.crc32(keys.slot_name(slot).encode()) % shards
+        home = home_shard(keys.slot_name(slot), shards)
         if home not in queues:
             queues[home] = SlotQueue(client, tag, home, owner="w1")
             queues[home].set_defaults(concurrency=4)

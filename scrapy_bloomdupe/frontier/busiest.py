@@ -27,7 +27,6 @@ with ``LRANGE``, ``HMGET`` and ``LLEN`` as well.
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from .. import keys
 from ..transport.cluster import is_cluster
 from ..transport.link import link_to
 from .politeness import ONE_SLOT
+from .slots import home_shard
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -155,9 +155,9 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
 
 
 def _home(name: str, shards: int) -> int:
-    """A slot's home shard (as :meth:`.crawlwide.CrawlWideQueue.home`: crc32 of its
-    name); in ``"worker"`` mode, every shard's slot ``*``, shard 0's is read."""
-    return zlib.crc32(name.encode()) % shards if name != keys.slot_name(ONE_SLOT) else 0
+    """A slot's home shard (:func:`.slots.home_shard`); in ``"worker"`` mode, every
+    shard's slot ``*``, shard 0's is read."""
+    return home_shard(name, shards) if name != keys.slot_name(ONE_SLOT) else 0
 
 
 def _lease_slot(lease: bytes | str) -> str:

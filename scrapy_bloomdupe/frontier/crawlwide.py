@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,8 +82,8 @@ class ShardKeys:
     prefix: str
     robots: str
     strikes: str
-    #: This worker's push records: the intake's (push.lua, a ``take``) and the slots'.
-    push_record: str
+    #: This worker's record of its pushes into the slots (slot_push.lua; a move from
+    #: the intake and a ``take`` keep none: the intake's ZREM makes them safe to repeat).
     slot_push_record: str
     owners: str
 
@@ -93,8 +92,8 @@ class ShardKeys:
         return cls(keys.queue(tag, shard), keys.ready(tag, shard), keys.slot_leased(tag, shard),
                    keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
                    keys.slot_prefix(tag, shard), keys.slot_robots(tag, shard),
-                   keys.slot_strikes(tag, shard), keys.push_record(tag, shard, owner),
-                   keys.slot_push_record(tag, shard, owner), keys.owners(tag, shard))
+                   keys.slot_strikes(tag, shard), keys.slot_push_record(tag, shard, owner),
+                   keys.owners(tag, shard))
 
 
 class CrawlWideQueue(PriorityQueue):
@@ -150,7 +149,7 @@ class CrawlWideQueue(PriorityQueue):
     def home(self, name: str) -> int:
         """The shard that keeps download slot ``name`` (keys.slot_name): its requests,
         state and leases (a cluster's shards spread the slots; one node: shard 0)."""
-        return zlib.crc32(name.encode()) % self.shards if self.policy.crawl_wide else 0
+        return slots.home_shard(name, self.shards) if self.policy.crawl_wide else 0
 
     # -- the intake into the slots ------------------------------------------------------
 
@@ -174,7 +173,7 @@ class CrawlWideQueue(PriorityQueue):
                 self._retire(0, "queued", bad)
             if by_home:
                 self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
-                                k.push_record, k.defaults, k.waiting, k.intake, "",
+                                k.slot_push_record, k.defaults, k.waiting, k.intake, "",
                                 RECORD_TTL_MS, k.prefix, *by_home[0])], acks=False)
             looked += len(found)
             if len(found) < SORT_BATCH:
@@ -251,9 +250,10 @@ class CrawlWideQueue(PriorityQueue):
         shard, pushes, entries = self._unfinished_move
         if pushes:
             self._execute(pushes, acks=False)
-        k = self.k[shard]
-        self._execute([("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased,
-                        k.defaults, k.prefix, self.owner, *entries)], acks=False)
+        if entries:  # none: another worker's move took the whole batch first
+            k = self.k[shard]
+            self._execute([("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased,
+                            k.defaults, k.prefix, self.owner, *entries)], acks=False)
         self._unfinished_move = None
 
     def _take(self, batches: int, shard: int) -> int:
@@ -262,7 +262,7 @@ class CrawlWideQueue(PriorityQueue):
         k, moved = self.k[shard], 0
         for _ in range(batches):
             taken, left = self._execute([
-                ("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready, k.push_record,
+                ("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready, k.slot_push_record,
                  k.defaults, k.waiting, k.intake, "take", RECORD_TTL_MS, k.prefix, ONE_SLOT,
                  TAKE_BATCH),
                 ("ZCARD", k.intake)], acks=False)

@@ -98,6 +98,8 @@ more Lua work a slot). Today's ``pop.lua`` and ``HDEL`` ack: 2.2 and 0.1.
 
 from __future__ import annotations
 
+import zlib
+
 from .. import luascript
 
 #: The layout's scripts (each headed by its KEYS, ARGV and what it returns).
@@ -107,3 +109,10 @@ ACK_SCRIPT = luascript.read(__package__, "slot_ack.lua")
 REAP_SCRIPT = luascript.read(__package__, "slot_reap.lua")
 BACKOFF_SCRIPT = luascript.read(__package__, "slot_backoff.lua")
 CLAIM_SCRIPT = luascript.read(__package__, "slot_claim.lua")
+
+
+def home_shard(name: str, shards: int) -> int:
+    """The shard that keeps download slot ``name`` (keys.slot_name) on a queue of
+    ``shards`` shards in ``"crawl"`` mode: its lists, state, ready set and leases (crc32
+    of the name, so every worker and tool places a slot alike)."""
+    return zlib.crc32(name.encode()) % shards
