@@ -456,9 +456,11 @@ def test_on_a_cluster_a_dead_workers_move_goes_back_to_the_intake(rc: RedisClust
     k = dead.k[shard]
     claim = [x for member, score in rc.zrange(k.intake, 0, -1, withscores=True)
              for x in (int(score), member)]
-    moving = dead._execute([("EVALSHA", dead._scripts["slot_claim"].sha, 2, k.intake,
-                             k.leased, dead.owner, *claim)], acks=False)[0]
+    rc.zrem(k.owners, dead.owner)  # forgotten by a reap (a pause): the claim says it lives
+    moving = dead._execute([("EVALSHA", dead._scripts["slot_claim"].sha, 3, k.intake,
+                             k.leased, k.owners, dead.owner, *claim)], acks=False)[0]
     assert len(moving) == 5 and status(rc, TAG, 4) == (0, 5)
+    assert rc.zscore(k.owners, dead.owner)  # else no reap would ever find its list
     rc.zadd(k.owners, {dead.owner: 0})  # its heartbeat stopped long ago
     assert live.reap() == []  # nothing was fetched: nothing counted as a requeue
     assert status(rc, TAG, 4) == (5, 0)

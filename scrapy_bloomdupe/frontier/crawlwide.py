@@ -222,8 +222,8 @@ class CrawlWideQueue(PriorityQueue):
             claim: list[Any] = []
             for member, score in _pairs(found):
                 claim += [score, member]
-            moving = self._execute([("EVALSHA", self._scripts["slot_claim"].sha, 2, k.intake,
-                                     k.leased, self.owner, *claim)], acks=False)[0]
+            moving = self._execute([("EVALSHA", self._scripts["slot_claim"].sha, 3, k.intake,
+                                     k.leased, k.owners, self.owner, *claim)], acks=False)[0]
             entries = [bytes(e) for e in moving]
             by_home, bad = self._slot_args([_moving(e) for e in entries], robots)
             pushes = []

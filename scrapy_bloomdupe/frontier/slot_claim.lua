@@ -9,6 +9,10 @@
 -- KEYS[1]  the shard's intake (a sorted set: entry -> score, -priority)
 -- KEYS[2]  the shard's count of slot leases (a string); KEYS[2] .. ':' .. owner is
 --          the owner's lease list
+-- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms): the
+--          owner's heartbeat, as a pop's (an owner a reap forgot, back from a pause,
+--          is known again before its list holds anything, or its reap would never
+--          find the list)
 -- ARGV[1]  the owner
 -- ARGV[2..] per entry: its score (an integer), the entry's bytes
 --
@@ -16,6 +20,8 @@
 -- a call whose reply was lost (one move at a time: the caller pushes them all).
 
 -- #include slot_acl.lua (the ACL asked before anything is written)
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[1])
 local held = KEYS[2] .. ':' .. ARGV[1]
 local moving = {}
 for j = 2, #ARGV, 2 do
