@@ -16,7 +16,7 @@ from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import busiest
 from scrapy_bloomdupe.frontier.busiest import busiest_slots
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
-from scrapy_bloomdupe.frontier.politeness import SlotPolicy
+from scrapy_bloomdupe.frontier.politeness import ONE_SLOT, OneSlot, SlotPolicy
 from scrapy_bloomdupe.transport.link import Link
 
 TAG = "site:bloomdupe"
@@ -138,3 +138,24 @@ def test_a_clusters_slots_are_read_on_their_home_shards(rc: Any) -> None:
     assert found is not None and found.in_flight_slots == 6
     assert sorted((s.slot, s.in_flight, s.concurrency, s.waiting) for s in found.slots) == [
         (host, 2, 2, 1) for host in hosts]
+
+
+def test_a_clusters_one_slot_of_worker_mode_is_read_on_every_shard(rc: Any) -> None:
+    """``"worker"`` mode on a Redis Cluster: each queue shard keeps its own slot ``*``;
+    its waiting requests are every shard's (shard 0's alone were shown before)."""
+    rc.flushall()
+    q = CrawlWideQueue(rc, DemoSpider(), "site:requests", tag=TAG, shards=4, policy=OneSlot())
+    for j in range(6):  # a push goes to the next shard in turn
+        q.push_many([Request(f"https://h{j}.test/{n}") for n in range(5)])
+    taken = q.pop_leases(4)
+    for shard in range(4):
+        q.sort(shard=shard)  # every shard's intake into its slot
+    waiting = sum(rc.llen(keys.slot_prefix(TAG, i) + keys.slot_name(ONE_SLOT) + ":0")
+                  for i in range(4))
+    assert waiting == 30 - len(taken)
+    assert sum(1 for i in range(4)
+               if rc.llen(keys.slot_prefix(TAG, i) + keys.slot_name(ONE_SLOT) + ":0")) > 1
+    found = busiest_slots(rc, TAG, limit=10, shards=4)
+    assert found is not None
+    assert [(s.slot, s.in_flight, s.waiting) for s in found.slots] == [
+        (ONE_SLOT, len(taken), 30 - len(taken))]

@@ -116,26 +116,40 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
         names = list(dict.fromkeys([*(name for name, _ in flight.most_common(IN_FLIGHT)),
                                     *homes]))
         shard_of = {name: homes.get(name, _home(name, len(indexes))) for name in names}
-        prefix = {name: keys.slot_prefix(tag, shard_of[name]) + name for name in names}
+        # What is read of each slot: its home shard's; ``"worker"`` mode's one slot is
+        # every shard's (each queue shard keeps its own), its waiting summed.
+        one = keys.slot_name(ONE_SLOT)
+        reads = [(name, shard) for name in names
+                 for shard in (indexes if name == one else [shard_of[name]])]
         commands: list[tuple[Any, ...]] = [("TIME",)] if single else []
-        for name in names:
-            commands += [("HMGET", prefix[name], *FIELDS), ("LLEN", prefix[name] + ":0")]
+        for name, shard in reads:
+            at = keys.slot_prefix(tag, shard) + name
+            commands += [("HMGET", at, *FIELDS), ("LLEN", at + ":0")]
         replies = link.calls(commands)
         if single:
             seconds, micros = replies.pop(0)
         else:
             seconds, micros = max(reply for _, reply in link.on_masters("TIME"))
         now = int(seconds) * 1000 + int(micros) // 1000
-        states = [[_text(v) if v is not None else None for v in replies[2 * j]]
-                  for j in range(len(names))]
-        waiting = [int(replies[2 * j + 1]) for j in range(len(names))]
+        read_states = [[_text(v) if v is not None else None for v in replies[2 * j]]
+                       for j in range(len(reads))]
+        read_waiting = [int(replies[2 * j + 1]) for j in range(len(reads))]
         # Priorities other than 0 (only a slot with a hash has them): one more trip.
-        others = [(j, prio) for j, state in enumerate(states) if state[0]
+        others = [(j, prio) for j, state in enumerate(read_states) if state[0]
                   for prio in state[0].split(",") if prio and prio != "0"]
         if others:
-            lengths = link.calls([("LLEN", f"{prefix[names[j]]}:{prio}") for j, prio in others])
+            lengths = link.calls([
+                ("LLEN", f"{keys.slot_prefix(tag, reads[j][1])}{reads[j][0]}:{prio}")
+                for j, prio in others])
             for (j, _), length in zip(others, lengths, strict=True):
-                waiting[j] += int(length)
+                read_waiting[j] += int(length)
+        state_of: dict[str, list[str | None]] = {}
+        counted: Counter[str] = Counter()
+        for (name, _), state, length in zip(reads, read_states, read_waiting, strict=True):
+            state_of.setdefault(name, state)
+            counted[name] += length
+        states = [state_of[name] for name in names]
+        waiting = [counted[name] for name in names]
     # Each shard's default limits (a slot keeps only its own), or any shard's where a
     # shard has none yet (every worker writes the same).
     limits = {i: {_text(k): _text(v) for k, v in found[5].items()}
@@ -155,8 +169,8 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
 
 
 def _home(name: str, shards: int) -> int:
-    """A slot's home shard (:func:`.slots.home_shard`); in ``"worker"`` mode, every
-    shard's slot ``*``, shard 0's is read."""
+    """A slot's home shard (:func:`.slots.home_shard`); ``"worker"`` mode's slot ``*``
+    is on every shard (its limits: shard 0's)."""
     return home_shard(name, shards) if name != keys.slot_name(ONE_SLOT) else 0
 
 
