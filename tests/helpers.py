@@ -9,9 +9,7 @@ pyproject.toml), also in the worker processes the tests spawn (they inherit
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -24,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from racing import BARRIER_TIMEOUT as BARRIER_TIMEOUT  # the tests' own, re-exported
+from racing import fp as fp
+from racing import fps as fps
 from redis.cluster import RedisCluster
 from scrapy import Spider
 from scrapy.settings import Settings
@@ -178,25 +179,6 @@ class HeldRunner(IOThread):
 # -- fingerprints -------------------------------------------------------------------------
 
 
-def fp(prefix: str, n: int) -> bytes:
-    """The fingerprint (SHA-1) of ``f"{prefix}{n}"``."""
-    return hashlib.sha1(f"{prefix}{n}".encode()).digest()
-
-
-def fps(n: int, prefix: str = "u") -> list[bytes]:
-    """``n`` distinct fingerprints: those of ``prefix0`` ... ``prefix{n-1}``."""
-    return [fp(prefix, i) for i in range(n)]
-
-
-#: URLs the 16-process races check and add (tests/faults/test_race.py and
-#: tests/faults/test_cluster_race.py).
-RACE_URLS = 20_000
-
-
-def race_fingerprints() -> list[bytes]:
-    return fps(RACE_URLS, "https://example.com/page/")
-
-
 def shard_of(bf: BloomFilter, fingerprint: bytes) -> int:
     """The shard of ``bf`` that ``fingerprint`` goes to."""
     h1, _ = hashing.halves(fingerprint, bf.seed)
@@ -232,49 +214,6 @@ def plan(shards: int = CLUSTER_SHARDS) -> sizing.Sizing:
 def node_clients(servers: LocalCluster) -> dict[str, redis.Redis]:
     """A plain client on each master, by ``host:port``."""
     return {f"127.0.0.1:{p}": servers.node(p).client() for p in servers.master_ports()}
-
-
-# -- a pool of spawned workers lined up at a barrier --------------------------------------
-
-BARRIER_TIMEOUT = 60.0
-
-_barrier: Any = None
-
-
-def _init_worker(barrier: Any) -> None:
-    global _barrier
-    _barrier = barrier
-
-
-def _ready(_: int) -> int:
-    _barrier.wait(BARRIER_TIMEOUT)
-    return os.getpid()
-
-
-def barrier_wait() -> None:
-    """In a :func:`spawn_pool` worker: wait until every worker of the pool is here."""
-    _barrier.wait(BARRIER_TIMEOUT)
-
-
-@contextmanager
-def spawn_pool(workers: int) -> Iterator[Any]:
-    """``workers`` spawned processes sharing a barrier (:func:`barrier_wait`).
-
-    Every process is started and has imported before the pool is handed out: a
-    task waits at the barrier until every process runs one, so they are
-    ``workers`` distinct processes.
-    """
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(workers)
-    p = ctx.Pool(workers, initializer=_init_worker, initargs=(barrier,))
-    try:
-        pids = p.map(_ready, range(workers), chunksize=1)
-        assert len(set(pids)) == workers, pids
-        yield p
-    finally:
-        p.close()
-        p.join()
-
 
 
 def run_python(source: str) -> str:

@@ -9,20 +9,12 @@ in lock mode and in atomic mode.
 from __future__ import annotations
 
 import math
-import os
-import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import (
-    CLUSTER_SHARDS,
-    RACE_URLS,
-    barrier_wait,
-    cluster_client,
-    race_fingerprints,
-    spawn_pool,
-)
+from helpers import CLUSTER_SHARDS, cluster_client
+from racing import RACE_URLS, race_fingerprints, race_worker, spawn_pool
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -34,40 +26,6 @@ RACE_BATCH = 100
 RACE_CAPACITY = 10_000_000
 RACE_ERROR_RATE = 0.01
 TASK_TIMEOUT = 120.0
-
-
-def race_worker(url: str, key: str, worker: int, shuffle: bool,
-                use_lock: bool) -> tuple[bytes, dict[str, Any]]:
-    """One crawl worker on the cluster: one byte per fingerprint (1 = told new), counters."""
-    fingerprints = race_fingerprints()
-    order = list(range(URLS))
-    if shuffle:
-        random.Random(2_000 + worker).shuffle(order)
-    client = cluster_client(url)
-    try:
-        barrier_wait()
-        bf = BloomFilter.open(client, key,
-                              sizing.plan(RACE_CAPACITY, RACE_ERROR_RATE, shards=SHARDS),
-                              use_lock=use_lock)
-        try:
-            barrier_wait()
-            new = bytearray(URLS)
-            for start in range(0, URLS, RACE_BATCH):
-                chunk = order[start:start + RACE_BATCH]
-                flags = bf.add_many([fingerprints[i] for i in chunk])
-                for i, flag in zip(chunk, flags, strict=True):
-                    if flag:
-                        new[i] = 1
-            c = bf.counters
-            link = bf.link.counters
-            return bytes(new), {
-                "checked": c.checked, "new": c.new, "lock_acquired": c.lock.acquired,
-                "retries": link.retries if link else -1, "pid": os.getpid(),
-            }
-        finally:
-            bf.close()
-    finally:
-        client.close()
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +51,8 @@ def test_every_url_accepted_exactly_once_on_a_cluster(
     pool: Any, engine_cluster_url: str, engine: str, use_lock: bool, shuffle: bool,
 ) -> None:
     cluster_url = engine_cluster_url
-    jobs = [pool.apply_async(race_worker, (cluster_url, "race", w, shuffle, use_lock))
+    jobs = [pool.apply_async(race_worker, (cluster_url, "race", w, shuffle, use_lock,
+                                           RACE_CAPACITY, RACE_ERROR_RATE, SHARDS, RACE_BATCH))
             for w in range(WORKERS)]
     results = [job.get(TASK_TIMEOUT) for job in jobs]
     accepted = [0] * URLS

@@ -45,7 +45,8 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import RACE_URLS, barrier_wait, first_plan, fps, race_fingerprints, spawn_pool
+from helpers import first_plan, fps
+from racing import RACE_URLS, check_and_add, race_fingerprints, spawn_pool
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -64,57 +65,6 @@ TASK_TIMEOUT = 120.0
 
 # Every test here runs on both engines (``engine_url``: the session's plain Redis, then
 # the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native engine).
-
-
-def check_and_add(
-    url: str, key: str, worker: int, shuffle: bool, use_lock: bool, batch: int, urls: int
-) -> tuple[bytes, dict[str, Any]]:
-    """One crawl worker, over the first ``urls`` fingerprints: returns one byte per
-    fingerprint (1 = told new) and its counters.
-
-    Runs in a pool process; the barrier (shared at the pool's start) lines the
-    workers up before opening the filter and again before the first add.
-    """
-    fingerprints = race_fingerprints()[:urls]
-    order = list(range(urls))
-    if shuffle:
-        random.Random(1_000 + worker).shuffle(order)
-    client = redis.Redis.from_url(url)
-    try:
-        barrier_wait()
-        bf = BloomFilter.open(
-            client, key, sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS), use_lock=use_lock
-        )
-        try:
-            barrier_wait()
-            new = bytearray(urls)
-            if batch == 1:
-                for i in order:
-                    if bf.add(fingerprints[i]):
-                        new[i] = 1
-            else:
-                for start in range(0, urls, batch):
-                    chunk = order[start:start + batch]
-                    flags = bf.add_many([fingerprints[i] for i in chunk])
-                    for i, flag in zip(chunk, flags, strict=True):
-                        if flag:
-                            new[i] = 1
-            c = bf.counters
-            counters = {
-                "checked": c.checked,
-                "new": c.new,
-                "duplicates": c.duplicates,
-                "lock_acquired": c.lock.acquired,
-                "lock_waits": c.lock.waits,
-                "lock_timeouts": c.lock.timeouts,
-                "lock_lost": c.lock.lost,
-                "pid": os.getpid(),
-            }
-            return bytes(new), counters
-        finally:
-            bf.close()
-    finally:
-        client.close()
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +117,8 @@ def test_every_url_accepted_exactly_once(
                     "they are the client's cost, the same for both engines")
     key = "race"
     jobs = [
-        pool.apply_async(check_and_add, (engine_url, key, w, shuffle, use_lock, batch, urls))
+        pool.apply_async(check_and_add, (engine_url, key, w, shuffle, use_lock, batch, urls,
+                                         CAPACITY, ERROR_RATE, SHARDS))
         for w in range(WORKERS)
     ]
     results = [job.get(TASK_TIMEOUT) for job in jobs]
