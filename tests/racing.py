@@ -83,6 +83,35 @@ def spawn_pool(workers: int) -> Iterator[Any]:
 # -- the races (each runs in a pool's process) -------------------------------------------
 
 
+def _race_order(urls: int, seed: int | None) -> tuple[list[bytes], list[int]]:
+    """The first ``urls`` race fingerprints and the order to add them in: shuffled
+    (``seed``) or as they are. Made before the barriers, so that the race starts at once."""
+    order = list(range(urls))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return race_fingerprints()[:urls], order
+
+
+def _add_all(bf: BloomFilter, fingerprints: list[bytes], order: list[int], batch: int
+             ) -> bytes:
+    """Check and add ``fingerprints`` in ``order``, one ``add`` a call (``batch`` 1) or
+    ``add_many`` of ``batch``: one byte per fingerprint, 1 when this worker was told it
+    was new."""
+    new = bytearray(len(fingerprints))
+    if batch == 1:
+        for i in order:
+            if bf.add(fingerprints[i]):
+                new[i] = 1
+        return bytes(new)
+    for start in range(0, len(order), batch):
+        chunk = order[start:start + batch]
+        flags = bf.add_many([fingerprints[i] for i in chunk])
+        for i, flag in zip(chunk, flags, strict=True):
+            if flag:
+                new[i] = 1
+    return bytes(new)
+
+
 def check_and_add(
     url: str, key: str, worker: int, shuffle: bool, use_lock: bool, batch: int, urls: int,
     capacity: int, error_rate: float, shards: int
@@ -93,10 +122,7 @@ def check_and_add(
     Runs in a pool process; the barrier (shared at the pool's start) lines the
     workers up before opening the filter and again before the first add.
     """
-    fingerprints = race_fingerprints()[:urls]
-    order = list(range(urls))
-    if shuffle:
-        random.Random(1_000 + worker).shuffle(order)
+    fingerprints, order = _race_order(urls, 1_000 + worker if shuffle else None)
     client = redis.Redis.from_url(url)
     try:
         barrier_wait()
@@ -105,18 +131,7 @@ def check_and_add(
         )
         try:
             barrier_wait()
-            new = bytearray(urls)
-            if batch == 1:
-                for i in order:
-                    if bf.add(fingerprints[i]):
-                        new[i] = 1
-            else:
-                for start in range(0, urls, batch):
-                    chunk = order[start:start + batch]
-                    flags = bf.add_many([fingerprints[i] for i in chunk])
-                    for i, flag in zip(chunk, flags, strict=True):
-                        if flag:
-                            new[i] = 1
+            new = _add_all(bf, fingerprints, order, batch)
             c = bf.counters
             counters = {
                 "checked": c.checked,
@@ -128,7 +143,7 @@ def check_and_add(
                 "lock_lost": c.lock.lost,
                 "pid": os.getpid(),
             }
-            return bytes(new), counters
+            return new, counters
         finally:
             bf.close()
     finally:
@@ -141,10 +156,7 @@ def race_worker(url: str, key: str, worker: int, shuffle: bool, use_lock: bool,
     """One crawl worker on the cluster: one byte per fingerprint (1 = told new), counters."""
     from helpers import cluster_client  # Scrapy's settings, as a crawl builds the client
 
-    fingerprints = race_fingerprints()
-    order = list(range(RACE_URLS))
-    if shuffle:
-        random.Random(2_000 + worker).shuffle(order)
+    fingerprints, order = _race_order(RACE_URLS, 2_000 + worker if shuffle else None)
     client = cluster_client(url)
     try:
         barrier_wait()
@@ -153,16 +165,10 @@ def race_worker(url: str, key: str, worker: int, shuffle: bool, use_lock: bool,
                               use_lock=use_lock)
         try:
             barrier_wait()
-            new = bytearray(RACE_URLS)
-            for start in range(0, RACE_URLS, batch):
-                chunk = order[start:start + batch]
-                flags = bf.add_many([fingerprints[i] for i in chunk])
-                for i, flag in zip(chunk, flags, strict=True):
-                    if flag:
-                        new[i] = 1
+            new = _add_all(bf, fingerprints, order, batch)
             c = bf.counters
             link = bf.link.counters
-            return bytes(new), {
+            return new, {
                 "checked": c.checked, "new": c.new, "lock_acquired": c.lock.acquired,
                 "retries": link.retries if link else -1, "pid": os.getpid(),
             }
