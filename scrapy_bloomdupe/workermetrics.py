@@ -149,6 +149,10 @@ class WorkerMetrics:
             # runner is done: the last figures go in a round trip of their own.
             if self.client.exists(keys.meta(self.key)):
                 self.write(final=True)
+                if not self.client.exists(keys.meta(self.key)):
+                    # The last worker out cleared the crawl between the check and the
+                    # write: the counters this write made again would be left behind.
+                    self.client.delete(keys.stats(self.key))
             crawlstats.forget_live(self.client, self.key, self.worker)
         except redis.RedisError as e:
             logger.debug("Could not remove this worker's live figures from Redis: %s", e)

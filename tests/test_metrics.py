@@ -299,6 +299,26 @@ def test_a_worker_closing_after_the_crawl_was_cleared_writes_nothing(
     assert client.keys("*") == []
 
 
+def test_a_crawl_cleared_between_the_check_and_the_last_write_keeps_no_counters(
+        redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last worker of a crawl without SCHEDULER_PERSIST clears it while another
+    closes: after that one's check that the crawl is there, before its last write
+    (seen in a CI run: ``K:stats`` made again and left behind)."""
+    ext = opened(redis_url)
+    key = "demo:bloomdupe"
+    client.hset(keys.meta(key), "capacity", 1)
+    send = ext._send
+
+    def cleared_first(*args: Any, **kwargs: Any) -> Any:
+        client.delete(keys.meta(key))  # the last worker's clear
+        return send(*args, **kwargs)
+
+    monkeypatch.setattr(ext, "_send", cleared_first)
+    ext.crawler.stats.set_value("response_received_count", 3)
+    ext.spider_closed(ext.crawler.spider, "finished")
+    assert client.keys("*") == []
+
+
 def two_free_ports() -> int:
     """A port whose next one is free too (``free_port`` alone answered one whose next
     was taken, by another socket on the machine: failed twice on 2026-11-24)."""
