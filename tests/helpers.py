@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from harness import zygote
 from racing import BARRIER_TIMEOUT as BARRIER_TIMEOUT  # the tests' own, re-exported
 from racing import fp as fp
 from racing import fps as fps
@@ -288,8 +289,8 @@ def start_workers(redis_url: str, site_url: str, logs: Path, count: int, *settin
     for i in range(first, first + count):
         command = [sys.executable, "-m", "scrapy", "crawl", spider,
                    "-s", f"LOG_FILE={logs / f'worker-{i}.log'}", *args]
-        processes.append(subprocess.Popen(command, cwd=EXAMPLE_PROJECT, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        processes.append(zygote.popen(command, cwd=EXAMPLE_PROJECT, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     return processes
 
 
@@ -341,8 +342,8 @@ def start_runspider(spider: Path, logs: Path, count: int, settings: dict[str, st
                    "-s", f"LOG_FILE={logs / f'worker-{i}.log'}"]
         for name, value in {"TELNETCONSOLE_ENABLED": "False", **settings}.items():
             command += ["-s", f"{name}={value}"]
-        processes.append(subprocess.Popen(command, cwd=spider.parent, env=dict(os.environ),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        processes.append(zygote.popen(command, cwd=spider.parent, env=dict(os.environ),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     return processes
 
 
@@ -411,9 +412,8 @@ def example_crawl(redis_url: str, *settings: str, pythonpath: Path | None = None
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     args = [a for s in settings for a in ("-s", s)]
-    return subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", *args],
-                          cwd=EXAMPLE_PROJECT, capture_output=True, text=True, timeout=120,
-                          env=env)
+    return zygote.run([sys.executable, "-m", "scrapy", "crawl", "site", *args],
+                      cwd=EXAMPLE_PROJECT, timeout=120, env=env)
 
 
 def assert_start_error_line(result: subprocess.CompletedProcess[str], says: str) -> str:

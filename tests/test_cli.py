@@ -23,6 +23,7 @@ from unittest import mock
 
 import pytest
 import redis
+from harness import zygote
 from helpers import BUSY_SLOTS, DemoSpider, busy_slots
 from helpers import EXAMPLE_PROJECT as PROJECT
 from scrapy import Request
@@ -78,10 +79,9 @@ def run_cli(*args: str, redis_url: str | None = None, stdin: str = "",
 def run_scrapy(*args: str, redis_url: str, stdin: str = "",
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``scrapy bloomdupe ARGS -s REDIS_URL=...`` inside the example project."""
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, "-m", "scrapy", "bloomdupe", *args, "-s", f"REDIS_URL={redis_url}"],
-        cwd=PROJECT, capture_output=True, text=True, input=stdin, timeout=60,
-        env=_env(None, env))
+        cwd=PROJECT, input=stdin, timeout=60, env=_env(None, env))
 
 
 def clean(result: subprocess.CompletedProcess[str]) -> str:

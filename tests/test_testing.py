@@ -4,6 +4,8 @@ and a script the tests run stops with what it started when it times out."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from harness import zygote
 from helpers import run_tree
 
 from scrapy_bloomdupe.testing import RedisServer
@@ -89,3 +92,73 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+#: A "spider" file whose import says what its process looks like and exits 3.
+PROBE = '''
+import json, os, signal, sys
+print(json.dumps({"argv0": os.path.basename(sys.argv[0]), "argv": sys.argv[1:],
+                  "path": sys.path[:3], "cwd": os.getcwd(),
+                  "env": os.environ.get("PROBE"), "stdin": sys.stdin.read(),
+                  "main": sys.modules["__main__"].__spec__.name,
+                  "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+                  "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}))
+print("to stderr", file=sys.stderr)
+if os.environ.get("PROBE") == "sleep":
+    import time
+    time.sleep(60)
+raise SystemExit(3)
+'''
+
+
+def test_a_forked_scrapy_process_is_what_an_execd_one_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/harness/zygote.py: a ``python -m scrapy`` forked from the zygote sees the
+    same argv, sys.path, working directory, environment, stdin, signal handlers and
+    main module as one exec'd, and exits with the same status; a SIGKILL shows as
+    ``-9``, as with ``subprocess``."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "extra").mkdir()
+    args = [sys.executable, "-m", "scrapy", "runspider", "probe.py", "-s", "LOG_ENABLED=0"]
+    env = {**os.environ, "PROBE": "here", "PYTHONPATH": str(tmp_path / "extra")}
+    results = []
+    for fork in (True, False):
+        monkeypatch.setattr(zygote, "FORK", fork)
+        assert zygote.forkable(args, env) is fork
+        results.append(zygote.run(args, cwd=tmp_path, env=env, input="in", timeout=60))
+    forked, execd = results
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        execd.returncode, execd.stdout, execd.stderr)
+    assert forked.returncode == 3 and forked.stderr == "to stderr\n"
+    assert json.loads(forked.stdout) == {
+        # (runspider puts the spider's folder first, and leaves its own arguments)
+        "argv0": "__main__.py", "argv": ["probe.py", "-s", "LOG_ENABLED=0"],
+        "path": [str(tmp_path), str(tmp_path), str(tmp_path / "extra")], "cwd": str(tmp_path),
+        "env": "here", "stdin": "in", "main": "scrapy.__main__", "sigint": True,
+        "sigterm": True}
+    monkeypatch.setattr(zygote, "FORK", True)
+    with (tmp_path / "out").open("wb") as out:
+        child = zygote.popen(args, cwd=tmp_path, env={**env, "PROBE": "sleep"},
+                             stdout=out, stderr=subprocess.STDOUT)
+        assert isinstance(child, zygote.Forked)
+        deadline = time.monotonic() + 30
+        while b"to stderr" not in (tmp_path / "out").read_bytes():
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(0.1)
+        child.kill()
+        assert child.wait(10) == -9
+
+
+def test_a_command_the_zygote_cannot_take_is_execd(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``sitecustomize`` on the command's PYTHONPATH, an interpreter setting of its
+    own, or a command other than ``python -m scrapy``: ``subprocess`` runs it."""
+    monkeypatch.setattr(zygote, "FORK", True)
+    (tmp_path / "sitecustomize.py").write_text("")
+    scrapy = [sys.executable, "-m", "scrapy", "version"]
+    assert zygote.forkable(scrapy, dict(os.environ))
+    assert not zygote.forkable(scrapy, {**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert not zygote.forkable(scrapy, {**os.environ, "PYTHONWARNINGS": "error"})
+    assert not zygote.forkable([sys.executable, "-m", "scrapy_bloomdupe.cli"], dict(os.environ))

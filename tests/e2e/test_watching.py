@@ -26,7 +26,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,15 @@ def running_crawl(tmp_path: Path) -> Iterator[Crawl]:
                 return [m.group(1) for m in found if m] if all(found) else []
 
             urls = poll("each worker's metrics port in its log", ports)
+
+            def exporter_up() -> bool:
+                # (it may start after the workers: they fork from tests/harness/zygote.py)
+                assert exporter.poll() is None, exporter.communicate()
+                with suppress(OSError):
+                    return bool(get(f"http://127.0.0.1:{port}/metrics"))
+                return False
+
+            poll("the exporter serving", exporter_up)
             yield Crawl(server.url, f"http://127.0.0.1:{port}/metrics", urls, tmp_path)
         finally:
             for worker in workers:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from harness import zygote
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "example_project"
 SPIDER = "site"
@@ -188,8 +190,8 @@ def start_worker(index: int, out: Path, settings: dict[str, str], *, project: Pa
     # faulthandler: a worker that hangs can be made to print every thread's stack
     # (dump_stacks) before it is stopped.
     env = {**os.environ, "REDIS_URL": settings["REDIS_URL"], "PYTHONFAULTHANDLER": "1"}
-    process = subprocess.Popen(command, cwd=project, stdout=output,
-                               stderr=subprocess.STDOUT, env=env)
+    process = zygote.popen(command, cwd=project, stdout=output, stderr=subprocess.STDOUT,
+                           env=env)
     return Worker(index, process, log, stats_file, output)
 
 
