@@ -159,3 +159,5 @@ def test_a_clusters_one_slot_of_worker_mode_is_read_on_every_shard(rc: Any) -> N
     assert found is not None
     assert [(s.slot, s.in_flight, s.waiting) for s in found.slots] == [
         (ONE_SLOT, len(taken), 30 - len(taken))]
+    # One slot ready, whatever the number of shards whose ready set holds it.
+    assert (found.in_flight_slots, found.ready_slots) == (1, 1)

@@ -165,7 +165,10 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
         max(0, int(state[4] or 0) - now) / 1000, max(0, int(state[5] or 0) - now) / 1000)
         for j, (name, state) in enumerate(zip(names, states, strict=True))]
     slots.sort(key=lambda s: (-s.in_flight, -s.waiting, s.slot))
-    return BusySlots(slots[:limit], len(flight), sum(int(ready) for _, ready, *_ in per))
+    # ``"worker"`` mode's one slot is in the ready set of each shard it waits on: once.
+    one_in = sum(1 for (_, _, _, first, last, _) in per if one in map(_text, [*first, *last]))
+    ready = sum(int(found) for _, found, *_ in per) - max(0, one_in - 1)
+    return BusySlots(slots[:limit], len(flight), ready)
 
 
 def _home(name: str, shards: int) -> int:
