@@ -16,7 +16,9 @@ import redis
 from helpers import EXAMPLE_PROJECT, ROOT, demo_site, take_fetches, wait_workers
 
 PAGES = 40
-WINDOW = 20.0  # seconds: 8 slices of 2.5 s
+#: Seconds (8 slices of 3.75 s): two crawls of the demo site must end within it (20 s
+#: was too short once, on a CI machine busy with the floor lane beside the suite).
+WINDOW = 30.0
 
 
 def crawl(redis_url: str, site_url: str, log: Path) -> int:
