@@ -27,7 +27,7 @@ SPIDER = "site"
 CRAWLED = b"DEBUG: Crawled ("
 
 
-def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+def stop(process: subprocess.Popen[bytes] | zygote.Forked, grace: float = 5.0) -> None:
     """SIGTERM, then SIGKILL: only the process we started, by its Popen."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -102,7 +102,7 @@ class Worker:
     """One ``scrapy crawl site`` process, and what its log says it crawled."""
 
     index: int
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | zygote.Forked  # (forked in the tests)
     log: Path
     stats_file: Path
     output: IO[bytes]

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import json
 import os
+import queue
 import select
 import signal
 import socket
@@ -121,7 +121,7 @@ def serve(fd: int) -> None:
             _become(request, fds, base_path)
         for child_fd in fds:
             os.close(child_fd)
-        sock.send(json.dumps({"id": request["id"], "pid": pid}).encode())
+        sock.send(json.dumps({"pid": pid}).encode())
         _reap(sock)
 
 
@@ -224,8 +224,9 @@ class Zygote:
         theirs.close()
         self.sock = ours
         self.lock = threading.Lock()
-        self.ids = itertools.count()
-        self.replies: dict[int, tuple[threading.Event, list[int]]] = {}
+        #: One spawn at a time: the zygote answers each with its child's PID, in order.
+        self.spawning = threading.Lock()
+        self.pids: queue.Queue[int] = queue.Queue()
         self.children: dict[int, Forked] = {}
         self.early: dict[int, int] = {}  # exits read before their child was registered
         threading.Thread(target=self._read, name="zygote", daemon=True).start()
@@ -239,17 +240,15 @@ class Zygote:
             if not message:
                 return
             answer = json.loads(message)
+            if "pid" in answer:
+                self.pids.put(answer["pid"])
+                continue
             with self.lock:
-                if "exit" in answer:
-                    child = self.children.pop(answer["exit"], None)
-                    if child is None:
-                        self.early[answer["exit"]] = answer["code"]
-                    else:
-                        child._exited(answer["code"])
+                child = self.children.pop(answer["exit"], None)
+                if child is None:
+                    self.early[answer["exit"]] = answer["code"]
                 else:
-                    event, pid = self.replies.pop(answer["id"])
-                    pid.append(answer["pid"])
-                    event.set()
+                    child._exited(answer["code"])
 
     def spawn(self, args: Sequence[str], *, cwd: str | Path, env: dict[str, str],
               stdin: Any = None, stdout: Any = None, stderr: Any = None) -> Forked:
@@ -278,25 +277,23 @@ class Zygote:
 
         for index, stream in enumerate((stdin, stdout, stderr)):
             sent.append(fd_for(stream, index))
-        request_id = next(self.ids)
-        event, pid = threading.Event(), []
+        with self.spawning:
+            try:
+                socket.send_fds(self.sock, [json.dumps(
+                    {"argv": list(args), "cwd": str(cwd), "env": env}).encode()], sent)
+            finally:
+                for fd in to_close:
+                    os.close(fd)
+            try:
+                pid = self.pids.get(timeout=30)
+            except queue.Empty:
+                raise RuntimeError(f"zygote: no answer to {args!r}") from None
+        child = Forked(args, pid, keep[0], keep[1])
         with self.lock:
-            self.replies[request_id] = (event, pid)
-        try:
-            socket.send_fds(self.sock, [json.dumps(
-                {"id": request_id, "argv": list(args), "cwd": str(cwd), "env": env}
-            ).encode()], sent)
-        finally:
-            for fd in to_close:
-                os.close(fd)
-        if not event.wait(30):
-            raise RuntimeError(f"zygote: no answer to {args!r}")
-        child = Forked(args, pid[0], keep[0], keep[1])
-        with self.lock:
-            if pid[0] in self.early:
-                child._exited(self.early.pop(pid[0]))
+            if pid in self.early:
+                child._exited(self.early.pop(pid))
             else:
-                self.children[pid[0]] = child
+                self.children[pid] = child
         return child
 
     def close(self) -> None:
@@ -364,7 +361,7 @@ def run(args: Sequence[str], *, cwd: str | Path, env: dict[str, str] | None = No
         fin.seek(0)
         child = zygote().spawn(args, cwd=cwd, env=env, stdin=fin, stdout=out, stderr=err)
         try:
-            child.wait(timeout)
+            code = child.wait(timeout)
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
@@ -373,7 +370,7 @@ def run(args: Sequence[str], *, cwd: str | Path, env: dict[str, str] | None = No
         for stream in (out, err):
             stream.seek(0)
             texts.append(stream.read().decode(errors="replace"))
-    return subprocess.CompletedProcess(list(args), child.returncode or 0, *texts)
+    return subprocess.CompletedProcess(list(args), code, *texts)
 
 
 if __name__ == "__main__":
