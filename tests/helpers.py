@@ -35,7 +35,7 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
 from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
-from scrapy_bloomdupe.frontier.iothread import IOThread
+from scrapy_bloomdupe.scheduling.jobs import IOThread
 from scrapy_bloomdupe.testing import free_port
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
@@ -141,7 +141,7 @@ class Engine:
 
     def close_spider_async(self, *, reason: str) -> Deferred[None]:
         # A Deferred, not a coroutine: deferred_from_coro passes it on as it is, with no
-        # reactor installed (tests/test_ioloop.py installs asyncio's in this process).
+        # reactor installed (tests/test_jobs.py installs asyncio's in a process of its own).
         self.closed.append(reason)
         return succeed(None)
 

@@ -1,4 +1,5 @@
-"""How callbacks' outputs go to Redis together (scheduling/outbox.py), without a crawl: the
+"""How callbacks' outputs go to Redis together (``scheduling/requestpath.py``'s
+Outbox), without a crawl: the
 outputs that come within GATHER_DELAY of the first go in one drain (one check-and-queue
 against the real filter and queue), each output gets its own answer, an error reaches
 every output of its drain, and a drain that does not run (the crawl stopped) answers
@@ -20,7 +21,7 @@ from twisted.python.failure import Failure
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduling.jobs import Stopped
-from scrapy_bloomdupe.scheduling.outbox import GATHER_DELAY, Drained, Outbox, Output
+from scrapy_bloomdupe.scheduling.requestpath import GATHER_DELAY, Drained, Outbox, Output
 
 
 class Setup:

@@ -34,8 +34,8 @@ from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 from scrapy_bloomdupe.transport import wait as wait_module
 from scrapy_bloomdupe.transport.diagnose import check, describe
-from scrapy_bloomdupe.transport.greenio import run_bridged
 from scrapy_bloomdupe.transport.link import Link
+from scrapy_bloomdupe.transport.onloop import run_bridged
 from scrapy_bloomdupe.transport.outage import OutageGuard
 from scrapy_bloomdupe.transport.sentinel import is_sentinel_client, master_epoch
 

@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 
 from .. import keys, sizing
 from ..exceptions import ConfigError, FilterFullError
-from ..transport.greenio import pause
+from ..transport.onloop import pause
 
 if TYPE_CHECKING:
     from ..sizing import Sizing

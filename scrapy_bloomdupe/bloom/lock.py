@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import luascript
-from ..transport.greenio import pause
+from ..transport.onloop import pause
 
 if TYPE_CHECKING:
     from ..transport.link import Link

@@ -161,7 +161,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._acks_stale = 0
         self._acks_built: tuple[int, int | None] = (0, None)
         #: Acks are added from Scrapy's reactor while the calls run on the scheduler's
-        #: Redis thread (frontier/iothread.py).
+        #: Redis thread (scheduling/jobs.py).
         self._acks_lock = threading.Lock()
         #: Leases this worker's pops took (their replies came) and not acked since: the
         #: field and its shard (see reclaim).

@@ -1,10 +1,13 @@
 """Where the scheduler's Redis work runs: the filter's and the queue's calls, one job at a
 time, under one lock, on one runner chosen once, when the scheduler opens a crawl:
 
-* Scrapy's asyncio loop with ``redis.asyncio`` (:mod:`..frontier.ioloop`: one node,
-  Sentinel or a cluster), under the asyncio reactor (Scrapy's default) when the filter's
-  link and the queue have ``redis.asyncio`` twins;
-* else a thread of its own (:mod:`..frontier.iothread`), the one fallback: another
+* Scrapy's asyncio loop with ``redis.asyncio`` (:class:`IOLoop`: one node, Sentinel
+  or a cluster), under the asyncio reactor (Scrapy's default) when the filter's link
+  and the queue have ``redis.asyncio`` twins: each job runs in a greenlet
+  (:func:`~..transport.onloop.run_bridged`) whose round trips are awaited on
+  ``redis.asyncio`` and whose pauses are ``asyncio.sleep``, so downloads, callbacks and
+  heartbeats go on meanwhile;
+* else a thread of its own (:class:`IOThread`), the one fallback: another
   ``TWISTED_REACTOR`` has no asyncio loop to await on, and a scrapy-redis queue class
   (or a dupefilter of the user's) makes its round trips on redis-py's blocking client,
   which would block the loop. The filter's and the queue's logic is written once,
@@ -12,9 +15,11 @@ time, under one lock, on one runner chosen once, when the scheduler opens a craw
 
 Every job of a crawl goes there, its start (:meth:`Scheduler.open`'s join) and its end
 (:meth:`Scheduler.close`) included, so that Scrapy's reactor never waits for Redis.
-Outside a crawl (a tool, a test that calls the objects directly) no runner is started
-and a job runs here and at once (:attr:`RedisJobs.inline`): the same code, its
-Deferred fired before :meth:`RedisJobs.run` returns.
+Either runs one job at a time, in the order asked (an ack before the pop that carries
+it), and keeps every connection used by one job at a time. Outside a crawl (a tool, a
+test that calls the objects directly) no runner is started and a job runs here and at
+once (:attr:`RedisJobs.inline`): the same code, its Deferred fired before
+:meth:`RedisJobs.run` returns.
 
 The one place that acts on what a call meets: an outage is waited out (the
 dupefilter's :class:`~scrapy_bloomdupe.transport.outage.OutageGuard`), a refusal or a
@@ -24,23 +29,123 @@ stopped on an error nothing more is sent.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 from scrapy.utils.asyncio import CallLaterResult, call_later
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 
 from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError
-from ..frontier.ioloop import IOLoop
-from ..frontier.iothread import IOThread
+from ..transport.onloop import run_bridged
 from ..transport.outage import RedisUnavailable
 
 T = TypeVar("T")
+
+
+class IOThread:
+    """The fallback runner: one thread that runs the blocking Redis jobs for the reactor,
+    in order; the answer (or error) of each fires back on the reactor. Without a running
+    reactor (not started) a job runs at once in the caller's thread."""
+
+    def __init__(self, name: str = "bloomdupe-redis") -> None:
+        self._name = name
+        self._pool: ThreadPool | None = None
+        self._reactor: Any = None
+        #: One Deferred of this thread's own per call asked and not yet answered back
+        #: on the reactor (see drained).
+        self._pending: set[defer.Deferred[None]] = set()
+
+    @property
+    def inline(self) -> bool:
+        """Whether calls run at once in the caller's thread (no thread started)."""
+        return self._pool is None
+
+    def start(self, reactor: Any) -> None:
+        """Run calls on a thread of their own from now on (the crawl runs)."""
+        if self._pool is None:
+            self._reactor = reactor
+            self._pool = ThreadPool(1, 1, self._name)
+            self._pool.start()
+
+    def run(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """``call(*args)`` on the thread; its answer (or error) back on the reactor."""
+        if self.inline:
+            return defer.maybeDeferred(call, *args)
+        d = self._dispatch(call, *args)
+        done: defer.Deferred[None] = defer.Deferred()
+        self._pending.add(done)
+        d.addBoth(self._answered, done)
+        return d
+
+    def _dispatch(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """``call(*args)`` where the calls run (here: the thread), as a Deferred."""
+        assert self._pool is not None
+        d: defer.Deferred[T] = threads.deferToThreadPool(self._reactor, self._pool, call, *args)
+        return d
+
+    def _answered(self, result: T, done: defer.Deferred[None]) -> T:
+        # Fired in the reactor's next turn: after the caller's callbacks, which run now,
+        # and whatever they do. Not at the end of the caller's chain, which may pause for
+        # good (a job not run once the crawl stopped): drained() waited on it, and a
+        # worker stopping on an error never closed.
+        self._pending.discard(done)
+        self._reactor.callLater(0, done.callback, None)
+        return result
+
+    def drained(self) -> defer.Deferred[Any]:
+        """Fires once every call asked so far is answered and its callbacks have run (up
+        to a Deferred they wait for, if any)."""
+        return defer.DeferredList(list(self._pending), consumeErrors=True)
+
+    def stop(self) -> None:
+        """Stop the thread (once drained); later calls run inline."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.stop()
+
+
+class IOLoop(IOThread):
+    """The runner on Scrapy's asyncio loop: each job in a greenlet, one at a time (an
+    ``asyncio.Lock`` wakes its waiters first come, first served); what a job's caller
+    waits for, and :meth:`drained`, as :class:`IOThread`'s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def inline(self) -> bool:
+        """Whether calls run at once, blocking (not started)."""
+        return self._lock is None
+
+    def start(self, reactor: Any) -> None:
+        """Run calls on the running loop from now on (the crawl runs)."""
+        if self._lock is None:
+            self._reactor = reactor
+            self._lock = asyncio.Lock()
+
+    def _dispatch(self, call: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        lock = self._lock
+        assert lock is not None
+
+        async def in_turn() -> T:
+            async with lock:  # after the calls asked before it
+                return await run_bridged(partial(call, *args))
+
+        d: defer.Deferred[T] = defer.Deferred.fromFuture(asyncio.ensure_future(in_turn()))
+        return d
+
+    def stop(self) -> None:
+        """Later calls run inline (once drained)."""
+        self._lock = None
 
 
 class Stopped(BloomDupeError):

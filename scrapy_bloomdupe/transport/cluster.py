@@ -14,8 +14,8 @@ promoted replica is found as soon as the cluster has elected it. Inside the
 outage guard (a crawl's jobs, :func:`~.outage.guarded`) it makes one attempt and
 the guard retries (the slot map reloaded all the same): one retry layer.
 
-In a job on Scrapy's asyncio loop (:mod:`.greenio`) each master's share of a
-round trip is awaited on a ``redis.asyncio`` connection (:mod:`.asyncnode`, made
+In a job on Scrapy's asyncio loop (:mod:`.onloop`) each master's share of a
+round trip is awaited on a ``redis.asyncio`` connection (:mod:`.onloop`, made
 from that master's pool settings), all of them together; the slot map, which
 redis-py's blocking cluster client reloads, is reloaded on a thread of the
 loop's (it is needed only after a failed attempt), as is a rare ``ASK``.
@@ -66,8 +66,7 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from .asyncnode import AsyncNode
-from .greenio import await_only, bridged
+from .onloop import AsyncNode, await_only, bridged
 from .outage import guarded
 from .wait import WaitPolicy
 

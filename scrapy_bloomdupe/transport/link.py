@@ -36,10 +36,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, ResponseError
 from redis.retry import Retry
 
-from .asyncnode import AsyncNode
 from .cluster import ClusterLink, LinkCounters, is_cluster
 from .diagnose import describe, not_a_cluster_client
-from .greenio import await_only, bridged
+from .onloop import AsyncNode, await_only, bridged
 from .outage import guarded
 from .sentinel import (
     MAX_MASTER_CHANGES,
@@ -103,7 +102,7 @@ class Link:
 
     @property
     def asynchronous(self) -> bool:
-        """Whether round trips inside a job of :func:`~.greenio.run_bridged` are awaited
+        """Whether round trips inside a job of :func:`~.onloop.run_bridged` are awaited
         on ``redis.asyncio``."""
         if self._cluster is not None:
             return self._cluster.asynchronous
@@ -243,7 +242,7 @@ class Link:
     def _on_node(self, commands: Sequence[tuple[Any, ...]], built_for: int | None = None
                  ) -> list[Any]:
         """One round trip to the single node: awaited on ``redis.asyncio`` inside a job of
-        :func:`~.greenio.run_bridged` (the crawl: nothing blocks the loop, and a failure
+        :func:`~.onloop.run_bridged` (the crawl: nothing blocks the loop, and a failure
         goes straight to the outage guard), else on the held blocking connection: with
         the client's ``Retry``, or once inside the outage guard (:func:`~.outage.guarded`:
         a crawl's jobs on the Redis thread), which is then the one retry layer.

@@ -18,7 +18,7 @@ this module's wait, which keeps retrying with short pauses for up to
 one INFO when Redis is back, and counting both. Retrying is safe because every
 command this package sends is idempotent (the check-and-add by op id).
 
-During a crawl the pauses run on the loop (``asyncio.sleep``, :mod:`.greenio`) or
+During a crawl the pauses run on the loop (``asyncio.sleep``, :mod:`.onloop`) or
 on the scheduler's Redis thread, never blocking Scrapy's reactor: downloads already
 started finish, and their callbacks' outputs wait for Redis with the rest of its
 work; no request is handed out, acked or dropped until Redis answers, so every
@@ -45,7 +45,7 @@ from redis.exceptions import (
 )
 
 from ..exceptions import BloomDupeError
-from .greenio import pause
+from .onloop import pause
 
 logger = logging.getLogger(__name__)
 

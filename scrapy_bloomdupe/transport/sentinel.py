@@ -36,11 +36,11 @@ from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConn
 
 from ..exceptions import ConfigError
 from ..settings import SENTINELS_SETTING
-from .greenio import await_only, bridged
+from .onloop import await_only, bridged
 
 if TYPE_CHECKING:
     from ..settings import RedisSettings
-    from .asyncnode import AsyncNode
+    from .onloop import AsyncNode
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def _refresh(pool: Any) -> tuple[str, int] | None:
 
 def _ask(pool: Any) -> Any:
     """Where the sentinels say the master is: awaited on ``redis.asyncio`` inside a job
-    of :func:`~.greenio.run_bridged` (the crawl on Scrapy's asyncio reactor), else
+    of :func:`~.onloop.run_bridged` (the crawl on Scrapy's asyncio reactor), else
     asked with the pool's own blocking sentinel clients."""
     if not bridged():
         return pool.get_master_address()
@@ -193,7 +193,7 @@ def _async_sentinels(pool: Any) -> aio_sentinel.Sentinel:
 
 class AsyncMaster:
     """:class:`MasterConnection`'s twin on ``redis.asyncio``: a link's round trips to
-    the master, inside a job of :func:`~.greenio.run_bridged`.
+    the master, inside a job of :func:`~.onloop.run_bridged`.
 
     Before each round trip the pool asks the sentinels where the master is (awaited,
     on every connect and at most every :data:`MASTER_CHECK_INTERVAL` seconds between,

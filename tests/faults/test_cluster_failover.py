@@ -27,7 +27,7 @@ from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_nodes
 from scrapy_bloomdupe.testing import redisbloom_module
 from scrapy_bloomdupe.testing_cluster import LocalCluster
-from scrapy_bloomdupe.transport.greenio import run_bridged
+from scrapy_bloomdupe.transport.onloop import run_bridged
 from scrapy_bloomdupe.transport.outage import OutageGuard
 
 TASK_TIMEOUT = 120.0

@@ -29,10 +29,8 @@ from typing import Any
 
 from redis.connection import AbstractConnection
 
-from scrapy_bloomdupe.frontier.ioloop import IOLoop
-from scrapy_bloomdupe.frontier.iothread import IOThread
 from scrapy_bloomdupe.scheduler import Scheduler
-from scrapy_bloomdupe.scheduling.jobs import RedisJobs
+from scrapy_bloomdupe.scheduling.jobs import IOLoop, IOThread, RedisJobs
 from scrapy_bloomdupe.transport.link import Link
 
 _MAIN = threading.main_thread()

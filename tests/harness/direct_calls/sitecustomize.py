@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 OUT = os.environ.get("DIRECT_CALLS_DIR")
-#: The name of the scheduler's Redis thread (frontier/iothread.py's ThreadPool).
+#: The name of the scheduler's Redis thread (scheduling/jobs.py's IOThread's ThreadPool).
 REDIS_THREAD = "PoolThread-bloomdupe-redis"
 found: dict[str, Any] = {"direct": Counter(), "blocking": Counter(), "awaited": 0, "io": None,
                          "phases": {}}
@@ -87,7 +87,7 @@ if OUT:
 
     from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
     from scrapy_bloomdupe.scheduling import jobs, shared
-    from scrapy_bloomdupe.transport import asyncnode
+    from scrapy_bloomdupe.transport import onloop
 
     _wrap(redis.client.Redis, "execute_command", _direct(lambda _s, args: str(args[0])))
     _wrap(redis.cluster.RedisCluster, "execute_command", _direct(lambda _s, args: str(args[0])))
@@ -95,7 +95,7 @@ if OUT:
         sorted({str(c[0][0]) for c in self.command_stack}))))
     _wrap(redis.cluster.ClusterPipeline, "execute", _direct(lambda _s, _a: "a cluster pipeline"))
     _wrap(redis.connection.AbstractConnection, "send_packed_command", _blocking)
-    _wrap(asyncnode.AsyncNode, "round_trip", _awaited)
+    _wrap(onloop.AsyncNode, "round_trip", _awaited)
     _wrap(shared.SharedCrawl, "join", _phase("join"))
     _wrap(shared.SharedCrawl, "close", _phase("leave"))
     _wrap(RedisBloomDupeFilter, "close", _phase("filter closed"))
@@ -109,9 +109,7 @@ if OUT:
 
     jobs.RedisJobs.start = started  # type: ignore[method-assign]
 
-    from scrapy_bloomdupe.frontier import ioloop, iothread
-
-    for runner in (ioloop.IOLoop, iothread.IOThread):
+    for runner in (jobs.IOLoop, jobs.IOThread):
         _wrap(runner, "stop", lambda _self, _args: running.update(jobs=False))
 
     @atexit.register
