@@ -59,7 +59,9 @@ from .transport.diagnose import check
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
+    from scrapy.core.scheduler import BaseScheduler
     from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
     from scrapy.http import Request
     from scrapy.spiders import Spider
     from typing_extensions import Self
@@ -88,7 +90,7 @@ def dupefilter_for(crawler: Crawler) -> RedisBloomDupeFilter | None:
     return df if isinstance(df, RedisBloomDupeFilter) else None
 
 
-def _scheduler_of(crawler: Crawler) -> Any:
+def _scheduler_of(crawler: Crawler) -> BaseScheduler | None:
     """Scrapy's public ``engine.scheduler`` (Scrapy 2.19 and later); without it (an
     older Scrapy, or no engine: a tool, a test), the scheduler of this package that
     opened for ``crawler``, if any."""
@@ -105,7 +107,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     """A scrapy-redis scheduler whose dupefilter is, by default, the Bloom filter."""
 
     crawler: Crawler
-    df: Any
+    df: BaseDupeFilter | None  # scrapy-redis sets it in open() when from_crawler did not
 
     def __init__(self, *args: Any, frontier: FrontierConfig | None = None,
                  **kwargs: Any) -> None:
@@ -223,15 +225,16 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
                             done_grace=self.done_grace)
-        ours = isinstance(self.df, RedisBloomDupeFilter)
-        if ours:
-            self.df.leased_queue = self.leased
+        df = self.df
+        if isinstance(df, RedisBloomDupeFilter):
+            df.leased_queue = self.leased
         reactor = _running_reactor()
         if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
             # On the loop when every round trip of the jobs has a redis.asyncio twin: the
             # filter's and the leased queue's (scrapy-redis's queues use the client).
             self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
-                            and ours and self.df.bloom.link.asynchronous)
+                            and isinstance(df, RedisBloomDupeFilter)
+                            and df.bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
@@ -276,8 +279,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
                 df.persist = persist
                 df.close(reason, clear=clear)  # writes the final stats
-            elif clear:
-                df.clear()  # as scrapy-redis does; its close() would clear even when persisting
+            elif clear and df is not None and hasattr(df, "clear"):
+                # As scrapy-redis does (its close() would clear even when persisting);
+                # Scrapy's own dupefilters keep nothing in Redis to clear.
+                df.clear()
 
         def stopped(result: Any) -> Any:
             self.jobs.io.stop()  # the runner is idle: its last job is answered

@@ -46,6 +46,25 @@ def test_scheduler_keeps_a_dupefilter_the_user_chose(redis_url: str) -> None:
     assert type(scheduler.df).__name__ == "BaseDupeFilter"
 
 
+def test_scrapys_own_dupefilter_closes_a_done_crawl_without_persist(
+        redis_url: str, client: redis.Redis) -> None:
+    """Scrapy's RFPDupeFilter has no ``clear``: the last worker of a done crawl clears
+    the shared queue and closes cleanly (it raised AttributeError in the close job)."""
+    crawler = crawler_for(redis_url, BLOOMDUPE_DONE_GRACE=0,
+                          DUPEFILTER_CLASS="scrapy.dupefilters.RFPDupeFilter")
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    scheduler.enqueue_request(Request("http://a.example/1"))
+    while scheduler.next_request() is not None:
+        pass
+    scheduler.end.spider_idle(crawler.spider)
+    closed = scheduler.close("finished")
+    failures: list[Any] = []
+    closed.addErrback(failures.append)
+    assert failures == []
+    assert client.keys("demo:*queue*") == []
+
+
 def test_scheduler_keeps_scrapy_redis_set_when_persisting(redis_url: str,
                                                          client: redis.Redis) -> None:
     crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True,

@@ -37,8 +37,10 @@ from ..frontier import storable
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.queue import PriorityQueue
 from .jobs import RedisJobs, Stopped
+from .shared import SharedQueue
 
 if TYPE_CHECKING:
+    from scrapy.dupefilters import BaseDupeFilter
     from scrapy.http import Request
     from scrapy.signalmanager import SignalManager
     from scrapy.spiders import Spider
@@ -157,7 +159,8 @@ class RequestPath:
     queued (the scheduler's work count); ``signals`` are the crawler's (a request
     dropped after the engine heard it was scheduled is sent with ``request_dropped``)."""
 
-    def __init__(self, df: Any, queue: Any, jobs: RedisJobs, *, stats: StatsCollector,
+    def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
+                 stats: StatsCollector,
                  spider: Spider, queued: Callable[[], None],
                  signals: SignalManager | None = None) -> None:
         self.df = df
@@ -171,6 +174,15 @@ class RequestPath:
         self.enqueuing = 0
         #: Callbacks' outputs waiting to go to Redis together (see queue_output).
         self.outbox = Outbox(jobs.run, self.check_and_push, later=jobs.later)
+
+    @property
+    def bloom(self) -> dupefilter_module.RedisBloomDupeFilter:
+        """The dupefilter, where only this package's can be: a callback's output and a
+        request's check-and-queue come this way only with it (the batch middleware and
+        :meth:`enqueue` ask first)."""
+        df = self.df
+        assert isinstance(df, dupefilter_module.RedisBloomDupeFilter), df
+        return df
 
     @property
     def leased(self) -> bool:
@@ -272,7 +284,7 @@ class RequestPath:
                       if entries[i] is not None and r.dont_filter]
         if not (checked or unfiltered) or self.jobs.failed():
             return None
-        fingerprint = self.df.fingerprinter.fingerprint
+        fingerprint = self.bloom.fingerprinter.fingerprint
         queued = entries if self.leased else requests
         return (checked, unfiltered, [fingerprint(requests[i]) for i in checked],
                 [queued[i] for i in checked], [requests[i] for i in unfiltered])
@@ -299,9 +311,10 @@ class RequestPath:
             # it is fetched again by the next workers.
             if isinstance(error, Stopped):
                 return outcomes
-            self.df.check_failed(error, len(fps))
-            if self.df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
-                self.df.stop_crawl(dupefilter_module.CLOSE_REASON, (
+            df = self.bloom
+            df.check_failed(error, len(fps))
+            if df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
+                df.stop_crawl(dupefilter_module.CLOSE_REASON, (
                     "Redis stayed unavailable and the shared queue is in Redis: "
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
@@ -317,7 +330,7 @@ class RequestPath:
         scrapy-redis (a crash between them leaves a request in the filter and in no
         queue)."""
         if self.leased:
-            new = self.df.check_and_queue(fps, self.queue, entries) if fps else []
+            new = self.bloom.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
                 self.jobs.outage_call(lambda: self.queue.push_many(pushed))
             if isinstance(self.queue, CrawlWideQueue) and (any(new) or pushed):
@@ -325,7 +338,7 @@ class RequestPath:
                 # intake's bytes (else the next pop moves it).
                 self.jobs.guarded(self.queue.sort, 0)
             return new
-        new = self.df.check_and_queue(fps, None, entries) if fps else []
+        new = self.bloom.check_and_queue(fps, None, entries) if fps else []
         for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
             self.jobs.outage_call(partial(self.queue.push, request))
         return new

@@ -11,11 +11,13 @@ import logging
 import secrets
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from redis.exceptions import RedisError
+from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy_redis.queue import Base as ScrapyRedisQueue
 
 from .. import dupefilter as dupefilter_module
 from ..bloom import meta
@@ -41,6 +43,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The crawl's shared queue: this package's leased one (a :class:`CrawlWideQueue`
+#: whatever the politeness mode; its base class when a queue of the user's extends it)
+#: or a scrapy-redis queue class's (``SCHEDULER_QUEUE_CLASS``).
+SharedQueue: TypeAlias = PriorityQueue | ScrapyRedisQueue
+
 
 def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
                       spider_name: str) -> None:
@@ -62,8 +69,8 @@ def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
 
 
 def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spider: Spider,
-               key: str, serializer: Any, df: Any, settings: BaseSettings,
-               frontier: FrontierConfig) -> Any:
+               key: str, serializer: Any, df: BaseDupeFilter, settings: BaseSettings,
+               frontier: FrontierConfig) -> SharedQueue:
     """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
     one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``df``, sharded as
     it is and waiting for the replicas it waits for; or a scrapy-redis queue class."""
@@ -89,7 +96,9 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
             cls = CrawlWideQueue
             extra["policy"] = OneSlot()
     try:
-        return cls(server=server, spider=spider, key=key, serializer=serializer, **extra)
+        queue: SharedQueue = cls(server=server, spider=spider, key=key, serializer=serializer,
+                                 **extra)
+        return queue
     except TypeError as e:
         raise ValueError(f"Failed to instantiate queue class '{queue_cls}': {e}") from e
 
@@ -163,23 +172,25 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
                 "mode), or clear the crawl (`bloomdupe clear`) to start over")
 
 
-def open_filter(crawler: Crawler, dupefilter_cls: Any, queue_cls: str | type[Any], *,
-                server: Redis | RedisCluster, flush: bool) -> RedisBloomDupeFilter | None:
+def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
+                queue_cls: str | type[Any], *, server: Redis | RedisCluster, flush: bool
+                ) -> RedisBloomDupeFilter | None:
     """The crawl's filter, opened when the scheduler is built, before the engine has a
     slot (an error here, a filter made with other settings, is then the only thing
     Scrapy reports); None when the dupefilter is not this package's. A queue of a newer
     release's entries stops the worker before the filter opens; this release's format
     is recorded once the filter's start-up check has passed (see claim_queue_format)."""
-    ours = isinstance(dupefilter_cls, type) and issubclass(dupefilter_cls, RedisBloomDupeFilter)
+    ours = dupefilter_cls if isinstance(dupefilter_cls, type) and issubclass(
+        dupefilter_cls, RedisBloomDupeFilter) else None
     if crawler.spider is None:
-        return build_from_crawler(dupefilter_cls, crawler) if ours else None
+        return build_from_crawler(ours, crawler) if ours else None
     name, settings = crawler.spider.name, crawler.settings
     if ours and flush:
         flush_before_open(server, settings, name)
     refuse_mixed_politeness(queue_cls, server=server, settings=settings, spider_name=name)
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
-    df = build_from_crawler(dupefilter_cls, crawler) if ours else None
+    df = build_from_crawler(ours, crawler) if ours else None
     if not recorded:
         claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
                            write=True)
@@ -190,8 +201,8 @@ class SharedCrawl:
     """This worker's part in the crawl's shared state: the shared ``queue`` beside the
     filter ``df``, the Redis work run by ``jobs``."""
 
-    def __init__(self, *, server: Redis | RedisCluster, df: Any, queue: Any, jobs: RedisJobs,
-                 frontier: FrontierConfig, spider: Spider) -> None:
+    def __init__(self, *, server: Redis | RedisCluster, df: BaseDupeFilter, queue: SharedQueue,
+                 jobs: RedisJobs, frontier: FrontierConfig, spider: Spider) -> None:
         self.server, self.df, self.queue, self.jobs = server, df, queue, jobs
         self.frontier, self.spider = frontier, spider
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
@@ -231,18 +242,20 @@ class SharedCrawl:
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
-        if not self.leased and isinstance(self.df, RedisBloomDupeFilter):
+        df = self.df
+        if not self.leased and isinstance(df, RedisBloomDupeFilter):
             # Counted among the crawl's workers, so that the last one out clears (close).
-            self.jobs.guarded(lambda: frontier_queue.join(self.server, self.df.bloom.key,
+            self.jobs.guarded(lambda: frontier_queue.join(self.server, df.bloom.key,
                                                           self.member), None)
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
         if self.leased:
             return bool(self.jobs.guarded(self.queue.leave, True))
-        if isinstance(self.df, RedisBloomDupeFilter):
+        df = self.df
+        if isinstance(df, RedisBloomDupeFilter):
             return bool(self.jobs.guarded(lambda: frontier_queue.leave(
-                self.server, self.df.bloom.key, self.member,
+                self.server, df.bloom.key, self.member,
                 round(self.frontier.lease_timeout * 1000)), True))
         return True
 
@@ -270,7 +283,8 @@ class SharedCrawl:
             # Stopped on an error: touch nothing more in Redis. The leases held come back
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
             detach = getattr(self.queue, "detach", None)
-            if self.df.failure == dupefilter_module.FINISHED and self.leased:
+            if isinstance(self.df, RedisBloomDupeFilter) and self.leased and \
+                    self.df.failure == dupefilter_module.FINISHED:
                 # The crawl is over and gone: only this worker's name, which its
                 # heartbeat or a pop may have written again, is taken out.
                 detach = self.queue.forget
