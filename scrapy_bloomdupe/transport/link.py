@@ -1,13 +1,16 @@
-"""Send a batch of commands in one round trip, cheaply, with redis-py's retry.
+"""Send a batch of commands in one round trip, cheaply: retried by the outage guard
+during a crawl (its one retry layer), by redis-py's ``Retry`` elsewhere.
 
 redis-py's ``Pipeline.execute`` costs more per call than the Redis work of a
 check-and-add (measured: about 170 us of Python a call, against 60 us for the
 same bytes on a held connection). The filter sends one small batch for every
 request Scrapy schedules, so it holds one connection from the client's pool
 and writes the batch with the connection's own ``pack_commands``, reading one
-reply per command. Retries use the connection's ``Retry`` object (the one the
-client was configured with), reconnecting between attempts: every batch this
-package sends is safe to send twice.
+reply per command. Outside a crawl's jobs (a tool, a test) retries use the
+connection's ``Retry`` object (the one the client was configured with),
+reconnecting between attempts; inside them a round trip is one attempt and the
+outage guard (:mod:`.outage`) sends it again: every batch this package sends is
+safe to send twice.
 
 A cluster client (``redis.cluster.RedisCluster``) has no single connection:
 there :class:`~scrapy_bloomdupe.transport.cluster.ClusterLink` groups the batch by the
