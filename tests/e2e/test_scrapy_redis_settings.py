@@ -286,3 +286,19 @@ def test_persist_off_as_in_scrapy_redis_every_worker_finishes(
     # All deleted but the mark that tells a worker paused past the end what happened.
     assert list(client.scan_iter()) == [b"site:bloomdupe:finished"]
     client.close()
+
+
+@pytest.mark.slow
+def test_scrapys_own_dupefilter_under_this_scheduler(durable_redis: str, site: Any,
+                                                    tmp_path: Path) -> None:
+    """``DUPEFILTER_CLASS = "scrapy.dupefilters.RFPDupeFilter"`` (Scrapy's, in the
+    worker's memory) with this scheduler and ``SCHEDULER_PERSIST`` off: one worker
+    fetches every page once, and the last worker out clears the shared queue and
+    closes without an error (its close raised AttributeError: the filter has no
+    ``clear``)."""
+    results = run_workers(durable_redis, site.url, tmp_path, 1,
+                          "DUPEFILTER_CLASS=scrapy.dupefilters.RFPDupeFilter",
+                          "SCHEDULER_PERSIST=False", "BLOOMDUPE_DONE_GRACE=1")
+    assert_clean(results)
+    assert take_fetches(site) == [1] * PAGES
+    assert redis.Redis.from_url(durable_redis).keys("*queue*") == []
