@@ -186,6 +186,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                                   server=server, flush=instance.flush_on_start)
         return instance
 
+    def flush(self) -> None:
+        """scrapy-redis's ``flush`` (``SCHEDULER_FLUSH_ON_START``), also with a dupefilter
+        that keeps nothing in Redis (Scrapy's own has no ``clear``)."""
+        df = self.df
+        if df is not None and hasattr(df, "clear"):
+            df.clear()
+        self.queue.clear()
+
     @property
     def leased(self) -> bool:
         """Whether the queue is the leased one (scrapy-redis's own queues are not)."""

@@ -295,10 +295,18 @@ def test_scrapys_own_dupefilter_under_this_scheduler(durable_redis: str, site: A
     worker's memory) with this scheduler and ``SCHEDULER_PERSIST`` off: one worker
     fetches every page once, and the last worker out clears the shared queue and
     closes without an error (its close raised AttributeError: the filter has no
-    ``clear``)."""
+    ``clear``); with ``SCHEDULER_FLUSH_ON_START`` as well."""
     results = run_workers(durable_redis, site.url, tmp_path, 1,
                           "DUPEFILTER_CLASS=scrapy.dupefilters.RFPDupeFilter",
                           "SCHEDULER_PERSIST=False", "BLOOMDUPE_DONE_GRACE=1")
     assert_clean(results)
     assert take_fetches(site) == [1] * PAGES
     assert redis.Redis.from_url(durable_redis).keys("*queue*") == []
+    # SCHEDULER_FLUSH_ON_START too (scrapy-redis's flush() cleared the dupefilter with
+    # clear(), which Scrapy's has not: the worker stopped at its start).
+    (tmp_path / "flush").mkdir()
+    results = run_workers(durable_redis, site.url, tmp_path / "flush", 1,
+                          "DUPEFILTER_CLASS=scrapy.dupefilters.RFPDupeFilter",
+                          "SCHEDULER_FLUSH_ON_START=True", "BLOOMDUPE_DONE_GRACE=1")
+    assert_clean(results)
+    assert take_fetches(site) == [1] * PAGES
