@@ -295,6 +295,28 @@ def test_a_users_serializer_writes_the_fields(redis_url: str) -> None:
         scheduler.close("finished")
 
 
+def test_json_writes_the_headers_as_text_and_reads_them_back_as_bytes() -> None:
+    """SCHEDULER_SERIALIZER = "json" and a request with headers (Scrapy's RefererMiddleware
+    gives every followed link a ``Referer``): JSON cannot write bytes, so the headers are
+    written as Latin-1 text, any byte kept, and come back as the request's bytes. (Every
+    such request was dropped as unserializable: a JSON crawl fetched its start page.)"""
+    codec = Codec(json, SPIDER)
+    sent = Request("https://json.example/2", callback=SPIDER.parse_item,
+                   headers={"Referer": "https://json.example/", "X-Raw": b"\xff\x00caf\xc3\xa9",
+                            "X-Two": ["a", "b"]})
+    payload = codec.encode(sent)
+    fields = json.loads(entry._inflate(payload.split(b"\x00", 2)[2], b"https://json.example/2")
+                        if payload[0] == entry.DEFLATED else payload.split(b"\x00", 2)[2])
+    assert fields["h"]["Referer"] == ["https://json.example/"], fields
+    back = codec.decode(payload)
+    assert same(back, sent)
+    assert back.headers.getlist("X-Raw") == [b"\xff\x00caf\xc3\xa9"]
+    assert back.headers.getlist("X-Two") == [b"a", b"b"]
+    # Pickle's entries keep the bytes as they were.
+    pickled = Codec(picklecompat, SPIDER).encode(sent)
+    assert same(Codec(picklecompat, SPIDER).decode(pickled), sent)
+
+
 # -- the queue's format in Redis ---------------------------------------------------------
 
 

@@ -13,8 +13,11 @@ values are written. A request with only a URL costs the URL and one byte; one
 with a callback, that name and one more. ``REST`` names Request's own fields by
 one letter (:data:`SHORT`), a subclass's own attributes (``attributes``, e.g.
 JsonRequest's ``dumps_kwargs``) by their names, and the class (``"_"``) by its
-path when it is not ``scrapy.Request``. Decoding is Scrapy's
-``request_from_dict`` of the URL, the callback and ``REST``.
+path when it is not ``scrapy.Request``. A serializer other than pickle gets the
+headers (bytes in Scrapy) as text, each byte one character (Latin-1), so that
+``"json"`` can write them (every followed link has a ``Referer``); they are bytes
+again when read. Decoding is Scrapy's ``request_from_dict`` of the URL, the
+callback and ``REST``.
 
 Entries written before format 1 (the serializer's ``to_dict`` dict, which starts
 with no byte below 0x20: pickle's ``\\x80``, JSON's ``{``) are read as they
@@ -31,7 +34,7 @@ from __future__ import annotations
 import pickle
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoPermissionError
@@ -140,6 +143,8 @@ class Codec:
         self.spider = spider
         self._defaults: dict[type[Request], dict[str, Any]] = {}
         self._unframe = serializer in PICKLES
+        #: Whether the headers go to the serializer as text (see the module's docstring).
+        self._text_headers = serializer not in PICKLES
 
     def encode(self, request: Request) -> bytes:
         fields = request.to_dict(spider=self.spider)
@@ -159,6 +164,8 @@ class Codec:
                                          and SEPARATOR not in callback.encode("utf-8")):
             rest["c"] = callback  # not a plain name: in REST, as the serializer writes it
             callback = None
+        if self._text_headers and isinstance(rest.get("h"), dict):
+            rest["h"] = _headers(rest["h"], _as_text)
         if SEPARATOR in url:  # never from Scrapy's own URL handling: kept in REST then
             rest["u"], url = request.url, b""
         parts = [bytes((PLAIN,)) + url]
@@ -231,6 +238,8 @@ class Codec:
             for key, value in rest.items():
                 fields[LONG.get(key, key[len(ESCAPE):] if key.startswith(ESCAPE) else key)] = \
                     value
+            if isinstance(fields.get("headers"), dict):
+                fields["headers"] = _headers(fields["headers"], _as_bytes)
         return fields
 
     def _default(self, cls: type[Request], url: str) -> dict[str, Any]:
@@ -257,6 +266,28 @@ def _unframed(data: bytes) -> bytes:
     if data[:3] in FRAMED and int.from_bytes(data[3:11], "little") == len(data) - 11:
         return data[:2] + data[11:]
     return data
+
+
+def _headers(headers: dict[Any, Any], convert: Callable[[Any], Any]) -> dict[Any, Any]:
+    """``headers`` (``to_dict``'s: a name to a list of values) with every name and value
+    converted."""
+    return {convert(name): [convert(v) for v in values] if isinstance(values, list)
+            else convert(values) for name, values in headers.items()}
+
+
+def _as_text(value: Any) -> Any:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _as_bytes(value: Any) -> Any:
+    """A header's text back to its bytes (as it is when it is not text of Latin-1's
+    characters: Scrapy's ``Headers`` encodes it then)."""
+    if isinstance(value, str):
+        try:
+            return value.encode("latin-1")
+        except UnicodeEncodeError:
+            return value
+    return value
 
 
 def split_requeues(member: bytes) -> tuple[int, bytes]:
