@@ -112,6 +112,10 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         #: what a stop says becomes of the requests in progress.
         self.leased_queue = False
         self._warned_full = False
+        #: The ``bloomdupe/*`` figures last copied into Scrapy's stats: what the log
+        #: lines show, never read back from the stats (scrapy-redis's
+        #: ``RedisStatsCollector`` reads every value back as an int, and fails on a rate).
+        self.figures: dict[str, float] = {}
         self._next_flush = time.monotonic() + stats_interval
 
     @classmethod
@@ -503,6 +507,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 values["bloomdupe/window/oldest_slice_age"] = window["oldest_slice_age"]
             if not self._warned_full:
                 self._warn_if_full(info)
+        self.figures.update(values)
         for name, value in values.items():
             self.stats.set_value(name, value)
 
@@ -565,7 +570,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if self.persist and self.failure is None:
             self.flush_crawl_stats(closed=reason or "closed")
         if self.stats is not None:
-            get = self.stats.get_value
+            get = self.figures.get
             logger.info(
                 "Bloom filter closed: %(checked)d checked, %(new)d new, %(dups)d duplicates "
                 "(hit rate %(hit).1f%%), fill %(fill).2f%%, est. FPR %(fpr).2g",

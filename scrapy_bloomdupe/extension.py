@@ -93,19 +93,18 @@ class BloomDupeStats:
         now = time.monotonic()
         rate = (counters.checked - self._last_checked) / max(now - self._last_time, 1e-9) * 60
         self._last_checked, self._last_time = counters.checked, now
-        stats = self.crawler.stats
-        assert stats is not None
+        figures = df.figures  # not read back from the stats (see RedisBloomDupeFilter.figures)
         logger.info(
             "Bloom filter: %(checked)d checked (%(rate)d/min), hit rate %(hit).1f%%, "
             "fill %(fill).2f%%, est. %(items)d items of %(capacity)d, est. FPR %(fpr).2g",
             {
                 "checked": counters.checked,
                 "rate": rate,
-                "hit": 100 * (stats.get_value("bloomdupe/hit_rate") or 0.0),
-                "fill": 100 * (stats.get_value("bloomdupe/fill_ratio") or 0.0),
-                "items": stats.get_value("bloomdupe/estimated_items") or 0,
+                "hit": 100 * figures.get("bloomdupe/hit_rate", 0.0),
+                "fill": 100 * figures.get("bloomdupe/fill_ratio", 0.0),
+                "items": figures.get("bloomdupe/estimated_items", 0),
                 "capacity": df.bloom.sizing.capacity,
-                "fpr": stats.get_value("bloomdupe/estimated_false_positive_rate") or 0.0,
+                "fpr": figures.get("bloomdupe/estimated_false_positive_rate", 0.0),
             },
             extra={"spider": self.crawler.spider},
         )

@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import crawler_for
+from helpers import EngineWith, crawler_for
 from scrapy import Request
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler
 from scrapy.utils.misc import build_from_crawler
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError, FilterMismatchError
+from scrapy_bloomdupe.extension import BloomDupeStats
 from scrapy_bloomdupe.scheduler import Scheduler, dupefilter_for, for_crawler
 
 
@@ -120,6 +121,39 @@ def test_close_honours_scheduler_persist(redis_url: str, client: redis.Redis,
                  "lock/waits", "lock/wait_time", "lock/timeouts", "lock/lost"):
         assert f"bloomdupe/{name}" in stats, name
     assert stats["bloomdupe/estimated_items"] == 1
+
+
+def test_scrapy_redis_stats_collector_reads_no_rate_back(redis_url: str, client: redis.Redis,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    """``STATS_CLASS = "scrapy_redis.stats.RedisStatsCollector"`` reads every value back
+    with ``int()``: the log lines of the dupefilter's close and of the stats extension
+    show its own figures, not the stats' (the close raised ValueError on the hit rate,
+    before it deleted the filter with SCHEDULER_PERSIST off: the next run fetched
+    nothing; the extension's periodic line failed the same way)."""
+    crawler = crawler_for(redis_url, STATS_CLASS="scrapy_redis.stats.RedisStatsCollector",
+                          DUPEFILTER_CLASS="scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter",
+                          SCHEDULER_PRIORITY_QUEUE="scrapy.pqueues.ScrapyPriorityQueue",
+                          SCHEDULER_PERSIST=False)
+    stats = crawler.stats
+    assert type(stats).__name__ == "RedisStatsCollector"
+    try:
+        scheduler = ScrapyScheduler.from_crawler(crawler)
+        scheduler.open(crawler.spider)
+        crawler.engine = EngineWith(scheduler)
+        for url in ("http://a.example/", "http://a.example/", "http://b.example/"):
+            scheduler.enqueue_request(Request(url))
+        df = scheduler.df
+        assert isinstance(df, RedisBloomDupeFilter)
+        with caplog.at_level(logging.INFO):
+            build_from_crawler(BloomDupeStats, crawler).log()
+            df.close("finished")
+        assert "Bloom filter: 3 checked" in caplog.text and "hit rate 33.3%" in caplog.text
+        assert "Bloom filter closed: 3 checked, 2 new, 1 duplicates (hit rate 33.3%)" in \
+            caplog.text
+        assert not client.exists("demo:bloomdupe:meta")  # deleted: SCHEDULER_PERSIST is off
+    finally:
+        stats.server.close()
 
 
 @pytest.mark.parametrize(("settings", "reason", "kept"), [
