@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.http import Response
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.misc import load_object
 
 from . import connection
 from . import scheduler as scheduler_module
@@ -49,6 +51,29 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def _warn_if_not_last(crawler: Crawler) -> None:
+    """One WARNING when a spider middleware sees a callback's output after this one: what
+    it drops or changes (DepthMiddleware's ``DEPTH_LIMIT``, the Referer, a URL too long)
+    was queued, and is crawled, as it came from the callback."""
+    order = build_component_list(crawler.settings.getwithbase("SPIDER_MIDDLEWARES"))
+    ours = [i for i, c in enumerate(order) if _is_this(c)]
+    if not ours or ours[0] == 0:
+        return
+    after = [c if isinstance(c, str) else f"{c.__module__}.{c.__qualname__}"
+             for c in order[:ours[0]]]
+    logger.warning(
+        "SPIDER_MIDDLEWARES has %s below BloomDupeBatchMiddleware's order: they see a "
+        "callback's requests only after this one queued them, so what they drop or change "
+        "(DEPTH_LIMIT, offsite, URL length, Referer) is crawled as the callback made it. "
+        "Give BloomDupeBatchMiddleware the lowest order (10, as the add-on does)",
+        ", ".join(after))
+
+
+def _is_this(component: Any) -> bool:
+    cls = load_object(component) if isinstance(component, str) else component
+    return isinstance(cls, type) and issubclass(cls, BloomDupeBatchMiddleware)
+
+
 class BloomDupeBatchMiddleware:
     def __init__(self, crawler: Crawler, batch_size: int) -> None:
         self.crawler = crawler
@@ -58,6 +83,7 @@ class BloomDupeBatchMiddleware:
     @classmethod
     @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
+        _warn_if_not_last(crawler)
         # BLOOMDUPE_BATCH off: each request checked on its own, as scrapy-redis does; the
         # middleware still queues them and tells the scheduler when a page is done.
         return cls(crawler, batch_size(crawler.settings) or 1)

@@ -122,3 +122,22 @@ def test_bad_settings_are_config_errors(setting: str, value: object) -> None:
     with pytest.raises(ConfigError) as info:
         build_from_crawler(BloomDupeBatchMiddleware, crawler)
     assert info.value.setting == setting
+
+
+@pytest.mark.parametrize(("order", "warned"), [(10, False), (950, True)])
+def test_an_order_above_other_spider_middlewares_is_warned(
+        order: int, warned: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """At 950 the middleware queues a callback's requests before DepthMiddleware (900)
+    sees them: DEPTH_LIMIT does not hold (a real crawl with DEPTH_LIMIT = 2 fetched all
+    200 pages, 81 at order 10). One WARNING names the middlewares below it."""
+    crawler = get_crawler(DemoSpider, {"SPIDER_MIDDLEWARES": {
+        "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": order}})
+    with caplog.at_level("WARNING", logger="scrapy_bloomdupe.middleware"):
+        build_from_crawler(BloomDupeBatchMiddleware, crawler)
+    lines = [r.getMessage() for r in caplog.records if r.name == "scrapy_bloomdupe.middleware"]
+    if not warned:
+        assert lines == []
+        return
+    assert len(lines) == 1
+    assert "scrapy.spidermiddlewares.depth.DepthMiddleware" in lines[0]
+    assert "Give BloomDupeBatchMiddleware the lowest order (10" in lines[0]

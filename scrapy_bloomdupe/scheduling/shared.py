@@ -156,15 +156,25 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
     keep the crawl's limits ("worker" into "crawl"), or would put one crawl under two
     sets of limits ("crawl" into "worker"). One crawl runs in one mode; it may switch
     while its slots are empty (a crawl of an earlier release has none: its queue is
-    moved into them)."""
+    moved into them). Nor does a worker with a scrapy-redis queue class join a crawl
+    whose requests wait in this package's queue: it would never fetch them (the filter
+    has seen them), and would call the crawl done."""
     cls = load_object(queue_cls)
-    if not (isinstance(cls, type) and issubclass(cls, PriorityQueue)):
-        return
+    ours = isinstance(cls, type) and issubclass(cls, PriorityQueue)
     mode = FrontierConfig.from_settings(settings).politeness
     tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
     with suppress(RedisError):  # the filter's start-up check, next, names what fails
-        found, waiting, leased = crawlwide.slot_status(server, tag)
-        if found and found != mode and (waiting or leased):
+        found, waiting, leased, elsewhere = crawlwide.slot_status(server, tag)
+        if not ours and (waiting or leased or elsewhere):
+            name = queue_cls if isinstance(queue_cls, str) else \
+                f"{queue_cls.__module__}.{queue_cls.__qualname__}"
+            raise BloomDupeError(
+                f"The crawl {tag!r} has {waiting + elsewhere} request(s) waiting and "
+                f"{leased} leased in this package's queue, which SCHEDULER_QUEUE_CLASS = "
+                f"{name!r} would never fetch (the filter has seen them): remove that "
+                "setting to go on with this package's queue, or clear the crawl "
+                "(`bloomdupe clear`) to start over")
+        if ours and found and found != mode and (waiting or leased):
             raise BloomDupeError(
                 f"The crawl {tag!r} has {waiting} request(s) waiting and {leased} leased, "
                 f"queued by workers with BLOOMDUPE_POLITENESS = {found!r}: set "

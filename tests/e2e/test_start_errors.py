@@ -90,6 +90,26 @@ def test_a_worker_does_not_join_a_crawl_of_the_other_politeness(redis_url: str) 
     client.close()
 
 
+def test_a_scrapy_redis_queue_does_not_join_a_crawl_of_this_packages_queue(
+        redis_url: str) -> None:
+    """Requests wait (or are leased) in this package's queue: a worker with a scrapy-redis
+    queue class would never fetch them (the filter has seen them) and would call the crawl
+    done with exit code 0; it does not start. Requests in the intake (queued by the
+    filter, not yet in a slot) count too."""
+    client = redis.Redis.from_url(redis_url)
+    client.set(keys.slot_leased("left:bloomdupe", 0), 2)
+    client.zadd(keys.queue("left:bloomdupe", 0), {b"an entry": 0})
+    assert_start_error_line(
+        example_crawl(redis_url, "BLOOMDUPE_KEY=left:bloomdupe",
+                      "SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.FifoQueue"),
+        "The crawl 'left:bloomdupe' has 1 request(s) waiting and 2 leased in this "
+        "package's queue, which SCHEDULER_QUEUE_CLASS = 'scrapy_redis.queue.FifoQueue' "
+        "would never fetch (the filter has seen them): remove that setting to go on with "
+        "this package's queue, or clear the crawl (`bloomdupe clear`) to start over")
+    assert not client.exists(keys.meta("left:bloomdupe"))
+    client.close()
+
+
 def test_crawl_wide_politeness_with_a_scrapy_redis_queue_is_one_line(redis_url: str) -> None:
     assert_start_error_line(
         example_crawl(redis_url, "BLOOMDUPE_POLITENESS=crawl",
