@@ -14,10 +14,10 @@ with a callback, that name and one more. ``REST`` names Request's own fields by
 one letter (:data:`SHORT`), a subclass's own attributes (``attributes``, e.g.
 JsonRequest's ``dumps_kwargs``) by their names, and the class (``"_"``) by its
 path when it is not ``scrapy.Request``. A serializer other than pickle gets the
-headers (bytes in Scrapy) as text, each byte one character (Latin-1), so that
-``"json"`` can write them (every followed link has a ``Referer``); they are bytes
-again when read. Decoding is Scrapy's ``request_from_dict`` of the URL, the
-callback and ``REST``.
+headers and the body (bytes in Scrapy) as text, each byte one character (Latin-1),
+so that ``"json"`` can write them (every followed link has a ``Referer``, every
+form's POST and JsonRequest a body); they are bytes again when read. Decoding is
+Scrapy's ``request_from_dict`` of the URL, the callback and ``REST``.
 
 Entries written before format 1 (the serializer's ``to_dict`` dict, which starts
 with no byte below 0x20: pickle's ``\\x80``, JSON's ``{``) are read as they
@@ -143,8 +143,9 @@ class Codec:
         self.spider = spider
         self._defaults: dict[type[Request], dict[str, Any]] = {}
         self._unframe = serializer in PICKLES
-        #: Whether the headers go to the serializer as text (see the module's docstring).
-        self._text_headers = serializer not in PICKLES
+        #: Whether the headers and the body go to the serializer as text (see the
+        #: module's docstring).
+        self._text_bytes = serializer not in PICKLES
 
     def encode(self, request: Request) -> bytes:
         fields = request.to_dict(spider=self.spider)
@@ -164,8 +165,11 @@ class Codec:
                                          and SEPARATOR not in callback.encode("utf-8")):
             rest["c"] = callback  # not a plain name: in REST, as the serializer writes it
             callback = None
-        if self._text_headers and isinstance(rest.get("h"), dict):
-            rest["h"] = _headers(rest["h"], _as_text)
+        if self._text_bytes:
+            if isinstance(rest.get("h"), dict):
+                rest["h"] = _headers(rest["h"], _as_text)
+            if isinstance(rest.get("b"), bytes):
+                rest["b"] = _as_text(rest["b"])
         if SEPARATOR in url:  # never from Scrapy's own URL handling: kept in REST then
             rest["u"], url = request.url, b""
         parts = [bytes((PLAIN,)) + url]
@@ -240,6 +244,8 @@ class Codec:
                     value
             if isinstance(fields.get("headers"), dict):
                 fields["headers"] = _headers(fields["headers"], _as_bytes)
+            if isinstance(fields.get("body"), str):  # (Request would encode it by its
+                fields["body"] = _as_bytes(fields["body"])  # encoding, not Latin-1)
         return fields
 
     def _default(self, cls: type[Request], url: str) -> dict[str, Any]:
