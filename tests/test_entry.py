@@ -19,11 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.http import FormRequest, JsonRequest
+from scrapy.settings import Settings
 from scrapy_redis import picklecompat
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import entry, failed, undecodable
+from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.entry import Codec, NewerFormatError, QueueFormatError
+from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduler import Scheduler
 
@@ -237,6 +240,24 @@ def test_entries_written_by_todays_release_are_read(client: redis.Redis) -> None
     # Given back (a reap of its own), each goes back as it was, and is read again.
     assert len(q.reap(release_own=True)) == 0
     assert sorted(lease.request.url for lease in q.pop_leases(10)) == [r.url for r in old]
+
+
+@pytest.mark.parametrize("politeness", ["worker", "crawl"])
+def test_any_priority_is_queued_in_order_and_comes_back_as_it_was(
+        client: redis.Redis, politeness: str) -> None:
+    """Scrapy allows any int as a priority; a Redis score is a double. A priority beyond
+    a double's range (10**400) made Redis refuse the whole push (the worker stopped with
+    exit 1, and the request was in the filter, never queued): its score is held at a
+    double's limit, the entry keeps the priority itself."""
+    priorities = [10**400, 2**70, 2**53 + 1, 2**31, 5, 0, -1, -2**63, -2**70, -10**400]
+    sent = [Request(f"https://p.example/{i}", priority=p) for i, p in enumerate(priorities)]
+    q: Any = queue(client) if politeness == "worker" else CrawlWideQueue(
+        client, SPIDER, "entry:requests", tag=TAG, lease_timeout=5.0, policy=SlotPolicy(
+            Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "DOWNLOAD_DELAY": 0}), None))
+    q.push_many(sent[::-1])
+    leases = q.pop_leases(20)
+    assert [lease.request.url for lease in leases] == [r.url for r in sent]
+    assert [lease.request.priority for lease in leases] == priorities
 
 
 def test_an_entry_of_a_newer_format_is_retired_never_looped(client: redis.Redis) -> None:

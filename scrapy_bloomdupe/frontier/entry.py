@@ -32,6 +32,7 @@ there does not start.
 from __future__ import annotations
 
 import pickle
+import sys
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
@@ -110,6 +111,10 @@ PICKLES = (picklecompat, pickle)
 FRAMED = (b"\x80\x04\x95", b"\x80\x05\x95")
 #: Classes whose request made from a URL alone has the same fields whatever the URL.
 URL_FREE_DEFAULTS = (Request, FormRequest, JsonRequest)
+
+
+#: The largest score a Redis sorted set holds (a double's largest finite value).
+SCORE_LIMIT = int(sys.float_info.max)
 
 
 #: One entry that cannot be decoded: its lease's field (or its member in the queue), its
@@ -294,6 +299,15 @@ def _as_bytes(value: Any) -> Any:
         except UnicodeEncodeError:
             return value
     return value
+
+
+def score(request: Request) -> int:
+    """``request`` 's score in the queue: its priority negated (the lowest score comes
+    out first), held within a double's range, which a Redis score is (Scrapy allows any
+    int; Redis refused a priority of 10**400, and the worker stopped). Beyond 2**53 a
+    score keeps the order only roughly, as a double does; the entry keeps the priority
+    itself."""
+    return max(-SCORE_LIMIT, min(SCORE_LIMIT, -request.priority))
 
 
 def split_requeues(member: bytes) -> tuple[int, bytes]:

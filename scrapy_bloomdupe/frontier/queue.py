@@ -197,7 +197,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def entry(self, request: Request) -> tuple[int, bytes]:
         """What the sink queues for ``request``: its score and its bytes."""
-        return -request.priority, self.codec.encode(request)
+        return entry.score(request), self.codec.encode(request)
 
     def _encode_request(self, request: Request) -> bytes:
         return self.codec.encode(request)
