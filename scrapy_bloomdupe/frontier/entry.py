@@ -249,8 +249,9 @@ class Codec:
                     value
             if isinstance(fields.get("headers"), dict):
                 fields["headers"] = _headers(fields["headers"], _as_bytes)
-            if isinstance(fields.get("body"), str):  # (Request would encode it by its
-                fields["body"] = _as_bytes(fields["body"])  # encoding, not Latin-1)
+            # (bytes here: Request would encode a str body by its encoding, not Latin-1)
+            if isinstance(fields.get("body"), str):
+                fields["body"] = _as_bytes(fields["body"])
         return fields
 
     def _default(self, cls: type[Request], url: str) -> dict[str, Any]:
