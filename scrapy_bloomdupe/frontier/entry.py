@@ -32,7 +32,6 @@ there does not start.
 from __future__ import annotations
 
 import pickle
-import sys
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
@@ -113,8 +112,9 @@ FRAMED = (b"\x80\x04\x95", b"\x80\x05\x95")
 URL_FREE_DEFAULTS = (Request, FormRequest, JsonRequest)
 
 
-#: The largest score a Redis sorted set holds (a double's largest finite value).
-SCORE_LIMIT = int(sys.float_info.max)
+#: The largest score the queue gives: the largest double below 2**63, so that a Redis
+#: score holds it exactly and the slot scripts spell it as an integer (Lua's "%d").
+SCORE_LIMIT = 2**63 - 2**10
 
 
 #: One entry that cannot be decoded: its lease's field (or its member in the queue), its
@@ -304,10 +304,10 @@ def _as_bytes(value: Any) -> Any:
 
 def score(request: Request) -> int:
     """``request`` 's score in the queue: its priority negated (the lowest score comes
-    out first), held within a double's range, which a Redis score is (Scrapy allows any
-    int; Redis refused a priority of 10**400, and the worker stopped). Beyond 2**53 a
-    score keeps the order only roughly, as a double does; the entry keeps the priority
-    itself."""
+    out first), held within :data:`SCORE_LIMIT` (Scrapy allows any int; Redis refused
+    a priority of 10**400, and the worker stopped; one of 2**63 or more came out last
+    in the download slots). Beyond 2**53 a score keeps the order only roughly, as a
+    double does; the entry keeps the priority itself."""
     return max(-SCORE_LIMIT, min(SCORE_LIMIT, -request.priority))
 
 
