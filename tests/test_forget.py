@@ -175,6 +175,25 @@ def test_forget_from_the_command_line(redis_url: str, client: redis.Redis, tmp_p
         keys.forgotten("shop:bloomdupe", 2)) == 2  # SITE/never-seen and page/4
 
 
+def test_check_answers_new_for_a_forgotten_url(redis_url: str, client: redis.Redis) -> None:
+    """``check`` right after ``forget`` says what the next crawl's check says: new (it
+    said "seen", from the bits, though the URL waits to be re-admitted); once a
+    worker has re-admitted it, seen again. It reads only."""
+    urls = [f"{SITE}/page/{i}" for i in range(3)]
+    fingerprinter = RequestFingerprinter()
+    bloom = open_filter(client, None, key="shop:bloomdupe")
+    bloom.add_many([fingerprinter.fingerprint(Request(u)) for u in urls])
+    forgot = run_cli("forget", "--spider", "shop", urls[1], redis_url=redis_url)
+    assert forgot.returncode == 0, forgot.stderr
+    result = run_cli("check", "--spider", "shop", *urls, "--json", redis_url=redis_url)
+    clean(result)
+    assert result.returncode == 0, result.stderr
+    assert [r["seen"] for r in json.loads(result.stdout)["results"]] == [True, False, True]
+    assert bloom.add_many([fingerprinter.fingerprint(Request(urls[1]))]) == [True]  # new
+    result = run_cli("check", "--spider", "shop", urls[1], redis_url=redis_url)
+    assert result.returncode == 0 and result.stdout.startswith("seen"), result.stdout
+
+
 def test_ctrl_c_during_a_forget_says_what_holds(redis_url: str, client: redis.Redis) -> None:
     """Interrupted while it waits for workers' caches (after the counter was raised),
     ``bloomdupe forget`` says to run it again and exits 130, with no traceback."""

@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 
 from .. import hashing, keys
 from ..transport.cluster import is_cluster
@@ -165,6 +165,21 @@ class Forgetting:
                     describe(client), FORGET_WAIT_MS)
             added.extend(r for c, r in zip(own, replies, strict=True) if c[0] == "SADD")
         return added
+
+    def are_forgotten(self, fingerprints: Sequence[bytes]) -> list[bool]:
+        """Whether each item waits in its shard's forgotten set (its next check answers it
+        new); reads only. All False where the ACL denies ``SISMEMBER`` (logged)."""
+        shards = self.sizing.shards
+        commands: list[tuple[Any, ...]] = []
+        for fp in fingerprints:
+            h1, h2 = hashing.halves(fp, self.seed)
+            commands.append(("SISMEMBER", keys.forgotten(self.key, hashing.shard_of(h1, shards)),
+                             hashing.keyed_item(h1, h2)))
+        try:
+            return [bool(int(r)) for r in _pipelined(self.client, commands)]
+        except NoPermissionError as e:
+            logger.debug("Could not look at the forgotten sets of %s: %s", self.key, e)
+            return [False] * len(fingerprints)
 
     def forgotten(self) -> int:
         """Items waiting to be re-admitted (``bloomdupe forget``), every shard."""

@@ -54,7 +54,9 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     try:
         fingerprinter = fingerprinter_for(ctx, bloom.fingerprint)
         fps = [fingerprinter.fingerprint(r) for r in requests]
-        seen = bloom.contains_many(fps)
+        # A forgotten item (`bloomdupe forget`) is new to the next check, whatever its bits.
+        seen = [s and not f for s, f in zip(bloom.contains_many(fps),
+                                            bloom.are_forgotten(fps), strict=True)]
         missing = missing_shards(ctx, bloom)
     finally:
         bloom.close()
