@@ -194,6 +194,26 @@ def test_check_answers_new_for_a_forgotten_url(redis_url: str, client: redis.Red
     assert result.returncode == 0 and result.stdout.startswith("seen"), result.stdout
 
 
+def test_keys_lists_and_clear_deletes_the_forget_counter(redis_url: str, client: redis.Redis
+                                                         ) -> None:
+    """After a forget, ``keys`` lists the forget counter (``K:forgets``) and ``clear``
+    deletes it with the rest: it was left behind, alone, listed by nothing."""
+    bloom = open_filter(client, None, key="shop:bloomdupe")
+    bloom.add_many([RequestFingerprinter().fingerprint(Request(f"{SITE}/page/0"))])
+    bloom.close()
+    assert run_cli("forget", "--spider", "shop", f"{SITE}/page/0",
+                   redis_url=redis_url).returncode == 0
+    result = run_cli("keys", "--spider", "shop", "--json", redis_url=redis_url)
+    clean(result)
+    listed = {row["key"] for row in json.loads(result.stdout)["keys"]}
+    assert listed == {k.decode() for k in client.scan_iter()}
+    assert keys.forgets("shop:bloomdupe") in listed
+    result = run_cli("clear", "--spider", "shop", "--yes", redis_url=redis_url)
+    clean(result)
+    assert result.returncode == 0, result.stderr
+    assert list(client.scan_iter()) == []
+
+
 def test_ctrl_c_during_a_forget_says_what_holds(redis_url: str, client: redis.Redis) -> None:
     """Interrupted while it waits for workers' caches (after the counter was raised),
     ``bloomdupe forget`` says to run it again and exits 130, with no traceback."""

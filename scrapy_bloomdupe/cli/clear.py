@@ -29,7 +29,7 @@ CHUNK = 500
 def crawl_keys(client: redis.Redis | RedisCluster, key: str) -> list[str]:
     """Every Redis key of the crawl at ``key``, by name (one ``SCAN`` of the keyspace)."""
     names = [keys.meta(key), keys.growlock(key), keys.stats(key), keys.workers(key),
-             keys.live(key),
+             keys.forgets(key), keys.live(key),
              *(keys.live_worker(key, w) for w in crawlstats.live_workers(client, key))]
     found = [n for n in names if client.exists(n)]
     for name in client.scan_iter(match=keys.shards_pattern(key), count=1000):
