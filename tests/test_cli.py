@@ -1005,3 +1005,17 @@ def test_failed_lists_undecodable_entries_and_requeue_queues_them_again(
     assert client.zscore(keys.queue(key, 0), entry) == -3  # as it was, its priority kept
     (lease,) = PriorityQueue(client, ItemSpider(), "demo:requests", tag=key).pop_leases(5)
     assert lease.request.url == url and lease.request.callback.__name__ == "parse_item"
+
+
+def test_failed_of_a_crawl_that_does_not_exist_is_one_error(client: redis.Redis,
+                                                            redis_url: str) -> None:
+    """``failed`` (and ``--requeue``) at a key with nothing of a crawl (a typo) exits 1
+    with one line, not "recorded 0"; a crawl with no failed request lists none."""
+    for args in (["--spider", "nosuch"], ["--spider", "nosuch", "--requeue"]):
+        result = run_cli("failed", *args, redis_url=redis_url)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
+        assert "No crawl at key 'nosuch:bloomdupe'" in clean(result)
+    BloomFilter.open(client, "shop:bloomdupe", sizing.plan(1000, 0.01, shards=1)).close()
+    result = run_cli("failed", "--spider", "shop", redis_url=redis_url)
+    assert result.returncode == 0 and "recorded  0" in clean(result), result.stderr

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from ..frontier import failed
-from .context import EXIT_OK, Context, UsageProblem
+from .clear import crawl_keys
+from .context import EXIT_OK, Context, FilterAbsent, UsageProblem
 from .output import fields, table, when
 
 
@@ -14,6 +15,9 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     if opts.limit is not None and opts.limit < 1:
         raise UsageProblem("--limit must be at least 1")
     total = failed.count(ctx.client, ctx.key)
+    if not total and not crawl_keys(ctx.client, ctx.key):  # a typo must not read "0 failed"
+        raise FilterAbsent(f"No crawl at key {ctx.key!r} in Redis at {ctx.where}: no key of "
+                           "it (`bloomdupe keys`), so no failed request either.")
     records = failed.read(ctx.client, ctx.key, None if opts.requeue else opts.limit)
     moved = 0
     if opts.requeue and records:
