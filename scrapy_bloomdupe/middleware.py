@@ -37,6 +37,7 @@ from scrapy.http import Response
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
+from scrapy.utils.python import global_object_name
 
 from . import connection
 from . import scheduler as scheduler_module
@@ -59,8 +60,7 @@ def _warn_if_not_last(crawler: Crawler) -> None:
     ours = [i for i, c in enumerate(order) if _is_this(c)]
     if not ours or ours[0] == 0:
         return
-    after = [c if isinstance(c, str) else f"{c.__module__}.{c.__qualname__}"
-             for c in order[:ours[0]]]
+    after = [c if isinstance(c, str) else global_object_name(c) for c in order[:ours[0]]]
     logger.warning(
         "SPIDER_MIDDLEWARES has %s below BloomDupeBatchMiddleware's order: they see a "
         "callback's requests only after this one queued them, so what they drop or change "

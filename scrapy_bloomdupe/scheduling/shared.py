@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.python import global_object_name
 from scrapy_redis.queue import Base as ScrapyRedisQueue
 
 from .. import dupefilter as dupefilter_module
@@ -126,7 +127,7 @@ def enabled(settings: BaseSettings, name: str, path: str) -> bool:
     """Whether the component at ``path`` (or a subclass of it) is enabled in ``name``."""
     for component in build_component_list(settings.getwithbase(name)):
         cls = load_object(component) if isinstance(component, str) else component
-        if any(f"{c.__module__}.{c.__qualname__}" == path for c in getattr(cls, "__mro__", ())):
+        if any(global_object_name(c) == path for c in getattr(cls, "__mro__", ())):
             return True
     return False
 
@@ -166,8 +167,7 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
     with suppress(RedisError):  # the filter's start-up check, next, names what fails
         found, waiting, leased, elsewhere = crawlwide.slot_status(server, tag)
         if not ours and (waiting or leased or elsewhere):
-            name = queue_cls if isinstance(queue_cls, str) else \
-                f"{queue_cls.__module__}.{queue_cls.__qualname__}"
+            name = queue_cls if isinstance(queue_cls, str) else global_object_name(queue_cls)
             raise BloomDupeError(
                 f"The crawl {tag!r} has {waiting + elsewhere} request(s) waiting and "
                 f"{leased} leased in this package's queue, which SCHEDULER_QUEUE_CLASS = "
