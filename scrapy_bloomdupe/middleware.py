@@ -21,8 +21,10 @@ are marked with their fingerprint, and the dupefilter lets a marked request
 through once without a second check.
 
 It sits at order 10, closest to the engine, so it sees a request only after
-every other spider middleware (offsite, depth, URL length) has had the chance
-to drop it: a request dropped after being added would never be crawled.
+every other spider middleware (depth, URL length) has had the chance to drop it: a
+request dropped after being added would never be crawled. Off-site requests, which
+Scrapy drops only when they are scheduled (its ``OffsiteMiddleware`` is a downloader
+middleware), are dropped here first, by that middleware (:mod:`.scheduling.offsite`).
 Output order is kept.
 """
 
@@ -41,6 +43,7 @@ from scrapy.utils.python import global_object_name
 
 from . import connection
 from . import scheduler as scheduler_module
+from .scheduling.offsite import Offsite
 from .settings import batch_size
 
 if TYPE_CHECKING:
@@ -78,6 +81,8 @@ class BloomDupeBatchMiddleware:
     def __init__(self, crawler: Crawler, batch_size: int) -> None:
         self.crawler = crawler
         self.batch_size = batch_size
+        #: The spider's ``allowed_domains``, applied before Redis (:mod:`.scheduling.offsite`).
+        self.offsite = Offsite(crawler)
         crawler.signals.connect(self._spider_error, signal=signals.spider_error)
 
     @classmethod
@@ -111,6 +116,9 @@ class BloomDupeBatchMiddleware:
         self._done(response)
 
     async def _filter_async(self, outputs: list[Any]) -> list[Any]:
+        # Off-site requests never reach the filter nor the queue (Scrapy would drop them
+        # when scheduled, after this middleware had queued them).
+        outputs = self.offsite.kept(outputs)
         scheduler = scheduler_module.for_crawler(self.crawler)
         df = scheduler_module.dupefilter_for(self.crawler)
         path = scheduler.path if scheduler is not None else None

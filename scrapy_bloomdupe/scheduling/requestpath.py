@@ -37,6 +37,7 @@ from ..frontier import storable
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.queue import PriorityQueue
 from .jobs import RedisJobs, Stopped
+from .offsite import Offsite
 from .shared import SharedQueue
 
 if TYPE_CHECKING:
@@ -170,6 +171,8 @@ class RequestPath:
         self.spider = spider
         self._queued = queued
         self._signals = signals
+        #: The spider's ``allowed_domains``, applied before Redis.
+        self.offsite = Offsite(getattr(spider, "crawler", None))
         #: Requests given to enqueue whose check is on its way.
         self.enqueuing = 0
         #: Callbacks' outputs waiting to go to Redis together (see queue_output).
@@ -199,7 +202,11 @@ class RequestPath:
         ``dupefilter/filtered`` and sent with ``request_dropped``. A request that cannot
         be stored is refused here and now. ``done`` runs once the request is queued,
         dropped or refused (the page it came from may be acked), ``over`` once its check
-        is over (answered or failed)."""
+        is over (answered or failed). An off-site request is dropped first (as Scrapy's
+        ``OffsiteMiddleware`` drops it, counted in ``offsite/filtered``)."""
+        if not self.offsite.allows(request):
+            done()
+            return False
         sent = self._check_one(request)
         if sent is None:
             done()
