@@ -71,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_BACKOFF_MAX": 300.0,
     "BLOOMDUPE_BATCH": True,
     "BLOOMDUPE_BATCH_SIZE": 1000,
+    "BLOOMDUPE_START_ONCE": True,
     "BLOOMDUPE_SCHEDULER": True,
     "BLOOMDUPE_METRICS_PORT": None,
     "BLOOMDUPE_METRICS_HOST": "0.0.0.0",
@@ -249,6 +250,9 @@ class FrontierConfig:
     politeness: str = "worker"
     backoff_codes: tuple[int, ...] = (429, 503)
     backoff_max: float = 300.0
+    #: A start request is fetched once a crawl (not once a worker): checked against the
+    #: crawl's filter though ``dont_filter``.
+    start_once: bool = True
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierConfig:
@@ -267,6 +271,7 @@ class FrontierConfig:
             parse_codes("BLOOMDUPE_BACKOFF_CODES", _get(settings, "BLOOMDUPE_BACKOFF_CODES")),
             parse_float("BLOOMDUPE_BACKOFF_MAX", _get(settings, "BLOOMDUPE_BACKOFF_MAX"),
                         low=1, high=86_400),
+            start_once=parse_bool("BLOOMDUPE_START_ONCE", _get(settings, "BLOOMDUPE_START_ONCE")),
         )
 
 

@@ -85,6 +85,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("BLOOMDUPE_POLITENESS", "choice", _FRONTIER),
     Setting("BLOOMDUPE_BACKOFF_CODES", "status codes", _FRONTIER),
     Setting("BLOOMDUPE_BACKOFF_MAX", "number", _FRONTIER),
+    Setting("BLOOMDUPE_START_ONCE", "bool", _FRONTIER),
     # the batch middleware, the add-on, a worker's figures
     Setting("BLOOMDUPE_BATCH", "bool", batch_size),
     Setting("BLOOMDUPE_BATCH_SIZE", "whole number", batch_size),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import signals as scrapy_signals
 from scrapy.utils.asyncio import CallLaterResult, call_later
+from scrapy_redis.spiders import RedisMixin
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -54,6 +55,12 @@ logger = logging.getLogger(__name__)
 LEASE_META = "_bloomdupe_lease"
 #: ``request.meta`` key of a request the batch middleware has already queued.
 QUEUED_META = "_bloomdupe_queued"
+#: ``request.meta`` key of a start request checked against the crawl's filter
+#: (``BLOOMDUPE_START_ONCE``): its copies (a retry, a redirect) carry it, and go past the
+#: filter as their ``dont_filter`` says.
+START_META = "_bloomdupe_start"
+#: Scrapy's ``request.meta`` key of a start request (its ``StartSpiderMiddleware``).
+IS_START_META = "is_start_request"
 
 
 #: How long a callback's output waits for others' to go to Redis with it (s): callbacks
@@ -158,12 +165,15 @@ class RequestPath:
     """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
     (``jobs``), owned by the scheduler. ``queued`` is called each time requests were
     queued (the scheduler's work count); ``signals`` are the crawler's (a request
-    dropped after the engine heard it was scheduled is sent with ``request_dropped``)."""
+    dropped after the engine heard it was scheduled is sent with ``request_dropped``).
+    ``start_once`` (``BLOOMDUPE_START_ONCE``): a start request goes through the crawl's
+    filter, ``dont_filter`` or not, so that it is fetched once a crawl (see
+    :meth:`starts_once`)."""
 
     def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
                  stats: StatsCollector,
                  spider: Spider, queued: Callable[[], None],
-                 signals: SignalManager | None = None) -> None:
+                 signals: SignalManager | None = None, start_once: bool = False) -> None:
         self.df = df
         self.queue = queue
         self.jobs = jobs
@@ -171,6 +181,9 @@ class RequestPath:
         self.spider = spider
         self._queued = queued
         self._signals = signals
+        self.start_once = start_once
+        #: Whether a start request was found already in the crawl (said once).
+        self._start_seen_said = False
         #: The spider's ``allowed_domains``, applied before Redis.
         self.offsite = Offsite(getattr(spider, "crawler", None))
         #: Requests given to enqueue whose check is on its way.
@@ -207,7 +220,10 @@ class RequestPath:
         if not self.offsite.allows(request):
             done()
             return False
-        sent = self._check_one(request)
+        once = self.starts_once(request)
+        if once:
+            request.meta[START_META] = True
+        sent = self._check_one(request, once=once)
         if sent is None:
             done()
             return False  # cannot be stored (reported), or the crawl has stopped
@@ -219,6 +235,8 @@ class RequestPath:
             self.enqueuing -= 1
             (outcome,) = outcomes
             if outcome:
+                if once:
+                    self._start_seen(request)
                 self.df.log(request, self.spider)
             if outcome is not False and not asking and self._signals is not None:
                 self._signals.send_catch_log(scrapy_signals.request_dropped,
@@ -236,18 +254,43 @@ class RequestPath:
         asking = False
         return answer[0] is False if answer else True
 
-    def _check_one(self, request: Request) -> Deferred[list[bool | None]] | None:
+    def starts_once(self, request: Request) -> bool:
+        """Whether ``request`` is a start request to check against the crawl's filter
+        though ``dont_filter`` (``BLOOMDUPE_START_ONCE``): one that Scrapy's
+        ``StartSpiderMiddleware`` marked (``is_start_request``), not a copy of one already
+        checked (a retry, a redirect). The first worker to check it queues it; every
+        other, and a worker that joins later or resumes the crawl, finds it seen; a link
+        back to it is a duplicate. A ``RedisSpider``'s start URLs come from a Redis list
+        that each worker pops, once each already: they go as scrapy-redis sends them."""
+        return (self.start_once and request.dont_filter
+                and bool(request.meta.get(IS_START_META))
+                and START_META not in request.meta
+                and not isinstance(self.spider, RedisMixin))
+
+    def _start_seen(self, request: Request) -> None:
+        if self._start_seen_said:
+            return
+        self._start_seen_said = True
+        logger.info(
+            "Start request %s is in the crawl's filter already (another worker queued it, "
+            "or this crawl fetched it before it was resumed): not fetched again. Each start "
+            "request is fetched once a crawl; BLOOMDUPE_START_ONCE = False fetches them in "
+            "every worker, as Scrapy does", request, extra={"spider": self.spider})
+
+    def _check_one(self, request: Request, *, once: bool = False
+                   ) -> Deferred[list[bool | None]] | None:
         """``request``'s check-and-queue as a job (None: nothing to send). With a
         dupefilter of the user's (scrapy-redis's, Scrapy's own) the filter is asked,
-        then the request pushed, in one job, as scrapy-redis does."""
+        then the request pushed, in one job, as scrapy-redis does. ``once``: a start
+        request, checked though ``dont_filter`` (:meth:`starts_once`)."""
         if isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
-            prepared = self.prepare([request])
+            prepared = self.prepare([request], once=once)
             return None if prepared is None else self.queue_prepared([None], *prepared)
         if self.storable([request]) == [None]:
             return None
 
         def job() -> list[bool | None]:
-            if not request.dont_filter and self.df.request_seen(request):
+            if (once or not request.dont_filter) and self.df.request_seen(request):
                 return [True]
             self.jobs.outage_call(partial(self.queue.push, request))
             return [False]
@@ -278,17 +321,18 @@ class RequestPath:
             return defer.succeed(outcomes)
         return self.queue_prepared(outcomes, *prepared)
 
-    def prepare(self, requests: list[Request]
+    def prepare(self, requests: list[Request], *, once: bool = False
                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
         """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
         and of those queued past the filter, the fingerprints and entries of the
         checked ones (on a scrapy-redis queue, the requests: its push encodes them), the
-        requests pushed; None when there is nothing to send."""
+        requests pushed; None when there is nothing to send. ``once``: ``dont_filter``
+        requests are checked too (start requests, see :meth:`starts_once`)."""
         entries = self.storable(requests)
         checked = [i for i, r in enumerate(requests)
-                   if entries[i] is not None and not r.dont_filter]
+                   if entries[i] is not None and (once or not r.dont_filter)]
         unfiltered = [i for i, r in enumerate(requests)
-                      if entries[i] is not None and r.dont_filter]
+                      if entries[i] is not None and r.dont_filter and not once]
         if not (checked or unfiltered) or self.jobs.failed():
             return None
         fingerprint = self.bloom.fingerprinter.fingerprint
