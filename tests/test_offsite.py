@@ -1,7 +1,7 @@
 """Off-site requests dropped before Redis (:mod:`scrapy_bloomdupe.scheduling.offsite`) by
 the crawl's own ``OffsiteMiddleware``: in the batch middleware and in the scheduler's
 ``enqueue_request``, on a real Redis. (A real crawl of a ``scrapy startproject``
-project: tests/e2e/test_first_crawl.py.)"""
+project: tests/e2e/test_start_and_offsite.py.)"""
 
 from __future__ import annotations
 
