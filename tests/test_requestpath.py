@@ -94,6 +94,10 @@ def test_only_marked_dont_filter_start_requests_change(redis_url: str) -> None:
     assert scheduler.enqueue_request(Request(HOME + "a", dont_filter=True))
     assert scheduler.enqueue_request(Request(HOME + "b", meta={IS_START_META: True}))
     assert not scheduler.enqueue_request(Request(HOME + "b", meta={IS_START_META: True}))
+    # A start request its spider marked otherwise goes as Scrapy sends it (docs/usage.md).
+    for _ in range(2):
+        assert scheduler.enqueue_request(
+            Request(HOME + "c", dont_filter=True, meta={IS_START_META: False}))
     scheduler.close("shutdown")
 
 
