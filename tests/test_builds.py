@@ -118,6 +118,32 @@ def test_a_newer_filter_format_says_upgrade_not_clear(client: redis.Redis) -> No
     assert not isinstance(refused.value, FilterMismatchError)
 
 
+def test_info_shows_the_state_format_and_each_live_workers_version(
+        redis_url: str, client: redis.Redis) -> None:
+    BloomFilter.open(client, KEY, sizing.plan(1000, 0.01)).close()
+    ours = PriorityQueue(client, DemoSpider(), "x", tag=KEY)
+    ours.heartbeat()
+    client.set(keys.queue_format(KEY), OURS.format)
+    client.zadd(keys.owners(KEY, 0), {"old1": int(client.time()[0]) * 1000})  # no record
+    out = subprocess.run([sys.executable, "-m", "scrapy_bloomdupe.cli", "info", "--key", KEY],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "REDIS_URL": redis_url})
+    assert out.returncode == 0, out.stderr
+    assert re.search(rf"state format +{OURS.format}; this scrapy-bloomdupe writes "
+                     rf"{OURS.format}\n", out.stdout), out.stdout
+    assert re.search(r"live workers +2 \(heard from in the last 30 s\)", out.stdout)
+    assert re.search(rf"{ours.owner} +0\.2\.0 +{OURS.format}\n", out.stdout), out.stdout
+    assert re.search(rf"old1 +{re.escape(UNRECORDED)} +\?", out.stdout), out.stdout
+    data = json.loads(subprocess.run(
+        [sys.executable, "-m", "scrapy_bloomdupe.cli", "info", "--key", KEY, "--json"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "REDIS_URL": redis_url}).stdout)
+    assert data["state_format"] == str(OURS.format)
+    assert sorted(data["workers"], key=lambda w: w["owner"] != ours.owner) == [
+        {"owner": ours.owner, "version": "0.2.0", "format": OURS.format},
+        {"owner": "old1", "version": None, "format": None}]
+
+
 # -- states that the earlier builds wrote -------------------------------------------------
 
 def fixture_names() -> list[str]:
