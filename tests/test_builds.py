@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import subprocess
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import DemoSpider
+from helpers import DemoSpider, crawler_for
 from scrapy.settings import Settings
 
 from scrapy_bloomdupe import __version__, keys, sizing
@@ -33,6 +34,7 @@ from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.exceptions import BuildError, FilterMismatchError
 from scrapy_bloomdupe.frontier import builds, entry
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
+from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.scheduling.shared import check_builds
 from scrapy_bloomdupe.versions import UNRECORDED, Build, refusal
 
@@ -97,6 +99,17 @@ def test_the_heartbeat_records_the_build_and_a_look_sees_it_live(
     client.zrem(keys.owners(KEY, 0), queue.owner)
     check_builds(client, settings(), "site", prune=True)
     assert client.hgetall(keys.builds(KEY)) == {}
+
+
+def test_a_worker_logs_its_version_at_start_and_refuses_beside_an_older_one(
+        redis_url: str, client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe"):
+        Scheduler.from_crawler(crawler_for(redis_url, BLOOMDUPE_KEY=KEY))
+    said = [r.getMessage() for r in caplog.records if "scrapy-bloomdupe" in r.getMessage()]
+    assert said == [f"scrapy-bloomdupe 0.2.0 (state format {OURS.format})"]
+    client.zadd(keys.owners(KEY, 0), {"old1": int(client.time()[0]) * 1000})
+    with pytest.raises(BuildError, match=r"stop the workers of 0\.1\.0"):
+        Scheduler.from_crawler(crawler_for(redis_url, BLOOMDUPE_KEY=KEY))
 
 
 def test_a_newer_builds_state_is_refused_naming_it(client: redis.Redis) -> None:
