@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import redaction
+from . import __version__, redaction
 
 
 class BloomDupeError(Exception):
@@ -44,6 +44,22 @@ class FilterMismatchError(BloomDupeError):
             "the stored values, or give the new configuration a new key (BLOOMDUPE_KEY) or "
             "delete the old filter (`bloomdupe clear`)."
         )
+
+
+class NewerFilterError(BloomDupeError):
+    """The filter stored in Redis is of a format newer than this worker reads."""
+
+    def __init__(self, key: str, found: int, reads: int) -> None:
+        self.key, self.found = key, found
+        super().__init__(
+            f"The Bloom filter at {key!r} is of format {found}, written by a newer "
+            f"scrapy-bloomdupe; this worker is scrapy-bloomdupe {__version__} and reads "
+            f"formats up to {reads}: upgrade this worker (docs/upgrading.md)")
+
+
+class BuildError(BloomDupeError):
+    """This worker's build cannot run on the crawl's state, or beside its live workers'
+    builds (:func:`scrapy_bloomdupe.versions.refusal` says which and what to do)."""
 
 
 class FilterFullError(BloomDupeError):

@@ -35,6 +35,9 @@ filter:
 ``{K:i}:owners``                sorted set: workers holding leases, by last heartbeat
 ``{K:i}:push:<client>``         string: a client's last unfiltered push
 ``{K:0}:failed``                 stream: requests that failed for good
+``{K:0}:format``                 string: the format of the crawl's state (its entries and layout)
+``{K:0}:builds``                 hash: each worker's build, ``<version> <format>``, by its
+                                owner id (written with its heartbeat)
 ==============================  =====================================================
 
 and for the per-slot layout (``frontier/slots.py``), ``<slot>`` a download slot's
@@ -319,6 +322,12 @@ def queue_format(key: str) -> str:
     return f"{_shard(key, 0)}:format"
 
 
+def builds(key: str) -> str:
+    """Each worker's build (its package version and the state format it writes), by its
+    owner id, beside the owners and the format record (shard 0's slot)."""
+    return f"{_shard(key, 0)}:builds"
+
+
 def failed(key: str) -> str:
     """In shard 0's slot: a requeue moves a record into shard 0's queue in one script."""
     return f"{_shard(key, 0)}:failed"
@@ -366,7 +375,8 @@ _SHARDED = [
     (re.compile(r"slotstrikes"), "download slots' back-offs in a row, shard {i}"),
     (re.compile(r"slotrobots"), "download slots' robots.txt Crawl-delay, shard {i}"),
     (re.compile(r"failed"), "requests that failed for good (`bloomdupe failed`)"),
-    (re.compile(r"format"), "the format of the request queue's entries"),
+    (re.compile(r"format"), "the format of the crawl's state (queue entries and layout)"),
+    (re.compile(r"builds"), "each worker's version and the state format it writes"),
     (re.compile(r"probe:.+"), "the start-up check of the ACL (deleted at once)"),
 ]
 

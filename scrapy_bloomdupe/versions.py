@@ -1,4 +1,5 @@
-"""The versions this package is tested with: a worker below a floor stops at start.
+"""The versions this package is tested with (a worker below a floor stops at start), and
+the builds of this package that may run on one crawl's state together (:func:`refusal`).
 
 The floors are written once, in ``pyproject.toml``; they are read back here from
 the package's installed metadata (``importlib.metadata.requires``), so a
@@ -91,3 +92,71 @@ def check_installed() -> None:
     found = _installed_mismatches()
     if found:
         raise DependencyVersionError([str(m) for m in found], [m.requirement for m in found])
+
+
+# -- the builds of one crawl: which may run on its state together --------------------------
+
+#: What a build of this package before 0.2.0 is called in a refusal: those builds record
+#: no version in Redis (all of them said 0.1.0).
+UNRECORDED = "0.1.0 (or another release before 0.2.0)"
+
+
+@dataclass(frozen=True)
+class Build:
+    """A worker's build, as its heartbeat records it in Redis (``keys.builds``): its
+    package version and the format of the crawl's state it writes (and reads up to)."""
+
+    version: str
+    format: int
+
+    def __str__(self) -> str:
+        return f"{self.version} {self.format}"
+
+    @classmethod
+    def parse(cls, text: bytes | str) -> Build | None:
+        """A recorded build (None when the record cannot be read: another tool's)."""
+        if isinstance(text, bytes):
+            text = text.decode(errors="replace")
+        version, _, written = text.partition(" ")
+        return cls(version, int(written)) if version and written.isdigit() else None
+
+
+def _newest(builds: Sequence[Build]) -> str | None:
+    """The version of the newest of ``builds`` (by format, then version)."""
+    def order(build: Build) -> tuple[int, Version]:
+        try:
+            return build.format, Version(build.version)
+        except InvalidVersion:  # a local build: its format still orders it
+            return build.format, Version("0")
+    return max(builds, key=order).version if builds else None
+
+
+def refusal(tag: str, ours: Build, state: str | None, live: Sequence[Build | None],
+            recorded: Sequence[Build] = ()) -> str | None:
+    """Why a worker of build ``ours`` must not start on the crawl ``tag`` (one line naming
+    both builds and what to do), or None when it may. ``state`` is the crawl's format
+    record as found (None: none, a state of a build before the record, or no state);
+    ``live`` the builds of the workers alive on it now (None: a worker of a build before
+    0.2.0, which records none); ``recorded`` every build recorded on it, live or not (to
+    name the one that wrote a newer state)."""
+    newer_live = [b for b in live if b is not None and b.format > ours.format]
+    newer_state = state is not None and (not state.isdigit() or int(state) > ours.format)
+    if newer_state or newer_live:
+        found = state if newer_state else str(max(b.format for b in newer_live))
+        writers = [b for b in [*recorded, *newer_live] if b.format > ours.format]
+        newest = _newest(writers)
+        wrote = f"scrapy-bloomdupe {newest}" if newest else "a newer scrapy-bloomdupe"
+        to = newest if newest else f"a release that reads format {found}"
+        return (f"The crawl {tag!r} holds state of format {found}, written by {wrote}; this "
+                f"worker is scrapy-bloomdupe {ours.version} and reads formats up to "
+                f"{ours.format}: upgrade this worker to {to}")
+    older = sorted({b.version if b is not None else UNRECORDED for b in live
+                    if b is None or b.format < ours.format})
+    if older:
+        count = sum(1 for b in live if b is None or b.format < ours.format)
+        return (f"The crawl {tag!r} has {count} live worker(s) of scrapy-bloomdupe "
+                f"{', '.join(older)}, which cannot read the state this worker "
+                f"(scrapy-bloomdupe {ours.version}, format {ours.format}) writes: stop the "
+                f"workers of {', '.join(older)} first (a worker killed less than "
+                "BLOOMDUPE_LEASE_TIMEOUT ago counts as live until then), then start this one")
+    return None

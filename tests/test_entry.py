@@ -23,9 +23,10 @@ from scrapy.settings import Settings
 from scrapy_redis import picklecompat
 
 from scrapy_bloomdupe import keys
+from scrapy_bloomdupe.exceptions import BuildError
 from scrapy_bloomdupe.frontier import entry, failed, undecodable
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
-from scrapy_bloomdupe.frontier.entry import Codec, NewerFormatError, QueueFormatError
+from scrapy_bloomdupe.frontier.entry import Codec, NewerFormatError
 from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduler import Scheduler
@@ -425,7 +426,9 @@ def test_a_worker_records_the_format_and_refuses_a_newer_one(redis_url: str) -> 
     Scheduler.from_crawler(crawler)
     assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
     client.set(keys.queue_format(TAG), entry.FORMAT + 1)
-    with pytest.raises(QueueFormatError, match=rf"format {entry.FORMAT + 1}\); upgrade every"):
+    with pytest.raises(BuildError, match=rf"holds state of format {entry.FORMAT + 1}, written "
+                       r"by a newer scrapy-bloomdupe; .*: upgrade this worker to a release "
+                       rf"that reads format {entry.FORMAT + 1}$"):
         Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
     # An older format (today's pickled entries: none recorded) is taken over.
     client.delete(keys.queue_format(TAG))

@@ -17,7 +17,12 @@ from scrapy.settings import Settings
 from scrapy_bloomdupe import keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.meta import stored_window
-from scrapy_bloomdupe.exceptions import ConfigError, FilterLostError, FilterMismatchError
+from scrapy_bloomdupe.exceptions import (
+    ConfigError,
+    FilterLostError,
+    FilterMismatchError,
+    NewerFilterError,
+)
 from scrapy_bloomdupe.settings import BloomDupeConfig
 
 WINDOW = sizing.Window(2000)
@@ -343,29 +348,38 @@ def test_window_memory_by_arrival_pattern_stays_within_its_stated_bound(pattern:
 
 def test_a_window_filter_made_before_format_2_keeps_its_slices_growth(
         client: redis.Redis) -> None:
-    """A window whose slices grow is stored as format 2 (slices grow by the items they
-    hold); one stored by an earlier release (format 1) is joined and grows as it did (twice
-    the items at a tenth of the rate); a format this release does not know is refused."""
+    """A window whose slices grow is stored as format 3 (slices grow by the items they
+    hold, as in 2); one stored by an earlier release (format 1) is joined, written as 3
+    (so that the builds before 0.2.0 refuse it) with its slices' doubling kept in
+    ``slice_growth``, and grows as it did (twice the items at a tenth of the rate); a
+    format this release does not know is refused with one line that says to upgrade."""
     window = sizing.Window(30 * 86_400_000)  # no slice starts during the test
     plan = sizing.window_plan(800, 1e-6, window, shards=1)  # 100 items a share
     items = fps(250)
     BloomFilter.open(client, "plain", sizing.plan(1000, 0.01))
-    assert client.hget("plain:meta", "version") == b"1"  # no window: as before
+    assert client.hget("plain:meta", "version") == b"3"  # the builds before 0.2.0 refuse it
     BloomFilter.open(client, "old", plan, window=window, growth=True)
     client.hset("old:meta", "version", 1)  # as an earlier release stores it
+    client.hdel("old:meta", "slice_growth")
     grown = {}
-    for name, version, second in (("new", b"2", sizing.slice_generation(plan, 1)),
-                                  ("old", b"1", sizing.generation(plan, 1))):
+    for name, growth, second in (("new", None, sizing.slice_generation(plan, 1)),
+                                 ("old", b"1", sizing.generation(plan, 1))):
         bf = BloomFilter.open(client, name, plan, window=window, growth=True)
         engine = bf.window_engine
-        assert engine is not None and client.hget(f"{name}:meta", "version") == version
+        assert engine is not None and client.hget(f"{name}:meta", "version") == b"3"
+        assert client.hget(f"{name}:meta", "slice_growth") == growth
         assert engine.plan_of(1) == second  # "new": 100 items, "old": 200
         assert sum(bf.add_many(items)) >= (250 if bf.engine_name == "lua" else 247)
         assert not any(bf.add_many(items))
         grown[name] = max(engine._records([0])[0].values())
     assert grown == {"new": 3, "old": 2}  # 100, 100, 400 against 100, 200
-    client.hset("old:meta", "version", 3)
-    with pytest.raises(FilterMismatchError, match="format version: stored 3, this worker 2"):
+    # Opened again as 3, the old one still doubles.
+    again = BloomFilter.open(client, "old", plan, window=window, growth=True).window_engine
+    assert again is not None and again.plan_of(1) == sizing.generation(plan, 1)
+    client.hset("old:meta", "version", 4)
+    with pytest.raises(NewerFilterError, match=r"is of format 4, written by a newer "
+                       r"scrapy-bloomdupe; this worker is scrapy-bloomdupe \S+ and reads "
+                       r"formats up to 3: upgrade this worker"):
         BloomFilter.open(client, "old", plan, window=window, growth=True)
 
 

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import keys, luascript, sizing
-from ..exceptions import FilterMismatchError
+from ..exceptions import FilterMismatchError, NewerFilterError
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -24,19 +24,42 @@ if TYPE_CHECKING:
 #: The newest format this release reads and writes. 2: a recrawl window whose slices grow
 #: (``BLOOMDUPE_WINDOW`` with ``BLOOMDUPE_GROWTH``) by the items they hold
 #: (:func:`~scrapy_bloomdupe.sizing.slice_generation`); a release that knows only 1 would
-#: size those generations otherwise, so it is refused. Every other filter is written as 1.
-FORMAT_VERSION = 2
+#: size those generations otherwise, so it is refused. 3 (0.2.0): the filter of a crawl
+#: whose workers record their builds (frontier/builds.py); the builds before 0.2.0, which
+#: record none and cannot read its state, refuse it at start (they read 1 or up to 2) with
+#: one line. A filter of 1 or 2 is joined and written as 3 (:func:`fence`); one of 1 keeps
+#: its slices' doubling in ``slice_growth``.
+FORMAT_VERSION = 3
 
 
 def format_version(window: sizing.Window | None, growth: bool) -> int:
     """The format version a new filter is stored with (see :data:`FORMAT_VERSION`)."""
-    return 2 if window is not None and growth else 1
+    return FORMAT_VERSION
 
 
 def slice_growth(stored: dict[str, Any]) -> int:
-    """How a stored window's slices grow: by its format version (1: before 2 existed)."""
+    """How a stored window's slices grow: as ``slice_growth`` says (a filter of format 1
+    written as 3), else by its format version (1: before 2 existed)."""
+    if "slice_growth" in stored:
+        return int(stored["slice_growth"])
     return (sizing.SLICE_GROWTH_BY_ITEMS if int(stored.get("version", 1)) >= 2
             else sizing.SLICE_GROWTH_DOUBLING)
+
+
+def fence(client: Redis | RedisCluster, key: str, stored: dict[str, Any]) -> None:
+    """Write a joined filter of an earlier format as :data:`FORMAT_VERSION`, so that the
+    builds before 0.2.0 refuse the crawl (their check of the stored parameters stops them
+    with one line) once a worker of this one has joined it; ``stored`` is updated."""
+    version = int(stored.get("version", 1))
+    if version >= FORMAT_VERSION:
+        return
+    fields: dict[Any, Any] = {"version": FORMAT_VERSION}
+    if version < 2:
+        fields["slice_growth"] = sizing.SLICE_GROWTH_DOUBLING
+    client.hset(keys.meta(key), mapping=fields)
+    stored.update(fields)
+
+
 #: Fields that must agree between the stored filter and a worker, by setting.
 SHARED_FIELDS = {
     "version": "format version",
@@ -100,6 +123,8 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
     flat: list[Any] = [x for kv in proposal.items() for x in kv]
     reply = client.register_script(CREATE_SCRIPT)(keys=[keys.meta(key)], args=flat)
     stored = decode(dict(zip(reply[::2], reply[1::2], strict=True)))
+    if int(stored.get("version", 1)) > FORMAT_VERSION:
+        raise NewerFilterError(key, stored["version"], FORMAT_VERSION)
     differences = {
         SHARED_FIELDS[name]: (_configured(name, stored.get(name), stored),
                               _configured(name, value, ours))
@@ -116,6 +141,7 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
         differences["BLOOMDUPE_ENGINE"] = (stored_engine, requested)
     if differences:
         raise FilterMismatchError(key, differences)
+    fence(client, key, stored)
     return stored
 
 

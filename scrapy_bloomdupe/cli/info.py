@@ -1,7 +1,8 @@
 """``bloomdupe info``: the filter's parameters, fill per generation and shard, estimated
 items, false-positive rate, memory, the shared queue (waiting and leased requests per
-shard), on a cluster which master holds which shard, and with crawl-wide politeness
-the busiest download slots."""
+shard), the format of the crawl's state and each live worker's version, on a cluster
+which master holds which shard, and with crawl-wide politeness the busiest download
+slots."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import redis
 from ..bloom.filter import BloomFilter
 from ..bloom.info import FilterInfo
 from ..bloom.placement import shard_nodes
+from ..frontier import builds as builds_module
+from ..frontier.builds import Builds
 from ..frontier.busiest import BusySlots, busiest_slots
-from ..frontier.queue import shard_status
+from ..frontier.queue import LEASE_TIMEOUT, shard_status
 from ..sizing import TIGHTENING
 from ..transport.cluster import is_cluster
+from ..versions import UNRECORDED
 from .context import EXIT_FAILED, EXIT_OK, Context, missing_shards, open_existing, report_missing
 from .output import busy_slots, count, fields, human_bytes, percent, rate, table, when
 
@@ -35,8 +39,8 @@ ENGINE_DESCRIPTIONS = {"lua": "lua (BITFIELD on plain strings, from a Lua script
 
 def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
               nodes: dict[str, list[int]] | None, missing: list[str] | None = None,
-              queue: list[tuple[int, int]] | None = None, slots: BusySlots | None = None
-              ) -> dict[str, Any]:
+              queue: list[tuple[int, int]] | None = None, slots: BusySlots | None = None,
+              builds: Builds | None = None) -> dict[str, Any]:
     data = info.as_dict()
     data.update({
         "redis": ctx.where,
@@ -52,8 +56,30 @@ def info_dict(ctx: Context, bloom: BloomFilter, info: FilterInfo,
                   "shards": [{"index": i, "waiting": q, "leased": leased}
                              for i, (q, leased) in enumerate(queue or [])]},
         "slots": None if slots is None else dataclasses.asdict(slots),
+        "state_format": None if builds is None else builds.state,
+        "workers": None if builds is None else [
+            {"owner": owner, "version": None if build is None else build.version,
+             "format": None if build is None else build.format}
+            for owner, build in builds.live],
     })
     return data
+
+
+def worker_lines(builds: Builds | None) -> list[str]:
+    """The state's format and each live worker's build, for people."""
+    if builds is None:
+        return []
+    state = builds.state or "none recorded (no queue yet, or one of a build before the record)"
+    lines = fields([("state format", f"{state}; this scrapy-bloomdupe writes "
+                                     f"{builds_module.OURS.format}"),
+                    ("live workers", f"{len(builds.live)} (heard from in the last "
+                                     f"{LEASE_TIMEOUT:g} s)")])
+    if builds.live:
+        lines += ["", "Live workers"]
+        lines += table(["worker", "version", "state format"], [
+            [owner, UNRECORDED if build is None else build.version,
+             "?" if build is None else str(build.format)] for owner, build in builds.live])
+    return lines
 
 
 def run(ctx: Context, opts: argparse.Namespace) -> int:
@@ -63,6 +89,12 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
         nodes = shard_nodes(ctx.client, bloom) if is_cluster(ctx.client) else None
         missing = missing_shards(ctx, bloom)
         queue = shard_status(bloom.link, bloom.key, bloom.sizing.shards)
+        try:
+            builds: Builds | None = builds_module.look(ctx.client, bloom.key,
+                                                       round(LEASE_TIMEOUT * 1000))
+        except redis.exceptions.NoPermissionError as e:  # the rest is shown
+            builds = None
+            ctx.note(f"{ctx.prog}: the workers' builds cannot be read: {e}")
         try:
             slots = busiest_slots(bloom.link, bloom.key, shards=bloom.sizing.shards)
         except redis.exceptions.NoPermissionError as e:  # the rest is shown
@@ -75,7 +107,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     if missing:
         report_missing(ctx, missing)
     if ctx.json:
-        ctx.emit(info_dict(ctx, bloom, info, nodes, missing, queue, slots))
+        ctx.emit(info_dict(ctx, bloom, info, nodes, missing, queue, slots, builds))
         return status
     first = info.sizing
     newest = info.generations[-1].sizing
@@ -146,6 +178,7 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
                                 f"{sum(queue[i][0] for i in idx):,} waiting, "
                                 f"{sum(queue[i][1] for i in idx):,} leased")
                          for name, idx in nodes.items()])
+    lines += worker_lines(builds)
     if slots is not None:
         lines += busy_slots(slots)
     ctx.print("\n".join(lines))

@@ -42,7 +42,7 @@ from .. import keys, luascript
 from ..transport.cluster import is_cluster
 from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
-from . import adopt, entry, undecodable
+from . import adopt, builds, entry, undecodable
 from .entry import Bad
 
 if TYPE_CHECKING:
@@ -316,8 +316,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def heartbeat(self) -> None:
         """Mark this worker alive in every shard, and send the pending acks."""
         commands = self._ack_commands()
-        for owners in self._owners:
-            commands.append(("EVALSHA", self._scripts["heartbeat"].sha, 1, owners, self.owner))
+        for shard, owners in enumerate(self._owners):  # shard 0's records the build too
+            named = (owners, keys.builds(self.tag))[:2 if shard == 0 else 1]
+            commands.append(("EVALSHA", self._scripts["heartbeat"].sha, len(named), *named,
+                             self.owner, str(builds.OURS)))
         self._execute(commands)
         self._acks_sent()
 
@@ -560,12 +562,11 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
 
 
 def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
-    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it (either layout: a sorted set, or download slots): waiting requests, leases,
-    owners, push records, failed requests, the format record; through ``target``'s link
-    (a crawl's: its last job)."""
+    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever made
+    it (a sorted set, or download slots): waiting requests, leases, owners, push records,
+    failed requests, the format and builds records; through ``target``'s link (a crawl's)."""
     with link_to(target) as link:
-        names = [keys.failed(tag), keys.queue_format(tag)]
+        names = [keys.failed(tag), keys.queue_format(tag), keys.builds(tag)]
         for shard in range(shards):
             names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard),
                       *link.scan(keys.push_record(tag, shard, "*"))]

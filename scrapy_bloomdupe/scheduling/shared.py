@@ -13,19 +13,20 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.python import global_object_name
 from scrapy_redis.queue import Base as ScrapyRedisQueue
 
+from .. import __version__, versions
 from .. import dupefilter as dupefilter_module
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
-from ..exceptions import BloomDupeError
-from ..frontier import crawlwide, entry
+from ..exceptions import BloomDupeError, BuildError
+from ..frontier import builds, crawlwide, entry
 from ..frontier import queue as frontier_queue
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.politeness import OneSlot, SlotPolicy
@@ -102,6 +103,30 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         return queue
     except TypeError as e:
         raise ValueError(f"Failed to instantiate queue class '{queue_cls}': {e}") from e
+
+
+def _leased(queue_cls: str | type[Any]) -> bool:
+    cls = load_object(queue_cls)
+    return isinstance(cls, type) and issubclass(cls, PriorityQueue)
+
+
+def check_builds(server: Redis | RedisCluster, settings: BaseSettings, spider_name: str, *,
+                 prune: bool = False) -> None:
+    """At a worker's start, before it writes anything: refuse (:class:`BuildError`, one
+    line naming both builds and what to do) a crawl whose state is of a format this build
+    does not read, or whose live workers are of a build that cannot read the state this
+    one writes (frontier/builds.py). ``prune``: once it may start, forget the builds of
+    workers gone."""
+    tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
+    lease_ms = round(FrontierConfig.from_settings(settings).lease_timeout * 1000)
+    try:
+        found = builds.look(server, tag, lease_ms, prune=prune)
+    except NoPermissionError:
+        return  # the filter's start-up check, next, names what the ACL lacks
+    why = versions.refusal(tag, builds.OURS, found.state, found.live_builds,
+                           list(found.recorded.values()))
+    if why is not None:
+        raise BuildError(why)
 
 
 def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
@@ -195,8 +220,12 @@ def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
     if crawler.spider is None:
         return build_from_crawler(ours, crawler) if ours else None
     name, settings = crawler.spider.name, crawler.settings
+    logger.info("scrapy-bloomdupe %s (state format %d)", __version__, entry.FORMAT)
     if ours and flush:
         flush_before_open(server, settings, name)
+    leased = _leased(queue_cls)
+    if leased:
+        check_builds(server, settings, name)
     refuse_mixed_politeness(queue_cls, server=server, settings=settings, spider_name=name)
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
@@ -204,6 +233,8 @@ def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
     if not recorded:
         claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
                            write=True)
+    if leased:
+        check_builds(server, settings, name, prune=True)
     return df
 
 

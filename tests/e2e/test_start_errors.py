@@ -64,8 +64,10 @@ def test_a_queue_of_a_newer_format_is_one_line(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     client.set(keys.queue_format("newer:bloomdupe"), entry.FORMAT + 1)
     assert_start_error_line(example_crawl(redis_url, "BLOOMDUPE_KEY=newer:bloomdupe"),
-                            f"written by a newer scrapy-bloomdupe (format {entry.FORMAT + 1}); "
-                            "upgrade every worker")
+                            f"holds state of format {entry.FORMAT + 1}, written by a newer "
+                            "scrapy-bloomdupe; this worker is scrapy-bloomdupe 0.2.0 and reads "
+                            f"formats up to {entry.FORMAT}: upgrade this worker to a release "
+                            f"that reads format {entry.FORMAT + 1}")
     assert client.get(keys.queue_format("newer:bloomdupe")) == str(entry.FORMAT + 1).encode()
     assert not client.exists(keys.meta("newer:bloomdupe"))
     client.close()
