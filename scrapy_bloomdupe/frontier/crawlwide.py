@@ -128,6 +128,8 @@ class CrawlWideQueue(PriorityQueue):
         #: wait in its slots (see next_due and slots_waiting).
         self._due: list[float | None] = [None] * self.shards
         self._slots_wait = [False] * self.shards
+        #: After each shard's last pop: the requests waiting there (intake and slots).
+        self._waiting_seen: list[int | None] = [None] * self.shards
         #: A move from an intake into the slots' home shards (a cluster's, crawl-wide)
         #: whose pushes or whose end may not have run: its shard, pushes and entries,
         #: sent again (the same push numbers) before the next move.
@@ -140,6 +142,13 @@ class CrawlWideQueue(PriorityQueue):
         within the horizon; None: no slot has requests and room, as the last pops saw."""
         dues = [due for due in self._due if due is not None]
         return max(0.0, min(dues) - time.monotonic()) if dues else None
+
+    @property
+    def waiting_seen(self) -> int | None:
+        """Requests waiting in the queue (not leased), as the last pops saw each shard;
+        None before the first pop has answered."""
+        seen = [n for n in self._waiting_seen if n is not None]
+        return sum(seen) if seen else None
 
     @property
     def slots_waiting(self) -> bool:
@@ -319,6 +328,7 @@ class CrawlWideQueue(PriorityQueue):
         self._pop_shard = None
         self._intake_seen[shard] = int(intake) > 0
         self._slots_wait[shard] = int(waiting or 0) > 0
+        self._waiting_seen[shard] = int(intake) + int(waiting or 0)
         now, due = int(reply[0]), int(reply[1])
         self._due[shard] = None if due < 0 else time.monotonic() + max(
             0, due - now - round(self.horizon * 1000)) / 1000

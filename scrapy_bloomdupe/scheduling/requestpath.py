@@ -155,13 +155,13 @@ class Outbox:
 
 class RequestPath:
     """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
-    (``jobs``), owned by the scheduler. ``queued`` is called each time requests were
-    queued (the scheduler's work count); ``signals`` are the crawler's (a request
+    (``jobs``), owned by the scheduler. ``queued`` is called with how many each time
+    requests were queued (the scheduler's work count); ``signals`` are the crawler's (a request
     dropped after the engine heard it was scheduled is sent with ``request_dropped``)."""
 
     def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
                  stats: StatsCollector,
-                 spider: Spider, queued: Callable[[], None],
+                 spider: Spider, queued: Callable[[int], None],
                  signals: SignalManager | None = None) -> None:
         self.df = df
         self.queue = queue
@@ -248,7 +248,7 @@ class RequestPath:
         def answered(outcomes: list[bool | None]) -> list[bool | None]:
             if outcomes == [False]:
                 self.stats.inc_value("scheduler/enqueued/redis")
-                self._queued()
+                self._queued(1)
             return outcomes
 
         def failed(failure: Failure) -> list[bool | None]:
@@ -300,7 +300,7 @@ class RequestPath:
             queued = new.count(True) + len(unfiltered)
             if queued:
                 self.stats.inc_value("scheduler/enqueued/redis", queued)
-                self._queued()
+                self._queued(queued)
             return outcomes
 
         def failed(failure: Failure) -> list[bool | None]:
