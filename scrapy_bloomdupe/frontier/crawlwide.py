@@ -123,6 +123,9 @@ class CrawlWideQueue(PriorityQueue):
         self._defaults_sent = [False] * self.shards
         #: How far ahead a pop takes (s; see CLAIM_AHEAD).
         self.horizon = claim_horizon(policy)
+        #: slot_pop.lua's pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS).
+        self._jitters = [value for slot, jitter in policy.jitters().items()
+                         for value in (keys.slot_name(slot), repr(jitter))]
         #: After each shard's last pop: when (time.monotonic()) its next slot comes
         #: within the horizon (None: none has requests and room), and whether requests
         #: wait in its slots (see next_due and slots_waiting).
@@ -135,6 +138,8 @@ class CrawlWideQueue(PriorityQueue):
         #: sent again (the same push numbers) before the next move.
         self._unfinished_move: tuple[int, list[tuple[Any, ...]], list[bytes]] | None = None
         self._move_number = 0
+        #: How many other workers were live at this worker's last heartbeat (None: none yet).
+        self.others_live: int | None = None
 
     @property
     def next_due(self) -> float | None:
@@ -310,7 +315,7 @@ class CrawlWideQueue(PriorityQueue):
                                               digest_size=4).digest(), "big") % 2**31
         pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
                k.defaults, k.waiting, self.owner, number, count, k.prefix,
-               int(self.policy.randomize), seed, round(self.horizon * 1000))
+               repr(self.policy.jitter), seed, round(self.horizon * 1000), *self._jitters)
         # The acks of other masters of a cluster wait for a round trip that goes there.
         commands = self._ack_commands(self.link.reaches([pop]))
         if not self._defaults_sent[shard]:
@@ -385,6 +390,16 @@ class CrawlWideQueue(PriorityQueue):
             if len(live) < len(self._held):  # (a pop's reply being read: not yet taken)
                 self._held = {f: e for f, e in self._held.items()
                               if f in live or pop_number(f) in self._unanswered_pops}
+
+    def heartbeat(self) -> None:
+        """As the default queue's; its reply also counts the other live workers, in the
+        same round trip (:attr:`others_live`)."""
+        commands = self._ack_commands()
+        commands += [("EVALSHA", self._scripts["heartbeat"].sha, 1, owners, self.owner,
+                      self.lease_timeout_ms) for owners in self._owners]
+        replies = self._execute(commands)
+        self._acks_sent()
+        self.others_live = max(int(n) for n in replies[len(replies) - len(self._owners):])
 
     # -- back-off ------------------------------------------------------------------------
 
@@ -480,15 +495,15 @@ class CrawlWideQueue(PriorityQueue):
 
 
 def claim_horizon(policy: SlotPolicy) -> float:
-    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest delay
-    (randomized: one and a half times it), so that the worker whose ack gives a slot
-    its room back takes the slot's next request in the same pop, whenever it may start
-    (else every worker would wake to race for that start)."""
+    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest gap between
+    two starts of a slot (its delay, up to 1.5 times it with a jitter of 0.5), so that
+    the worker whose ack gives a slot its room back takes the slot's next request in the
+    same pop, whenever it may start (else every worker would wake to race for that
+    start)."""
     if not policy.crawl_wide:
         return 0.0  # one slot without limits: everything it takes may start now
-    delays = [policy.delay, *(float(own.get("delay", policy.delay))
-                              for own in policy.per_slot.values())]
-    longest = max(delays) * (1.5 if policy.randomize else 1.0)
+    limits = [policy.defaults(), *(policy.limits(slot) for slot in policy.per_slot)]
+    longest = max(each.delay_ms / 1000 * (1 + each.jitter) for each in limits)
     return max(CLAIM_AHEAD, longest)
 
 
