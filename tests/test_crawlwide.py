@@ -122,6 +122,7 @@ NEEDS_JITTER = pytest.mark.skipif(not SCRAPY_JITTER, reason="Scrapy before 2.19:
     ({}, 0.5, 0.5),  # Scrapy's defaults: ±50%
     ({"DOWNLOAD_DELAY_JITTER": 0.2}, 0.2, 0.5),
     ({"DOWNLOAD_DELAY_JITTER": 0}, 0.0, 0.5),
+    ({"DOWNLOAD_DELAY_JITTER": -0.2}, 0.2, 0.5),  # Scrapy's uniform(0.2, -0.2): ±20%
     ({"RANDOMIZE_DOWNLOAD_DELAY": False}, 0.0, 0.0),  # the old name, set: it wins
     # Both set alike: the new name wins, as in Scrapy's downloader.
     ({"RANDOMIZE_DOWNLOAD_DELAY": False, "DOWNLOAD_DELAY_JITTER": 0.3}, 0.3, 0.0),

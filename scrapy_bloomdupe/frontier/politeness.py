@@ -52,14 +52,15 @@ def default_jitter(settings: BaseSettings) -> float:
     randomize = settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0
     if not SCRAPY_JITTER or randomize > (settings.getpriority("DOWNLOAD_DELAY_JITTER") or 0):
         return 0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True) else 0.0
-    return max(0.0, settings.getfloat("DOWNLOAD_DELAY_JITTER"))
+    # (A negative one spreads as its opposite does: Scrapy draws uniform(-j, j).)
+    return abs(settings.getfloat("DOWNLOAD_DELAY_JITTER"))
 
 
 def slot_jitter(own: dict[str, Any], default: float) -> float:
     """A ``DOWNLOAD_SLOTS`` entry's jitter: its ``jitter`` (Scrapy 2.19), its
     ``randomize_delay`` (±50% or none), else ``default``."""
     if SCRAPY_JITTER and "jitter" in own:
-        return max(0.0, float(own["jitter"]))
+        return abs(float(own["jitter"]))
     if "randomize_delay" in own:
         return 0.5 if own["randomize_delay"] else 0.0
     return default
