@@ -217,8 +217,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.shared = SharedCrawl(server=self.server, df=self.df, queue=self.queue,
                                   jobs=self.jobs, frontier=self.frontier, spider=spider)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
-                                queued=lambda: self._end().queued(), signals=self.crawler.signals,
-                                start_once=self.frontier.start_once)
+                                queued=lambda count: self._end().queued(count),
+                                signals=self.crawler.signals, start_once=self.frontier.start_once)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,
                              acks_early=self._acks_early, engine=self._engine,
                              idle_poll=lambda: self._end().idle_poll,
@@ -248,16 +248,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
             self.crawler.signals.connect(self.upkeep.start, signal=signals.spider_opened)
-        shared, upkeep = self.shared, self.upkeep
+        shared, upkeep, leases = self.shared, self.upkeep, self.leases
         flush = self.flush if self.flush_on_start else None
 
-        def opening() -> None:
-            shared.join(flush=flush)
+        def opening() -> int:
+            waiting = shared.join(flush=flush)
             if upkeep is not None:
                 upkeep.beat()
+            return waiting
 
         # A job like any other (Scrapy waits for it before the spider opens).
-        return self.jobs.run(opening, after_stop=True)
+        return self.jobs.run(opening, after_stop=True).addCallback(leases.found)
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.df is None or getattr(self, "queue", None) is None:  # open() failed
@@ -340,10 +341,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if field is not None:
             self._leases().ack(field)
 
+    def __len__(self) -> int:  # both from what this worker knows, never a round trip (Leases)
+        return self.leases.length() if self.leases is not None else 0
+
     def has_pending_requests(self) -> bool:
-        # Asked by the engine whenever it looks idle: from what this worker knows, no
-        # round trip. With nothing in hand it fires spider_idle, whose look at the
-        # shared queue (a job) says whether work is left.
         return self._leases().pending()
 
     def record_failed(self, request: Request, reason: str) -> None:

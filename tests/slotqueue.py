@@ -115,14 +115,16 @@ class SlotQueue:
 
     # -- pop, ack, reap, back-off --------------------------------------------------
 
-    def pop(self, count: int, *, randomize: bool = False, seed: int | None = None,
+    def pop(self, count: int, *, jitter: float = 0.0, seed: int | None = None,
             number: int | None = None, declared: bool = False,
-            horizon_ms: int = 0) -> Popped:
+            horizon_ms: int = 0, jitters: dict[str, float] | None = None) -> Popped:
         """Lease up to ``count`` requests from the slots due now, or within
         ``horizon_ms`` (such a lease's ``start_ms`` says when it may start). ``number``
         (default: the next) is the pop's and ``seed`` the delay's randomness, both the
-        same on a retry. With ``declared``, read the ready set first and declare the
-        due slots' hashes (a cluster's way; see the module's docstring)."""
+        same on a retry; ``jitter`` how much a delay varies (0.5: 0.5x-1.5x), and
+        ``jitters`` the slots whose jitter is their own. With ``declared``, read the ready
+        set first and declare the due slots' hashes (a cluster's way; see the module's
+        docstring)."""
         if number is None:
             self._pop_number += 1
             number = self._pop_number
@@ -135,8 +137,9 @@ class SlotQueue:
         reply = self._scripts["pop"](
             keys=[self.ready, self.leased, self.owners, self.defaults, self.waiting_count,
                   *slot_keys],
-            args=[self.owner, number, count, self.prefix, int(randomize), seed,
-                  int(horizon_ms)])
+            args=[self.owner, number, count, self.prefix, repr(jitter), seed,
+                  int(horizon_ms), *(value for slot, own in (jitters or {}).items()
+                                     for value in (keys.slot_name(slot), repr(own)))])
         now, nxt = int(reply[0]), int(reply[1])
         leases = [_lease(reply[j], reply[j + 1]) for j in range(2, len(reply), 2)]
         self._held.update((_text(reply[j]), b"%s|%s" % (reply[j].partition(b":")[2], reply[j + 1]))

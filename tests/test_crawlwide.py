@@ -21,7 +21,7 @@ from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CLAIM_AHEAD, CrawlWideQueue, claim_horizon
-from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
+from scrapy_bloomdupe.frontier.politeness import SCRAPY_JITTER, OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
 from scrapy_bloomdupe.settings import FrontierConfig
 
@@ -108,8 +108,75 @@ def test_a_pop_looks_as_far_ahead_as_the_longest_delay() -> None:
     assert claim_horizon(policy()) == CLAIM_AHEAD
     assert claim_horizon(policy(DOWNLOAD_DELAY=2)) == 2
     assert claim_horizon(policy(DOWNLOAD_DELAY=2, RANDOMIZE_DOWNLOAD_DELAY=True)) == 3
+    if SCRAPY_JITTER:  # a gap of up to 1 + DOWNLOAD_DELAY_JITTER times the delay
+        assert claim_horizon(policy(DOWNLOAD_DELAY=2, DOWNLOAD_DELAY_JITTER=0.25)) == 2.5
     assert claim_horizon(policy(DOWNLOAD_DELAY=1,
                                 DOWNLOAD_SLOTS={"slow.test": {"delay": 4}})) == 4
+
+
+#: Scrapy 2.16-2.18 read neither DOWNLOAD_DELAY_JITTER nor a DOWNLOAD_SLOTS "jitter".
+NEEDS_JITTER = pytest.mark.skipif(not SCRAPY_JITTER, reason="Scrapy before 2.19: no jitter")
+
+
+@pytest.mark.parametrize(("settings", "jitter", "before_2_19"), [
+    ({}, 0.5, 0.5),  # Scrapy's defaults: ±50%
+    ({"DOWNLOAD_DELAY_JITTER": 0.2}, 0.2, 0.5),
+    ({"DOWNLOAD_DELAY_JITTER": 0}, 0.0, 0.5),
+    ({"DOWNLOAD_DELAY_JITTER": -0.2}, 0.2, 0.5),  # Scrapy's uniform(0.2, -0.2): ±20%
+    ({"RANDOMIZE_DOWNLOAD_DELAY": False}, 0.0, 0.0),  # the old name, set: it wins
+    # Both set alike: the new name wins, as in Scrapy's downloader.
+    ({"RANDOMIZE_DOWNLOAD_DELAY": False, "DOWNLOAD_DELAY_JITTER": 0.3}, 0.3, 0.0),
+])
+def test_a_delays_jitter_is_the_one_scrapys_downloader_applies(
+        settings: dict[str, object], jitter: float, before_2_19: float) -> None:
+    """Scrapy 2.19's DOWNLOAD_DELAY_JITTER (a magnitude: 0.2 is 0.8x-1.2x) crawl-wide, and
+    RANDOMIZE_DOWNLOAD_DELAY where Scrapy still reads it (set at a higher priority, or a
+    Scrapy before 2.19, the floor: 2.16). Any jitter was 0.5x-1.5x before, and
+    DOWNLOAD_DELAY_JITTER = 0 went on randomizing where RANDOMIZE_DOWNLOAD_DELAY was on."""
+    crawl = SlotPolicy(Settings({"DOWNLOAD_DELAY": 1, **settings}), None)
+    assert crawl.jitter == (jitter if SCRAPY_JITTER else before_2_19)
+    assert crawl.defaults().jitter == crawl.jitter
+
+
+def test_a_download_slots_jitter_is_its_own() -> None:
+    """DOWNLOAD_SLOTS' ``jitter`` (Scrapy 2.19) and its older ``randomize_delay`` (±50% or
+    none) give a slot its own jitter; the pop gets those that are not the default."""
+    crawl = SlotPolicy(Settings({"DOWNLOAD_DELAY": 1, "DOWNLOAD_SLOTS": {
+        "new.test": {"jitter": 0.1}, "old.test": {"randomize_delay": False},
+        "same.test": {"delay": 2}}}), None)
+    assert crawl.limits("old.test").jitter == 0.0
+    assert crawl.limits("same.test").jitter == crawl.jitter == 0.5
+    if SCRAPY_JITTER:
+        assert crawl.limits("new.test").jitter == 0.1
+        assert crawl.jitters() == {"new.test": 0.1, "old.test": 0.0}
+    else:
+        assert crawl.limits("new.test").jitter == 0.5  # not read by Scrapy 2.16-2.18
+        assert crawl.jitters() == {"old.test": 0.0}
+    assert claim_horizon(crawl) == 3  # same.test: 2 s, up to 1.5 times
+
+
+@NEEDS_JITTER
+def test_a_pop_spreads_each_delay_by_the_jitter(client: redis.Redis) -> None:
+    """The crawl-wide pop applies the jitter's magnitude: with DOWNLOAD_DELAY_JITTER = 0.1
+    each slot's next start is 0.9-1.1 s after its first (it was 0.5-1.5 s, whatever the
+    magnitude), and a DOWNLOAD_SLOTS entry without jitter waits its delay exactly."""
+    q = crawlwide(client, DOWNLOAD_DELAY=1, DOWNLOAD_DELAY_JITTER=0.1,
+                  CONCURRENT_REQUESTS_PER_DOMAIN=0,
+                  DOWNLOAD_SLOTS={"fixed.test": {"jitter": 0}})
+    hosts = [f"h{j}.test" for j in range(30)]
+    q.push_many([Request(f"https://{host}/") for host in [*hosts, "fixed.test"]])
+    taken = q.pop_leases(100)
+    assert len(taken) == 31
+    now = int(client.time()[0]) * 1000 + int(client.time()[1]) // 1000
+
+    def gap(host: str) -> int:
+        return int(client.hget(q.k[0].prefix + keys.slot_name(host), "next")) - now
+
+    gaps = [gap(host) for host in hosts]
+    assert all(850 <= g <= 1100 for g in gaps), gaps  # (the pop ran a few ms before now)
+    assert max(gaps) - min(gaps) > 50, gaps  # spread, not one value
+    assert 950 <= gap("fixed.test") <= 1000
+    assert claim_horizon(q.policy) == 1.1
 
 
 def test_a_queue_of_the_default_layout_is_moved_into_the_slots(client: redis.Redis) -> None:

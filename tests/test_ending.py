@@ -43,7 +43,7 @@ class Setup:
         # No reactor started: the jobs run inline (a test may hold them, see HeldRunner).
         self.jobs = RedisJobs(lambda: self.df, later=self.calls)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.crawler.stats,
-                                spider=self.spider, queued=lambda: self.end.queued(),
+                                spider=self.spider, queued=lambda count: self.end.queued(count),
                                 signals=self.crawler.signals)
         self.engine = Engine(self.spider) if engine else None
         frontier = FrontierConfig(lease_timeout=lease_timeout, done_grace=grace,

@@ -42,7 +42,7 @@ class Setup:
         self.jobs = RedisJobs(lambda: None)  # no reactor started: the jobs run inline
         assert self.jobs.inline
         self.path = RequestPath(None, self.queue, self.jobs, stats=self.crawler.stats,
-                                spider=self.spider, queued=lambda: None)
+                                spider=self.spider, queued=lambda count: None)
         self.clock, self.calls = Clock(), Calls()
         self.engine = Engine(self.spider) if engine else None
         self.missed = 0

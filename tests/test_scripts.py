@@ -484,6 +484,16 @@ def test_heartbeat_and_leave(client: redis.Redis) -> None:
     assert leave(keys=[OWNERS], args=["c", 60_000]) == 1
 
 
+def test_a_heartbeat_given_the_lease_timeout_counts_the_other_live_workers(
+        client: redis.Redis) -> None:
+    beat = script(client, FRONTIER, "heartbeat.lua")
+    assert beat(keys=[OWNERS], args=["a", "", 60_000]) == 0  # alone
+    assert beat(keys=[OWNERS], args=["b", "", 60_000]) == 1
+    client.zadd(OWNERS, {"gone": 0})  # silent for longer than the lease timeout
+    assert beat(keys=[OWNERS], args=["a", "", 60_000]) == 1
+    assert client.zcard(OWNERS) == 3  # counted, not removed (the reap's work)
+
+
 def test_merge_moves_the_other_shards_into_shard_0_and_keeps_the_later_heartbeat(
         client: redis.Redis) -> None:
     merge = script(client, FRONTIER, "merge.lua")

@@ -9,6 +9,7 @@ import threading
 import time
 from collections import Counter
 
+import pytest
 import redis
 from redis.cluster import RedisCluster
 from slotqueue import SlotEntry, SlotQueue, leased
@@ -178,13 +179,33 @@ def test_a_randomized_delay_is_half_to_one_and_a_half_times_and_set_by_the_seed(
     waits = []
     for n in range(40):
         q.push(entries(f"s{n}", 1, delay_ms=1000))
-        popped = q.pop(1, randomize=True, seed=n)
+        popped = q.pop(1, jitter=0.5, seed=n)
         waits.append(int(q.state(f"s{n}")["next"]) - popped.now_ms)
     assert all(500 <= wait <= 1500 for wait in waits), waits
     assert len(set(waits)) > 20  # spread, not a constant
     q.push(entries("again", 1, delay_ms=1000))
-    popped = q.pop(1, randomize=True, seed=7)
+    popped = q.pop(1, jitter=0.5, seed=7)
     assert int(q.state("again")["next"]) - popped.now_ms == waits[7]
+
+
+@pytest.mark.parametrize("jitter", [0.2, 1.5])
+def test_a_delays_jitter_is_its_magnitude_and_a_slot_may_have_its_own(
+        client: redis.Redis, jitter: float) -> None:
+    """``DOWNLOAD_DELAY_JITTER`` (Scrapy 2.19): a gap is the delay times 1 ± jitter, at
+    least 0 (Scrapy's ``Slot.download_delay``); a ``DOWNLOAD_SLOTS`` entry's own jitter
+    (here 0: the delay as it is) wins for its slot. Before, any jitter was 0.5x-1.5x."""
+    q = queue(client)
+    waits, fixed = [], []
+    for n in range(40):
+        q.push(entries(f"s{n}", 1, delay_ms=1000) + entries(f"fixed{n}", 1, delay_ms=1000))
+        popped = q.pop(2, jitter=jitter, seed=n, jitters={f"fixed{n}": 0.0})
+        nxt = int(q.state(f"s{n}").get("next", 0))  # 0: none ahead (a gap of 0)
+        waits.append(nxt - popped.now_ms if nxt else 0)
+        fixed.append(int(q.state(f"fixed{n}")["next"]) - popped.now_ms)
+    low, high = max(0, round(1000 * (1 - jitter))), round(1000 * (1 + jitter))
+    assert all(low <= wait <= high for wait in waits), waits
+    assert min(waits) < 1000 * (1 - jitter / 2) and max(waits) > 1000 * (1 + jitter / 2)
+    assert fixed == [1000] * 40
 
 
 def test_an_ack_frees_room_once_and_an_idle_slot_leaves_no_state(

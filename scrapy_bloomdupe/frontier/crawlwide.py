@@ -123,16 +123,23 @@ class CrawlWideQueue(PriorityQueue):
         self._defaults_sent = [False] * self.shards
         #: How far ahead a pop takes (s; see CLAIM_AHEAD).
         self.horizon = claim_horizon(policy)
+        #: slot_pop.lua's pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS).
+        self._jitters = [value for slot, jitter in policy.jitters().items()
+                         for value in (keys.slot_name(slot), repr(jitter))]
         #: After each shard's last pop: when (time.monotonic()) its next slot comes
         #: within the horizon (None: none has requests and room), and whether requests
         #: wait in its slots (see next_due and slots_waiting).
         self._due: list[float | None] = [None] * self.shards
         self._slots_wait = [False] * self.shards
+        #: After each shard's last pop: the requests waiting there (intake and slots).
+        self._waiting_seen: list[int | None] = [None] * self.shards
         #: A move from an intake into the slots' home shards (a cluster's, crawl-wide)
         #: whose pushes or whose end may not have run: its shard, pushes and entries,
         #: sent again (the same push numbers) before the next move.
         self._unfinished_move: tuple[int, list[tuple[Any, ...]], list[bytes]] | None = None
         self._move_number = 0
+        #: How many other workers were live at this worker's last heartbeat (None: none yet).
+        self.others_live: int | None = None
 
     @property
     def next_due(self) -> float | None:
@@ -140,6 +147,13 @@ class CrawlWideQueue(PriorityQueue):
         within the horizon; None: no slot has requests and room, as the last pops saw."""
         dues = [due for due in self._due if due is not None]
         return max(0.0, min(dues) - time.monotonic()) if dues else None
+
+    @property
+    def waiting_seen(self) -> int | None:
+        """Requests waiting in the queue (not leased), as the last pops saw each shard;
+        None before the first pop has answered."""
+        seen = [n for n in self._waiting_seen if n is not None]
+        return sum(seen) if seen else None
 
     @property
     def slots_waiting(self) -> bool:
@@ -301,7 +315,7 @@ class CrawlWideQueue(PriorityQueue):
                                               digest_size=4).digest(), "big") % 2**31
         pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
                k.defaults, k.waiting, self.owner, number, count, k.prefix,
-               int(self.policy.randomize), seed, round(self.horizon * 1000))
+               repr(self.policy.jitter), seed, round(self.horizon * 1000), *self._jitters)
         # The acks of other masters of a cluster wait for a round trip that goes there.
         commands = self._ack_commands(self.link.reaches([pop]))
         if not self._defaults_sent[shard]:
@@ -319,6 +333,7 @@ class CrawlWideQueue(PriorityQueue):
         self._pop_shard = None
         self._intake_seen[shard] = int(intake) > 0
         self._slots_wait[shard] = int(waiting or 0) > 0
+        self._waiting_seen[shard] = int(intake) + int(waiting or 0)
         now, due = int(reply[0]), int(reply[1])
         self._due[shard] = None if due < 0 else time.monotonic() + max(
             0, due - now - round(self.horizon * 1000)) / 1000
@@ -375,6 +390,11 @@ class CrawlWideQueue(PriorityQueue):
             if len(live) < len(self._held):  # (a pop's reply being read: not yet taken)
                 self._held = {f: e for f, e in self._held.items()
                               if f in live or pop_number(f) in self._unanswered_pops}
+
+    def heartbeat(self) -> None:
+        """As the default queue's; its reply also counts the other live workers, in the
+        same round trip (:attr:`others_live`)."""
+        self.others_live = max(int(n) for n in super().heartbeat(self.lease_timeout_ms))
 
     # -- back-off ------------------------------------------------------------------------
 
@@ -470,15 +490,15 @@ class CrawlWideQueue(PriorityQueue):
 
 
 def claim_horizon(policy: SlotPolicy) -> float:
-    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest delay
-    (randomized: one and a half times it), so that the worker whose ack gives a slot
-    its room back takes the slot's next request in the same pop, whenever it may start
-    (else every worker would wake to race for that start)."""
+    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest gap between
+    two starts of a slot (its delay, up to 1.5 times it with a jitter of 0.5), so that
+    the worker whose ack gives a slot its room back takes the slot's next request in the
+    same pop, whenever it may start (else every worker would wake to race for that
+    start)."""
     if not policy.crawl_wide:
         return 0.0  # one slot without limits: everything it takes may start now
-    delays = [policy.delay, *(float(own.get("delay", policy.delay))
-                              for own in policy.per_slot.values())]
-    longest = max(delays) * (1.5 if policy.randomize else 1.0)
+    limits = [policy.defaults(), *(policy.limits(slot) for slot in policy.per_slot)]
+    longest = max(each.delay_ms / 1000 * (1 + each.jitter) for each in limits)
     return max(CLAIM_AHEAD, longest)
 
 

@@ -5,11 +5,16 @@
 -- KEYS[1]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
 -- KEYS[2]  (shard 0) the crawl's builds (a hash: owner -> "<version> <format>")
 -- ARGV[1]  this worker (its owner id)
--- ARGV[2]  (with KEYS[2]) its build, "<version> <format>"
+-- ARGV[2]  its build, "<version> <format>" (written with KEYS[2])
+-- ARGV[3]  optional: the lease timeout, ms
 --
--- Returns ZADD's reply (1 the first time, then 0).
+-- Returns ZADD's reply (1 the first time, then 0); with ARGV[3], how many other
+-- workers are live instead (their last heartbeat within the lease timeout).
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if KEYS[2] then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
-return redis.call('ZADD', KEYS[1], now, ARGV[1])
+local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
+if not ARGV[3] then return added end
+-- (ZRANGEBYSCORE, not ZCOUNT: a rule the ACL of docs/security.md already has)
+return #redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[3]), '+inf') - 1

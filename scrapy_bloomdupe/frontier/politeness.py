@@ -8,8 +8,11 @@ cache knows it), asked of the crawl's downloader when it runs. The limits are th
 new slot of Scrapy's downloader gets: ``DOWNLOAD_SLOTS[key]``'s ``concurrency`` and
 ``delay``, else ``CONCURRENT_REQUESTS_PER_IP`` (when set) or
 ``CONCURRENT_REQUESTS_PER_DOMAIN``, and ``DOWNLOAD_DELAY`` (a spider's
-``download_delay`` attribute wins, as in Scrapy). Randomized delays (Scrapy's
-default) are 0.5x-1.5x crawl-wide, whatever the jitter's magnitude.
+``download_delay`` attribute wins, as in Scrapy). Each delay varies at random by its
+jitter, as Scrapy's downloader varies it: ``DOWNLOAD_DELAY_JITTER`` (Scrapy 2.19; ``0.5``,
+Scrapy's default: 0.5x-1.5x), or ``RANDOMIZE_DOWNLOAD_DELAY`` (±50% or none) where it wins
+(set at a higher priority, or a Scrapy before 2.19), and a ``DOWNLOAD_SLOTS`` entry's own
+``jitter`` or ``randomize_delay``.
 """
 
 from __future__ import annotations
@@ -19,19 +22,70 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from scrapy.settings import default_settings
+
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.settings import BaseSettings
 
 
+#: Whether the installed Scrapy has ``DOWNLOAD_DELAY_JITTER`` (2.19 and later), and reads a
+#: ``DOWNLOAD_SLOTS`` entry's ``jitter``.
+SCRAPY_JITTER = hasattr(default_settings, "DOWNLOAD_DELAY_JITTER")
+
+
 @dataclass(frozen=True)
 class SlotLimits:
     """A download slot's name and limits: requests in flight crawl-wide (0: none),
-    milliseconds between two starts."""
+    milliseconds between two starts, and how much each gap varies at random (0.5: the
+    delay times 0.5-1.5)."""
 
     slot: str
     concurrency: int
     delay_ms: int
+    jitter: float = 0.0
+
+
+def default_jitter(settings: BaseSettings) -> float:
+    """The jitter of a slot that sets none, as Scrapy's downloader reads it: see the
+    module's docstring."""
+    randomize = settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0
+    if not SCRAPY_JITTER or randomize > (settings.getpriority("DOWNLOAD_DELAY_JITTER") or 0):
+        return 0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True) else 0.0
+    # (A negative one spreads as its opposite does: Scrapy draws uniform(-j, j).)
+    return abs(settings.getfloat("DOWNLOAD_DELAY_JITTER"))
+
+
+def slot_jitter(own: dict[str, Any], default: float) -> float:
+    """A ``DOWNLOAD_SLOTS`` entry's jitter: its ``jitter`` (Scrapy 2.19), its
+    ``randomize_delay`` (±50% or none), else ``default``."""
+    if SCRAPY_JITTER and "jitter" in own:
+        return abs(float(own["jitter"]))
+    if "randomize_delay" in own:
+        return 0.5 if own["randomize_delay"] else 0.0
+    return default
+
+
+def per_site_limits(settings: BaseSettings, spider: Spider | None = None) -> list[str]:
+    """The per-site limits set (``NAME = value``): ``CONCURRENT_REQUESTS_PER_DOMAIN`` below
+    Scrapy's default, ``CONCURRENT_REQUESTS_PER_IP``, a ``DOWNLOAD_DELAY`` (or the
+    spider's ``download_delay``), ``DOWNLOAD_SLOTS``. Scrapy's downloader holds them in
+    one process: with ``BLOOMDUPE_POLITENESS = "worker"``, each worker on its own."""
+    found = []
+    domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+    if domain < default_settings.CONCURRENT_REQUESTS_PER_DOMAIN:
+        found.append(f"CONCURRENT_REQUESTS_PER_DOMAIN = {domain}")
+    ip = settings.getint("CONCURRENT_REQUESTS_PER_IP")
+    if ip > 0:
+        found.append(f"CONCURRENT_REQUESTS_PER_IP = {ip}")
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    if spider is not None and hasattr(spider, "download_delay"):
+        delay = float(spider.download_delay)
+    if delay > 0:
+        found.append(f"DOWNLOAD_DELAY = {delay:g}")
+    if settings.getdict("DOWNLOAD_SLOTS"):
+        found.append("DOWNLOAD_SLOTS")
+    return found
 
 
 class SlotPolicy:
@@ -49,13 +103,14 @@ class SlotPolicy:
             delay = float(spider.download_delay)
         self.delay = delay
         self.per_slot: dict[str, dict[str, Any]] = settings.getdict("DOWNLOAD_SLOTS")
-        jitter = settings.get("DOWNLOAD_DELAY_JITTER")
-        if jitter is None or (settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0) > (
-                settings.getpriority("DOWNLOAD_DELAY_JITTER") or 0):
-            self.randomize = settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True)
-        else:
-            self.randomize = float(jitter) > 0
+        #: The jitter of a slot that ``DOWNLOAD_SLOTS`` does not give one.
+        self.jitter = default_jitter(settings)
         self.spider = spider
+
+    def jitters(self) -> dict[str, float]:
+        """The slots of ``DOWNLOAD_SLOTS`` whose jitter is not :attr:`jitter`, with theirs."""
+        own = {slot: slot_jitter(entry, self.jitter) for slot, entry in self.per_slot.items()}
+        return {slot: jitter for slot, jitter in own.items() if jitter != self.jitter}
 
     def key(self, request: Request) -> str:
         """Scrapy's slot key for ``request`` (its downloader's, when it runs)."""
@@ -75,7 +130,8 @@ class SlotPolicy:
         own = self.per_slot.get(slot, {})
         concurrency = int(own.get("concurrency", self.ip_concurrency or self.domain_concurrency))
         delay = float(own.get("delay", self.delay))
-        return SlotLimits(slot, max(0, concurrency), max(0, round(delay * 1000)))
+        return SlotLimits(slot, max(0, concurrency), max(0, round(delay * 1000)),
+                          slot_jitter(own, self.jitter))
 
     def defaults(self) -> SlotLimits:
         """The limits of a slot that ``DOWNLOAD_SLOTS`` does not name."""
@@ -98,7 +154,8 @@ class OneSlot(SlotPolicy):
     crawl_wide = False
 
     def __init__(self) -> None:
-        self.randomize = False
+        self.jitter = 0.0
+        self.per_slot = {}
         self.spider = None
 
     def key(self, request: Request) -> str:

@@ -313,15 +313,15 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             self._execute(commands)
         self._acks_sent()
 
-    def heartbeat(self) -> None:
-        """Mark this worker alive in every shard, and send the pending acks."""
+    def heartbeat(self, *timeout_ms: int) -> list[Any]:
+        """Mark this worker alive in every shard, send the pending acks; each shard's reply."""
         commands = self._ack_commands()
         for shard, owners in enumerate(self._owners):  # shard 0's records the build too
             named = (owners, keys.builds(self.tag))[:2 if shard == 0 else 1]
             commands.append(("EVALSHA", self._scripts["heartbeat"].sha, len(named), *named,
-                             self.owner, str(builds.OURS)))
-        self._execute(commands)
-        self._acks_sent()
+                             self.owner, str(builds.OURS), *timeout_ms))
+        replies, _ = self._execute(commands), self._acks_sent()
+        return replies[len(replies) - len(self._owners):]
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """Put the leases of dead workers back in the queue (with ``release_own``, this

@@ -13,10 +13,13 @@
 -- ARGV[2]  its pop number (this worker's, increasing)
 -- ARGV[3]  how many requests at most
 -- ARGV[4]  the shard's slot prefix ("{K:i}:slot:")
--- ARGV[5]  1 to randomize each delay (0.5x-1.5x, RANDOMIZE_DOWNLOAD_DELAY), else 0
+-- ARGV[5]  the jitter of each delay (DOWNLOAD_DELAY_JITTER): a gap is the delay
+--          times 1 + u, u uniform in [-jitter, jitter], at least 0 (0.5: 0.5x-1.5x,
+--          Scrapy's default; 0: the delay as it is)
 -- ARGV[6]  the seed of that randomness (an integer; the same on a retry)
 -- ARGV[7]  optional: the horizon, ms (default 0): slots due within it are taken
 --          now, each lease to start when its slot may go
+-- ARGV[8..] optional: pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS)
 --
 -- Takes, slot by slot in the order they become due (Redis's clock), from the
 -- slots due now or within the horizon, the heads of each slot's highest
@@ -87,6 +90,11 @@ local function p_mark(start)
   return ''
 end
 
+-- Each slot's jitter: its own, or ARGV[5].
+local jitters = {}
+for a = 8, #ARGV - 1, 2 do jitters[ARGV[a]] = tonumber(ARGV[a + 1]) end
+local jitter = tonumber(ARGV[5]) or 0
+
 -- Park and Miller's generator, a few steps in so that close seeds draw apart.
 local x = (tonumber(ARGV[6]) % 2147483646) + 1
 for _ = 1, 4 do x = (x * 16807) % 2147483647 end
@@ -127,10 +135,10 @@ for _, name in ipairs(due) do
     end
   end
   flight = flight + taken
-  local wait = delay
-  if ARGV[5] == '1' and delay > 0 then
+  local wait, spread = delay, jitters[name] or jitter
+  if spread > 0 and delay > 0 then
     x = (x * 16807) % 2147483647
-    wait = math.floor(delay * (0.5 + x / 2147483647))
+    wait = math.max(0, math.floor(delay * (1 + spread * (2 * x / 2147483647 - 1))))
   end
   -- The next start is kept only when ahead (a delay); without one the slot still
   -- goes back into the ready set behind those served before it (score now).

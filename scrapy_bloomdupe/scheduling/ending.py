@@ -109,10 +109,10 @@ class CrawlEnd:
         self.idle_poll = IDLE_POLL
         self.leases.work_came()
 
-    def queued(self) -> None:
-        """This worker queued requests (the request path's answer)."""
+    def queued(self, count: int = 1) -> None:
+        """This worker queued ``count`` requests (the request path's answer)."""
         self.busy()
-        self.leases.queued()
+        self.leases.queued(count)
 
     def _not_done(self) -> None:
         """The crawl has work (here or at other workers): an idle spell, if any, is over."""

@@ -113,8 +113,12 @@ class Leases:
         self.starved = False
         #: Until when an empty queue is not asked again but by the idle poll (see fill).
         self._empty_until = 0.0
-        #: Whether this worker queued requests since a pop last found the queue empty.
-        self._queued = False
+        #: Requests waiting in the shared queue as far as this worker knows without a
+        #: round trip (Scrapy's ``len(scheduler)``, ``has_pending_requests``): what a job
+        #: saw there last (the queue at the crawl's join, a pop's count), and what this
+        #: worker queued since; at least 1 while work is likely but not counted (a pop
+        #: failed, requests wait in slots), 0 once a pop found the queue empty.
+        self.waiting = 0
         #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes what may start
         #: now or within its horizon (each lease handed out at its start), no
         #: prefetch beyond; while slots wait, the next pop goes when the next slot
@@ -286,7 +290,7 @@ class Leases:
     def _pop_failed(self, failure: Failure) -> None:
         # The pop did not say the queue is empty (Redis away, say): as far as this worker
         # knows, work may be left (see pending).
-        self._queued = True
+        self.waiting = max(self.waiting, 1)
         self.jobs.redis_failed(failure)
 
     def work_came(self) -> None:
@@ -298,18 +302,33 @@ class Leases:
         if not (self._crawl_wide and self._acks_early and self.queue.slots_waiting):
             self._empty_until = 0.0
 
-    def queued(self) -> None:
-        """This worker queued requests: the shared queue has work, as far as it knows,
-        until a pop finds it empty (see :meth:`pending`)."""
-        self._queued = True
+    def queued(self, count: int = 1) -> None:
+        """This worker queued ``count`` requests: the shared queue has work, as far as it
+        knows, until a pop takes them or finds it empty (see :meth:`pending`)."""
+        self.waiting += count
         self.work_came()
+
+    def found(self, waiting: int) -> None:
+        """A job found ``waiting`` requests in the shared queue (the crawl's join: a
+        resumed crawl's, or those other workers queued)."""
+        if waiting:
+            self.waiting = max(self.waiting, waiting)
+            self.work_came()
 
     def pending(self) -> bool:
         """Whether this worker has requests in hand or on their way, as far as it knows
-        without a round trip (Scrapy's ``has_pending_requests``): buffered, a pop or a
-        check on its way, or queued by it (or a pop failed) since a pop last found the
-        queue empty."""
-        return bool(self.buffer or self.filling or self.path.enqueuing or self._queued)
+        without a round trip (Scrapy's ``has_pending_requests``, asked whenever the engine
+        looks idle): buffered, a pop or a check on its way, or waiting in the shared queue
+        (see :attr:`waiting`). With none, the engine fires ``spider_idle``, whose look at
+        the shared queue (a job) says whether work is left (:mod:`.ending`)."""
+        return bool(self.buffer or self.filling or self.path.enqueuing or self.waiting)
+
+    def length(self) -> int:
+        """How many requests this worker counts as scheduled, without a round trip
+        (Scrapy's ``len(scheduler)``): those waiting in the shared queue as far as it
+        knows (see :attr:`waiting`), buffered here, or on their way there (their
+        check-and-queue not answered yet: a duplicate among them is dropped then)."""
+        return self.waiting + len(self.buffer) + self.path.enqueuing
 
     def _pop_unleased(self, count: int) -> list[Lease]:
         """Where the Redis work runs: up to ``count`` requests from a scrapy-redis queue,
@@ -332,6 +351,11 @@ class Leases:
         leases, look = answer
         if look is not None and looked is not None:
             looked(look)
+        # What waits in the queue now: a crawl-wide pop's count (its shard's, fresh), else
+        # this worker's count less what the pop took; none left after a short answer.
+        seen = self.queue.waiting_seen if isinstance(self.queue, CrawlWideQueue) else None
+        self.waiting = seen if seen is not None else (
+            max(0, self.waiting - len(leases)) if len(leases) >= count else 0)
         # A full answer: the queue is deep, the next pop may take a few more (leased only:
         # what a scrapy-redis queue's pop took is lost if this worker dies with it).
         self._deep = self.leased and len(leases) >= count
@@ -348,7 +372,7 @@ class Leases:
         elif self._crawl_wide:
             self._crawl_wide_filled(leases, count)
         elif not leases:
-            self._queued = False
+            self.waiting = 0
             self._empty_until = self._clock() + self._idle_poll()
         elif self.buffer and self.starved:
             self.starved = False
@@ -373,7 +397,7 @@ class Leases:
         if self.queue.slots_waiting and len(leases) < count:
             self._slot_wait()
         elif not leases:
-            self._queued = False
+            self.waiting = 0
             self._empty_until = self._clock() + self._idle_poll()
         if self.buffer and self.starved and not self.full():
             if self.startable():
@@ -389,7 +413,7 @@ class Leases:
         free); the engine's asks meanwhile do not go to Redis. Each worker waits a
         little more, at random (a quarter of the horizon at most; what it takes still
         starts on time), so that workers do not ask at once."""
-        self._queued = True  # work is left, as far as this worker knows (see pending)
+        self.waiting = max(self.waiting, 1)  # work is left, as far as it knows (see pending)
         due = self.queue.next_due
         if due is None:
             wait = SLOT_POLL * (1 + random.random())

@@ -163,16 +163,16 @@ class Outbox:
 
 class RequestPath:
     """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
-    (``jobs``), owned by the scheduler. ``queued`` is called each time requests were
-    queued (the scheduler's work count); ``signals`` are the crawler's (a request
-    dropped after the engine heard it was scheduled is sent with ``request_dropped``).
-    ``start_once`` (``BLOOMDUPE_START_ONCE``): a start request goes through the crawl's
-    filter, ``dont_filter`` or not, so that it is fetched once a crawl (see
-    :meth:`starts_once`)."""
+    (``jobs``), owned by the scheduler. ``queued`` is called with how many each time
+    requests were queued (the scheduler's work count); ``signals`` are the crawler's (a
+    request dropped after the engine heard it was scheduled is sent with
+    ``request_dropped``). ``start_once`` (``BLOOMDUPE_START_ONCE``): a start request goes
+    through the crawl's filter, ``dont_filter`` or not, so that it is fetched once a crawl
+    (see :meth:`starts_once`)."""
 
     def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
                  stats: StatsCollector,
-                 spider: Spider, queued: Callable[[], None],
+                 spider: Spider, queued: Callable[[int], None],
                  signals: SignalManager | None = None, start_once: bool = False) -> None:
         self.df = df
         self.queue = queue
@@ -298,7 +298,7 @@ class RequestPath:
         def answered(outcomes: list[bool | None]) -> list[bool | None]:
             if outcomes == [False]:
                 self.stats.inc_value("scheduler/enqueued/redis")
-                self._queued()
+                self._queued(1)
             return outcomes
 
         def failed(failure: Failure) -> list[bool | None]:
@@ -351,7 +351,7 @@ class RequestPath:
             queued = new.count(True) + len(unfiltered)
             if queued:
                 self.stats.inc_value("scheduler/enqueued/redis", queued)
-                self._queued()
+                self._queued(queued)
             return outcomes
 
         def failed(failure: Failure) -> list[bool | None]:

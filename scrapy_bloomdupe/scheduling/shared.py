@@ -253,11 +253,12 @@ class SharedCrawl:
     def leased(self) -> bool:
         return isinstance(self.queue, PriorityQueue)
 
-    def join(self, *, flush: Callable[[], None] | None = None) -> None:
+    def join(self, *, flush: Callable[[], None] | None = None) -> int:
         """Take up the shared queue as it is (its shards on one node merged, a scrapy-redis
-        queue it replaces taken over) and count among the crawl's workers. ``flush``
-        (``SCHEDULER_FLUSH_ON_START``): scrapy-redis's, for a dupefilter not this
-        package's (this package's filter and queue went before the filter opened)."""
+        queue it replaces taken over) and count among the crawl's workers; how many
+        requests wait in it. ``flush`` (``SCHEDULER_FLUSH_ON_START``): scrapy-redis's,
+        for a dupefilter not this package's (this package's filter and queue went before
+        the filter opened)."""
         spider = self.spider
         if flush is not None:
             if isinstance(self.df, RedisBloomDupeFilter):
@@ -288,6 +289,7 @@ class SharedCrawl:
             # Counted among the crawl's workers, so that the last one out clears (close).
             self.jobs.guarded(lambda: frontier_queue.join(self.server, df.bloom.key,
                                                           self.member), None)
+        return int(pending)
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""

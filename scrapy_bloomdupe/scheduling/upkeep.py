@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.asyncio import create_looping_call
 
+from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.politeness import per_site_limits
 from ..frontier.queue import Reclaimed
 from ..transport.diagnose import check_eviction
 
@@ -74,6 +76,11 @@ class LeaseUpkeep:
         #: When to look for leases of this worker that it does not hold (see tick).
         self._next_reclaim = time.monotonic()
         self._stale_seen = 0
+        #: With BLOOMDUPE_POLITENESS = "worker", the per-site limits set, which each worker
+        #: holds on its own: named in one INFO line once another live worker is seen.
+        crawler = getattr(spider, "crawler", None)
+        self._own_limits = per_site_limits(crawler.settings, spider) if (
+            crawler is not None and frontier.politeness == "worker") else []
 
     def start(self) -> None:
         """Tick every third of the lease timeout (at most every MAX_HEARTBEAT s), once
@@ -105,10 +112,11 @@ class LeaseUpkeep:
         call = self.jobs.outage_call
         last = self._last_beat
 
-        def job() -> tuple[float, list[tuple[int, Request]], Reclaimed]:
+        def job() -> tuple[float, list[tuple[int, Request]], Reclaimed, int | None]:
             if silence > timeout and df is not None:
                 df.bloom.verify()  # back from a long silence: the crawl may be gone
             call(self.queue.heartbeat)
+            others = self._others_live()
             beat = time.monotonic()
             # A heartbeat that went through only now (an outage, a full Redis): the other
             # workers were likely as silent; no reaping (see _beaten).
@@ -122,11 +130,13 @@ class LeaseUpkeep:
                 call(df.bloom.verify)
                 call(lambda: check_eviction(df.bloom.link, warn=False))
                 df.flush_crawl_stats_due()
-            return beat, back, reclaimed
+            return beat, back, reclaimed, others
 
-        def ticked(answer: tuple[float, list[tuple[int, Request]], Reclaimed]) -> None:
-            beat, back, reclaimed = answer
+        def ticked(answer: tuple[float, list[tuple[int, Request]], Reclaimed, int | None]
+                   ) -> None:
+            beat, back, reclaimed, others = answer
             self._beaten(0.0 if last is None else beat - last, beat)
+            self._seen_others(others)
             self.reaped(back)
             self._reclaimed(reclaimed)
 
@@ -167,6 +177,25 @@ class LeaseUpkeep:
 
         if self.jobs.guarded(heartbeat, False):
             self._beaten(silence, time.monotonic())
+            self._seen_others(self._others_live())
+
+    def _others_live(self) -> int | None:
+        """How many other workers the last heartbeat saw live (its reply: no round trip)."""
+        return self.queue.others_live if isinstance(self.queue, CrawlWideQueue) else None
+
+    def _seen_others(self, others: int | None) -> None:
+        """Other workers heartbeat in this crawl: with BLOOMDUPE_POLITENESS = "worker" and
+        per-site limits set, one INFO line (once a worker) says that each worker holds
+        them on its own, and how to make them the whole crawl's."""
+        if not others or not self._own_limits:
+            return
+        limits, self._own_limits = self._own_limits, []
+        logger.info("%d other worker(s) crawl beside this one: with BLOOMDUPE_POLITENESS = "
+                    "'worker' (the default) each worker holds %s on its own, as one Scrapy "
+                    "process does, so a site may get up to %d times as much. Set "
+                    "BLOOMDUPE_POLITENESS = 'crawl' to hold them for the whole crawl "
+                    "(docs/politeness.md)", others, ", ".join(limits), others + 1,
+                    extra={"spider": self.spider})
 
     def _beaten(self, silence: float, now: float) -> None:
         """A heartbeat went through at ``now``, ``silence`` seconds after the last one."""

@@ -7,11 +7,15 @@ and the limits on a Redis Cluster."""
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import demo_site, run_workers, take_fetches
+from harness import zygote
+from helpers import demo_site, run_workers, take_fetches, wait_workers
 
 PAGES = 30
 CRAWL_DELAY = 0.2
@@ -66,3 +70,59 @@ def test_the_limits_hold_crawl_wide_on_a_cluster(cluster_url: str, tmp_path: Pat
     for host, times in starts.items():
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert statistics.median(gaps) >= 0.95 * DELAY, (host, sorted(gaps)[:5])
+
+
+#: A spider for a `scrapy startproject` project: every link of the demo site.
+STARTPROJECT_SPIDER = '''
+import scrapy
+
+
+class SiteSpider(scrapy.Spider):
+    name = "site"
+    start_urls = [SITE_URL]
+
+    def parse(self, response):
+        yield from response.follow_all(css="a")
+'''
+
+
+@pytest.mark.slow
+def test_two_workers_of_a_startproject_project_each_say_they_hold_its_limits_alone(
+        redis_url: str, tmp_path: Path) -> None:
+    """A project made by ``scrapy startproject`` (Scrapy 2.19's template sets
+    CONCURRENT_REQUESTS_PER_DOMAIN = 1 and DOWNLOAD_DELAY = 1; the delay is shortened
+    here to keep the test short), the add-on in the template's ADDONS line, two workers
+    with the default "worker" politeness: each says once, at INFO, that it holds the
+    limits on its own and names BLOOMDUPE_POLITENESS = 'crawl'. They said nothing, and a
+    site got twice the limits."""
+    made = subprocess.run([sys.executable, "-m", "scrapy", "startproject", "proj",
+                           str(tmp_path / "proj")], capture_output=True, text=True, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    project = tmp_path / "proj"
+    settings = project / "proj" / "settings.py"
+    template = settings.read_text()
+    assert "CONCURRENT_REQUESTS_PER_DOMAIN = 1" in template and "ADDONS = {}" in template
+    settings.write_text(template.replace(
+        "ADDONS = {}", 'ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}')
+        + f"\nREDIS_URL = {redis_url!r}\n")
+    with demo_site(PAGES) as site:
+        (project / "proj" / "spiders" / "site.py").write_text(
+            STARTPROJECT_SPIDER.replace("SITE_URL", repr(site.url)))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        workers = [zygote.popen(
+            [sys.executable, "-m", "scrapy", "crawl", "site", "-s", f"LOG_FILE={tmp_path}/w{i}.log",
+             "-s", "DOWNLOAD_DELAY=0.2", "-s", "BLOOMDUPE_LEASE_TIMEOUT=3",
+             "-s", "BLOOMDUPE_DONE_GRACE=1", "-s", "TELNETCONSOLE_ENABLED=False"],
+            cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for i in range(2)]
+        codes = wait_workers(workers, 120)
+        logs = [(tmp_path / f"w{i}.log").read_text() for i in range(2)]
+        assert codes == [0, 0], logs[0][-3000:]
+        # Every page once, but the start page: a start URL is fetched once a worker and
+        # once as a link (issue 49, item 3; not this test's matter).
+        assert take_fetches(site)[1:] == [1] * (PAGES - 1)
+    for log in logs:
+        said = [line for line in log.splitlines() if "Set BLOOMDUPE_POLITENESS = 'crawl'" in line]
+        assert len(said) == 1, log[-3000:]
+        assert "INFO: 1 other worker(s) crawl beside this one" in said[0]
+        assert "CONCURRENT_REQUESTS_PER_DOMAIN = 1, DOWNLOAD_DELAY = 0.2" in said[0]
