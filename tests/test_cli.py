@@ -471,6 +471,35 @@ def test_import_from_a_scrapy_redis_set(redis_url: str, client: redis.Redis) -> 
     assert result.stdout.split()[::2] == ["seen"] * len(URLS)
 
 
+def test_import_says_the_first_worker_moves_scrapy_redis_s_queue(redis_url: str,
+                                                                client: redis.Redis) -> None:
+    """The first worker moves the requests waiting in scrapy-redis's queue into the leased
+    queue (scheduling/shared.py, "Took over N request(s)"): the import says so, with the
+    queue's key and how many wait there, never that the queue "is used as it is"."""
+    scrapy_redis_set(client, "shop:dupefilter", URLS)
+    client.zadd("shop:requests", {b"request-1": 0, b"request-2": -1, b"request-3": -1})
+    result = run_cli("import", "--spider", "shop", "--from-set", "shop:dupefilter",
+                     "--capacity", "5000", "--no-progress", redis_url=redis_url)
+    out = " ".join(clean(result).split())
+    assert result.returncode == 0, out
+    assert "is used as it is" not in out
+    assert ("The first worker to start moves the requests waiting in scrapy-redis's request "
+            "queue 'shop:requests' (3 request(s)) into the package's leased queue") in out
+    assert 'logs "Took over N request(s)"' in out
+    assert client.zcard("shop:requests") == 3  # the import itself moves nothing
+
+    client.delete("shop:requests")
+    result = run_cli("import", "--spider", "shop", "--from-set", "shop:dupefilter",
+                     "--no-progress", redis_url=redis_url)
+    out = " ".join(clean(result).split())
+    assert "scrapy-redis's request queue 'shop:requests' holds nothing to take over" in out
+
+    result = run_cli("import", "--key", "shop:bloomdupe", "--from-set", "shop:dupefilter",
+                     "--no-progress", redis_url=redis_url)
+    out = " ".join(clean(result).split())
+    assert "request queue (SCHEDULER_QUEUE_KEY, '%(spider)s:requests' by default)" in out
+
+
 def test_import_creates_the_filter_from_the_options(redis_url: str, client: redis.Redis) -> None:
     scrapy_redis_set(client, "shop:dupefilter", URLS)
     result = run_cli("import", "--spider", "shop", "--from-set", "shop:dupefilter",

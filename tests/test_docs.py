@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 from helpers import ROOT
+from scrapy.settings import Settings
 
 from scrapy_bloomdupe import settings
+from scrapy_bloomdupe.addon import BloomDupeAddon
 
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "scrapy_bloomdupe"
@@ -57,3 +59,51 @@ def test_every_stat_is_documented() -> None:
     assert "bloomdupe/checked" in names  # the pattern finds the package's stats
     missing = sorted(name for name in names if f"`{name}`" not in stats_page)
     assert not missing, f"stats set by the package but not in docs/stats.md: {missing}"
+
+
+# -- the first steps a user reads -------------------------------------------------------
+
+ADDON_LINE = 'ADDONS = {"scrapy_bloomdupe.addon.BloomDupeAddon": 100}'
+
+
+def addon_settings() -> dict[str, object]:
+    """What the add-on sets, beside Scrapy's defaults."""
+    given = Settings()
+    BloomDupeAddon().update_settings(given)
+    return {"SCHEDULER": given["SCHEDULER"], "DUPEFILTER_CLASS": given["DUPEFILTER_CLASS"],
+            **{name: {k: v for k, v in given[name].items() if k.startswith("scrapy_bloomdupe")}
+               for name in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES", "EXTENSIONS")}}
+
+
+def test_the_readme_s_quick_start_is_a_user_s_path_beside_the_checkout_s() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick = readme[readme.index("## Quick start"):]
+    quick = quick[:quick.index("\n## ")]
+    for step in ("pip install", "scrapy startproject", ADDON_LINE, "REDIS_URL = ",
+                 "SCHEDULER_PERSIST = ", "scrapy crawl",
+                 # the checkout's two commands (CI runs the second)
+                 "bash scripts/bootstrap && .venv/bin/python example_project/run_demo.py",
+                 "bash scripts/bootstrap && .venv/bin/python -m pytest -n auto"):
+        assert step in quick, f"README's quick start lacks {step!r}"
+    # The template's own `ADDONS = {}` comes after any line added above it.
+    assert "template's own `ADDONS = {}` line" in quick and "silently overwritten" in quick
+
+
+def test_the_readme_s_settings_by_hand_are_what_the_add_on_sets() -> None:
+    """Set by hand, SCHEDULER and DUPEFILTER_CLASS alone miss the batch middleware
+    (a WARNING at start): the README's block lists everything the add-on sets."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                if b.startswith("SCHEDULER = ")]
+    values: dict[str, object] = {}
+    exec(block, values)
+    assert {k: v for k, v in values.items() if k.isupper()} == addon_settings()
+
+
+def test_migrating_step_3_activates_the_add_on() -> None:
+    text = (DOCS / "migrating.md").read_text()
+    step = text[text.index("\n3. "):text.index("Tested with a real scrapy-redis crawl")]
+    assert ADDON_LINE in step
+    assert 'BLOOMDUPE_FINGERPRINT = "scrapy-redis"' in step
+    # A project's own scrapy-redis SCHEDULER would win over the add-on's ("addon" priority).
+    assert "delete scrapy-redis's `SCHEDULER` and `DUPEFILTER_CLASS` lines" in step

@@ -2,7 +2,8 @@
 file's header lists: a change to a script's layout fails here, next to its cause.
 
 The check-and-add script runs on both engines (``engine`` fixture): replay after a
-lost reply, fencing, a missing shard, a stale generation, a refused write.
+lost reply, fencing, a missing shard, a stale generation, a refused write. Every test
+on one node runs on Redis and on Valkey (``server`` fixture).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from scrapy_bloomdupe import luascript
 from scrapy_bloomdupe.bloom.lua import CROSS_SLOT
-from scrapy_bloomdupe.testing import RedisServer
 from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 BLOOM = "scrapy_bloomdupe.bloom"
@@ -27,6 +27,17 @@ OP_LOG, MARKER, LOCK, QUEUE = "{t}:op", "{t}:gen", "{t}:lock", "{t}:queue"
 FORGOT = "{t}:forgot"
 BITS = ["{t}:bits:0", "{t}:bits:1"]
 K = 4  # bits an item (Lua engine)
+
+
+@pytest.fixture
+def redis_url(server_url: str) -> str:
+    """This module's tests on one node run on each server (Redis, Valkey) in turn."""
+    return server_url
+
+
+@pytest.fixture
+def engine_url(engine_server_url: str) -> str:
+    return engine_server_url
 
 
 def script(client: redis.Redis, package: str, name: str) -> Any:
@@ -263,8 +274,11 @@ def tag_on(c: redis.Redis, same: bool) -> str:
 
 @pytest.fixture(params=["node", "cluster"])
 def two(request: pytest.FixtureRequest) -> Iterator[TwoShards]:
-    if request.param == "node":
-        yield TwoShards(request.getfixturevalue("client"))
+    if request.param == "node":  # on Redis (the module's other tests run on Valkey too)
+        c = redis.Redis.from_url(request.getfixturevalue("redis_server").url)
+        c.flushall()
+        yield TwoShards(c)
+        c.close()
         return
     servers: LocalCluster = request.getfixturevalue("local_cluster")
     servers.wait_ok()
@@ -357,11 +371,15 @@ def _as(check_add: CheckAdd, client: redis.Redis) -> CheckAdd:
     return other
 
 
-def test_redisbloom_reports_a_full_shard_item_by_item(
-        redisbloom_server: RedisServer | str) -> None:
-    if isinstance(redisbloom_server, str):
-        pytest.skip(redisbloom_server)
-    bf_only = redis.Redis.from_url(redisbloom_server.url)
+@pytest.mark.parametrize("bf_server", ["redisbloom_server", "valkey_redisbloom"])
+def test_redisbloom_reports_a_full_shard_item_by_item(bf_server: str,
+                                                      request: pytest.FixtureRequest) -> None:
+    """Redis answers BF.INSERT into a full shard item by item; Valkey raises the whole
+    call (bf_insert.lua): both come out as 'F' for each refused item."""
+    server = request.getfixturevalue(bf_server)
+    if isinstance(server, str):
+        pytest.skip(server)
+    bf_only = redis.Redis.from_url(server.url)
     bf_only.flushall()
     check_add = CheckAdd(bf_only, "redisbloom")
     bf_only.delete(BITS[0])

@@ -28,6 +28,8 @@
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
+-- #include bf_insert.lua (BF.INSERT's flags, on Redis and on Valkey)
+
 local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
 
 -- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
@@ -94,7 +96,7 @@ for j = 1, n do
   end
 end
 if #todo > 0 then
-  local added = redis.call('BF.INSERT', KEYS[4 + G], 'NOCREATE', 'ITEMS', unpack(todo))
+  local added = bf_insert(KEYS[4 + G], todo)
   for i = 1, #todo do
     local flag = added[i]
     if flag == 1 or (flag == 0 and found[at[i]] == 'forgot') then

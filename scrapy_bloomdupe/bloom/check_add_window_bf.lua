@@ -51,6 +51,8 @@
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
+-- #include bf_insert.lua (BF.INSERT's flags, on Redis and on Valkey)
+
 local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
 
 -- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
@@ -221,7 +223,7 @@ while #todo > 0 do
       part[x] = todo[x]
       batch[x] = items[todo[x]]
     end
-    local flags = redis.call('BF.INSERT', newest, 'NOCREATE', 'ITEMS', unpack(batch))
+    local flags = bf_insert(newest, batch)
     for x, i in ipairs(part) do
       local flag = flags[x]
       if flag == 1 or (flag == 0 and forgotten[i] == 1) then

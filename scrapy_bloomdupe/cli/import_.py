@@ -7,8 +7,10 @@ import argparse
 import time
 from typing import Any, TextIO
 
+import redis
 from scrapy.settings import Settings
 from scrapy.utils.conf import arglist_to_dict
+from scrapy_redis import defaults
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from .. import migrate
@@ -80,6 +82,34 @@ def _import_config(ctx: Context, opts: argparse.Namespace, source: migrate.Sourc
     return BloomDupeConfig.from_settings(settings)
 
 
+def _queue_next(ctx: Context) -> str:
+    """What the first worker does with scrapy-redis's request queue (``SCHEDULER_QUEUE_KEY``
+    of the spider, when it is known): it moves the requests waiting there into the leased
+    queue (``scheduling/shared.py``), unless a scrapy-redis queue class keeps it."""
+    queue_cls = str(ctx.settings.get("SCHEDULER_QUEUE_CLASS") or "")
+    if queue_cls.startswith("scrapy_redis."):
+        return (f"SCHEDULER_QUEUE_CLASS = {queue_cls!r} keeps scrapy-redis's request queue "
+                "where it is, without leases.")
+    template = str(ctx.settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY)
+    moves = ("The first worker to start moves the requests waiting in scrapy-redis's request "
+             "queue")
+    then = ("into the package's leased queue, past the filter, and logs \"Took over N "
+            "request(s)\"; scrapy-redis's workers must not run on it any more.")
+    if ctx.spider is None:
+        return f"{moves} (SCHEDULER_QUEUE_KEY, {template!r} by default) {then}"
+    queue = template % {"spider": ctx.spider}
+    try:
+        kind = ctx.client.type(queue)
+        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        waiting = int(ctx.client.zcard(queue) if kind == "zset"
+                      else ctx.client.llen(queue) if kind == "list" else 0)
+    except redis.ResponseError:  # an ACL without TYPE or the key: say what happens anyway
+        return f"{moves} {queue!r} {then}"
+    if not waiting:
+        return f"scrapy-redis's request queue {queue!r} holds nothing to take over."
+    return f"{moves} {queue!r} ({waiting:,} request(s)) {then}"
+
+
 def run(ctx: Context, opts: argparse.Namespace) -> int:
     if opts.batch_size < 1:
         raise UsageProblem("--batch-size must be at least 1")
@@ -148,9 +178,9 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     if source.kind == "set":
         lines += ["", (
             f"Next: crawl with scrapy_bloomdupe's SCHEDULER and DUPEFILTER_CLASS, "
-            f"BLOOMDUPE_FINGERPRINT = 'scrapy-redis' and BLOOMDUPE_KEY naming {ctx.key!r}; "
-            f"scrapy-redis's request queue is used as it is. The SET {source.name!r} is left "
-            "as it was: delete it once the new crawl runs well.")]
+            f"BLOOMDUPE_FINGERPRINT = 'scrapy-redis' and BLOOMDUPE_KEY naming {ctx.key!r}. "
+            f"{_queue_next(ctx)} The SET {source.name!r} is left as it was: delete it once "
+            "the new crawl runs well.")]
     else:
         lines += ["", (
             f"Next: crawl with DUPEFILTER_CLASS = "

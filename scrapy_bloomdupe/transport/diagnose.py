@@ -2,7 +2,7 @@
 
 Where a client points (without credentials: :func:`~..redaction.redacted`), a
 ping that turns what a user can fix into one clear error, the server's mode and
-version (Redis 7.0 or later: :data:`OLDEST_REDIS`), a persistence warning, and the
+version (Redis 7.0 or later: :data:`OLDEST_REDIS`; any Valkey), a persistence warning, and the
 one error for a cluster client that could not start.
 """
 
@@ -103,16 +103,38 @@ def find_cause(error: BaseException, kind: type[BaseException]) -> BaseException
 #: so that a refused command never leaves half a batch written; Redis 6.2 lacks it
 #: (measured: 12 of the fast tests fail on Redis 6.2.14, each a partial write).
 OLDEST_REDIS = (7, 0)
+#: Valkey numbers its own releases (9.1 is not Redis 9.1) from 7.2, a fork of Redis 7.2.4:
+#: every Valkey has ``redis.acl_check_cmd``.
+OLDEST_VALKEY = (7, 2)
 
 
-def too_old(version: str) -> bool:
-    """Whether a Redis that reports ``version`` (``HELLO``'s ``version``) is older than
-    :data:`OLDEST_REDIS`; a version that does not parse is let through."""
+def server_name(said: dict[str, Any]) -> str:
+    """``"Valkey"`` or ``"Redis"``, as the server names itself in ``HELLO`` (``server``);
+    Redis for any other or none."""
+    return "Valkey" if str(said.get("server", "")).lower() == "valkey" else "Redis"
+
+
+def too_old(version: str, server: str = "Redis") -> bool:
+    """Whether a ``server`` (:func:`server_name`) that reports ``version`` (``HELLO``'s
+    ``version``) is older than :data:`OLDEST_REDIS` (a Valkey than :data:`OLDEST_VALKEY`);
+    a version that does not parse is let through."""
     try:
         major, minor = (int(part) for part in version.split(".")[:2])
     except ValueError:
         return False
-    return (major, minor) < OLDEST_REDIS
+    return (major, minor) < (OLDEST_VALKEY if server == "Valkey" else OLDEST_REDIS)
+
+
+def version_problem(where: str, said: dict[str, Any]) -> str | None:
+    """Why the server at ``where``, which said ``said`` in ``HELLO``, is too old, named as
+    it names itself; None when it is not."""
+    version, name = str(said.get("version") or ""), server_name(said)
+    if not too_old(version, name):
+        return None
+    oldest = OLDEST_VALKEY if name == "Valkey" else OLDEST_REDIS
+    return (f"{name} at {where} is version {version}; scrapy-bloomdupe needs {name} "
+            f"{'.'.join(map(str, oldest))} or later (its scripts check the ACL before their "
+            f"first write). Upgrade {name}.")
 
 
 def check(client: Redis | RedisCluster) -> None:
@@ -178,12 +200,9 @@ def check(client: Redis | RedisCluster) -> None:
             )
         heard = [(client, said)]
     for node, said in heard:
-        version = str(said.get("version") or "")
-        if too_old(version):
-            raise BloomDupeError(
-                f"Redis at {describe(node)} is version {version}; scrapy-bloomdupe needs Redis "
-                f"{'.'.join(map(str, OLDEST_REDIS))} or later (its scripts check the ACL "
-                "before their first write). Upgrade Redis.")
+        problem = version_problem(describe(node), said)
+        if problem:
+            raise BloomDupeError(problem)
 
 
 def not_a_cluster_client(where: str) -> ConfigError:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,24 @@ def demo_command(redis_url: str, out: Path, *extra: str) -> list[str]:
 
 
 
+@pytest.fixture
+def durable_server(server_url: str) -> Iterator[str]:
+    """An emptied server of each kind in turn (Redis, Valkey) with an RDB save point, as
+    ``durable_redis``."""
+    client = redis.Redis.from_url(server_url)
+    before = client.config_get("save")["save"]
+    client.config_set("save", "3600 1")
+    try:
+        yield server_url
+    finally:
+        client.config_set("save", before)
+        client.close()
+
+
 @pytest.mark.slow
-def test_demo_crawl_fetches_every_page_exactly_once(durable_redis: str, tmp_path: Path) -> None:
-    result = run_tree(demo_command(durable_redis, tmp_path), timeout=150)
+def test_demo_crawl_fetches_every_page_exactly_once(durable_server: str, tmp_path: Path) -> None:
+    """On Redis, and on Valkey (``server``)."""
+    result = run_tree(demo_command(durable_server, tmp_path), timeout=150)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "pages fetched twice" in result.stdout and "Bloom filter in Redis" in result.stdout
@@ -84,7 +100,7 @@ def test_demo_crawl_fetches_every_page_exactly_once(durable_redis: str, tmp_path
     assert summary["set_memory_bytes"] > summary["filter"]["memory_bytes"] > 0
 
     # A Redis that is not the demo's own: its keys are gone afterwards.
-    client = redis.Redis.from_url(durable_redis)
+    client = redis.Redis.from_url(durable_server)
     try:
         assert client.keys("*bloomdupe-demo-*") == []
     finally:
