@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 from harness import zygote
+from harness.local_cluster import LocalCluster
 from helpers import cluster_client
 from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # The tests' `python -m scrapy` processes fork from a process that has imported Scrapy
 # (tests/harness/zygote.py; BLOOMDUPE_TEST_EXEC=1 execs each one instead).

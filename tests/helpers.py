@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 from harness import zygote
+from harness.local_cluster import LocalCluster
 from racing import BARRIER_TIMEOUT as BARRIER_TIMEOUT  # the tests' own, re-exported
 from racing import fp as fp
 from racing import fps as fps
@@ -37,7 +38,6 @@ from scrapy_bloomdupe import connection, hashing, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.scheduling.jobs import IOThread
 from scrapy_bloomdupe.testing import free_port
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # -- paths ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import cluster_client, cluster_settings, crawler_for
 from redis.backoff import EqualJitterBackoff
 from redis.cluster import RedisCluster
@@ -24,7 +25,6 @@ from scrapy_bloomdupe.addon import BloomDupeAddon
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
 from scrapy_bloomdupe.settings import cluster_mode, wait_replicas
 from scrapy_bloomdupe.testing import free_port
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 from scrapy_bloomdupe.transport.client import cluster_params
 from scrapy_bloomdupe.transport.cluster import CLUSTER_RETRIES
 from scrapy_bloomdupe.transport.diagnose import check, describe, server_mode

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import (
     cluster_client,
     cluster_settings,
@@ -31,7 +32,6 @@ from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.settings import wait_replicas
 from scrapy_bloomdupe.testing import RedisServer
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 from scrapy_bloomdupe.transport import wait as wait_module
 from scrapy_bloomdupe.transport.link import Link
 from scrapy_bloomdupe.transport.wait import WAIT_DEGRADED_TRIES, WAIT_PROBE_INTERVAL

@@ -31,8 +31,7 @@ LAYERS: dict[str, int] = {
     "connection": 4, "fingerprint": 4, "cluster": 4, "failures": 4, "workermetrics": 4,
     "prometheus": 4, "scheduling": 4, "persistence": 4, "backoff": 4,
     # 5: tools
-    "cli": 5, "commands": 5, "migrate": 5, "testing": 5, "testing_cluster": 5,
-    "testing_sentinel": 5,
+    "cli": 5, "commands": 5, "migrate": 5, "testing": 5,
 }
 #: Sibling packages of one layer that must not know each other.
 APART = [("bloom", "frontier")]

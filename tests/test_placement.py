@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import CLUSTER_SHARDS, fps, node_clients, plan, shard_of
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -16,7 +17,6 @@ from redis.crc import key_slot
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_keys, shard_nodes, shard_slots, spread_summary
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 KEY = "cl"
 

@@ -1,6 +1,6 @@
 """Redis Sentinel (``transport/sentinel.py``): settings, the client, the filter, the queue,
 the stats and the command line on a real master, replica and three sentinels
-(``scrapy_bloomdupe.testing_sentinel``). Failovers under a crawl are in
+(``harness.local_sentinel``). Failovers under a crawl are in
 ``tests/faults/test_sentinel_failover.py``."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from harness.local_sentinel import LocalSentinel
 from helpers import DemoSpider, fps
 from scrapy import Request
 from scrapy.settings import Settings
@@ -31,7 +32,6 @@ from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.upkeep import RECLAIMED_FAILOVER, LeaseUpkeep
 from scrapy_bloomdupe.settings import FrontierConfig, RedisSettings
 from scrapy_bloomdupe.testing import RedisServer
-from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 from scrapy_bloomdupe.transport import wait as wait_module
 from scrapy_bloomdupe.transport.diagnose import check, describe
 from scrapy_bloomdupe.transport.link import Link

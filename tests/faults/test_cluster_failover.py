@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import BARRIER_TIMEOUT, cluster_client, fps, plan
 
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_nodes
 from scrapy_bloomdupe.testing import redisbloom_module
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 from scrapy_bloomdupe.transport.onloop import run_bridged
 from scrapy_bloomdupe.transport.outage import OutageGuard
 

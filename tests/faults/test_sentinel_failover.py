@@ -1,7 +1,7 @@
 """A Redis Sentinel failover in the middle of a real crawl: the crawl follows the master.
 
 Two ``scrapy crawl`` workers of the example project crawl the demo site through
-a master watched by three sentinels (``scrapy_bloomdupe.testing_sentinel``:
+a master watched by three sentinels (``harness.local_sentinel``:
 one replica, ``down-after-milliseconds`` 1500). A quarter into the crawl the
 master goes: by ``SENTINEL FAILOVER`` (the replica is promoted, the master
 demoted), or by SIGKILL of its process (the sentinels promote the replica once
@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.local_sentinel import LocalSentinel
 from helpers import demo_site, start_workers, wait_workers
-
-from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 
 PAGES = 1000
 WORKERS = 2

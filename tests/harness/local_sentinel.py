@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from .testing import RedisServer, free_port
+from scrapy_bloomdupe.testing import RedisServer, free_port
 
 __all__ = ["LocalSentinel", "SentinelProcess"]
 
