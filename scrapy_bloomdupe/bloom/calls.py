@@ -3,7 +3,7 @@ shard locks, their replies sorted out.
 
 The items of a batch are grouped into one call per shard, or, on an engine whose
 calls carry several shards (the Lua engine: its sections), one call for all those of
-one node (every shard on one Redis, a master's on a Redis Cluster of Redis 7 or later;
+one node (every shard on one Redis, a master's on a Redis Cluster;
 at most :data:`MAX_ITEMS_PER_SCRIPT` items a call), each with an op id so
 that a retry after a lost reply is answered from the op log (:mod:`.oplog`); one
 round trip takes each shard's lock (``SET NX PX``, :mod:`.lock`) and runs the calls;

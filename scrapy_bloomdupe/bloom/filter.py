@@ -3,7 +3,7 @@
 The engine-neutral front. It turns fingerprints into hashes (a per-filter
 random seed, :mod:`scrapy_bloomdupe.hashing`), groups a batch into script calls
 (one a shard, or with the Lua engine one for every shard on one node, one a master
-on a Redis 7 cluster; at most
+on a cluster; at most
 ``MAX_ITEMS_PER_SCRIPT`` items each), gives each call
 an op id so a retry after a lost reply is answered from the op log
 (:mod:`.oplog`), takes the shard locks in the same round trip (:mod:`.lock`),
