@@ -196,9 +196,6 @@ class BloomFilter(Calls, Growth, Forgetting):
         by engine)."""
         return self.engine.shard_key(index, generation)
 
-    def lock_key(self, index: int) -> str:
-        return keys.lock(self.key, index)
-
     # -- creation -----------------------------------------------------------
 
     @classmethod
@@ -417,10 +414,6 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.counters.new += new
         self.counters.duplicates += len(results) - new
         return results
-
-    def lock_key_for(self, fingerprint: bytes) -> str:
-        h1, _ = hashing.halves(fingerprint, self.seed)
-        return self._lock_keys[hashing.shard_of(h1, self.sizing.shards)]
 
     # -- reading ------------------------------------------------------------
 

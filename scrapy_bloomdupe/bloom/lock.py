@@ -65,13 +65,6 @@ class ShardLocks:
     def new_token() -> bytes:
         return os.urandom(12).hex().encode()
 
-    def acquire(self, name: str, token: bytes) -> bool:
-        """One attempt, no waiting: True when this token now holds the lock."""
-        got = bool(self.link.call("SET", name, token, "NX", "PX", self.ttl_ms))
-        if got:
-            self.counters.acquired += 1
-        return got
-
     def release(self, name: str, token: bytes) -> bool:
         """Delete the lock only if it still holds ``token``."""
         return bool(self.link.call("EVALSHA", self._release, 1, name, token))
