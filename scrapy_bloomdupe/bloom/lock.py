@@ -5,8 +5,8 @@ checks the token is still there) in one pipeline, so an uncontended lock costs
 no extra round trip. This module holds what is about the lock itself: tokens,
 the acquire arguments, the compare-and-delete release, and the bounded wait
 with its counters. Waits are short, capped by ``BLOOMDUPE_LOCK_WAIT`` and
-counted; during a crawl they run on the scheduler's Redis thread, not on
-Scrapy's reactor.
+counted; during a crawl they run inside one of the scheduler's Redis jobs
+(``scheduling/jobs.py``), and a pause holds up that job, not Scrapy's reactor.
 """
 
 from __future__ import annotations
