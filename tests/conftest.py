@@ -9,7 +9,7 @@ import pytest
 import redis
 from harness import zygote
 from harness.local_cluster import LocalCluster
-from helpers import cluster_client
+from helpers import cluster_client, server_config
 from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import connection
@@ -97,12 +97,10 @@ def durable_redis(redis_url: str) -> Iterator[str]:
     """The session's Redis with an RDB save point, so a crawl with SCHEDULER_PERSIST does
     not (rightly) warn that a restart would forget the filter; restored afterwards."""
     client = redis.Redis.from_url(redis_url)
-    before = client.config_get("save")["save"]
-    client.config_set("save", "3600 1")
     try:
-        yield redis_url
+        with server_config(client, "save", "3600 1"):
+            yield redis_url
     finally:
-        client.config_set("save", before)
         client.close()
 
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from harness import zygote
 from harness.local_cluster import LocalCluster
@@ -46,6 +47,12 @@ from scrapy_bloomdupe.testing import free_port
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_PROJECT = ROOT / "example_project"
 RUN_DEMO = EXAMPLE_PROJECT / "run_demo.py"
+
+#: A failover case CI leaves out (each mode, engine and event runs once there); with
+#: ``BLOOMDUPE_ALL_FAILOVERS=1`` every combination runs.
+ALL_FAILOVERS_ONLY = pytest.mark.skipif(
+    not os.environ.get("BLOOMDUPE_ALL_FAILOVERS"),
+    reason="set BLOOMDUPE_ALL_FAILOVERS=1 for every combination")
 
 
 # -- a spider and its crawler -------------------------------------------------------------
@@ -243,6 +250,21 @@ def parse_op_log(raw: bytes) -> tuple[int, dict[int, bytes]]:
     ack, *entries, _ = raw.split(b"|")
     calls = (entry.split(b":") for entry in entries)
     return int(ack), {int(call): reply for call, reply in calls}
+
+
+# -- a server's configuration, for one test ---------------------------------------------
+
+
+@contextmanager
+def server_config(client: redis.Redis, name: str, value: str) -> Iterator[redis.Redis]:
+    """``CONFIG SET name value`` on ``client``'s server for the block, the value it had
+    restored afterwards (the server is shared with other tests)."""
+    before = client.config_get(name)[name]
+    client.config_set(name, value)
+    try:
+        yield client
+    finally:
+        client.config_set(name, before)
 
 
 # -- a Redis Cluster ----------------------------------------------------------------------

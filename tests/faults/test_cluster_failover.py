@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 from harness.local_cluster import LocalCluster
-from helpers import BARRIER_TIMEOUT, cluster_client, fps, plan
+from helpers import ALL_FAILOVERS_ONLY, BARRIER_TIMEOUT, cluster_client, fps, plan
 
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_nodes
@@ -41,9 +41,8 @@ FAILOVER_PASS = 9.0
 KILL_AFTER = 2.0
 MAX_STALL = 6.0
 #: CI runs three cases, each mode, engine and carrier once (about 11 s each); the
-#: other combinations with this set.
-ALL_ONLY = pytest.mark.skipif(not os.environ.get("BLOOMDUPE_ALL_FAILOVERS"),
-                              reason="set BLOOMDUPE_ALL_FAILOVERS=1 for every combination")
+#: other combinations with BLOOMDUPE_ALL_FAILOVERS=1.
+ALL_ONLY = ALL_FAILOVERS_ONLY
 
 
 def failover_fingerprints() -> list[bytes]:

@@ -380,11 +380,24 @@ def hold(client: redis.Redis, lock: str, ttl_ms: int) -> None:
     assert client.set(lock, b"someone-else", nx=True, px=ttl_ms)
 
 
-def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> None:
+@contextlib.contextmanager
+def waiting_filter(engine_url: str, lock_wait: float
+                   ) -> Iterator[tuple[BloomFilter, redis.Redis]]:
+    """A filter in lock mode (1 s locks) that waits up to ``lock_wait`` for a busy one,
+    and another client of the same Redis, to hold its locks."""
     c = redis.Redis.from_url(engine_url)
     other = redis.Redis.from_url(engine_url)
-    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=WAIT)
+    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=lock_wait)
     try:
+        yield bf, other
+    finally:
+        bf.close()
+        c.close()
+        other.close()
+
+
+def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> None:
+    with waiting_filter(engine_url, WAIT) as (bf, other):
         x = helpers.fp(FENCE, 4)
         lock = helpers.lock_key_for(bf, x)
         hold(other, lock, 60_000)
@@ -412,17 +425,10 @@ def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> 
         assert second is False
         assert WAIT <= took < WAIT + SLACK, f"second add took {took:.3f}s"
         assert bf.counters.lock.timeouts == 2
-    finally:
-        bf.close()
-        c.close()
-        other.close()
 
 
 def test_add_many_waits_only_for_the_busy_shard(engine_url: str) -> None:
-    c = redis.Redis.from_url(engine_url)
-    other = redis.Redis.from_url(engine_url)
-    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=WAIT)
-    try:
+    with waiting_filter(engine_url, WAIT) as (bf, other):
         items = [helpers.fp(FENCE, 100 + i) for i in range(60)]
         shards = {helpers.lock_key_for(bf, f) for f in items}
         assert len(shards) == bf.sizing.shards
@@ -442,17 +448,10 @@ def test_add_many_waits_only_for_the_busy_shard(engine_url: str) -> None:
         assert other.get(busy) == b"someone-else"
         assert all(bf.contains_many(items))
         assert not any(bf.add_many(items))
-    finally:
-        bf.close()
-        c.close()
-        other.close()
 
 
 def test_add_takes_the_lock_once_it_expires(engine_url: str) -> None:
-    c = redis.Redis.from_url(engine_url)
-    other = redis.Redis.from_url(engine_url)
-    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=2.0)
-    try:
+    with waiting_filter(engine_url, 2.0) as (bf, other):
         x = helpers.fp(FENCE, 5)
         lock = helpers.lock_key_for(bf, x)
         hold(other, lock, 100)
@@ -467,7 +466,3 @@ def test_add_takes_the_lock_once_it_expires(engine_url: str) -> None:
         assert counts["acquired"] == 1, figures
         assert counts["waits"] >= 1, figures
         assert not other.exists(lock), figures
-    finally:
-        bf.close()
-        c.close()
-        other.close()
