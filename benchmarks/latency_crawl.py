@@ -19,10 +19,10 @@ from typing import Any
 import e2e  # first: it puts tests/ (the harness) on sys.path
 from harness import kill_workers as kw
 from harness.latency_proxy import LatencyProxy, measure_rtt
+from harness.local_cluster import LocalCluster
 from report import median_rounds, progress, table
 
 from scrapy_bloomdupe.testing import RedisServer
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 HERE = e2e.ROOT / "benchmarks"
 SCRAPY_REDIS = ("scrapy-redis", {

@@ -20,6 +20,7 @@ from typing import Any
 
 import e2e  # first: it puts tests/ (the harness) on sys.path
 import redis
+from harness.local_cluster import LocalCluster
 from harness.round_trips import carried, carried_table
 from latency_crawl import BLOOMDUPE, SCRAPY_REDIS
 from report import progress, table
@@ -27,7 +28,6 @@ from report import progress, table
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 HERE = e2e.ROOT / "benchmarks"
 CONTENDERS: list[tuple[str, dict[str, str]]] = [

@@ -78,18 +78,6 @@ class FilterFullError(BloomDupeError):
         )
 
 
-class LockError(BloomDupeError):
-    """A problem with a shard lock; ``name`` is the lock's Redis key."""
-
-    def __init__(self, message: str, name: str) -> None:
-        self.name = name
-        super().__init__(f"{message} (lock {name!r})")
-
-
-class LockNotOwnedError(LockError):
-    """The lock expired while held and was possibly taken by another worker."""
-
-
 class FilterLostError(BloomDupeError):
     """The filter's state in Redis is gone or was replaced under the crawl (deleted,
     evicted, flushed, a restart without persistence): the crawl cannot go on with it."""

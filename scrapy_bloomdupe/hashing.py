@@ -61,12 +61,6 @@ def coefficients(h1: int, h2: int, modulus: int) -> tuple[int, int, int]:
     return h1 % modulus, 1 + b, 1 + digits % (modulus - 1)
 
 
-def position(fingerprint: bytes, seed: int, shards: int, modulus: int) -> Position:
-    """Shard and offset pair of ``fingerprint`` under the filter's ``seed``."""
-    h1, h2 = halves(fingerprint, seed)
-    return Position(shard_of(h1, shards), *coefficients(h1, h2, modulus))
-
-
 def offsets(pos: Position, hashes: int, modulus: int) -> list[int]:
     """The ``hashes`` bit offsets of an item inside its shard."""
     a, b, c = pos.a, pos.b, pos.c

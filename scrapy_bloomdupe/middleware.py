@@ -96,8 +96,8 @@ class BloomDupeBatchMiddleware:
     async def process_spider_output(self, response: Response | None,
                                     result: AsyncIterator[Any]) -> AsyncIterator[Any]:
         # Scrapy 2.16 and later hand every callback's output here as an async iterable
-        # (a sync callback's too): each chunk's Redis round trip runs on the scheduler's
-        # Redis thread, and the reactor goes on meanwhile.
+        # (a sync callback's too): each chunk's Redis round trip runs as one of the
+        # scheduler's Redis jobs, awaited here, and the reactor goes on meanwhile.
         chunk: list[Any] = []
         try:
             async for o in result:

@@ -191,7 +191,6 @@ class JobdirSource(Source):
             self._text = False
         super().__init__("jobdir", str(path), JOBDIR_MODE, fmt, total, notes)
         self.path = path
-        self.truncated_bytes = 0
 
     def batches(self, size: int) -> Iterator[tuple[list[bytes], int]]:
         items = self._text_items() if self._text else self._binary_items()
@@ -223,7 +222,7 @@ class JobdirSource(Source):
         """The same reading as Scrapy's ``_read_fingerprints``, a chunk at a time.
 
         A record cut short at the end (an unclean shutdown) is dropped, as
-        Scrapy drops it; :attr:`truncated_bytes` says how much was left.
+        Scrapy drops it; a note says how much was left.
         """
         buffer = b""
         with self.path.open("rb") as f:
@@ -241,7 +240,6 @@ class JobdirSource(Source):
                 buffer = buffer[pos:]
                 if not chunk:
                     break
-        self.truncated_bytes = len(buffer)
         if buffer:
             self.notes.append(f"The last {len(buffer)} byte(s) of {self.path} are an incomplete "
                               "record (an unclean shutdown); skipped, as Scrapy skips them.")

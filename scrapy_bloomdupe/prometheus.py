@@ -2,7 +2,7 @@
 what the crawl's exporter (``bloomdupe metrics``) and each worker's
 (``BLOOMDUPE_METRICS_PORT``) share: metric families built from figures read at
 scrape time (prometheus-client's custom-collector API, no global gauges), the
-text they serve, and one clear error when the package is missing.
+server that serves them, and one clear error when the package is missing.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .exceptions import BloomDupeError
 
 try:
-    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+    from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 except ImportError:  # the metrics extra is not installed
     AVAILABLE = False
@@ -73,11 +73,6 @@ def registry(collect: Callable[[], Iterable[Metric]]) -> CollectorRegistry:
     found = CollectorRegistry(auto_describe=False)
     found.register(_Collector(collect))
     return found
-
-
-def exposition(registry: CollectorRegistry) -> bytes:
-    """The Prometheus text format of everything ``registry`` collects now."""
-    return generate_latest(registry)
 
 
 def serve(registry: CollectorRegistry, port: int, host: str) -> WSGIServer:

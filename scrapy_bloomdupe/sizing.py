@@ -9,7 +9,7 @@ item count estimated from X set bits, n* = -(m / k) ln(1 - X / m)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from .exceptions import ConfigError
@@ -395,11 +395,6 @@ def total_bytes(first: Sizing, generations: int, schedule: int = 0) -> int:
     ``schedule``, a window slice's: :func:`slice_generation`)."""
     return sum((slice_generation(first, g, schedule) if schedule else generation(first, g))
                .total_bytes for g in range(generations))
-
-
-def with_limit(first: Sizing, max_bytes: int | None) -> Sizing:
-    """``first`` with this worker's ``max_bytes`` (stored sizings carry none)."""
-    return replace(first, max_bytes=max_bytes)
 
 
 def false_positive_rate(bits: int, hashes: int, items: float) -> float:

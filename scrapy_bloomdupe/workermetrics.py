@@ -105,7 +105,7 @@ class WorkerMetrics:
         self._last_time = time.monotonic()
         self._writes = 0
         self._warned = False
-        #: Whether a write is on its way to Redis (on the scheduler's Redis thread).
+        #: Whether a write is on its way to Redis (a job of the scheduler's runner).
         self._writing = False
 
     @classmethod

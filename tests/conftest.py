@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 from harness import zygote
-from helpers import cluster_client
+from harness.local_cluster import LocalCluster
+from helpers import cluster_client, server_config
 from redis.cluster import RedisCluster
 
 from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module, valkey_server
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # The tests' `python -m scrapy` processes fork from a process that has imported Scrapy
 # (tests/harness/zygote.py; BLOOMDUPE_TEST_EXEC=1 execs each one instead).
@@ -97,12 +97,10 @@ def durable_redis(redis_url: str) -> Iterator[str]:
     """The session's Redis with an RDB save point, so a crawl with SCHEDULER_PERSIST does
     not (rightly) warn that a restart would forget the filter; restored afterwards."""
     client = redis.Redis.from_url(redis_url)
-    before = client.config_get("save")["save"]
-    client.config_set("save", "3600 1")
     try:
-        yield redis_url
+        with server_config(client, "save", "3600 1"):
+            yield redis_url
     finally:
-        client.config_set("save", before)
         client.close()
 
 

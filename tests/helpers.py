@@ -21,8 +21,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from harness import zygote
+from harness.local_cluster import LocalCluster
 from racing import BARRIER_TIMEOUT as BARRIER_TIMEOUT  # the tests' own, re-exported
 from racing import fp as fp
 from racing import fps as fps
@@ -33,17 +35,24 @@ from scrapy.utils.test import get_crawler
 from slotqueue import SlotEntry, SlotQueue
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
-from scrapy_bloomdupe import connection, hashing, sizing
+from scrapy_bloomdupe import connection, hashing, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
+from scrapy_bloomdupe.bloom.lock import ShardLocks
+from scrapy_bloomdupe.bloom.lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
 from scrapy_bloomdupe.scheduling.jobs import IOThread
 from scrapy_bloomdupe.testing import free_port
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 # -- paths ------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_PROJECT = ROOT / "example_project"
 RUN_DEMO = EXAMPLE_PROJECT / "run_demo.py"
+
+#: A failover case CI leaves out (each mode, engine and event runs once there); with
+#: ``BLOOMDUPE_ALL_FAILOVERS=1`` every combination runs.
+ALL_FAILOVERS_ONLY = pytest.mark.skipif(
+    not os.environ.get("BLOOMDUPE_ALL_FAILOVERS"),
+    reason="set BLOOMDUPE_ALL_FAILOVERS=1 for every combination")
 
 
 # -- a spider and its crawler -------------------------------------------------------------
@@ -189,6 +198,73 @@ def shard_of(bf: BloomFilter, fingerprint: bytes) -> int:
 def first_plan(capacity: int, error_rate: float, shards: int = 2) -> sizing.Sizing:
     """The first generation's sizing of a filter with growth on."""
     return sizing.plan(capacity, sizing.first_generation_error_rate(error_rate, True), shards)
+
+
+# -- the filter's lock, fence and op log, taken apart -----------------------------------
+
+
+def lock_key_for(bf: BloomFilter, fingerprint: bytes) -> str:
+    """The lock of the shard ``fingerprint`` goes to."""
+    return keys.lock(bf.key, shard_of(bf, fingerprint))
+
+
+def take_lock(locks: ShardLocks, name: str, token: bytes) -> bool:
+    """One ``SET NX PX`` of lock ``name`` with ``token``, no waiting, as a worker's round
+    trip takes it (and counts it): True when ``token`` now holds it."""
+    got = bool(locks.link.call("SET", name, token, "NX", "PX", locks.ttl_ms))
+    locks.counters.acquired += got
+    return got
+
+
+def add_with_token(bf: BloomFilter, fingerprint: bytes, token: bytes) -> bool | None:
+    """A fenced check-and-add of ``fingerprint`` under a lock already taken with ``token``
+    (:func:`take_lock`), the two steps a worker's round trip makes one: None, having
+    written nothing, when the lock no longer holds ``token``, or when the script answered
+    that the generation or slice moved on."""
+    op = bf._next_op
+    bf._next_op += 1
+    (unit,) = bf._group({0: hashing.halves(fingerprint, bf.seed)}, [0], op)
+    reply = bf.engine.run(bf.engine.check_add_command(
+        token, unit.call, op, list(unit.sections.values())))
+    if reply == SHARD_MISSING:
+        raise bf._lost(bf._missing(unit.shard))
+    if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
+        bf._adopt_slice(unit.shard, reply)
+        return None
+    if reply == b"G":  # the slice grew in the call, which did not look at the item
+        assert bf.window_engine is not None
+        bf.window_engine.grew(unit.shard)
+        return None
+    if reply in (LOCK_BUSY, STALE_GENERATION):
+        bf.counters.lock.lost += reply == LOCK_BUSY
+        return None
+    new = bool(reply == b"1")
+    bf.counters.checked += 1
+    bf.counters.new += new
+    bf.counters.duplicates += not new
+    return new
+
+
+def parse_op_log(raw: bytes) -> tuple[int, dict[int, bytes]]:
+    """An op log's ack and its recorded replies by call id (``bloom/oplog.py``)."""
+    ack, *entries, _ = raw.split(b"|")
+    calls = (entry.split(b":") for entry in entries)
+    return int(ack), {int(call): reply for call, reply in calls}
+
+
+# -- a server's configuration, for one test ---------------------------------------------
+
+
+@contextmanager
+def server_config(client: redis.Redis, name: str, value: str) -> Iterator[redis.Redis]:
+    """``CONFIG SET name value`` on ``client``'s server for the block, the value it had
+    restored afterwards (the server is shared with other tests)."""
+    before = client.config_get(name)[name]
+    client.config_set(name, value)
+    try:
+        yield client
+    finally:
+        client.config_set(name, before)
 
 
 # -- a Redis Cluster ----------------------------------------------------------------------

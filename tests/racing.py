@@ -10,6 +10,7 @@ pytest-xdist worker that runs a race starts its own pool of each module."""
 from __future__ import annotations
 
 import hashlib
+import math
 import multiprocessing
 import os
 import random
@@ -27,6 +28,31 @@ BARRIER_TIMEOUT = 60.0
 
 #: URLs the 16-process races check and add.
 RACE_URLS = 20_000
+#: Processes a race's pool holds.
+RACE_WORKERS = 16
+
+
+def acceptances(results: list[tuple[list[bool], dict[str, Any]]], urls: int) -> list[int]:
+    """How many of a race's workers accepted each URL (each worker's result: its flags,
+    one a URL, and its counters)."""
+    accepted = [0] * urls
+    for flags, _ in results:
+        for i, flag in enumerate(flags):
+            accepted[i] += flag
+    return accepted
+
+
+def totals(results: list[tuple[list[bool], dict[str, Any]]], *names: str) -> dict[str, int]:
+    """The race's workers' counters ``names``, summed."""
+    return {name: sum(c[name] for _, c in results) for name in names}
+
+
+def false_positive_bound(plan: sizing.Sizing, items: int) -> tuple[float, float]:
+    """The share of ``plan``'s bits set once ``items`` are in, and the bound on the chance
+    that any of them was a false positive (a race's "each accepted once" then holds
+    whatever the hashes did)."""
+    fill = 1.0 - math.exp(-plan.hashes * items / plan.total_bits)
+    return fill, items * fill**plan.hashes
 
 _barrier: Any = None
 

@@ -772,11 +772,10 @@ def test_scrapy_command_errors(redis_url: str) -> None:
 
 @pytest.mark.slow
 def test_info_shows_the_spread_of_shards_over_a_cluster() -> None:
+    from harness import local_cluster
     from redis.cluster import RedisCluster
 
-    from scrapy_bloomdupe import testing_cluster
-
-    with testing_cluster.LocalCluster(masters=3, replicas=0) as local:
+    with local_cluster.LocalCluster(masters=3, replicas=0) as local:
         client = RedisCluster.from_url(local.url)
         try:
             make_filter(client, "shop:bloomdupe", URLS, shards=6)

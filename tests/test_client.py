@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import cluster_client, cluster_settings, crawler_for
 from redis.backoff import EqualJitterBackoff
 from redis.cluster import RedisCluster
@@ -24,10 +25,9 @@ from scrapy_bloomdupe.addon import BloomDupeAddon
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
 from scrapy_bloomdupe.settings import cluster_mode, wait_replicas
 from scrapy_bloomdupe.testing import free_port
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 from scrapy_bloomdupe.transport.client import cluster_params
 from scrapy_bloomdupe.transport.cluster import CLUSTER_RETRIES
-from scrapy_bloomdupe.transport.diagnose import check, describe, server_mode
+from scrapy_bloomdupe.transport.diagnose import check, describe, hello, is_cluster
 from scrapy_bloomdupe.transport.link import Link
 
 
@@ -37,7 +37,7 @@ def test_the_cluster_setting_builds_a_cluster_client_with_a_failover_retry(
     client = cluster_client(cluster_url, REDIS_PARAMS={"socket_timeout": 5})
     try:
         check(client)
-        assert server_mode(client) == "cluster"
+        assert is_cluster(client)
         assert client.retry.get_retries() == CLUSTER_RETRIES
         assert len(client.get_primaries()) == 3
         assert describe(client).startswith("Redis Cluster (3 masters: 127.0.0.1:")
@@ -140,7 +140,8 @@ def test_a_single_redis_is_not_mistaken_for_a_cluster(redis_url: str) -> None:
                                                    "REDIS_PARAMS": {"protocol": protocol}}))
         try:
             check(plain)
-            assert server_mode(plain) == "standalone"
+            assert not is_cluster(plain)
+            assert hello(plain)["mode"] == "standalone"
         finally:
             plain.close()
 

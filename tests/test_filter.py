@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 
+import helpers
 import pytest
 import redis
 from helpers import fps
@@ -9,7 +10,6 @@ from helpers import fps
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.calls import MAX_ITEMS_PER_SCRIPT
 from scrapy_bloomdupe.bloom.filter import BloomFilter
-from scrapy_bloomdupe.bloom.oplog import parse_op_log
 from scrapy_bloomdupe.exceptions import ConfigError, FilterMismatchError
 
 
@@ -174,13 +174,13 @@ def test_op_log_holds_one_round_trip_at_most(client: redis.Redis) -> None:
         bf.add_many(fps(100, f"b{batch}-"))
     (log_key,) = client.keys("{t:0}:ops:*")
     # "<ack>|<call>:<reply>|": the last round trip's one call (100 items, one shard).
-    ack, replies = parse_op_log(client.get(log_key))
+    ack, replies = helpers.parse_op_log(client.get(log_key))
     assert ack == 401 and list(replies) == [401] and len(replies[401]) == 100
     assert 0 < client.pttl(log_key) <= 3_600_000
     # A round trip of several calls to the shard (batches are cut at 256 items)
     # logs each of them.
     bf.add_many(fps(600, "big-"))
-    ack, replies = parse_op_log(client.get(log_key))
+    ack, replies = helpers.parse_op_log(client.get(log_key))
     assert ack == 501 and list(replies) == [501, 757, 1013]
     assert [len(r) for r in replies.values()] == [256, 256, 88]
 
@@ -211,10 +211,10 @@ def test_on_one_node_a_batch_over_every_shard_is_one_script_call_with_the_lua_en
     # 200 items over every shard whatever the filter's random seed (200 taken in order
     # missed a shard in about 1 run in 200: 24 * (23/24) ** 200): one of each first.
     pool = fps(2_000)
-    first = {bf.lock_key_for(x): x for x in reversed(pool)}
+    first = {helpers.lock_key_for(bf, x): x for x in reversed(pool)}
     items = list(first.values()) + [x for x in pool if x not in first.values()]
     items = items[:200]
-    touched = len({bf.lock_key_for(x) for x in items})
+    touched = len({helpers.lock_key_for(bf, x) for x in items})
     assert touched == 24
     client.config_resetstat()
     assert bf.add_many(items) == [True] * 200

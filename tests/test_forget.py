@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import ROOT, cluster_client, fps
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
@@ -25,7 +26,6 @@ from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.forgetting import FORGET_CHECK_EVERY, FORGET_SETTLE
 from scrapy_bloomdupe.localcache import LocalCache, TimedCache
 from scrapy_bloomdupe.testing import RedisServer
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 WINDOW = sizing.Window(60_000)
 #: Slices of days: a cache entry of an item answered "seen" (kept until its slice ends,

@@ -24,16 +24,21 @@ LAYERS: dict[str, int] = {
     "luascript": 1, "redaction": 1, "redisargs": 1, "settingstable": 1, "settingvalues": 1,
     # 2: redis-py only
     "transport": 2,
-    # 3: the filter and the queue, Scrapy-free; the crawl's figures read from both
+    # 3: the filter and the queue (Scrapy only where a queue entry is a Scrapy Request:
+    # SCRAPY_AT_RUN_TIME); the crawl's figures read from both
     "bloom": 3, "frontier": 3, "crawlstats": 3, "crawlfigures": 3,
     # 4: thin Scrapy components (and the optional prometheus-client they serve with)
     "dupefilter": 4, "scheduler": 4, "middleware": 4, "extension": 4, "addon": 4,
     "connection": 4, "fingerprint": 4, "cluster": 4, "failures": 4, "workermetrics": 4,
     "prometheus": 4, "scheduling": 4, "persistence": 4, "backoff": 4,
     # 5: tools
-    "cli": 5, "commands": 5, "migrate": 5, "testing": 5, "testing_cluster": 5,
-    "testing_sentinel": 5,
+    "cli": 5, "commands": 5, "migrate": 5, "testing": 5,
 }
+#: The modules below layer 4 that import Scrapy (or scrapy-redis, which is built on it) when
+#: they run, not only for type checks: a queue entry's codec (Scrapy's Request and
+#: ``request_from_dict``) and the queue, a scrapy-redis queue class. docs/architecture.md
+#: says so; the rest of layers 1-3 is Scrapy-free.
+SCRAPY_AT_RUN_TIME = {"scrapy_bloomdupe.frontier.entry", "scrapy_bloomdupe.frontier.queue"}
 #: Sibling packages of one layer that must not know each other.
 APART = [("bloom", "frontier")]
 #: Within a layer, what a package sits below: the scheduler's parts (``scheduling/``) are
@@ -133,6 +138,30 @@ def test_nothing_imports_the_test_helpers() -> None:
     users = [f"{m} -> {t}" for m, found in GRAPH.items() for t, _, _ in found
              if top(t).startswith("testing") and not top(m).startswith("testing")]
     assert users == []
+
+
+def _scrapy_imports_at_run_time(module: str) -> list[str]:
+    """The ``scrapy``/``scrapy_redis`` imports of ``module`` outside ``if TYPE_CHECKING:``."""
+    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.extend(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and not child.level:
+                found.append(child.module or "")
+            visit(child)
+
+    visit(tree)
+    return [name for name in found if name.split(".")[0] in ("scrapy", "scrapy_redis")]
+
+
+def test_below_the_scrapy_components_only_the_queue_entry_and_the_queue_use_scrapy() -> None:
+    users = {m for m in MODULES if LAYERS[top(m)] < 4 and _scrapy_imports_at_run_time(m)}
+    assert users == SCRAPY_AT_RUN_TIME
 
 
 def test_no_import_cycles() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from helpers import BUSY_SLOTS, EXAMPLE_PROJECT, ROOT, busy_slots, crawler_for, first_plan, fps
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.settings import Settings
 from slotqueue import SlotEntry, SlotQueue
@@ -56,7 +57,7 @@ def test_the_exporter_serves_every_crawl_it_watches(client: redis.Redis) -> None
         crawlstats.CrawlStats(client, key, "h:1").flush({"checked": n, "new": n})
     client.zadd(keys.queue("a", 0), {b"x": 0})
     readers = [CrawlReader(client, key) for key in ("a", "b", "none")]
-    families = parse(prometheus.exposition(prometheus.registry(lambda: collect(readers))))
+    families = parse(generate_latest(prometheus.registry(lambda: collect(readers))))
 
     assert values(families, "bloomdupe_up") == {"a": 1.0, "b": 1.0, "none": 1.0}
     assert families["bloomdupe_requests_checked"]["type"] == "counter"
@@ -86,7 +87,7 @@ def test_the_exporter_serves_the_busiest_download_slots(client: redis.Redis) -> 
     BloomFilter.open(client, "b", first_plan(1000, 0.01)).close()
     busy_slots(client, "a")
     readers = [CrawlReader(client, "a"), CrawlReader(client, "b")]
-    families = parse(prometheus.exposition(prometheus.registry(lambda: collect(readers))))
+    families = parse(generate_latest(prometheus.registry(lambda: collect(readers))))
 
     def by_slot(name: str) -> dict[tuple[str, str], float]:
         assert families[name]["type"] == "gauge", name
@@ -102,7 +103,7 @@ def test_the_exporter_serves_the_busiest_download_slots(client: redis.Redis) -> 
     start = by_slot("bloomdupe_slot_next_start_seconds")
     assert 25 < start.pop(("a", "slow.test")) <= 30 and set(start.values()) == {0}
     # At most BUSIEST slots a crawl (the series' cardinality).
-    families = parse(prometheus.exposition(prometheus.registry(
+    families = parse(generate_latest(prometheus.registry(
         lambda: collect([CrawlReader(client, "a", slots=2)]))))
     assert by_slot("bloomdupe_slot_requests_in_flight") == {("a", "one.test"): 2,
                                                            ("a", "slow.test"): 1}
@@ -140,7 +141,7 @@ def test_top_shows_the_busiest_download_slots(redis_url: str, client: redis.Redi
 
 def test_an_unreachable_redis_is_up_0_not_an_error() -> None:
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
-    families = parse(prometheus.exposition(prometheus.registry(
+    families = parse(generate_latest(prometheus.registry(
         lambda: collect([CrawlReader(client, "a")]))))
     client.close()
     assert values(families, "bloomdupe_up") == {"a": 0.0}

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import redis
-from helpers import DemoSpider, crawler_for, fps, shard_of
+from helpers import DemoSpider, crawler_for, fps, server_config, shard_of
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 
@@ -154,12 +154,8 @@ def test_a_full_filter_without_growth_stops_with_an_error(bf_client: redis.Redis
 @pytest.fixture
 def small_bf(bf_client: redis.Redis) -> Iterator[redis.Redis]:
     """The RedisBloom server with a maxmemory of 20 MB for the test."""
-    before = bf_client.config_get("maxmemory")["maxmemory"]
-    bf_client.config_set("maxmemory", "20mb")
-    try:
+    with server_config(bf_client, "maxmemory", "20mb"):
         yield bf_client
-    finally:
-        bf_client.config_set("maxmemory", before)
 
 
 def test_maxmemory_is_checked_before_reserving(small_bf: redis.Redis) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from helpers import crawler_for, node_clients, run_python
 from redis.cluster import RedisCluster
 from scrapy import Request
@@ -18,7 +19,6 @@ from scrapy_bloomdupe.bloom.filter import FINISHED_TTL
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.scheduler import Scheduler
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 
 def test_scheduler_shares_one_client_with_the_dupefilter(engine_url: str, engine: str) -> None:

@@ -296,14 +296,21 @@ def test_pending_is_what_the_worker_knows_until_a_pop_finds_the_queue_empty(
     assert leases.take() is None
 
 
-def test_crawl_wide_a_lease_taken_ahead_is_handed_out_only_at_its_start(
-        redis_url: str, client: redis.Redis) -> None:
-    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 3,
-                                  "RANDOMIZE_DOWNLOAD_DELAY": False}))
+def crawl_wide(redis_url: str, client: redis.Redis, per_domain: int, delay: float
+               ) -> tuple[CrawlWideQueue, Setup]:
+    """A crawl-wide queue whose one site (a.example) allows ``per_domain`` requests at
+    once, ``delay`` seconds apart, and the leases over it, with an engine."""
+    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": per_domain,
+                                  "DOWNLOAD_DELAY": delay, "RANDOMIZE_DOWNLOAD_DELAY": False}))
     queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
                            lease_timeout=30)
+    return queue, Setup(redis_url, client, engine=True, queue=queue)
+
+
+def test_crawl_wide_a_lease_taken_ahead_is_handed_out_only_at_its_start(
+        redis_url: str, client: redis.Redis) -> None:
+    queue, setup = crawl_wide(redis_url, client, per_domain=2, delay=3)
     queue.horizon = 5.0  # seconds on Redis's clock: whatever this machine's pace
-    setup = Setup(redis_url, client, engine=True, queue=queue)
     leases = setup.leases
     setup.push(2)
     first = leases.take()  # due now: at once
@@ -328,11 +335,7 @@ def test_crawl_wide_a_lease_taken_ahead_is_handed_out_only_at_its_start(
 
 def test_crawl_wide_a_slot_at_its_limit_is_asked_again_by_the_pop_that_acks(
         redis_url: str, client: redis.Redis) -> None:
-    policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0,
-                                  "RANDOMIZE_DOWNLOAD_DELAY": False}))
-    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
-                           lease_timeout=30)
-    setup = Setup(redis_url, client, engine=True, queue=queue)
+    queue, setup = crawl_wide(redis_url, client, per_domain=1, delay=0)
     leases = setup.leases
     setup.push(2)
     first = leases.take()

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 import redis
+from harness.local_cluster import LocalCluster
 from redis.crc import key_slot
 from redis.exceptions import NoPermissionError, ResponseError
 
 from scrapy_bloomdupe import luascript
 from scrapy_bloomdupe.bloom.lua import CROSS_SLOT
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 
 BLOOM = "scrapy_bloomdupe.bloom"
 FRONTIER = "scrapy_bloomdupe.frontier"

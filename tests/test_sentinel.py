@@ -1,6 +1,6 @@
 """Redis Sentinel (``transport/sentinel.py``): settings, the client, the filter, the queue,
 the stats and the command line on a real master, replica and three sentinels
-(``scrapy_bloomdupe.testing_sentinel``). Failovers under a crawl are in
+(``harness.local_sentinel``). Failovers under a crawl are in
 ``tests/faults/test_sentinel_failover.py``."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from harness.local_sentinel import LocalSentinel
 from helpers import DemoSpider, fps
 from scrapy import Request
 from scrapy.settings import Settings
@@ -31,13 +32,12 @@ from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.upkeep import RECLAIMED_FAILOVER, LeaseUpkeep
 from scrapy_bloomdupe.settings import FrontierConfig, RedisSettings
 from scrapy_bloomdupe.testing import RedisServer
-from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 from scrapy_bloomdupe.transport import wait as wait_module
 from scrapy_bloomdupe.transport.diagnose import check, describe
 from scrapy_bloomdupe.transport.link import Link
 from scrapy_bloomdupe.transport.onloop import run_bridged
 from scrapy_bloomdupe.transport.outage import OutageGuard
-from scrapy_bloomdupe.transport.sentinel import is_sentinel_client, master_epoch
+from scrapy_bloomdupe.transport.sentinel import is_sentinel_client, master_epoch, master_watch
 
 T = TypeVar("T")
 
@@ -107,6 +107,11 @@ def test_the_client_talks_to_the_master_the_sentinels_name(sentinel: LocalSentin
     direct = sentinel.client(master)
     assert direct.get("sentinel-probe") == b"1"
     direct.close()
+    # What the connections learn lives in the client's MasterWatch, none of it on
+    # redis-py's pool (whose attributes are redis-py's to change).
+    watch = master_watch(client)
+    assert watch is not None and watch.address == ("127.0.0.1", master)
+    assert [name for name in vars(client.connection_pool) if "bloomdupe" in name] == []
     client.close()
 
 
@@ -301,7 +306,9 @@ def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
         servers.wait_agreed(new)  # whichever sentinel the reconnect asks names it
         # The worker has not asked the sentinels since; its connections to the old
         # master drop, so the round trip is sent again, to the master they name.
-        client.connection_pool._bloomdupe_checked = time.monotonic() + 3600
+        watch = master_watch(client)
+        assert watch is not None
+        watch.checked = time.monotonic() + 3600
         old_client.client_kill_filter(_type="normal", skipme=True)
         if route == "own round trip":
             on(where, queue.send_acks, queue.link)
@@ -312,8 +319,8 @@ def test_an_ack_built_for_the_old_master_is_never_sent_to_the_new_one(
         new_client = servers.client(new)
         assert new_client.hlen(keys.leases(tag, 0)) == 1, "the ack reached the new master"
         assert queue.stale == 1
-        # What the reconnecting connection learned is what the queue's epoch says (redis-py
-        # hands connections a proxy of the client's pool): one change, logged once.
+        # What the reconnecting connection learned is what the queue's epoch says (all
+        # connections share the client's MasterWatch): one change, logged once.
         assert master_epoch(client) == 1
         changes = [r for r in caplog.records if "the master of 'mymaster' is now" in r.message]
         assert len(changes) == 1, [r.message for r in changes]

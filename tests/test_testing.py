@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 from harness import zygote
+from harness.local_cluster import ClusterNodeProcess
+from harness.local_sentinel import SentinelProcess
 from helpers import run_tree
 
 from scrapy_bloomdupe.testing import RedisServer
-from scrapy_bloomdupe.testing_cluster import ClusterNodeProcess
-from scrapy_bloomdupe.testing_sentinel import SentinelProcess
 
 
 def taken() -> socket.socket:
@@ -83,6 +83,51 @@ def test_a_script_run_as_a_tree_that_times_out_leaves_no_process_behind() -> Non
     while time.monotonic() < deadline and _alive(child):
         time.sleep(0.05)
     assert not _alive(child)
+
+
+#: A user's own test module, as docs/development.md ("Redis for your own tests") shows
+#: it: a fixture of ``scrapy_bloomdupe.testing.RedisServer`` and a dupefilter on it.
+USERS_TEST = '''
+import pytest
+import redis
+from scrapy import Request, Spider
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+from scrapy_bloomdupe.testing import RedisServer
+
+
+@pytest.fixture
+def redis_url():
+    with RedisServer(maxmemory="64mb") as server:
+        with open("pid", "w") as f:
+            f.write(str(server.process.pid))
+        yield server.url
+
+
+def test_my_crawl_filters_a_repeat(redis_url):
+    assert redis.Redis.from_url(redis_url).config_get("maxmemory") == {"maxmemory": "67108864"}
+    crawler = get_crawler(Spider, {"REDIS_URL": redis_url, "BLOOMDUPE_CAPACITY": 1000})
+    crawler.spider = crawler._create_spider("mine")
+    df = build_from_crawler(RedisBloomDupeFilter, crawler)
+    assert not df.request_seen(Request("https://example.com/a"))
+    assert df.request_seen(Request("https://example.com/a#top"))
+    df.close("finished")
+'''
+
+
+def test_a_users_own_test_runs_on_a_throwaway_redis_server(tmp_path: Path) -> None:
+    """The public test helper (docs/api.md, "Test helpers"), used as a user's test suite
+    uses it: pytest in a directory of the user's, outside this repository's conftest and
+    harness; the server it started is capped and gone once the test is over."""
+    (tmp_path / "test_mine.py").write_text(USERS_TEST)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = run_tree([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                     "test_mine.py"], cwd=tmp_path, env=env, timeout=60)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
+    assert not _alive(int((tmp_path / "pid").read_text()))
 
 
 def _alive(pid: int) -> bool:

@@ -3,7 +3,7 @@ shard locks, their replies sorted out.
 
 The items of a batch are grouped into one call per shard, or, on an engine whose
 calls carry several shards (the Lua engine: its sections), one call for all those of
-one node (every shard on one Redis, a master's on a Redis Cluster of Redis 7 or later;
+one node (every shard on one Redis, a master's on a Redis Cluster;
 at most :data:`MAX_ITEMS_PER_SCRIPT` items a call), each with an op id so
 that a retry after a lost reply is answered from the op log (:mod:`.oplog`); one
 round trip takes each shard's lock (``SET NX PX``, :mod:`.lock`) and runs the calls;
@@ -349,36 +349,6 @@ class Calls:
                 offset += len(section.indexes)
             replies.append(reply)
         return replies
-
-    def add_with_token(self, fingerprint: bytes, token: bytes) -> bool | None:
-        """Fenced check-and-add under a lock already taken with ``token``.
-
-        Returns None, having written nothing, when the lock no longer holds the
-        token (it expired; another worker may hold it now). For tools and tests
-        that take the lock in a separate step; :meth:`add` does both in one.
-        """
-        op = self._next_op
-        self._next_op += 1
-        (unit,) = self._group({0: hashing.halves(fingerprint, self.seed)}, [0], op)
-        reply = self.engine.run(self.engine.check_add_command(
-            token, unit.call, op, list(unit.sections.values())))
-        if reply == SHARD_MISSING:
-            raise self._lost(self._missing(unit.shard))
-        if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
-            self._adopt_slice(unit.shard, reply)
-            return None
-        if reply == b"G":  # the slice grew in the call, which did not look at the item
-            assert self.window_engine is not None
-            self.window_engine.grew(unit.shard)
-            return None
-        if reply in (LOCK_BUSY, STALE_GENERATION):  # (one section: never 'B')
-            self.counters.lock.lost += reply == LOCK_BUSY
-            return None
-        new = bool(reply == b"1")
-        self.counters.checked += 1
-        self.counters.new += new
-        self.counters.duplicates += not new
-        return new
 
     def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
         """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""

@@ -56,10 +56,6 @@ class RidingSink(Sink, Protocol):
         carries them loads one again where Redis lost it (a restart)."""
 
 
-#: Sink arguments per item.
-SINK_ARGS = 2
-
-
 @dataclass
 class Section:
     """The items of one shard in a call: their arguments (``item_args``), their sink

@@ -3,7 +3,7 @@
 The engine-neutral front. It turns fingerprints into hashes (a per-filter
 random seed, :mod:`scrapy_bloomdupe.hashing`), groups a batch into script calls
 (one a shard, or with the Lua engine one for every shard on one node, one a master
-on a Redis 7 cluster; at most
+on a cluster; at most
 ``MAX_ITEMS_PER_SCRIPT`` items each), gives each call
 an op id so a retry after a lost reply is answered from the op log
 (:mod:`.oplog`), takes the shard locks in the same round trip (:mod:`.lock`),
@@ -195,9 +195,6 @@ class BloomFilter(Calls, Growth, Forgetting):
         """The key of shard ``index``'s bits in ``generation`` (a string or a BF key,
         by engine)."""
         return self.engine.shard_key(index, generation)
-
-    def lock_key(self, index: int) -> str:
-        return keys.lock(self.key, index)
 
     # -- creation -----------------------------------------------------------
 
@@ -417,10 +414,6 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.counters.new += new
         self.counters.duplicates += len(results) - new
         return results
-
-    def lock_key_for(self, fingerprint: bytes) -> str:
-        h1, _ = hashing.halves(fingerprint, self.seed)
-        return self._lock_keys[hashing.shard_of(h1, self.sizing.shards)]
 
     # -- reading ------------------------------------------------------------
 

@@ -5,8 +5,8 @@ checks the token is still there) in one pipeline, so an uncontended lock costs
 no extra round trip. This module holds what is about the lock itself: tokens,
 the acquire arguments, the compare-and-delete release, and the bounded wait
 with its counters. Waits are short, capped by ``BLOOMDUPE_LOCK_WAIT`` and
-counted; during a crawl they run on the scheduler's Redis thread, not on
-Scrapy's reactor.
+counted; during a crawl they run inside one of the scheduler's Redis jobs
+(``scheduling/jobs.py``), and a pause holds up that job, not Scrapy's reactor.
 """
 
 from __future__ import annotations
@@ -64,13 +64,6 @@ class ShardLocks:
     @staticmethod
     def new_token() -> bytes:
         return os.urandom(12).hex().encode()
-
-    def acquire(self, name: str, token: bytes) -> bool:
-        """One attempt, no waiting: True when this token now holds the lock."""
-        got = bool(self.link.call("SET", name, token, "NX", "PX", self.ttl_ms))
-        if got:
-            self.counters.acquired += 1
-        return got
 
     def release(self, name: str, token: bytes) -> bool:
         """Delete the lock only if it still holds ``token``."""

@@ -73,11 +73,11 @@ class LuaEngine(ScriptedEngine):
         self.bits_keys: list[list[str]] = []
         #: One call carries the items of every shard on one node, and on a Redis Cluster
         #: of every shard on one master (its keys but the op log in ARGV: declared keys
-        #: must share a slot there): the calls' fixed part (the op log, the fence, the
-        #: checks before writing) is paid once a call, not once a shard. A cluster with
-        #: a master older than Redis 7 (no script flags) gets a call a shard.
+        #: must share a slot there; script flags, Redis 7.0, which every worker needs):
+        #: the calls' fixed part (the op log, the fence, the checks before writing) is
+        #: paid once a call, not once a shard.
         self.cluster = is_cluster(client)
-        self.sections = self.SECTIONS and (not self.cluster or cross_slot_scripts(client))
+        self.sections = self.SECTIONS
         if self.cluster and self.sections:
             self.script = client.register_script(CROSS_SLOT + self.CHECK_ADD_SCRIPT)
             self.sha = self.script.sha
@@ -300,20 +300,6 @@ def check_room(client: Redis | RedisCluster | Link, key: str, generation: int,
             "(with BLOOMDUPE_GROWTH on, the filter grows if a crawl needs more) or raise "
             "BLOOMDUPE_ERROR_RATE, or give Redis more memory (maxmemory)",
         )
-
-
-def cross_slot_scripts(client: Redis | RedisCluster) -> bool:
-    """Whether every master of a cluster runs Redis 7.0 or later (script flags: a call
-    may reach keys of several slots of its master). False when not allowed to look
-    (an ACL without ``INFO``): a call a shard, as on Redis 6."""
-    cluster: Any = client
-    try:
-        versions = [cluster.get_redis_connection(node).info("server").get("redis_version", "")
-                    for node in cluster.get_primaries()]
-    except ResponseError as e:  # NoPermissionError is one
-        logger.debug("Cannot read the masters' Redis versions (%s); a script call a shard", e)
-        return False
-    return bool(versions) and all(int(str(v).split(".")[0] or 0) >= 7 for v in versions)
 
 
 def _memory_limits(link: Link) -> dict[str, tuple[int, int]]:

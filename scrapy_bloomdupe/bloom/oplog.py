@@ -30,9 +30,3 @@ from __future__ import annotations
 
 #: How long an op log outlives its last write; a retry must come before this.
 OP_LOG_TTL_MS = 3_600_000
-
-def parse_op_log(raw: bytes) -> tuple[int, dict[int, bytes]]:
-    """An op log's ack and its recorded replies by call id (for tools and tests)."""
-    ack, *entries, _ = raw.split(b"|")
-    calls = (entry.split(b":") for entry in entries)
-    return int(ack), {int(call): reply for call, reply in calls}

@@ -22,16 +22,6 @@ if TYPE_CHECKING:
     from .filter import BloomFilter
 
 
-def shard_keys(bloom: BloomFilter, index: int) -> list[str]:
-    """The fixed keys of shard ``index``: every generation's bits, lock, generation marker,
-    and this client's op log."""
-    names = [bloom.shard_key(index, g) for g in range(len(bloom.generations))]
-    names.append(keys.lock(bloom.key, index))
-    names.append(keys.generation_marker(bloom.key, index))
-    names.append(keys.op_log(bloom.key, index, bloom.client_id))
-    return names
-
-
 def shard_slots(bloom: BloomFilter) -> list[int]:
     """The Redis Cluster slot of each shard, in shard order."""
     return [key_slot(keys.bits(bloom.key, i).encode()) for i in range(bloom.sizing.shards)]
@@ -52,9 +42,3 @@ def shard_nodes(client: Redis | RedisCluster, bloom: BloomFilter) -> dict[str, l
         node = cluster.nodes_manager.get_node_from_slot(slot)
         spread.setdefault(node.name, []).append(index)
     return {name: spread[name] for name in sorted(spread)}
-
-
-def spread_summary(spread: dict[str, list[int]]) -> str:
-    """One line for logs and the CLI: ``3 masters: 127.0.0.1:7000 [0, 3], ...``."""
-    parts = [f"{name} {indexes}" for name, indexes in spread.items()]
-    return f"{len(spread)} master(s): " + ", ".join(parts)

@@ -213,15 +213,6 @@ def not_a_cluster_client(where: str) -> ConfigError:
     )
 
 
-def server_mode(client: Redis | RedisCluster) -> str | None:
-    """``"standalone"``, ``"cluster"`` or ``"sentinel"`` as the server says (``HELLO``);
-    None when it does not say (HELLO is exempt from ACLs, but older servers lack it)."""
-    if getattr(client, "connection_pool", None) is None:
-        return "cluster" if is_cluster(client) else None
-    mode = hello(client).get("mode")
-    return str(mode) if mode else None
-
-
 def hello(client: Redis | RedisCluster) -> dict[str, Any]:
     """What the server says of itself in ``HELLO`` (``mode``, ``version``, ...: str keys
     and values), from the connection's handshake or asked; empty when it does not say."""

@@ -203,8 +203,9 @@ class Link:
 
     def _bound_round_trip(self, commands: Sequence[tuple[Any, ...]], built_for: int | None
                           ) -> list[Any]:
-        # One round trip at a time on the held connection, whichever thread asks (the
-        # scheduler's Redis thread during a crawl, Scrapy's at its start and end).
+        # One round trip at a time on the held blocking connection, whichever thread asks
+        # (a crawl's jobs on the thread runner; Scrapy's where no job runs them, as the
+        # dupefilter's opening; a tool's or a test's).
         with self._lock:
             return self._execute(commands, built_for)
 
@@ -248,7 +249,7 @@ class Link:
         :func:`~.onloop.run_bridged` (the crawl: nothing blocks the loop, and a failure
         goes straight to the outage guard), else on the held blocking connection: with
         the client's ``Retry``, or once inside the outage guard (:func:`~.outage.guarded`:
-        a crawl's jobs on the Redis thread), which is then the one retry layer.
+        a crawl's jobs on the thread runner), which is then the one retry layer.
         ``built_for``: see :meth:`execute` (Sentinel only)."""
         if self._aio is not None and bridged():
             if self._master is not None:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -32,7 +33,7 @@ import redis.asyncio.connection as aio_connection
 import redis.asyncio.sentinel as aio_sentinel
 from redis.connection import SSLConnection, parse_url
 from redis.exceptions import ReadOnlyError
-from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from ..exceptions import ConfigError
 from ..settings import SENTINELS_SETTING
@@ -56,9 +57,94 @@ MAX_MASTER_CHANGES = 5
 _ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
 
 
+class MasterWatch:
+    """Where the master of one Sentinel client is, as its connections last learned it:
+    shared by all of them, the blocking ones (:class:`MasterConnection`) and the
+    ``redis.asyncio`` one of a crawl on the loop (:class:`AsyncMaster`), so that all
+    switch at once. Each change adds one to :attr:`epoch`, so that the queue can tell
+    work that straddled a switch.
+
+    It asks the sentinels with redis-py's public ``discover_master`` (the blocking
+    ``Sentinel``'s, or its ``redis.asyncio`` twin inside a job of
+    :func:`~.onloop.run_bridged`), on every connect and at most every
+    :data:`MASTER_CHECK_INTERVAL` seconds between. Each connection gets it as a
+    connection argument (``master_watch``), beside the ``connection_pool`` redis-py
+    gives it: nothing is stored on redis-py's objects."""
+
+    def __init__(self, sentinel: Sentinel, service_name: str,
+                 sentinels: Sequence[tuple[str, int]], sentinel_kwargs: dict[str, Any]) -> None:
+        self.sentinel = sentinel
+        self.service_name = service_name
+        self.sentinels = list(sentinels)
+        self._sentinel_kwargs = sentinel_kwargs
+        #: The master's (host, port) as last learned; None before the first answer.
+        self.address: tuple[str, int] | None = None
+        #: How many times the master changed since the client was made.
+        self.epoch = 0
+        #: When the sentinels were last asked (``time.monotonic()``).
+        self.checked = -math.inf
+        self._lock = threading.Lock()
+        self._aio: tuple[asyncio.AbstractEventLoop, aio_sentinel.Sentinel] | None = None
+
+    def ask_soon(self) -> None:
+        """Ask the sentinels before the next round trip (a connection was lost)."""
+        self.checked = -math.inf
+
+    def learn(self, address: Any) -> tuple[str, int]:
+        """Record ``address`` as the master's; a change is a new epoch."""
+        host, port = str(address[0]), int(address[1])
+        with self._lock:  # two threads may learn at once: one new epoch
+            known = self.address
+            if known is not None and known != (host, port):
+                self.epoch += 1
+                logger.warning("Redis Sentinel: the master of %r is now %s:%s (was %s:%s); "
+                               "every connection follows it", self.service_name, host, port,
+                               *known)
+            self.address = (host, port)
+            self.checked = time.monotonic()
+        return host, port
+
+    def ask(self, blocking: bool = False) -> tuple[str, int]:
+        """Where the sentinels say the master is, now (``MasterNotFoundError``, a
+        ``ConnectionError``, when none says): awaited on ``redis.asyncio`` inside a job
+        of :func:`~.onloop.run_bridged`, else (or ``blocking``: for a blocking
+        connection, which never suspends its job) asked with the blocking ``Sentinel``."""
+        if bridged() and not blocking:
+            return self.learn(await_only(self._async().discover_master(self.service_name)))
+        return self.learn(self.sentinel.discover_master(self.service_name))
+
+    def refresh(self, blocking: bool = False) -> tuple[str, int] | None:
+        """The master's address, asking the sentinels first (:meth:`ask`) when
+        :data:`MASTER_CHECK_INTERVAL` has passed (None: not known yet). The sentinels not
+        answering is no reason to stop: the address known is kept."""
+        if time.monotonic() - self.checked >= MASTER_CHECK_INTERVAL:
+            self.checked = time.monotonic()
+            try:
+                self.ask(blocking)
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                logger.debug("The sentinels did not say where the master is: %s", e)
+        return self.address
+
+    def _async(self) -> aio_sentinel.Sentinel:
+        """redis-py's asynchronous ``Sentinel`` of the same sentinels, made once for the
+        running loop."""
+        loop = asyncio.get_running_loop()
+        if self._aio is None or self._aio[0] is not loop:
+            self._aio = (loop, aio_sentinel.Sentinel(self.sentinels,
+                                                     sentinel_kwargs=dict(self._sentinel_kwargs)))
+        return self._aio[1]
+
+    def close_async(self, closing: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
+        """Close the asynchronous sentinels' connections (``closing`` runs each close)."""
+        made, self._aio = self._aio, None
+        if made is not None:
+            for sentinel in made[1].sentinels:
+                closing(sentinel.aclose())
+
+
 class MasterConnection(SentinelManagedConnection):
-    """A connection of the master that asks the sentinels where it is on every connect,
-    and follows every change any connection of its client has seen.
+    """A connection of the master that asks where it is on every connect, and follows
+    every change any connection of its client has seen (its :class:`MasterWatch`).
 
     redis-py's ``SentinelManagedConnection`` asks only in ``connect()``, and
 
@@ -74,13 +160,9 @@ class MasterConnection(SentinelManagedConnection):
       later: measured, a whole crawl went on writing there, and every write
       made after the failover was lost with it.
 
-    So the client's pool asks the sentinels at most every
-    :data:`MASTER_CHECK_INTERVAL` seconds, before a command (:func:`refresh`),
-    and every connection to another server than the one they name is dropped
-    before its next command and reconnects to the master: all connections of a
-    client switch at once. Each switch adds one to the pool's epoch
-    (:func:`master_epoch`), so that the queue can tell work that straddled a
-    switch. The sentinels not answering is no reason to stop: connections are kept.
+    So before a command the watch asks the sentinels if it is time
+    (:meth:`MasterWatch.refresh`), and a connection to another server than the one
+    they name is dropped and reconnects to the master.
 
     A batch built for one master (:attr:`built_for`, its epoch: the queue's acks)
     is never sent to another: when the connection would go to the next master
@@ -94,28 +176,29 @@ class MasterConnection(SentinelManagedConnection):
     #: redis-py's asynchronous class that :class:`AsyncMaster` connects with.
     async_twin = aio_connection.Connection
 
+    def __init__(self, *, master_watch: MasterWatch, **kwargs: Any) -> None:
+        self.watch = master_watch
+        super().__init__(**kwargs)
+
     def connect_check_health(self, check_health: bool = True,
                              retry_socket_connect: bool = True) -> None:
-        pool = _pool_of(self.connection_pool)
-        if getattr(self, "_sock", None) is None and pool.is_master:
-            self.host, self.port = _learn(pool, pool.get_master_address())
+        if getattr(self, "_sock", None) is None:
+            self.host, self.port = self.watch.ask(blocking=True)
         super().connect_check_health(check_health=check_health,
                                      retry_socket_connect=retry_socket_connect)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        pool = _pool_of(self.connection_pool)
-        if pool.is_master:
-            if getattr(self, "_sock", None) is not None:
-                address = _refresh(pool)
-                if address is not None and (self.host, self.port) != address:
-                    self.disconnect()  # reconnected below, to the master
-            if self.built_for is not None:
-                if getattr(self, "_sock", None) is None:
-                    self.connect_check_health(check_health=False)  # asks the sentinels
-                epoch = int(getattr(pool, "_bloomdupe_epoch", 0))
-                if epoch != self.built_for:
-                    raise MasterChanged(f"the Redis master changed (epoch {self.built_for} -> "
-                                        f"{epoch}) between building a round trip and sending it")
+        if getattr(self, "_sock", None) is not None:
+            address = self.watch.refresh(blocking=True)
+            if address is not None and (self.host, self.port) != address:
+                self.disconnect()  # reconnected below, to the master
+        if self.built_for is not None:
+            if getattr(self, "_sock", None) is None:
+                self.connect_check_health(check_health=False)  # asks the sentinels
+            if self.watch.epoch != self.built_for:
+                raise MasterChanged(f"the Redis master changed (epoch {self.built_for} -> "
+                                    f"{self.watch.epoch}) between building a round trip and "
+                                    "sending it")
         super().send_packed_command(command, check_health=check_health)
 
 
@@ -124,109 +207,43 @@ class MasterChanged(redis.RedisError):
     sent. Not a ``ConnectionError``: no retry resends the same batch."""
 
 
-def _pool_of(pool: Any) -> Any:
-    """The client's pool behind ``pool``. redis-py (8.1 here) hands each connection a
-    ``SentinelConnectionPoolProxy`` of it, not the pool: what a connection learns
-    must be what :func:`master_epoch` reads from the client's pool. (Kept apart,
-    the two learned of a failover up to a poll apart, and an ack could be judged
-    against the old master and sent to the new one: a page lost in CI.)"""
-    ref = getattr(pool, "connection_pool_ref", None)
-    owner = ref() if ref is not None else None
-    return owner if owner is not None else pool
-
-
-_learning = threading.Lock()
-
-
-def _learn(pool: Any, address: Any) -> tuple[str, int]:
-    """Record ``address`` as the master's in ``pool``; a change is a new epoch."""
-    host, port = str(address[0]), int(address[1])
-    with _learning:  # the Redis thread and Scrapy's may learn at once: one new epoch
-        known = getattr(pool, "_bloomdupe_master", None)
-        if known is not None and known != (host, port):
-            pool._bloomdupe_epoch = getattr(pool, "_bloomdupe_epoch", 0) + 1
-            logger.warning("Redis Sentinel: the master of %r is now %s:%s (was %s:%s); every "
-                           "connection follows it", pool.service_name, host, port, *known)
-        pool._bloomdupe_master = (host, port)
-        pool._bloomdupe_checked = time.monotonic()
-    return host, port
-
-
-def _refresh(pool: Any) -> tuple[str, int] | None:
-    """The master's address as the pool knows it, asking the sentinels first when
-    :data:`MASTER_CHECK_INTERVAL` has passed (None: not known yet)."""
-    if time.monotonic() - getattr(pool, "_bloomdupe_checked", 0.0) >= MASTER_CHECK_INTERVAL:
-        pool._bloomdupe_checked = time.monotonic()
-        try:
-            _learn(pool, _ask(pool))
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            logger.debug("The sentinels did not say where the master is: %s", e)
-    known: tuple[str, int] | None = getattr(pool, "_bloomdupe_master", None)
-    return known
-
-
-def _ask(pool: Any) -> Any:
-    """Where the sentinels say the master is: awaited on ``redis.asyncio`` inside a job
-    of :func:`~.onloop.run_bridged` (the crawl on Scrapy's asyncio reactor), else
-    asked with the pool's own blocking sentinel clients."""
-    if not bridged():
-        return pool.get_master_address()
-    return await_only(_async_sentinels(pool).discover_master(pool.service_name))
-
-
-def _async_sentinels(pool: Any) -> aio_sentinel.Sentinel:
-    """redis-py's asynchronous twin of the pool's ``Sentinel`` (same sentinels, same
-    arguments), made once for the running loop."""
-    loop = asyncio.get_running_loop()
-    made: tuple[Any, aio_sentinel.Sentinel] | None = getattr(pool, "_bloomdupe_aio", None)
-    if made is None or made[0] is not loop:
-        manager = pool.sentinel_manager
-        addresses = [(s.connection_pool.connection_kwargs.get("host", "localhost"),
-                      s.connection_pool.connection_kwargs.get("port", 26379))
-                     for s in manager.sentinels]
-        twin = aio_sentinel.Sentinel(addresses, min_other_sentinels=manager.min_other_sentinels,
-                                     sentinel_kwargs=dict(manager.sentinel_kwargs))
-        made = (loop, twin)
-        pool._bloomdupe_aio = made
-    return made[1]
-
-
 class AsyncMaster:
     """:class:`MasterConnection`'s twin on ``redis.asyncio``: a link's round trips to
     the master, inside a job of :func:`~.onloop.run_bridged`.
 
-    Before each round trip the pool asks the sentinels where the master is (awaited,
-    on every connect and at most every :data:`MASTER_CHECK_INTERVAL` seconds between,
-    sharing what it learns and its epoch with the blocking connections); the
-    connection follows the address they name. A batch built for another epoch raises
-    :class:`MasterChanged` before anything is sent. A lost connection, or ``READONLY``
-    from a demoted master, is a ``ConnectionError`` (as redis-py's
-    ``SentinelManagedConnection`` makes it) after which the next round trip asks the
-    sentinels first."""
+    Before each round trip the client's :class:`MasterWatch` asks the sentinels where
+    the master is (awaited, on every connect and at most every
+    :data:`MASTER_CHECK_INTERVAL` seconds between, sharing what it learns and its epoch
+    with the blocking connections); the connection follows the address they name. A
+    batch built for another epoch raises :class:`MasterChanged` before anything is
+    sent. A lost connection, or ``READONLY`` from a demoted master, is a
+    ``ConnectionError`` (as redis-py's ``SentinelManagedConnection`` makes it) after
+    which the next round trip asks the sentinels first."""
 
     def __init__(self, pool: Any, node: AsyncNode) -> None:
-        self._pool = pool
+        watch = pool.connection_kwargs.get("master_watch")
+        assert isinstance(watch, MasterWatch), "a Sentinel client not made by build()"
+        self._watch = watch
         self._node = node
 
     def round_trip(self, commands: Sequence[tuple[Any, ...]], built_for: int | None
                    ) -> list[Any]:
-        pool = self._pool
+        watch = self._watch
         if not self._node.connected:  # as MasterConnection: every connect asks the sentinels
-            pool._bloomdupe_checked = 0.0
-        address = _refresh(pool)
+            watch.ask_soon()
+        address = watch.refresh()
         if address is None:  # the sentinels did not answer yet: ask once more, or fail
-            address = _learn(pool, _ask(pool))
-        epoch = int(getattr(pool, "_bloomdupe_epoch", 0))
-        if built_for is not None and epoch != built_for:
-            raise MasterChanged(f"the Redis master changed (epoch {built_for} -> {epoch}) "
-                                "between building a round trip and sending it")
+            address = watch.ask()
+        if built_for is not None and watch.epoch != built_for:
+            raise MasterChanged(f"the Redis master changed (epoch {built_for} -> "
+                                f"{watch.epoch}) between building a round trip and sending it")
         try:
             replies = await_only(self._node.round_trip(commands, address))
         except (redis.ConnectionError, redis.TimeoutError):
-            pool._bloomdupe_checked = 0.0  # ask the sentinels before the next one
+            watch.ask_soon()
             raise
         if any(isinstance(reply, ReadOnlyError) for reply in replies):
-            pool._bloomdupe_checked = 0.0
+            watch.ask_soon()
             self._node.close()
             raise redis.ConnectionError(f"{address[0]}:{address[1]} is no longer the master "
                                         "(READONLY); asking the sentinels again")
@@ -234,21 +251,26 @@ class AsyncMaster:
 
     def close(self) -> None:
         self._node.close()
-        made = getattr(self._pool, "_bloomdupe_aio", None)
-        self._pool._bloomdupe_aio = None
-        if made is not None:
-            for sentinel in made[1].sentinels:
-                self._node.closing(sentinel.aclose())
+        self._watch.close_async(self._node.closing)
+
+
+def master_watch(client: Any) -> MasterWatch | None:
+    """The :class:`MasterWatch` of a Sentinel client made by :func:`build`; None for
+    another client."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    watch = kwargs.get("master_watch") if isinstance(kwargs, dict) else None
+    return watch if isinstance(watch, MasterWatch) else None
 
 
 def master_epoch(client: Any) -> int:
     """How many times ``client``'s master has changed since it was made (asking the
     sentinels first if it is time); 0 for a client that is not a Sentinel one."""
-    pool = getattr(client, "connection_pool", None)
-    if not isinstance(pool, SentinelConnectionPool):
+    watch = master_watch(client)
+    if watch is None:
         return 0
-    _refresh(pool)
-    return int(getattr(pool, "_bloomdupe_epoch", 0))
+    watch.refresh()
+    return watch.epoch
 
 
 class MasterSSLConnection(MasterConnection, SSLConnection):
@@ -276,8 +298,10 @@ def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
         else MasterConnection
     manager = Sentinel(list(config.sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
     assert config.sentinel_master is not None
+    watch = MasterWatch(manager, config.sentinel_master, config.sentinels, sentinel_kwargs)
     client: redis.Redis = manager.master_for(config.sentinel_master,
-                                             redis_class=config.redis_cls or redis.Redis)
+                                             redis_class=config.redis_cls or redis.Redis,
+                                             master_watch=watch)
     return client
 
 
@@ -297,17 +321,14 @@ def url_params(url: str) -> dict[str, Any]:
 
 
 def is_sentinel_client(client: Any) -> bool:
-    return isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+    return master_watch(client) is not None
 
 
 def describe(client: Any) -> str:
-    """``Sentinel master 'mymaster' (sentinels h1:26379, h2:26379)``, no credentials."""
-    pool = client.connection_pool
-    sentinels = getattr(getattr(pool, "sentinel_manager", None), "sentinels", [])
-    addresses = []
-    for sentinel in sentinels:
-        kw = sentinel.connection_pool.connection_kwargs
-        addresses.append(f"{kw.get('host', '?')}:{kw.get('port', '?')}")
-    db = pool.connection_kwargs.get("db", 0)
-    return (f"Sentinel master {pool.service_name!r} db {db} (sentinels "
-            f"{', '.join(addresses) or '?'})")
+    """``Sentinel master 'mymaster' db 0 (sentinels h1:26379, h2:26379)``, no
+    credentials."""
+    watch = master_watch(client)
+    assert watch is not None
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    sentinels = ", ".join(f"{host}:{port}" for host, port in watch.sentinels)
+    return f"Sentinel master {watch.service_name!r} db {db} (sentinels {sentinels or '?'})"

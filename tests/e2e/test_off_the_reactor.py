@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.local_sentinel import LocalSentinel
 from helpers import run_workers, take_fetches
-
-from scrapy_bloomdupe.testing_sentinel import LocalSentinel
 
 PAGES = 400
 PROBE = Path(__file__).resolve().parents[1] / "harness" / "direct_calls"

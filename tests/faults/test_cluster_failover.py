@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import BARRIER_TIMEOUT, cluster_client, fps, plan
+from harness.local_cluster import LocalCluster
+from helpers import ALL_FAILOVERS_ONLY, BARRIER_TIMEOUT, cluster_client, fps, plan
 
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.placement import shard_nodes
 from scrapy_bloomdupe.testing import redisbloom_module
-from scrapy_bloomdupe.testing_cluster import LocalCluster
 from scrapy_bloomdupe.transport.onloop import run_bridged
 from scrapy_bloomdupe.transport.outage import OutageGuard
 
@@ -41,9 +41,8 @@ FAILOVER_PASS = 9.0
 KILL_AFTER = 2.0
 MAX_STALL = 6.0
 #: CI runs three cases, each mode, engine and carrier once (about 11 s each); the
-#: other combinations with this set.
-ALL_ONLY = pytest.mark.skipif(not os.environ.get("BLOOMDUPE_ALL_FAILOVERS"),
-                              reason="set BLOOMDUPE_ALL_FAILOVERS=1 for every combination")
+#: other combinations with BLOOMDUPE_ALL_FAILOVERS=1.
+ALL_ONLY = ALL_FAILOVERS_ONLY
 
 
 def failover_fingerprints() -> list[bytes]:

@@ -8,18 +8,24 @@ in lock mode and in atomic mode.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from helpers import CLUSTER_SHARDS, cluster_client
-from racing import RACE_URLS, race_fingerprints, race_worker, spawn_pool
+from racing import (
+    RACE_URLS,
+    RACE_WORKERS,
+    acceptances,
+    false_positive_bound,
+    race_fingerprints,
+    race_worker,
+    totals,
+)
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 
-WORKERS = 16
+WORKERS = RACE_WORKERS
 URLS = RACE_URLS
 SHARDS = CLUSTER_SHARDS
 RACE_BATCH = 100
@@ -28,17 +34,9 @@ RACE_ERROR_RATE = 0.01
 TASK_TIMEOUT = 120.0
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[Any]:
-    """16 spawned worker processes, reused by every case, and a barrier they share."""
-    with spawn_pool(WORKERS) as p:
-        yield p
-
-
 def test_false_positives_are_negligible_for_the_cluster_race() -> None:
-    race_plan = sizing.plan(RACE_CAPACITY, RACE_ERROR_RATE, shards=SHARDS)
-    fill = 1.0 - math.exp(-race_plan.hashes * URLS / race_plan.total_bits)
-    bound = URLS * fill**race_plan.hashes
+    _, bound = false_positive_bound(
+        sizing.plan(RACE_CAPACITY, RACE_ERROR_RATE, shards=SHARDS), URLS)
     assert bound < 1e-15, bound
 
 
@@ -55,24 +53,20 @@ def test_every_url_accepted_exactly_once_on_a_cluster(
                                            RACE_CAPACITY, RACE_ERROR_RATE, SHARDS, RACE_BATCH))
             for w in range(WORKERS)]
     results = [job.get(TASK_TIMEOUT) for job in jobs]
-    accepted = [0] * URLS
-    for flags, _ in results:
-        for i, flag in enumerate(flags):
-            accepted[i] += flag
+    accepted = acceptances(results, URLS)
     twice = sum(1 for a in accepted if a > 1)
     never = sum(1 for a in accepted if a == 0)
-    totals = {name: sum(c[name] for _, c in results)
-              for name in ("checked", "new", "lock_acquired", "retries")}
+    summed = totals(results, "checked", "new", "lock_acquired", "retries")
     figures = (f"{WORKERS} workers x {URLS} URLs on 3 masters, lock={use_lock} "
                f"shuffle={shuffle}: {twice} accepted more than once, {never} never accepted; "
-               f"totals {totals}")
+               f"totals {summed}")
     assert len({c["pid"] for _, c in results}) == WORKERS, figures
     assert twice == 0, figures
     assert never == 0, figures
-    assert totals["checked"] == WORKERS * URLS, figures
-    assert totals["new"] == URLS, figures
-    assert (totals["lock_acquired"] > 0) == use_lock, figures
-    assert totals["retries"] == 0, figures
+    assert summed["checked"] == WORKERS * URLS, figures
+    assert summed["new"] == URLS, figures
+    assert (summed["lock_acquired"] > 0) == use_lock, figures
+    assert summed["retries"] == 0, figures
     client = cluster_client(cluster_url)
     try:
         bf = BloomFilter.open(client, "race", None)

@@ -23,7 +23,6 @@ import redis
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.lock import FIRST_PAUSE, MAX_PAUSE, ShardLocks
-from scrapy_bloomdupe.bloom.oplog import parse_op_log
 from scrapy_bloomdupe.transport.link import Link
 
 KEY = "fence"
@@ -69,7 +68,7 @@ def op_logs(client: redis.Redis, client_id: str) -> list[bytes]:
 def logged_replies(client: redis.Redis, client_id: str) -> list[bytes]:
     """The replies a client's calls recorded (one per call that ran), all shards."""
     return sorted(reply for key in op_logs(client, client_id)
-                  for reply in parse_op_log(client.get(key))[1].values())
+                  for reply in helpers.parse_op_log(client.get(key))[1].values())
 
 
 # -- a paused holder, with real processes -------------------------------------
@@ -82,8 +81,8 @@ def holder(url: str, fingerprint: bytes, conn: Any) -> None:
         bf = BloomFilter.open(client, KEY, plan(), use_lock=True, lock_ttl=TTL)
         try:
             token = bf.locks.new_token()
-            lock = bf.lock_key_for(fingerprint)
-            got = bf.locks.acquire(lock, token)
+            lock = helpers.lock_key_for(bf, fingerprint)
+            got = helpers.take_lock(bf.locks, lock, token)
             conn.send(("locked", lock, got, token, bf.client_id))
             # The parent stops this process with SIGSTOP right now, sends "go" (it
             # waits in the pipe), lets the lock expire and another worker take it
@@ -91,7 +90,7 @@ def holder(url: str, fingerprint: bytes, conn: Any) -> None:
             # nothing happened between acquire() and the write below.
             if conn.recv() != "go":
                 return
-            fenced = bf.add_with_token(fingerprint, token)
+            fenced = helpers.add_with_token(bf, fingerprint, token)
             retried = bf.add(fingerprint)
             conn.send(("done", fenced, retried, counters_of(bf)))
         finally:
@@ -237,12 +236,12 @@ def test_stale_token_writes_nothing(engine_client: redis.Redis) -> None:
     bf = BloomFilter.open(engine_client, KEY, plan(), use_lock=True, lock_ttl=0.05)
     try:
         x = helpers.fp(FENCE, 2)
-        lock = bf.lock_key_for(x)
+        lock = helpers.lock_key_for(bf, x)
         token = bf.locks.new_token()
-        assert bf.locks.acquire(lock, token)
+        assert helpers.take_lock(bf.locks, lock, token)
         wait_for(lambda: not engine_client.exists(lock), 5, "the lock to expire")
 
-        assert bf.add_with_token(x, token) is None
+        assert helpers.add_with_token(bf, x, token) is None
         assert bits_set(engine_client, bf) == 0
         assert op_logs(engine_client, bf.client_id) == []
         assert not bf.contains(x)
@@ -264,23 +263,23 @@ def test_stale_holder_cannot_write_or_free_the_new_holders_lock(engine_url: str)
     fresh = BloomFilter.open(c2, KEY, plan(), use_lock=True, lock_ttl=30)
     try:
         x = helpers.fp(FENCE, 3)
-        lock = stale.lock_key_for(x)
-        assert fresh.lock_key_for(x) == lock
+        lock = helpers.lock_key_for(stale, x)
+        assert helpers.lock_key_for(fresh, x) == lock
         old, new = stale.locks.new_token(), fresh.locks.new_token()
         assert old != new
-        assert stale.locks.acquire(lock, old)
+        assert helpers.take_lock(stale.locks, lock, old)
         wait_for(lambda: not c1.exists(lock), 5, "the stale lock to expire")
-        assert fresh.locks.acquire(lock, new)
-        assert not stale.locks.acquire(lock, old), "SET NX took a held lock"
+        assert helpers.take_lock(fresh.locks, lock, new)
+        assert not helpers.take_lock(stale.locks, lock, old), "SET NX took a held lock"
 
-        assert stale.add_with_token(x, old) is None
+        assert helpers.add_with_token(stale, x, old) is None
         assert c1.get(lock) == new, "the rejected write touched the new holder's lock"
         assert c1.pttl(lock) > 1000
         assert bits_set(c1, stale) == 0
         assert not stale.locks.release(lock, old), "released someone else's lock"
         assert c1.get(lock) == new
 
-        assert fresh.add_with_token(x, new) is True
+        assert helpers.add_with_token(fresh, x, new) is True
         assert not c1.exists(lock), "the fenced write did not release its lock"
         assert stale.add(x) is False
         assert fresh.add(x) is False
@@ -293,7 +292,7 @@ def test_stale_holder_cannot_write_or_free_the_new_holders_lock(engine_url: str)
 
 def test_release_only_own_token(engine_client: redis.Redis) -> None:
     locks = ShardLocks(Link(engine_client), 10.0, 0.1)
-    assert locks.acquire("some:lock", b"mine")
+    assert helpers.take_lock(locks, "some:lock", b"mine")
     assert not locks.release("some:lock", b"theirs")
     assert engine_client.get("some:lock") == b"mine"
     assert locks.release("some:lock", b"mine")
@@ -381,13 +380,26 @@ def hold(client: redis.Redis, lock: str, ttl_ms: int) -> None:
     assert client.set(lock, b"someone-else", nx=True, px=ttl_ms)
 
 
-def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> None:
+@contextlib.contextmanager
+def waiting_filter(engine_url: str, lock_wait: float
+                   ) -> Iterator[tuple[BloomFilter, redis.Redis]]:
+    """A filter in lock mode (1 s locks) that waits up to ``lock_wait`` for a busy one,
+    and another client of the same Redis, to hold its locks."""
     c = redis.Redis.from_url(engine_url)
     other = redis.Redis.from_url(engine_url)
-    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=WAIT)
+    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=lock_wait)
     try:
+        yield bf, other
+    finally:
+        bf.close()
+        c.close()
+        other.close()
+
+
+def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> None:
+    with waiting_filter(engine_url, WAIT) as (bf, other):
         x = helpers.fp(FENCE, 4)
-        lock = bf.lock_key_for(x)
+        lock = helpers.lock_key_for(bf, x)
         hold(other, lock, 60_000)
 
         started = time.monotonic()
@@ -413,21 +425,14 @@ def test_add_waits_at_most_lock_wait_then_checks_atomically(engine_url: str) -> 
         assert second is False
         assert WAIT <= took < WAIT + SLACK, f"second add took {took:.3f}s"
         assert bf.counters.lock.timeouts == 2
-    finally:
-        bf.close()
-        c.close()
-        other.close()
 
 
 def test_add_many_waits_only_for_the_busy_shard(engine_url: str) -> None:
-    c = redis.Redis.from_url(engine_url)
-    other = redis.Redis.from_url(engine_url)
-    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=WAIT)
-    try:
+    with waiting_filter(engine_url, WAIT) as (bf, other):
         items = [helpers.fp(FENCE, 100 + i) for i in range(60)]
-        shards = {bf.lock_key_for(f) for f in items}
+        shards = {helpers.lock_key_for(bf, f) for f in items}
         assert len(shards) == bf.sizing.shards
-        busy = bf.lock_key_for(items[0])
+        busy = helpers.lock_key_for(bf, items[0])
         hold(other, busy, 60_000)
 
         started = time.monotonic()
@@ -443,19 +448,12 @@ def test_add_many_waits_only_for_the_busy_shard(engine_url: str) -> None:
         assert other.get(busy) == b"someone-else"
         assert all(bf.contains_many(items))
         assert not any(bf.add_many(items))
-    finally:
-        bf.close()
-        c.close()
-        other.close()
 
 
 def test_add_takes_the_lock_once_it_expires(engine_url: str) -> None:
-    c = redis.Redis.from_url(engine_url)
-    other = redis.Redis.from_url(engine_url)
-    bf = BloomFilter.open(c, KEY, plan(), use_lock=True, lock_ttl=1.0, lock_wait=2.0)
-    try:
+    with waiting_filter(engine_url, 2.0) as (bf, other):
         x = helpers.fp(FENCE, 5)
-        lock = bf.lock_key_for(x)
+        lock = helpers.lock_key_for(bf, x)
         hold(other, lock, 100)
 
         started = time.monotonic()
@@ -468,7 +466,3 @@ def test_add_takes_the_lock_once_it_expires(engine_url: str) -> None:
         assert counts["acquired"] == 1, figures
         assert counts["waits"] >= 1, figures
         assert not other.exists(lock), figures
-    finally:
-        bf.close()
-        c.close()
-        other.close()

@@ -36,17 +36,23 @@ still accepted exactly once.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 from helpers import first_plan, fps
-from racing import RACE_URLS, check_and_add, race_fingerprints, spawn_pool
+from racing import (
+    RACE_URLS,
+    RACE_WORKERS,
+    acceptances,
+    check_and_add,
+    false_positive_bound,
+    race_fingerprints,
+    totals,
+)
 
 from scrapy_bloomdupe import sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
@@ -54,7 +60,7 @@ from scrapy_bloomdupe.bloom.native import NativeEngine
 
 pytestmark = pytest.mark.slow
 
-WORKERS = 16
+WORKERS = RACE_WORKERS
 URLS = RACE_URLS
 BATCH = 100
 CAPACITY = 10_000_000
@@ -67,18 +73,9 @@ TASK_TIMEOUT = 120.0
 # the one with RedisBloom, where ``BLOOMDUPE_ENGINE = "auto"`` picks the native engine).
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[Any]:
-    """16 spawned worker processes, reused by every case, and a barrier they share."""
-    with spawn_pool(WORKERS) as p:
-        yield p
-
-
 def test_false_positives_are_negligible_for_the_race_assertion() -> None:
     plan = sizing.plan(CAPACITY, ERROR_RATE, shards=SHARDS)
-    fill = 1.0 - math.exp(-plan.hashes * URLS / plan.total_bits)
-    per_lookup = fill**plan.hashes
-    bound = URLS * per_lookup
+    fill, bound = false_positive_bound(plan, URLS)
     assert bound < 1e-15, (
         f"m={plan.total_bits} k={plan.hashes}: fill {fill:.4f} at {URLS} items, "
         f"P(any false positive) <= {bound:.3g}"
@@ -123,35 +120,29 @@ def test_every_url_accepted_exactly_once(
     ]
     results = [job.get(TASK_TIMEOUT) for job in jobs]
 
-    accepted = [0] * urls
-    for flags, _ in results:
-        for i, flag in enumerate(flags):
-            accepted[i] += flag
+    accepted = acceptances(results, urls)
     twice = sum(1 for a in accepted if a > 1)
     never = sum(1 for a in accepted if a == 0)
     extra = sum(a - 1 for a in accepted if a > 1)
     per_worker_new = [c["new"] for _, c in results]
-    totals = {
-        name: sum(c[name] for _, c in results)
-        for name in ("checked", "new", "duplicates", "lock_acquired", "lock_waits",
-                     "lock_timeouts", "lock_lost")
-    }
+    summed = totals(results, "checked", "new", "duplicates", "lock_acquired", "lock_waits",
+                    "lock_timeouts", "lock_lost")
     figures = (
         f"{WORKERS} workers x {urls} URLs, lock={use_lock} shuffle={shuffle} batch={batch}: "
         f"{twice} accepted more than once ({extra} extra acceptances), {never} never accepted; "
-        f"new per worker {per_worker_new}; totals {totals}"
+        f"new per worker {per_worker_new}; totals {summed}"
     )
     assert len({c["pid"] for _, c in results}) == WORKERS, figures
     assert twice == 0, figures
     assert never == 0, figures
-    assert totals["checked"] == WORKERS * urls, figures
-    assert totals["new"] == urls, figures
-    assert totals["duplicates"] == (WORKERS - 1) * urls, figures
+    assert summed["checked"] == WORKERS * urls, figures
+    assert summed["new"] == urls, figures
+    assert summed["duplicates"] == (WORKERS - 1) * urls, figures
     if use_lock:
         # Lock mode really went through the shard locks; atomic mode never touched them.
-        assert totals["lock_acquired"] > 0, figures
+        assert summed["lock_acquired"] > 0, figures
     else:
-        assert totals["lock_acquired"] == 0, figures
+        assert summed["lock_acquired"] == 0, figures
 
     # Afterwards the filter holds every URL: a 17th worker is told all are seen.
     client = redis.Redis.from_url(engine_url)

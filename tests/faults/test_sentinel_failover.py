@@ -1,7 +1,7 @@
 """A Redis Sentinel failover in the middle of a real crawl: the crawl follows the master.
 
 Two ``scrapy crawl`` workers of the example project crawl the demo site through
-a master watched by three sentinels (``scrapy_bloomdupe.testing_sentinel``:
+a master watched by three sentinels (``harness.local_sentinel``:
 one replica, ``down-after-milliseconds`` 1500). A quarter into the crawl the
 master goes: by ``SENTINEL FAILOVER`` (the replica is promoted, the master
 demoted), or by SIGKILL of its process (the sentinels promote the replica once
@@ -24,18 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import demo_site, start_workers, wait_workers
-
-from scrapy_bloomdupe.testing_sentinel import LocalSentinel
+from harness.local_sentinel import LocalSentinel
+from helpers import ALL_FAILOVERS_ONLY, demo_site, start_workers, wait_workers
 
 PAGES = 1000
 WORKERS = 2
 #: The event comes once this share of the pages has been fetched.
 EVENT_AT = 0.25
 MAX_STALL = 10.0
-#: CI runs one case of each event (about 15 s each); the other two with this set.
-ALL_ONLY = pytest.mark.skipif(not os.environ.get("BLOOMDUPE_ALL_FAILOVERS"),
-                              reason="set BLOOMDUPE_ALL_FAILOVERS=1 for every combination")
+#: CI runs one case of each event (about 15 s each); the other two with BLOOMDUPE_ALL_FAILOVERS=1.
+ALL_ONLY = ALL_FAILOVERS_ONLY
 
 
 @pytest.fixture

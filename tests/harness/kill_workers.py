@@ -272,8 +272,8 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
     a local Redis Cluster of 3 masters (AOF on, no replicas) instead of one Redis."""
     from redis.cluster import RedisCluster
 
+    from harness.local_cluster import LocalCluster
     from scrapy_bloomdupe.testing import RedisServer
-    from scrapy_bloomdupe.testing_cluster import LocalCluster
 
     rng = rng or random.Random()
     out.mkdir(parents=True, exist_ok=True)

@@ -16,13 +16,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import redis
 
-from .testing import RedisServer, free_port
+from scrapy_bloomdupe.testing import RedisServer, free_port
 
 __all__ = ["LocalSentinel", "SentinelProcess"]
 
@@ -115,21 +116,27 @@ class LocalSentinel:
         return {"BLOOMDUPE_SENTINELS": self.sentinel_addresses,
                 "BLOOMDUPE_SENTINEL_MASTER": self.master_name, **extra}
 
-    def master_port(self) -> int:
-        """The master's port, as the first sentinel that answers says."""
+    def named(self) -> Iterator[int | None]:
+        """The master's port as each running sentinel names it (None: it names none, or
+        does not answer)."""
         for sentinel in self.sentinels:
             if not sentinel.process or sentinel.process.poll() is not None:
                 continue
             client = sentinel.client()
             try:
                 address: Any = client.sentinel_get_master_addr_by_name(self.master_name)
+                yield int(address[1]) if address else None
             except redis.RedisError:
-                continue
+                yield None
             finally:
                 client.close()
-            if address:
-                return int(address[1])
-        raise RuntimeError("no sentinel names a master")
+
+    def master_port(self) -> int:
+        """The master's port, as the first sentinel that answers says."""
+        port = next((port for port in self.named() if port is not None), None)
+        if port is None:
+            raise RuntimeError("no sentinel names a master")
+        return port
 
     def node(self, port: int) -> RedisServer:
         return self.servers[port]
@@ -236,19 +243,7 @@ class LocalSentinel:
         old master, and sends clients there if it comes back."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            named = set()
-            for sentinel in self.sentinels:
-                if not sentinel.process or sentinel.process.poll() is not None:
-                    continue
-                client = sentinel.client()
-                try:
-                    address: Any = client.sentinel_get_master_addr_by_name(self.master_name)
-                    named.add(int(address[1]) if address else None)
-                except redis.RedisError:
-                    named.add(None)
-                finally:
-                    client.close()
-            if named == {port}:
+            if set(self.named()) == {port}:
                 return time.monotonic()
             time.sleep(0.02)
         raise RuntimeError(f"the sentinels did not agree on 127.0.0.1:{port} within {timeout}s")

@@ -28,7 +28,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from .testing import RedisServer
+from scrapy_bloomdupe.testing import RedisServer
 
 __all__ = ["ClusterNodeProcess", "LocalCluster"]
 
