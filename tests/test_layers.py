@@ -36,9 +36,12 @@ LAYERS: dict[str, int] = {
 }
 #: The modules below layer 4 that import Scrapy (or scrapy-redis, which is built on it) when
 #: they run, not only for type checks: a queue entry's codec (Scrapy's Request and
-#: ``request_from_dict``) and the queue, a scrapy-redis queue class. docs/architecture.md
-#: says so; the rest of layers 1-3 is Scrapy-free.
-SCRAPY_AT_RUN_TIME = {"scrapy_bloomdupe.frontier.entry", "scrapy_bloomdupe.frontier.queue"}
+#: ``request_from_dict``), the queue, a scrapy-redis queue class, and the download slots'
+#: policy, which reads Scrapy's default settings (the per-site limits' defaults, whether
+#: this Scrapy has ``DOWNLOAD_DELAY_JITTER``). docs/architecture.md says so; the rest of
+#: layers 1-3 is Scrapy-free.
+SCRAPY_AT_RUN_TIME = {"scrapy_bloomdupe.frontier.entry", "scrapy_bloomdupe.frontier.queue",
+                      "scrapy_bloomdupe.frontier.politeness"}
 #: Sibling packages of one layer that must not know each other.
 APART = [("bloom", "frontier")]
 #: Within a layer, what a package sits below: the scheduler's parts (``scheduling/``) are

@@ -138,8 +138,6 @@ class CrawlWideQueue(PriorityQueue):
         #: sent again (the same push numbers) before the next move.
         self._unfinished_move: tuple[int, list[tuple[Any, ...]], list[bytes]] | None = None
         self._move_number = 0
-        #: How many other workers were live at this worker's last heartbeat (None: none yet).
-        self.others_live: int | None = None
 
     @property
     def next_due(self) -> float | None:
@@ -390,11 +388,6 @@ class CrawlWideQueue(PriorityQueue):
             if len(live) < len(self._held):  # (a pop's reply being read: not yet taken)
                 self._held = {f: e for f, e in self._held.items()
                               if f in live or pop_number(f) in self._unanswered_pops}
-
-    def heartbeat(self) -> None:
-        """As the default queue's; its reply also counts the other live workers, in the
-        same round trip (:attr:`others_live`)."""
-        self.others_live = max(int(n) for n in super().heartbeat(self.lease_timeout_ms))
 
     # -- back-off ------------------------------------------------------------------------
 

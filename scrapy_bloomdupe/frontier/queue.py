@@ -128,6 +128,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.filter_shards = shards
         self.shards = shards if is_cluster(server) else 1
         self.lease_timeout_ms = max(1, round(lease_timeout * 1000))
+        #: How many other workers were live at this worker's last heartbeat (None: none yet).
+        self.others_live: int | None = None
         self.failed_limit = failed_limit
         #: This worker, as its leases name it.
         self.owner = secrets.token_hex(6)
@@ -313,15 +315,17 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             self._execute(commands)
         self._acks_sent()
 
-    def heartbeat(self, *timeout_ms: int) -> list[Any]:
-        """Mark this worker alive in every shard, send the pending acks; each shard's reply."""
+    def heartbeat(self) -> None:
+        """Mark this worker alive in every shard, and send the pending acks; the replies
+        count the other live workers (:attr:`others_live`)."""
         commands = self._ack_commands()
         for shard, owners in enumerate(self._owners):  # shard 0's records the build too
             named = (owners, keys.builds(self.tag))[:2 if shard == 0 else 1]
             commands.append(("EVALSHA", self._scripts["heartbeat"].sha, len(named), *named,
-                             self.owner, str(builds.OURS), *timeout_ms))
-        replies, _ = self._execute(commands), self._acks_sent()
-        return replies[len(replies) - len(self._owners):]
+                             self.owner, str(builds.OURS), self.lease_timeout_ms))
+        replies = self._execute(commands)
+        self._acks_sent()
+        self.others_live = max(int(n) for n in replies[len(replies) - len(self._owners):])
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """Put the leases of dead workers back in the queue (with ``release_own``, this
