@@ -41,10 +41,10 @@ class Setup:
                                    tag=self.tag, lease_timeout=lease_timeout)
         self.clock, self.calls = Clock(), Calls()
         # No reactor started: the jobs run inline (a test may hold them, see HeldRunner).
-        self.jobs = RedisJobs(lambda: self.df, later=self.calls)
+        self.jobs = RedisJobs(self.df.health, later=self.calls)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.crawler.stats,
                                 spider=self.spider, queued=lambda: self.end.queued(),
-                                signals=self.crawler.signals)
+                                signals=self.crawler.signals, bloomdupe=self.df)
         self.engine = Engine(self.spider) if engine else None
         frontier = FrontierConfig(lease_timeout=lease_timeout, done_grace=grace,
                                   failed_limit=100)

@@ -20,10 +20,12 @@ from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
+from scrapy_bloomdupe.scheduling.health import CrawlHealth
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from scrapy_bloomdupe.scheduling.requestpath import LEASE_META, RequestPath
 from scrapy_bloomdupe.settings import FrontierConfig
+from scrapy_bloomdupe.transport.outage import OutageGuard
 
 TAG = "demo:bloomdupe"
 IDLE_POLL = 0.5
@@ -39,7 +41,8 @@ class Setup:
         self.spider = self.crawler.spider
         self.queue = queue if queue is not None else PriorityQueue(
             client, self.spider, "demo:requests", tag=TAG, lease_timeout=30)
-        self.jobs = RedisJobs(lambda: None)  # no reactor started: the jobs run inline
+        # No reactor started: the jobs run inline.
+        self.jobs = RedisJobs(CrawlHealth(OutageGuard(0, "test")))
         assert self.jobs.inline
         self.path = RequestPath(None, self.queue, self.jobs, stats=self.crawler.stats,
                                 spider=self.spider, queued=lambda: None)

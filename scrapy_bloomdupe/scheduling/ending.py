@@ -25,7 +25,6 @@ from scrapy.utils.asyncio import CallLaterResult, call_later
 from scrapy.utils.defer import deferred_from_coro
 from twisted.python.failure import Failure
 
-from ..dupefilter import RedisBloomDupeFilter
 from ..transport.diagnose import check_eviction
 from .leases import Later, Leases
 
@@ -212,8 +211,8 @@ class CrawlEnd:
             queued, leased = call(self.queue.status) if leased_queue else (
                 call(lambda: len(self.queue)), 0)
             verified = verify and not queued and not leased
-            df = self.path.df
-            if verified and isinstance(df, RedisBloomDupeFilter):
+            df = self.path.bloomdupe
+            if verified and df is not None:
                 call(df.bloom.verify)
                 call(lambda: check_eviction(df.bloom.link, warn=False))
             return Look(queued, leased, verified, work, back)

@@ -21,10 +21,9 @@ test that calls the objects directly) no runner is started and a job runs here a
 once (:attr:`RedisJobs.inline`): the same code, its Deferred fired before
 :meth:`RedisJobs.run` returns.
 
-The one place that acts on what a call meets: an outage is waited out (the
-dupefilter's :class:`~scrapy_bloomdupe.transport.outage.OutageGuard`), a refusal or a
-lost filter stops the crawl (``RedisBloomDupeFilter.fail``), and once the crawl has
-stopped on an error nothing more is sent.
+The one place that acts on what a call meets, with the crawl's health
+(:class:`~.health.CrawlHealth`): an outage is waited out, a refusal or a lost filter
+stops the crawl, and once the crawl has stopped on an error nothing more is sent.
 """
 
 from __future__ import annotations
@@ -42,10 +41,10 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError
 from ..transport.onloop import run_bridged
 from ..transport.outage import RedisUnavailable
+from .health import CrawlHealth
 
 T = TypeVar("T")
 
@@ -169,15 +168,13 @@ def acted_on(failure: Failure) -> Failure | None:
 
 class RedisJobs:
     """The scheduler's Redis work: :meth:`run` (a job, on the runner during a crawl),
-    :meth:`guarded` (a call within a job), and what a failure does.
-    ``dupefilter`` gives the crawl's dupefilter (set once the scheduler opens); with
-    one that is not this package's, calls run unguarded, as scrapy-redis runs them.
-    ``later`` asks for a delayed call during a crawl (Scrapy's ``call_later``; a
+    :meth:`guarded` (a call within a job), and what a failure does: the crawl's
+    ``health`` says. ``later`` asks for a delayed call during a crawl (Scrapy's ``call_later``; a
     test's own)."""
 
-    def __init__(self, dupefilter: Callable[[], Any], *,
+    def __init__(self, health: CrawlHealth, *,
                  later: Callable[[float, Callable[[], None]], Any] = call_later) -> None:
-        self._dupefilter = dupefilter
+        self.health = health
         self._later = later
         #: Where the jobs run once the scheduler opens a crawl (see start): the asyncio
         #: loop or the Redis thread; outside a crawl, here and at once.
@@ -208,14 +205,9 @@ class RedisJobs:
         later: CallLaterResult = self._later(delay, call)
         return later
 
-    def _df(self) -> RedisBloomDupeFilter | None:
-        df = self._dupefilter()
-        return df if isinstance(df, RedisBloomDupeFilter) else None
-
     def failed(self) -> bool:
         """Whether this worker stopped the crawl on an error."""
-        df = self._df()
-        return df is not None and df.failure is not None
+        return self.health.failed()
 
     def run(self, call: Callable[[], T], *, after_stop: bool = False) -> Deferred[T]:
         """``call`` under the lock, on the runner (here and at once outside a crawl). A
@@ -239,8 +231,7 @@ class RedisJobs:
 
     def outage_call(self, call: Callable[[], T]) -> T:
         """``call`` with Redis outages waited out (inside a job: see :meth:`run`)."""
-        df = self._df()
-        return call() if df is None else df.outage.call(call)
+        return self.health.call(call)
 
     def guarded(self, call: Callable[[], T], fallback: T) -> T:
         """``call`` within the job that runs it (or here and now outside a crawl), an
@@ -249,16 +240,13 @@ class RedisJobs:
         says) and gives ``fallback``; once the crawl has stopped, nothing more is sent
         (the engine may still ask while it closes; each ask would wait out the outage
         again)."""
-        df = self._df()
-        if df is None:
-            return call()
-        if df.failure is not None:
+        if self.health.failed():
             return fallback
         try:
             with self.lock:
-                return df.outage.call(call)
+                return self.health.call(call)
         except (RedisUnavailable, RedisError, BloomDupeError) as e:
-            df.fail(e)
+            self.health.fail(e)
             return fallback
 
     def redis_failed(self, failure: Failure) -> None:
@@ -266,6 +254,5 @@ class RedisJobs:
         anything else is a bug, raised."""
         if not isinstance(failure.value, (RedisError, BloomDupeError)):
             failure.raiseException()
-        df = self._df()
-        if not isinstance(failure.value, Stopped) and df is not None:
-            df.fail(failure.value)
+        if not isinstance(failure.value, Stopped):
+            self.health.fail(failure.value)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import RedisError
 from scrapy import signals as scrapy_signals
@@ -31,11 +31,11 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from .. import dupefilter as dupefilter_module
 from ..exceptions import BloomDupeError
 from ..frontier import storable
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.queue import PriorityQueue
+from .health import CLOSE_REASON
 from .jobs import RedisJobs, Stopped
 from .shared import SharedQueue
 
@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from scrapy.signalmanager import SignalManager
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+    from ..bloom.filter import BloomFilter
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +56,21 @@ logger = logging.getLogger(__name__)
 LEASE_META = "_bloomdupe_lease"
 #: ``request.meta`` key of a request the batch middleware has already queued.
 QUEUED_META = "_bloomdupe_queued"
+
+
+class BloomDupe(Protocol):
+    """This package's dupefilter, as the scheduler's parts use it: the scheduler tells
+    it from another dupefilter and hands it over (nothing here imports it)."""
+
+    bloom: BloomFilter
+    fingerprinter: RequestFingerprinterProtocol
+
+    def check_and_queue(self, fingerprints: list[bytes], queue: Any,
+                        entries: list[Any]) -> list[bool]: ...
+
+    def flush_crawl_stats_due(self) -> None: ...
+
+    def log(self, request: Request, spider: Any) -> None: ...
 
 
 #: How long a callback's output waits for others' to go to Redis with it (s): callbacks
@@ -154,16 +172,19 @@ class Outbox:
 
 
 class RequestPath:
-    """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
-    (``jobs``), owned by the scheduler. ``queued`` is called each time requests were
-    queued (the scheduler's work count); ``signals`` are the crawler's (a request
-    dropped after the engine heard it was scheduled is sent with ``request_dropped``)."""
+    """The crawl's dupefilter (``df``; ``bloomdupe`` too when it is this package's),
+    shared queue (``queue``) and Redis work (``jobs``), owned by the scheduler.
+    ``queued`` is called each time requests were queued (the scheduler's work count);
+    ``signals`` are the crawler's (a request dropped after the engine heard it was
+    scheduled is sent with ``request_dropped``)."""
 
     def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
                  stats: StatsCollector,
                  spider: Spider, queued: Callable[[], None],
-                 signals: SignalManager | None = None) -> None:
+                 signals: SignalManager | None = None,
+                 bloomdupe: BloomDupe | None = None) -> None:
         self.df = df
+        self.bloomdupe = bloomdupe
         self.queue = queue
         self.jobs = jobs
         self.stats = stats
@@ -176,13 +197,12 @@ class RequestPath:
         self.outbox = Outbox(jobs.run, self.check_and_push, later=jobs.later)
 
     @property
-    def bloom(self) -> dupefilter_module.RedisBloomDupeFilter:
+    def bloom(self) -> BloomDupe:
         """The dupefilter, where only this package's can be: a callback's output and a
         request's check-and-queue come this way only with it (the batch middleware and
         :meth:`enqueue` ask first)."""
-        df = self.df
-        assert isinstance(df, dupefilter_module.RedisBloomDupeFilter), df
-        return df
+        assert self.bloomdupe is not None, self.df
+        return self.bloomdupe
 
     @property
     def leased(self) -> bool:
@@ -233,7 +253,7 @@ class RequestPath:
         """``request``'s check-and-queue as a job (None: nothing to send). With a
         dupefilter of the user's (scrapy-redis's, Scrapy's own) the filter is asked,
         then the request pushed, in one job, as scrapy-redis does."""
-        if isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
+        if self.bloomdupe is not None:
             prepared = self.prepare([request])
             return None if prepared is None else self.queue_prepared([None], *prepared)
         if self.storable([request]) == [None]:
@@ -311,10 +331,10 @@ class RequestPath:
             # it is fetched again by the next workers.
             if isinstance(error, Stopped):
                 return outcomes
-            df = self.bloom
-            df.check_failed(error, len(fps))
-            if df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
-                df.stop_crawl(dupefilter_module.CLOSE_REASON, (
+            health = self.jobs.health
+            health.fail(error, len(fps))
+            if not health.failed():  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
+                health.stop(CLOSE_REASON, (
                     "Redis stayed unavailable and the shared queue is in Redis: "
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes

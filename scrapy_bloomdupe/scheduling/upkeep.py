@@ -27,10 +27,10 @@ if TYPE_CHECKING:
     from scrapy.utils.asyncio import AsyncioLoopingCall
     from twisted.internet.task import LoopingCall
 
-    from ..dupefilter import RedisBloomDupeFilter
     from ..frontier.queue import Lease, PriorityQueue
     from ..settings import FrontierConfig
     from .jobs import RedisJobs
+    from .requestpath import BloomDupe
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class LeaseUpkeep:
     gives the leases the scheduler holds (buffered or handed out)."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
-                 dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
+                 dupefilter: BloomDupe | None, server: Redis | RedisCluster,
                  frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
                  settle: Callable[[], None], held: Callable[[], list[Lease]],
                  retired: Callable[[], object] = lambda: 0
