@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+from scrapy import signals
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.request import referer_str
 
@@ -34,6 +35,8 @@ from .scheduling.health import (
     REFUSED_REASON,
     CrawlHealth,
 )
+from .scheduling.jobs import RedisJobs, running_reactor
+from .scheduling.waiting import Waiting
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.link import link_to
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
     from scrapy.utils.request import RequestFingerprinterProtocol
+    from twisted.internet.defer import Deferred
     from typing_extensions import Self
 
     from .bloom.info import FilterInfo
@@ -96,6 +100,13 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         # The filter waits outages out around each round trip, so that a retry
         # replays the same call (same ids) and a lost reply loses no URL.
         bloom.outage = self.health.outage
+        #: Where this filter's own checks run (Scrapy's scheduler or scrapy-redis's ask
+        #: it; this package's scheduler runs them on its own): on Scrapy's loop once
+        #: the crawl asks during a crawl, else here and at once (a tool, a test).
+        self.jobs = RedisJobs(self.health)
+        #: The requests that wait for Redis's answer meanwhile.
+        self.waiting = Waiting(self.jobs, self._check_in_job, crawler=crawler,
+                               mark=self._mark, duplicate=self._duplicate)
         self.crawl_stats = crawl_stats
         self.stats_interval = stats_interval
         self.crawler = crawler
@@ -167,6 +178,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 on_outage=config.on_outage, crawler=crawler)),
         )
         instance.keep_if_finished = keep == KEEP_IF_FINISHED
+        crawler.signals.connect(instance.waiting.spider_idle, signal=signals.spider_idle)
         if cls.request_fingerprint is not RedisBloomDupeFilter.request_fingerprint:
             # Overridden, as scrapy-redis projects do (scrapy-splash): honoured.
             instance.fingerprinter = fingerprint.MethodFingerprinter(
@@ -215,14 +227,59 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return self.base_fingerprinter.fingerprint(request).hex()
 
     def request_seen(self, request: Request) -> bool:
+        """Scrapy's scheduler's question. During a crawl never a round trip here: the
+        request is held while Redis is asked, in a job (it is seen for now; crawled
+        again once Redis answers new: see :mod:`.scheduling.waiting`). Outside one (a
+        tool, a test), Redis answers now."""
         fp = self.fingerprinter.fingerprint(request)
         if request.meta.get(CHECKED_META) == fp:
             # Checked, and new, by the batch middleware: let it through once.
             del request.meta[CHECKED_META]
             return False
-        new = self._guarded(lambda: [self.bloom.add(fp)], [request])
+        if not self._runner():
+            new = self._guarded(lambda: [self.bloom.add(fp)], [request])
+            self._maybe_flush()
+            return not new[0]
+        self.waiting.hold(request, fp)
+        return True
+
+    def check_later(self, requests: Sequence[Request]) -> Deferred[list[bool]]:
+        """:meth:`requests_seen` as a job (the batch middleware's, under another
+        scheduler): whether each was seen before, the new ones marked. Fails with
+        :class:`~.scheduling.jobs.Stopped` once the crawl stopped on an error."""
+        self._runner()
+        fps = [self.fingerprinter.fingerprint(r) for r in requests]
+
+        def marked(new: list[bool]) -> list[bool]:
+            for request, fp, is_new in zip(requests, fps, new, strict=True):
+                if is_new:
+                    self._mark(request, fp)
+            return [not n for n in new]
+        return self.waiting.ask(fps).addCallback(marked)
+
+    def _runner(self) -> bool:
+        """Whether this filter's checks run on a runner (a crawl runs): started on the
+        reactor's loop at the first, when the links have ``redis.asyncio`` twins, else
+        on a thread of its own; outside a crawl, none."""
+        if self.jobs.inline:
+            reactor = running_reactor()
+            if reactor is None:
+                return False
+            self.jobs.start(reactor, on_loop=self.bloom.link.asynchronous)
+        return True
+
+    def _check_in_job(self, fps: list[bytes]) -> list[bool]:
+        new = self.bloom.add_many(fps)
         self._maybe_flush()
-        return not new[0]
+        return new
+
+    @staticmethod
+    def _mark(request: Request, fp: bytes) -> None:
+        request.meta[CHECKED_META] = fp
+
+    def _duplicate(self, request: Request) -> None:
+        spider = self.crawler.spider if self.crawler is not None else None
+        self.log(request, spider)
 
     def requests_seen(self, requests: Sequence[Request]) -> list[bool]:
         """Check-and-add many requests in one round trip; mark the new ones.
@@ -338,6 +395,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
     # -- logging and stats ----------------------------------------------------
 
     def log(self, request: Request, spider: Spider | None) -> None:
+        if self.waiting.holds(request):
+            return  # not yet known a duplicate: logged once Redis says so
         if self.debug:
             msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
             args = {"request": request, "referer": referer_str(request)}
@@ -471,9 +530,25 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         # At the end of a crawl: marked, so that a worker paused past it closes quietly.
         self.bloom.clear(finished=True)
 
-    def close(self, reason: str = "", *, clear: bool | None = None) -> None:
+    def close(self, reason: str = "", *, clear: bool | None = None) -> Deferred[None] | None:
+        """Scrapy's scheduler's hook (it waits for the Deferred): :meth:`close_now` as
+        the last job of this filter's runner, which then stops; outside a crawl, now."""
+        self.waiting.close()
+        if self.jobs.inline:
+            self.close_now(reason, clear=clear)
+            return None
+
+        def stopped(result: Any) -> Any:
+            self.jobs.stop()
+            return result
+        closed: Deferred[None] = self.jobs.run(
+            lambda: self.close_now(reason, clear=clear), after_stop=True).addBoth(stopped)
+        return closed
+
+    def close_now(self, reason: str = "", *, clear: bool | None = None) -> None:
         """Write the final figures; delete the filter when ``clear`` (by default, as
-        :mod:`.persistence` says: the scheduler decides for a shared crawl)."""
+        :mod:`.persistence` says: the scheduler decides for a shared crawl, in its
+        last job)."""
         self.closed = True
         if clear is None:
             clear = not self.persist and self.failure is None

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet.defer import Deferred
@@ -51,7 +50,7 @@ from .scheduling import health as crawl_health
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
 from .scheduling.health import NOT_HELD, CrawlHealth
-from .scheduling.jobs import RedisJobs, acted_on
+from .scheduling.jobs import RedisJobs, acted_on, running_reactor
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
 from .scheduling.shared import SharedCrawl, check_politeness, enabled, make_queue, open_filter
@@ -253,12 +252,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                             done_grace=self.done_grace)
         # What a stop on an error says becomes of the requests in progress.
         self.health.held = HELD if self.leased else NOT_HELD
-        reactor = _running_reactor()
+        reactor = running_reactor()
         if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
             # On the loop when every round trip of the jobs has a redis.asyncio twin: the
             # filter's and the leased queue's (scrapy-redis's queues use the client).
-            self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
-                            and bloom is not None and bloom.link.asynchronous)
+            self.jobs.start(reactor, on_loop=self.leased and bloom is not None
+                            and bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
@@ -302,14 +301,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 # The scheduler's persist decides, also when set on the instance after
                 # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
                 df.persist = persist
-                df.close(reason, clear=clear)  # writes the final stats
+                df.close_now(reason, clear=clear)  # writes the final stats
             elif clear and df is not None and hasattr(df, "clear"):
                 # As scrapy-redis does (its close() would clear even when persisting);
                 # Scrapy's own dupefilters keep nothing in Redis to clear.
                 df.clear()
 
         def stopped(result: Any) -> Any:
-            self.jobs.io.stop()  # the runner is idle: its last job is answered
+            self.jobs.stop()  # the runner is idle: its last job is answered
             return result
 
         # The last job of the crawl, on the runner like the others.
@@ -398,17 +397,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return self.crawler.engine
         except RuntimeError:  # "Crawler.engine is not set yet"
             return None
-
-
-def _running_reactor() -> Any:
-    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
-    here, not at the top: importing the reactor installs one, and Scrapy installs its
-    own (TWISTED_REACTOR) first."""
-    if not is_reactor_installed():
-        return None
-    from twisted.internet import reactor
-
-    return reactor if getattr(reactor, "running", False) else None
 
 
 _opened: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

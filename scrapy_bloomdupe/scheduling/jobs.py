@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 from scrapy.utils.asyncio import CallLaterResult, call_later
+from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from twisted.internet import defer, threads
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -184,12 +185,16 @@ class RedisJobs:
         self.lock = threading.RLock()
 
     def start(self, reactor: Any, *, on_loop: bool) -> None:
-        """Run the jobs off the reactor's blocking path from now on (the scheduler opens a
-        crawl; once): on its asyncio loop (``on_loop``: the reactor is asyncio's and the
-        links have ``redis.asyncio`` twins) or on the Redis thread (the fallback)."""
-        if self.io.inline and on_loop:
+        """Run the jobs off the reactor's blocking path from now on (a crawl runs; once):
+        on its asyncio loop when the reactor is asyncio's and ``on_loop`` (the links have
+        ``redis.asyncio`` twins), else on a thread of their own (the fallback)."""
+        if self.io.inline and on_loop and is_asyncio_reactor_installed():
             self.io = IOLoop()
         self.io.start(reactor)
+
+    def stop(self) -> None:
+        """Later jobs run here and at once (the runner's last job is answered)."""
+        self.io.stop()
 
     @property
     def inline(self) -> bool:
@@ -256,3 +261,14 @@ class RedisJobs:
             failure.raiseException()
         if not isinstance(failure.value, Stopped):
             self.health.fail(failure.value)
+
+
+def running_reactor() -> Any:
+    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
+    here, not at the top: importing the reactor installs one, and Scrapy installs its
+    own (TWISTED_REACTOR) first."""
+    if not is_reactor_installed():
+        return None
+    from twisted.internet import reactor
+
+    return reactor if getattr(reactor, "running", False) else None

@@ -98,7 +98,7 @@ if OUT:
     _wrap(onloop.AsyncNode, "round_trip", _awaited)
     _wrap(shared.SharedCrawl, "join", _phase("join"))
     _wrap(shared.SharedCrawl, "close", _phase("leave"))
-    _wrap(RedisBloomDupeFilter, "close", _phase("filter closed"))
+    _wrap(RedisBloomDupeFilter, "close_now", _phase("filter closed"))
 
     start = jobs.RedisJobs.start
 
