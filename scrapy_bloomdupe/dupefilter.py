@@ -35,7 +35,7 @@ from .scheduling.health import (
     REFUSED_REASON,
     CrawlHealth,
 )
-from .scheduling.jobs import RedisJobs, running_reactor
+from .scheduling.jobs import RedisJobs
 from .scheduling.waiting import Waiting
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
@@ -236,7 +236,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             # Checked, and new, by the batch middleware: let it through once.
             del request.meta[CHECKED_META]
             return False
-        if not self._runner():
+        if not self._runner():  # a tool, a test: answered now
             new = self._guarded(lambda: [self.bloom.add(fp)], [request])
             self._maybe_flush()
             return not new[0]
@@ -261,12 +261,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Whether this filter's checks run on a runner (a crawl runs): started on the
         reactor's loop at the first, when the links have ``redis.asyncio`` twins, else
         on a thread of its own; outside a crawl, none."""
-        if self.jobs.inline:
-            reactor = running_reactor()
-            if reactor is None:
-                return False
-            self.jobs.start(reactor, on_loop=self.bloom.link.asynchronous)
-        return True
+        return self.jobs.start(on_loop=self.bloom.link.asynchronous)
 
     def _check_in_job(self, fps: list[bytes]) -> list[bool]:
         new = self.bloom.add_many(fps)

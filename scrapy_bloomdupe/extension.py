@@ -69,7 +69,7 @@ class BloomDupeStats:
         sched = scheduler_module.for_crawler(self.crawler)
         jobs = sched.jobs if sched is not None and sched.df is df else df.jobs
         # The fill read in a job of the crawl's runner: Scrapy's reactor never waits.
-        jobs.in_redis_thread(df.bloom.info).addCallbacks(
+        jobs.run(df.bloom.info, quiet=True).addCallbacks(
             lambda info: self._log(df, info), self._no_figures)
 
     def _no_figures(self, failure: Failure) -> Failure | None:

@@ -50,7 +50,7 @@ from .scheduling import health as crawl_health
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
 from .scheduling.health import NOT_HELD, CrawlHealth
-from .scheduling.jobs import RedisJobs, acted_on, running_reactor
+from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
 from .scheduling.shared import SharedCrawl, check_politeness, enabled, make_queue, open_filter
@@ -252,12 +252,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                             done_grace=self.done_grace)
         # What a stop on an error says becomes of the requests in progress.
         self.health.held = HELD if self.leased else NOT_HELD
-        reactor = running_reactor()
-        if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
-            # On the loop when every round trip of the jobs has a redis.asyncio twin: the
-            # filter's and the leased queue's (scrapy-redis's queues use the client).
-            self.jobs.start(reactor, on_loop=self.leased and bloom is not None
-                            and bloom.link.asynchronous)
+        # During a crawl, the runner, chosen once (see .scheduling.jobs): on the loop when
+        # every round trip of the jobs has a redis.asyncio twin, the filter's and the
+        # leased queue's (scrapy-redis's queues use the client).
+        self.jobs.start(on_loop=self.leased and bloom is not None and bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep

@@ -230,7 +230,7 @@ class WorkerMetrics:
             return
         # During a crawl in a job of the crawl's runner: Scrapy's reactor never waits.
         self._writing = True
-        jobs.in_redis_thread(lambda: self._send(client, now, figures, prune)).addCallback(
+        jobs.run(lambda: self._send(client, now, figures, prune), quiet=True).addCallback(
             self._written, figures, now)
 
     def _send(self, client: Redis | RedisCluster | Link, now: float, figures: dict[str, Any],

@@ -519,3 +519,12 @@ def crawl_through_a_freeze(site: Any, logs: Path, *settings: str, workers: int =
                 assert bad not in log, log[-3000:]
         total = [a + b + c for a, b, c in zip(fetched, during, take_fetches(site), strict=True)]
     return sum(during), total
+
+
+def in_job(jobs: Any, fn: Any) -> Any:
+    """``fn()`` as a job of ``jobs`` (``RedisJobs``), as the scheduler runs it: Redis calls
+    are made only inside one. Outside a crawl the job runs at once; its answer."""
+    answer: list[Any] = []
+    jobs.run(fn, after_stop=True).addCallback(answer.append)
+    assert answer, "the job ran at once (no runner started)"
+    return answer[0]

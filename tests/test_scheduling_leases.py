@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import Calls, Clock, DemoSpider, Engine, crawler_for
+from helpers import Calls, Clock, DemoSpider, Engine, crawler_for, in_job
 from scrapy import Request
 from scrapy.settings import Settings
 from scrapy_redis.queue import FifoQueue
@@ -276,7 +276,8 @@ def test_a_scrapy_redis_queue_pops_one_by_one_and_gives_back_what_was_not_handed
     assert len(setup.leases.buffer) == 2  # its free download slots: 3
     assert len(queue) == 2
     assert not setup.leases.full()
-    setup.leases.give_back()  # the spider closed: back before the queue is judged empty
+    # The spider closed: back before the queue is judged empty.
+    in_job(setup.jobs, setup.leases.give_back)
     assert setup.leases.buffer == []
     assert len(queue) == 4
 

@@ -199,7 +199,7 @@ class CrawlEnd:
         reap = self.upkeep is not None and self.upkeep.reap_due()
         verify = self._idle_since is not None or self.done_grace <= 0
         work = self._work
-        call = self.jobs.outage_call
+        call = self.jobs.call
         leased_queue = self.path.leased
 
         def look() -> Look:
@@ -310,10 +310,10 @@ class CrawlEnd:
         if not self.crawl_done:
             return False
         if not self.path.leased:
-            return not self.jobs.guarded(lambda: len(self.queue), 1)
+            return not self.jobs.call(lambda: len(self.queue), 1)
         self.leases.settle()
-        self.jobs.guarded(lambda: self.queue.heartbeat() or True, False)
-        queued, leased = self.jobs.guarded(self.queue.status, (1, 1))
+        self.jobs.call(lambda: self.queue.heartbeat() or True, False)
+        queued, leased = self.jobs.call(self.queue.status, (1, 1))
         return not queued and not leased and not self.jobs.failed()
 
     def close(self) -> None:

@@ -262,7 +262,7 @@ class RequestPath:
         def job() -> list[bool | None]:
             if not request.dont_filter and self.df.request_seen(request):
                 return [True]
-            self.jobs.outage_call(partial(self.queue.push, request))
+            self.jobs.call(partial(self.queue.push, request))
             return [False]
 
         def answered(outcomes: list[bool | None]) -> list[bool | None]:
@@ -352,15 +352,15 @@ class RequestPath:
         if self.leased:
             new = self.bloom.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
-                self.jobs.outage_call(lambda: self.queue.push_many(pushed))
+                self.jobs.call(lambda: self.queue.push_many(pushed))
             if isinstance(self.queue, CrawlWideQueue) and (any(new) or pushed):
                 # Into the download slots now: a request waits there at a third of the
                 # intake's bytes (else the next pop moves it).
-                self.jobs.guarded(self.queue.sort, 0)
+                self.jobs.call(self.queue.sort, 0)
             return new
         new = self.bloom.check_and_queue(fps, None, entries) if fps else []
         for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
-            self.jobs.outage_call(partial(self.queue.push, request))
+            self.jobs.call(partial(self.queue.push, request))
         return new
 
     def storable(self, requests: list[Request]) -> list[Any]:

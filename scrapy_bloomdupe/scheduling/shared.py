@@ -234,38 +234,38 @@ class SharedCrawl:
                 # The filter and its queue went before the filter was opened; what is
                 # left is a scrapy-redis queue that this one would otherwise take over.
                 if self.queue.key != getattr(self.queue, "tag", None):
-                    self.jobs.guarded(lambda: self.server.delete(self.queue.key), 0)
+                    self.jobs.call(lambda: self.server.delete(self.queue.key), 0)
             else:
                 flush()
         if self.leased:
-            merged = self.jobs.guarded(self.queue.merge_shards, 0)
+            merged = self.jobs.call(self.queue.merge_shards, 0)
             if merged:
                 logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
                             "shards into shard 0 (one queue shard on one Redis node)",
                             merged, extra={"spider": spider})
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
-            adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)
+            adopted = self.jobs.call(lambda: self.queue.adopt(self.queue.key), 0)
             if adopted:
                 logger.info("Took over %d request(s) from scrapy-redis's queue %r",
                             adopted, self.queue.key, extra={"spider": spider})
-        pending = self.jobs.guarded(lambda: len(self.queue), 0)
+        pending = self.jobs.call(lambda: len(self.queue), 0)
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
         bloom = self.bloom
         if not self.leased and bloom is not None:
             # Counted among the crawl's workers, so that the last one out clears (close).
-            self.jobs.guarded(lambda: frontier_queue.join(self.server, bloom.key,
+            self.jobs.call(lambda: frontier_queue.join(self.server, bloom.key,
                                                           self.member), None)
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
         if self.leased:
-            return bool(self.jobs.guarded(self.queue.leave, True))
+            return bool(self.jobs.call(self.queue.leave, True))
         bloom = self.bloom
         if bloom is not None:
-            return bool(self.jobs.guarded(lambda: frontier_queue.leave(
+            return bool(self.jobs.call(lambda: frontier_queue.leave(
                 self.server, bloom.key, self.member,
                 round(self.frontier.lease_timeout * 1000)), True))
         return True
@@ -302,9 +302,9 @@ class SharedCrawl:
                 with suppress(RedisError):
                     detach()
         elif clear:
-            self.jobs.guarded(self.queue.clear, None)
+            self.jobs.call(self.queue.clear, None)
         else:
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:
-                self.jobs.guarded(close_queue, None)
+                self.jobs.call(close_queue, None)
         return clear

@@ -102,7 +102,7 @@ class LeaseUpkeep:
             self._next_reclaim = now + timeout
             self._stale_seen = self.queue.stale
             held = self._held()
-        call = self.jobs.outage_call
+        call = self.jobs.call
         last = self._last_beat
 
         def job() -> tuple[float, list[tuple[int, Request]], Reclaimed]:
@@ -165,7 +165,7 @@ class LeaseUpkeep:
             self.queue.heartbeat()
             return True
 
-        if self.jobs.guarded(heartbeat, False):
+        if self.jobs.call(heartbeat, False):
             self._beaten(silence, time.monotonic())
 
     def _beaten(self, silence: float, now: float) -> None:

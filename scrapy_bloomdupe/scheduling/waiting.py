@@ -115,13 +115,11 @@ class Waiting:
         self.ask([fp]).addCallbacks(self._settled, self._stopped, callbackArgs=(request, fp),
                                     errbackArgs=(request,))
         if len(self.held) >= self.limit and not self._paused:
-            engine = self._engine()
-            if engine is not None:
-                self._paused = True
-                logger.warning("%d requests wait for Redis's answer: the engine pauses (no new "
-                               "download starts) until fewer than %d do", len(self.held),
-                               self.limit // 2)
-                engine.pause()
+            self._paused = True
+            logger.warning("%d requests wait for Redis's answer: the engine pauses (no new "
+                           "download starts) until fewer than %d do", len(self.held),
+                           self.limit // 2)
+            self._engine().pause()
 
     def holds(self, request: Request) -> bool:
         """Whether ``request`` waits for Redis's answer (its scheduler logs it as a
@@ -132,18 +130,14 @@ class Waiting:
         self.held.pop(id(request), None)
         if self._paused and len(self.held) < self.limit // 2:
             self._paused = False
-            engine = self._engine()
-            if engine is not None:
-                engine.unpause()
+            self._engine().unpause()
         if not new[0]:
             self._duplicate(request)
-            return
-        engine = self._engine()
-        if self.closed or engine is None or engine.spider is None:
+        elif self.closed:  # Scrapy's scheduler is closed
             self.too_late += 1
-            return
-        self._mark(request, fp)
-        engine.crawl(request)
+        else:
+            self._mark(request, fp)
+            self._engine().crawl(request)
 
     def _stopped(self, failure: Failure, request: Request) -> None:
         self.held.pop(id(request), None)
@@ -165,11 +159,10 @@ class Waiting:
                            "they are not queued (a JOBDIR crawl resumed later does not "
                            "fetch those that Redis takes as new)", len(self.held))
 
-    def _engine(self) -> ExecutionEngine | None:
-        try:
-            return self._crawler.engine if self._crawler is not None else None
-        except RuntimeError:  # Scrapy's answer when the crawler is not crawling
-            return None
+    def _engine(self) -> ExecutionEngine:
+        """The crawl's engine: a request is held only during a crawl."""
+        assert self._crawler is not None and self._crawler.engine is not None
+        return self._crawler.engine
 
     def figures(self) -> dict[str, Any]:
         return {"waiting": len(self.held), "too_late": self.too_late}

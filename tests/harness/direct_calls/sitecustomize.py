@@ -102,10 +102,12 @@ if OUT:
 
     start = jobs.RedisJobs.start
 
-    def started(self: Any, reactor: Any, **kwargs: Any) -> None:
-        start(self, reactor, **kwargs)
+    def started(self: Any, **kwargs: Any) -> bool:
+        if not start(self, **kwargs):
+            return False
         found["io"] = type(self.io).__name__
         running["jobs"] = True
+        return True
 
     jobs.RedisJobs.start = started  # type: ignore[method-assign]
 
