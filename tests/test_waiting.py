@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import Engine, HeldRunner, crawler_for
+from helpers import Engine, HeldRunner, crawler_for, run_python
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Request
 from scrapy.utils.misc import build_from_crawler
@@ -103,3 +103,52 @@ def test_an_outage_past_its_timeout_stops_the_crawl_or_lets_them_through(on_outa
     else:
         assert df.failure is None and engine.crawled == [request] and df.unchecked == 1
     assert not df.waiting.held
+
+
+KILLED_REDIS_ON_THE_LOOP = '''
+import sys
+import time
+sys.path.insert(0, "tests")
+from twisted.internet import asyncioreactor
+asyncioreactor.install()
+from twisted.internet import reactor, task
+from scrapy.http import Request
+from scrapy.utils.misc import build_from_crawler
+from helpers import Engine, crawler_for
+from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+from scrapy_bloomdupe.testing import RedisServer
+
+server = RedisServer().start()
+crawler = crawler_for(server.url, BLOOMDUPE_OUTAGE_TIMEOUT=3, REDIS_PARAMS={"retry": None})
+df = build_from_crawler(RedisBloomDupeFilter, crawler)
+crawler.engine = Engine(crawler.spider)
+gaps, last = [], [time.monotonic()]
+
+def tick():
+    now = time.monotonic()
+    gaps.append(now - last[0])
+    last[0] = now
+
+def main():
+    task.LoopingCall(tick).start(0.05)
+    server.kill()
+    started = time.monotonic()
+    held = df.request_seen(Request("http://a.example/"))
+    print("request_seen", held, round(time.monotonic() - started, 3))
+    reactor.callLater(4.5, lambda: (print("failure", df.failure, "longest gap",
+                                          max(gaps) < 0.5), reactor.stop()))
+
+reactor.callWhenRunning(main)
+reactor.run()
+'''
+
+
+def test_request_seen_never_waits_for_a_dead_redis_on_the_loop() -> None:
+    """Scrapy's asyncio reactor running, Redis killed, ``BLOOMDUPE_OUTAGE_TIMEOUT = 3``:
+    ``request_seen`` answers at once (it froze the loop 3.06 s, waiting out the
+    outage), the loop keeps turning while a job waits the outage out, and the crawl
+    stops once it is over."""
+    out = run_python(KILLED_REDIS_ON_THE_LOOP)
+    seen, took = out.split("\n")[0].split()[1:]
+    assert seen == "True" and float(took) < 0.1, out
+    assert "failure bloomdupe_redis_unavailable longest gap True" in out, out
