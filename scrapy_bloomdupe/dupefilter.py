@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 from scrapy import signals
 from scrapy.dupefilters import BaseDupeFilter
-from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.request import referer_str
 
 from . import connection, crawlstats, fingerprint, keys
@@ -27,6 +26,17 @@ from .bloom.lua import LuaEngine
 from .exceptions import BloomDupeError, FilterFullError, FilterLostError
 from .frontier.queue import PriorityQueue
 from .persistence import CLEAR, KEEP_IF_FINISHED, keeps_filter
+from .scheduling import health as crawl_health
+from .scheduling.health import (
+    CLOSE_REASON,
+    FINISHED,
+    FULL_REASON,
+    LOST_REASON,
+    REFUSED_REASON,
+    CrawlHealth,
+)
+from .scheduling.jobs import RedisJobs
+from .scheduling.waiting import Waiting
 from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.link import link_to
@@ -34,12 +44,12 @@ from .transport.outage import OutageGuard, RedisUnavailable
 from .transport.wait import replicas_to_wait
 
 if TYPE_CHECKING:
-    from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.http import Request
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
     from scrapy.utils.request import RequestFingerprinterProtocol
+    from twisted.internet.defer import Deferred
     from typing_extensions import Self
 
     from .bloom.info import FilterInfo
@@ -50,18 +60,9 @@ T = TypeVar("T")
 
 #: ``request.meta`` key of the batch middleware's mark: the fingerprint it checked.
 CHECKED_META = "_bloomdupe_checked"
-#: Close reasons of a crawl this package stops on an error (``scrapy crawl`` then exits
-#: with status 1): Redis stayed unavailable (or full) past ``BLOOMDUPE_OUTAGE_TIMEOUT``
-#: (with ``BLOOMDUPE_ON_OUTAGE = "close"``); Redis refused a command (an ACL); the
-#: filter's state in Redis is gone or was replaced.
-CLOSE_REASON = "bloomdupe_redis_unavailable"
-REFUSED_REASON = "bloomdupe_redis_refused"
-LOST_REASON = "bloomdupe_filter_lost"
-#: A native (RedisBloom) filter whose shard refused items and that may not grow.
-FULL_REASON = "bloomdupe_filter_full"
-#: Not an error: the crawl finished and its last worker deleted its state while this
-#: worker was away (:meth:`RedisBloomDupeFilter.end_finished`).
-FINISHED = "finished"
+#: The close reasons (:mod:`.scheduling.health`, where the crawl's health is), here too.
+__all__ = ["CHECKED_META", "CLOSE_REASON", "FINISHED", "FULL_REASON", "LOST_REASON",
+           "REFUSED_REASON", "RedisBloomDupeFilter"]
 
 class RedisBloomDupeFilter(BaseDupeFilter):
     """Duplicate filter backed by a sharded Bloom filter in Redis."""
@@ -79,6 +80,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         crawl_stats: crawlstats.CrawlStats | None = None,
         stats_interval: float = 10.0,
         crawler: Crawler | None = None,
+        health: CrawlHealth | None = None,
     ) -> None:
         self.bloom = bloom
         self.fingerprinter = fingerprinter
@@ -90,27 +92,27 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         #: before its end deletes the filter, lest its queued requests be skipped.
         self.keep_if_finished = False
         self.stats = stats
-        self.outage = outage or OutageGuard(0, describe(bloom.client))
+        #: The crawl's health (the scheduler's, when it runs one), which this filter
+        #: reports to and which says why the crawl stopped; its own without a crawl.
+        self.health = health or CrawlHealth(outage or OutageGuard(0, describe(bloom.client)),
+                                            on_outage=on_outage, crawler=crawler)
+        self.health.explain = self._explain
         # The filter waits outages out around each round trip, so that a retry
         # replays the same call (same ids) and a lost reply loses no URL.
-        bloom.outage = self.outage
-        self.on_outage = on_outage
+        bloom.outage = self.health.outage
+        #: Where this filter's own checks run (Scrapy's scheduler or scrapy-redis's ask
+        #: it; this package's scheduler runs them on its own): on Scrapy's loop once
+        #: the crawl asks during a crawl, else here and at once (a tool, a test).
+        self.jobs = RedisJobs(self.health)
+        #: The requests that wait for Redis's answer meanwhile.
+        self.waiting = Waiting(self.jobs, self._check_in_job, crawler=crawler,
+                               mark=self._mark, duplicate=self._duplicate)
         self.crawl_stats = crawl_stats
         self.stats_interval = stats_interval
         self.crawler = crawler
         self.logdupes = True
-        self.redis_errors = 0
-        self.unchecked = 0
-        self._closing = False
         #: Set by :meth:`close`: the filter is closed (and maybe deleted), write no more.
         self.closed = False
-        #: The close reason when this worker stopped the crawl on an error (or
-        #: :data:`FINISHED`, see :meth:`end_finished`), else None: nothing more is sent
-        #: to Redis then.
-        self.failure: str | None = None
-        #: Whether the crawl's queue is this package's leased one (set by the scheduler):
-        #: what a stop says becomes of the requests in progress.
-        self.leased_queue = False
         self._warned_full = False
         #: The ``bloomdupe/*`` figures last copied into Scrapy's stats: what the log
         #: lines show, never read back from the stats (scrapy-redis's
@@ -168,13 +170,15 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
             persist=persist,
             stats=crawler.stats,
-            outage=OutageGuard(config.outage_timeout, describe(client)),
-            on_outage=config.on_outage,
             crawl_stats=crawlstats.CrawlStats(bloom.link, bloom.key),
             stats_interval=config.stats_interval,
             crawler=crawler,
+            health=crawl_health.for_crawler(crawler, lambda: CrawlHealth(
+                OutageGuard(config.outage_timeout, describe(client)),
+                on_outage=config.on_outage, crawler=crawler)),
         )
         instance.keep_if_finished = keep == KEEP_IF_FINISHED
+        crawler.signals.connect(instance.waiting.spider_idle, signal=signals.spider_idle)
         if cls.request_fingerprint is not RedisBloomDupeFilter.request_fingerprint:
             # Overridden, as scrapy-redis projects do (scrapy-splash): honoured.
             instance.fingerprinter = fingerprint.MethodFingerprinter(
@@ -223,14 +227,54 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return self.base_fingerprinter.fingerprint(request).hex()
 
     def request_seen(self, request: Request) -> bool:
+        """Scrapy's scheduler's question. During a crawl never a round trip here: the
+        request is held while Redis is asked, in a job (it is seen for now; crawled
+        again once Redis answers new: see :mod:`.scheduling.waiting`). Outside one (a
+        tool, a test), Redis answers now."""
         fp = self.fingerprinter.fingerprint(request)
         if request.meta.get(CHECKED_META) == fp:
             # Checked, and new, by the batch middleware: let it through once.
             del request.meta[CHECKED_META]
             return False
-        new = self._guarded(lambda: [self.bloom.add(fp)], [request])
+        if not self._runner():  # a tool, a test: answered now
+            new = self._guarded(lambda: [self.bloom.add(fp)], [request])
+            self._maybe_flush()
+            return not new[0]
+        self.waiting.hold(request, fp)
+        return True
+
+    def check_later(self, requests: Sequence[Request]) -> Deferred[list[bool]]:
+        """:meth:`requests_seen` as a job (the batch middleware's, under another
+        scheduler): whether each was seen before, the new ones marked. Fails with
+        :class:`~.scheduling.jobs.Stopped` once the crawl stopped on an error."""
+        self._runner()
+        fps = [self.fingerprinter.fingerprint(r) for r in requests]
+
+        def marked(new: list[bool]) -> list[bool]:
+            for request, fp, is_new in zip(requests, fps, new, strict=True):
+                if is_new:
+                    self._mark(request, fp)
+            return [not n for n in new]
+        return self.waiting.ask(fps).addCallback(marked)
+
+    def _runner(self) -> bool:
+        """Whether this filter's checks run on a runner (a crawl runs): started on the
+        reactor's loop at the first, when the links have ``redis.asyncio`` twins, else
+        on a thread of its own; outside a crawl, none."""
+        return self.jobs.start(on_loop=self.bloom.link.asynchronous)
+
+    def _check_in_job(self, fps: list[bytes]) -> list[bool]:
+        new = self.bloom.add_many(fps)
         self._maybe_flush()
-        return not new[0]
+        return new
+
+    @staticmethod
+    def _mark(request: Request, fp: bytes) -> None:
+        request.meta[CHECKED_META] = fp
+
+    def _duplicate(self, request: Request) -> None:
+        spider = self.crawler.spider if self.crawler is not None else None
+        self.log(request, spider)
 
     def requests_seen(self, requests: Sequence[Request]) -> list[bool]:
         """Check-and-add many requests in one round trip; mark the new ones.
@@ -254,9 +298,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         in the filter and in no queue. Returns, in order, whether each was new.
         Without a ``queue`` (a scrapy-redis queue class) it only checks.
 
-        Runs where the scheduler runs its Redis work (its Redis thread during a
-        crawl), so errors are raised, not acted on: the caller passes them to
-        :meth:`check_failed` on the reactor."""
+        Runs in the scheduler's jobs, so errors are raised, not acted on: the caller
+        passes them to the crawl's health (:meth:`CrawlHealth.fail`)."""
         new = self.bloom.add_many(fingerprints, queue,
                                   None if queue is None else entries.__getitem__)
         self._maybe_flush()
@@ -274,96 +317,60 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return [True] * len(requests) if new is None else new
 
     def _call(self, check: Callable[[], list[bool]], unchecked: int = 0) -> list[bool] | None:
-        """``check``'s answer; None when Redis stayed away past the outage timeout (then
-        ``unchecked`` requests are counted and BLOOMDUPE_ON_OUTAGE is acted on). Once this
-        worker has stopped the crawl on an error, nothing more is asked of Redis."""
-        if self.failure is not None:
-            self.unchecked += unchecked
+        """``check``'s answer; None when Redis failed (the crawl's health acts on it and
+        counts the ``unchecked`` requests). Once this worker has stopped the crawl on an
+        error, nothing more is asked of Redis."""
+        if self.health.failed():
+            self.health.unchecked += unchecked
             return None
         try:
             return check()
-        except RedisUnavailable as e:
-            self.unchecked += unchecked
-            self.give_up(e)
-            return None
-        except (redis.RedisError, BloomDupeError) as e:
-            self.unchecked += unchecked
-            self.redis_errors += 1
-            self.fail(e)
+        except (redis.RedisError, BloomDupeError) as e:  # RedisUnavailable included
+            self.health.fail(e, unchecked)
             return None
 
-    def check_failed(self, error: Exception, unchecked: int) -> None:
-        """:meth:`check_and_queue` of ``unchecked`` requests failed with ``error``: counted
-        and acted on as :meth:`_call` does."""
-        self.unchecked += unchecked
-        if isinstance(error, RedisUnavailable):
-            self.give_up(error)
-        else:
-            self.redis_errors += 1
-            self.fail(error)
+    # -- the crawl's health ---------------------------------------------------
 
-    def give_up(self, error: RedisUnavailable) -> None:
-        """Redis stayed away past ``BLOOMDUPE_OUTAGE_TIMEOUT``: act on ``BLOOMDUPE_ON_OUTAGE``."""
-        self.redis_errors += 1
-        if self._closing:
-            return
-        if self.on_outage == "close":
-            self.stop_crawl(CLOSE_REASON, f"{error}. Stopping the crawl (BLOOMDUPE_ON_OUTAGE "
-                            "= 'close')")
-        elif self.unchecked:
-            self._closing = True  # log once
-            logger.error("%s. Letting requests through unchecked (BLOOMDUPE_ON_OUTAGE = "
-                         "'allow'); duplicates are possible.", error)
+    @property
+    def outage(self) -> OutageGuard:
+        return self.health.outage
 
-    def fail(self, error: Exception) -> None:
-        """Stop the crawl on an error it cannot go on after: Redis refused a command
-        (an ACL, a script error) or the filter's state in Redis is gone
-        (:class:`FilterLostError`). Never a request dropped while the worker goes on."""
-        if isinstance(error, RedisUnavailable):
-            self.give_up(error)
-        elif isinstance(error, FilterLostError):
+    @property
+    def failure(self) -> str | None:
+        """The close reason once this worker stopped the crawl on an error."""
+        return self.health.failure
+
+    @property
+    def unchecked(self) -> int:
+        return self.health.unchecked
+
+    @property
+    def redis_errors(self) -> int:
+        return self.health.redis_errors
+
+    def _explain(self, error: Exception) -> tuple[str, str]:
+        """``error`` of this filter as a close reason and what to do (the crawl's
+        health asks). A lost filter that the crawl's last worker deleted at the crawl's
+        end is no error: this worker was away, and the others fetched what it held."""
+        if isinstance(error, FilterLostError):
             if self._cleared_when_finished():
-                self.end_finished()
-            else:
-                self.stop_crawl(LOST_REASON, str(error))
-        elif isinstance(error, FilterFullError):
-            self.stop_crawl(FULL_REASON, str(error))
-        elif isinstance(error, BloomDupeError):
-            self.stop_crawl(REFUSED_REASON, str(error))
-        else:
-            self.stop_crawl(REFUSED_REASON, self._refusal(error))
+                return FINISHED, (
+                    f"The crawl of the Bloom filter {self.bloom.key} finished while this "
+                    "worker was away, and its last worker deleted the shared queue and the "
+                    "filter (SCHEDULER_PERSIST is off); the other workers fetched what this "
+                    "one held. Closing")
+            return LOST_REASON, str(error)
+        if isinstance(error, FilterFullError):
+            return FULL_REASON, str(error)
+        if isinstance(error, BloomDupeError):
+            return REFUSED_REASON, str(error)
+        return REFUSED_REASON, self._refusal(error)
 
     def _cleared_when_finished(self) -> bool:
         try:
             return self.bloom.cleared_when_finished()
         except redis.RedisError:
             return False
-
-    def end_finished(self) -> None:
-        """The crawl this worker belonged to finished, and its last worker deleted the
-        shared state (``SCHEDULER_PERSIST`` off), while this one was away (paused, or
-        its reactor blocked, past ``BLOOMDUPE_LEASE_TIMEOUT``): the others fetched what
-        it held. Close ("finished", exit status 0) and send nothing more to Redis."""
-        if self.failure is not None:
-            return
-        self.failure = FINISHED
-        self._closing = True
-        logger.info("The crawl of the Bloom filter %s finished while this worker was away, "
-                    "and its last worker deleted the shared queue and the filter "
-                    "(SCHEDULER_PERSIST is off); the other workers fetched what this one "
-                    "held. Closing", self.bloom.key)
-        engine = self._engine()
-        if engine is not None:
-            deferred_from_coro(engine.close_spider_async(reason=FINISHED))
-
-    def _engine(self) -> ExecutionEngine | None:
-        """The crawler's engine; None when not crawling (a tool, a test)."""
-        if self.crawler is None:
-            return None
-        try:
-            return self.crawler.engine
-        except RuntimeError:
-            return None
 
     def _refusal(self, error: Exception) -> str:
         """What to say of a refused command; for a command denied inside a script (Redis
@@ -380,41 +387,11 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 pass
         return message
 
-    def stop_crawl(self, reason: str, message: str) -> None:
-        """Close the spider with ``reason`` after one ERROR line (``message`` says what
-        happened and what to do), and make ``scrapy crawl`` exit with status 1.
-
-        On the leased queue, the requests this worker has in progress stay leased in
-        Redis (the scheduler stops acking), so they come back to the next workers: the
-        pages may be fetched again, never skipped. Another queue keeps no leases: the
-        line says so, since those requests are in the filter and in no queue."""
-        if self.failure is not None:
-            return
-        self.failure = reason
-        self._closing = True
-        held = ("the requests in progress stay leased in Redis and come back to the next "
-                "workers" if self.leased_queue else
-                "the requests this worker took from its queue and did not finish are in the "
-                "filter and in no queue (only the default leased queue keeps them): a later "
-                "crawl skips them")
-        logger.error("%s. Stopping the crawl (close reason %r, exit status 1); %s.",
-                     message.rstrip("."), reason, held)
-        engine = self._engine()
-        if engine is not None and self.crawler is not None:
-            self.crawler.signals.connect(self._mark_failed, signal=signals.engine_stopped)
-            deferred_from_coro(engine.close_spider_async(reason=reason))
-
-    def _mark_failed(self) -> None:
-        # Scrapy marks a crawl failed (``scrapy crawl`` exits with status 1) when its
-        # crawler has no spider at the end (CrawlerProcess's bootstrap_failed); there
-        # is no public way to fail a crawl that ran. tests/e2e/test_operator.py checks
-        # the exit status.
-        if self.crawler is not None:
-            self.crawler.spider = None
-
     # -- logging and stats ----------------------------------------------------
 
     def log(self, request: Request, spider: Spider | None) -> None:
+        if self.waiting.holds(request):
+            return  # not yet known a duplicate: logged once Redis says so
         if self.debug:
             msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
             args = {"request": request, "referer": referer_str(request)}
@@ -548,9 +525,25 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         # At the end of a crawl: marked, so that a worker paused past it closes quietly.
         self.bloom.clear(finished=True)
 
-    def close(self, reason: str = "", *, clear: bool | None = None) -> None:
+    def close(self, reason: str = "", *, clear: bool | None = None) -> Deferred[None] | None:
+        """Scrapy's scheduler's hook (it waits for the Deferred): :meth:`close_now` as
+        the last job of this filter's runner, which then stops; outside a crawl, now."""
+        self.waiting.close()
+        if self.jobs.inline:
+            self.close_now(reason, clear=clear)
+            return None
+
+        def stopped(result: Any) -> Any:
+            self.jobs.stop()
+            return result
+        closed: Deferred[None] = self.jobs.run(
+            lambda: self.close_now(reason, clear=clear), after_stop=True).addBoth(stopped)
+        return closed
+
+    def close_now(self, reason: str = "", *, clear: bool | None = None) -> None:
         """Write the final figures; delete the filter when ``clear`` (by default, as
-        :mod:`.persistence` says: the scheduler decides for a shared crawl)."""
+        :mod:`.persistence` says: the scheduler decides for a shared crawl, in its
+        last job)."""
         self.closed = True
         if clear is None:
             clear = not self.persist and self.failure is None

@@ -67,16 +67,9 @@ class BloomDupeStats:
         if df is None:
             return
         sched = scheduler_module.for_crawler(self.crawler)
-        if sched is None or sched.df is not df:
-            try:
-                df.update_stats(with_fill=True)
-            except redis.RedisError as e:  # Redis away: the dupefilter says so; skip this line
-                logger.debug("No Bloom filter figures this time: %s", e)
-                return
-            self._log(df)
-            return
-        # The fill read on the scheduler's Redis thread: Scrapy's reactor never waits.
-        sched.jobs.in_redis_thread(df.bloom.info).addCallbacks(
+        jobs = sched.jobs if sched is not None and sched.df is df else df.jobs
+        # The fill read in a job of the crawl's runner: Scrapy's reactor never waits.
+        jobs.run(df.bloom.info, quiet=True).addCallbacks(
             lambda info: self._log(df, info), self._no_figures)
 
     def _no_figures(self, failure: Failure) -> Failure | None:

@@ -43,6 +43,7 @@ from scrapy.utils.python import global_object_name
 
 from . import connection
 from . import scheduler as scheduler_module
+from .scheduling.jobs import Stopped
 from .scheduling.offsite import Offsite
 from .settings import batch_size
 
@@ -123,7 +124,7 @@ class BloomDupeBatchMiddleware:
         df = scheduler_module.dupefilter_for(self.crawler)
         path = scheduler.path if scheduler is not None else None
         if path is None or df is None or path.df is not df:
-            return self._filter(outputs, df)
+            return await self._filter(outputs, df)
         requests = [o for o in outputs if isinstance(o, Request)]
         if not requests:
             return outputs
@@ -141,13 +142,20 @@ class BloomDupeBatchMiddleware:
         if isinstance(response, Response):
             self._done(response)
 
-    def _filter(self, outputs: list[Any], df: RedisBloomDupeFilter | None) -> list[Any]:
-        """Under another scheduler: the requests checked here and now (marked for the
-        dupefilter's own check), ``dont_filter`` ones left alone."""
+    async def _filter(self, outputs: list[Any], df: RedisBloomDupeFilter | None
+                      ) -> list[Any]:
+        """Under another scheduler: the requests checked by a job on the dupefilter's
+        runner (marked for the dupefilter's own check), ``dont_filter`` ones left alone;
+        once the crawl stopped on an error, none passed on."""
         requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
         if df is None or not requests:
             return outputs
-        outcomes: list[bool | None] = list(df.requests_seen(requests))
+        outcomes: list[bool | None] = [None] * len(requests)
+        try:
+            seen: list[bool] = await maybe_deferred_to_future(df.check_later(requests))
+            outcomes = list(seen)
+        except Stopped:
+            pass  # the crawl stops: not passed on
         return self._drop(outputs, requests, outcomes, df, leased=False)
 
     def _drop(self, outputs: list[Any], requests: list[Request],

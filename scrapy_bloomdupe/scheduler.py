@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from scrapy_redis import defaults
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet.defer import Deferred
@@ -47,15 +46,18 @@ from twisted.internet.defer import Deferred
 from . import connection
 from .dupefilter import RedisBloomDupeFilter
 from .frontier.queue import PriorityQueue
+from .scheduling import health as crawl_health
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
+from .scheduling.health import NOT_HELD, CrawlHealth
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
 from .scheduling.shared import SharedCrawl, check_politeness, enabled, make_queue, open_filter
 from .scheduling.upkeep import LeaseUpkeep
-from .settings import FrontierConfig
-from .transport.diagnose import check
+from .settings import BloomDupeConfig, FrontierConfig
+from .transport.diagnose import check, describe
+from .transport.outage import OutageGuard
 
 if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
@@ -71,6 +73,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["ACK_DELAY", "IDLE_POLL", "MAX_IDLE_POLL", "QUEUED_META", "WAKE_META", "Scheduler",
            "dupefilter_for", "for_crawler"]
 
+#: What a stop on an error says of the requests in progress on the leased queue.
+HELD = "the requests in progress stay leased in Redis and come back to the next workers"
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
@@ -110,7 +114,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
     df: BaseDupeFilter | None  # scrapy-redis sets it in open() when from_crawler did not
 
     def __init__(self, *args: Any, frontier: FrontierConfig | None = None,
-                 **kwargs: Any) -> None:
+                 health: CrawlHealth | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.frontier = frontier or FrontierConfig.from_settings(Settings())
         #: CONCURRENT_REQUESTS: how many requests a worker can have in flight.
@@ -120,10 +124,12 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self._acks_early = False
         #: The heartbeat and its company, on the leased queue (see open).
         self.upkeep: LeaseUpkeep | None = None
+        #: The crawl's health (failure, outage, stop), which the dupefilter reports to.
+        self.health = health or CrawlHealth(OutageGuard(0, describe(self.server)))
         #: Where the Redis work of the filter and the queue runs: on the reactor's loop
         #: or a thread of its own during the crawl (so that Scrapy's reactor never waits
-        #: for Redis), one call at a time; and what a Redis error there does.
-        self.jobs = RedisJobs(lambda: self.df)
+        #: for Redis), one call at a time.
+        self.jobs = RedisJobs(self.health)
         #: The request path's owner: the dupefilter, the queue and their Redis work
         #: (see open).
         self.path: RequestPath | None = None
@@ -175,6 +181,10 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         server = connection.get_client(crawler)
         check(server)  # fail here, before the engine opens anything
         check_politeness(kwargs["frontier"], settings, kwargs["queue_cls"], server)
+        config = BloomDupeConfig.from_settings(settings)
+        kwargs["health"] = crawl_health.for_crawler(crawler, lambda: CrawlHealth(
+            OutageGuard(config.outage_timeout, describe(server)), on_outage=config.on_outage,
+            crawler=crawler))
         instance = cls(server=server, **kwargs)
         instance.crawler = crawler
         instance.stats = crawler.stats
@@ -182,8 +192,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance._acks_early = acks_early
         # Open the filter now, before the engine has a slot: an error here (a filter made
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
-        instance.df = open_filter(crawler, load_object(instance.dupefilter_cls), queue_cls,
-                                  server=server, flush=instance.flush_on_start)
+        dupefilter_cls = load_object(instance.dupefilter_cls)
+        ours = dupefilter_cls if isinstance(dupefilter_cls, type) and issubclass(
+            dupefilter_cls, RedisBloomDupeFilter) else None
+        instance.df = open_filter(crawler, ours, queue_cls, server=server,
+                                  flush=instance.flush_on_start)
         return instance
 
     def flush(self) -> None:
@@ -210,15 +223,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self.df = dupefilter_cls.from_spider(spider)
         # What scrapy-redis's open() does, without its deprecated spider.log().
         self.spider = spider
+        df = self.df
+        ours = df if isinstance(df, RedisBloomDupeFilter) else None
+        bloom = ours.bloom if ours is not None else None
         self.queue = make_queue(
             self.queue_cls, server=self.server, spider=spider,
             key=self.queue_key % {"spider": spider.name}, serializer=self.serializer,
-            df=self.df, settings=self.crawler.settings, frontier=self.frontier)
-        self.shared = SharedCrawl(server=self.server, df=self.df, queue=self.queue,
+            bloom=bloom, settings=self.crawler.settings, frontier=self.frontier)
+        self.shared = SharedCrawl(server=self.server, bloom=bloom, queue=self.queue,
                                   jobs=self.jobs, frontier=self.frontier, spider=spider)
-        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
+        self.path = RequestPath(df, self.queue, self.jobs, stats=self.stats, spider=spider,
                                 queued=lambda count: self._end().queued(count),
-                                signals=self.crawler.signals, start_once=self.frontier.start_once)
+                                signals=self.crawler.signals, start_once=self.frontier.start_once,
+                                bloomdupe=ours)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,
                              acks_early=self._acks_early, engine=self._engine,
                              idle_poll=lambda: self._end().idle_poll,
@@ -227,23 +244,19 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         if isinstance(self.queue, PriorityQueue):
             self.upkeep = LeaseUpkeep(
                 jobs=self.jobs, queue=self.queue,
-                dupefilter=self.df if isinstance(self.df, RedisBloomDupeFilter) else None,
+                dupefilter=ours,
                 server=self.server, frontier=self.frontier, stats=self.stats, spider=spider,
                 settle=self.leases.settle, held=self.leases.held,
                 retired=self.leases.report_retired)
         self.end = CrawlEnd(self.path, self.leases, upkeep=self.upkeep,
                             signals=self.crawler.signals, engine=self._engine,
                             done_grace=self.done_grace)
-        df = self.df
-        if isinstance(df, RedisBloomDupeFilter):
-            df.leased_queue = self.leased
-        reactor = _running_reactor()
-        if reactor is not None:  # a crawl: the runner, chosen once (see .scheduling.jobs)
-            # On the loop when every round trip of the jobs has a redis.asyncio twin: the
-            # filter's and the leased queue's (scrapy-redis's queues use the client).
-            self.jobs.start(reactor, on_loop=is_asyncio_reactor_installed() and self.leased
-                            and isinstance(df, RedisBloomDupeFilter)
-                            and df.bloom.link.asynchronous)
+        # What a stop on an error says becomes of the requests in progress.
+        self.health.held = HELD if self.leased else NOT_HELD
+        # During a crawl, the runner, chosen once (see .scheduling.jobs): on the loop when
+        # every round trip of the jobs has a redis.asyncio twin, the filter's and the
+        # leased queue's (scrapy-redis's queues use the client).
+        self.jobs.start(on_loop=self.leased and bloom is not None and bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
         if self.upkeep is not None:  # a scrapy-redis queue has no leases to keep
@@ -288,14 +301,14 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 # The scheduler's persist decides, also when set on the instance after
                 # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
                 df.persist = persist
-                df.close(reason, clear=clear)  # writes the final stats
+                df.close_now(reason, clear=clear)  # writes the final stats
             elif clear and df is not None and hasattr(df, "clear"):
                 # As scrapy-redis does (its close() would clear even when persisting);
                 # Scrapy's own dupefilters keep nothing in Redis to clear.
                 df.clear()
 
         def stopped(result: Any) -> Any:
-            self.jobs.io.stop()  # the runner is idle: its last job is answered
+            self.jobs.stop()  # the runner is idle: its last job is answered
             return result
 
         # The last job of the crawl, on the runner like the others.
@@ -384,17 +397,6 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             return self.crawler.engine
         except RuntimeError:  # "Crawler.engine is not set yet"
             return None
-
-
-def _running_reactor() -> Any:
-    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
-    here, not at the top: importing the reactor installs one, and Scrapy installs its
-    own (TWISTED_REACTOR) first."""
-    if not is_reactor_installed():
-        return None
-    from twisted.internet import reactor
-
-    return reactor if getattr(reactor, "running", False) else None
 
 
 _opened: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

@@ -224,12 +224,13 @@ class WorkerMetrics:
         # The filter's link during a crawl (it carries the crawl's commands), else a client.
         client: Redis | RedisCluster | Link = self.client if df is None else df.bloom.link
         prune = self._writes % PRUNE_EVERY == 1
-        if sched is None:
+        jobs = sched.jobs if sched is not None else df.jobs if df is not None else None
+        if jobs is None:
             self._written(self._send(client, now, figures, prune), figures, now)
             return
-        # During a crawl on the scheduler's Redis thread: Scrapy's reactor never waits.
+        # During a crawl in a job of the crawl's runner: Scrapy's reactor never waits.
         self._writing = True
-        sched.jobs.in_redis_thread(lambda: self._send(client, now, figures, prune)).addCallback(
+        jobs.run(lambda: self._send(client, now, figures, prune), quiet=True).addCallback(
             self._written, figures, now)
 
     def _send(self, client: Redis | RedisCluster | Link, now: float, figures: dict[str, Any],

@@ -40,7 +40,7 @@ from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.bloom.lock import ShardLocks
 from scrapy_bloomdupe.bloom.lua import LOCK_BUSY, SHARD_MISSING, STALE_GENERATION
 from scrapy_bloomdupe.scheduling.jobs import IOThread
-from scrapy_bloomdupe.testing import free_port
+from scrapy_bloomdupe.testing import RedisServer, free_port
 
 # -- paths ------------------------------------------------------------------------------
 
@@ -561,3 +561,46 @@ def waiting_entries(client: Any, tag: str) -> list[bytes]:
         if client.type(name) == b"list":
             found += client.lrange(name, 0, -1)
     return found
+
+
+def crawl_through_a_freeze(site: Any, logs: Path, *settings: str, workers: int = 2,
+                           after: int = 20, freeze: float = 5.0) -> tuple[int, list[int]]:
+    """``workers`` workers of the example project crawl ``site`` on a Redis of their own,
+    which is frozen (SIGSTOP) for ``freeze`` seconds once ``after`` pages were fetched,
+    then let go (SIGCONT). Checks that each worker exits 0 with no error in its log; the
+    pages fetched during the freeze, and each page's fetches over the whole crawl."""
+    with RedisServer() as server:
+        assert server.process is not None
+        processes = start_workers(server.url, site.url, logs, workers, *settings,
+                                  "BLOOMDUPE_DONE_GRACE=1")
+        fetched = [0] * len(site.fetches)
+        try:
+            deadline = time.monotonic() + 60
+            while sum(fetched) < after and time.monotonic() < deadline:
+                time.sleep(0.02)
+                fetched = [a + b for a, b in zip(fetched, take_fetches(site), strict=True)]
+            assert sum(fetched) >= after, "the crawl did not start"
+            os.kill(server.process.pid, signal.SIGSTOP)
+            try:
+                time.sleep(freeze)
+                during = take_fetches(site)
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
+        finally:
+            codes = wait_workers(processes, timeout=120)
+        for i, code in enumerate(codes):
+            log = (logs / f"worker-{i}.log").read_text()
+            assert code == 0, log[-3000:]
+            for bad in ("Traceback", "] ERROR:", "] CRITICAL:"):
+                assert bad not in log, log[-3000:]
+        total = [a + b + c for a, b, c in zip(fetched, during, take_fetches(site), strict=True)]
+    return sum(during), total
+
+
+def in_job(jobs: Any, fn: Any) -> Any:
+    """``fn()`` as a job of ``jobs`` (``RedisJobs``), as the scheduler runs it: Redis calls
+    are made only inside one. Outside a crawl the job runs at once; its answer."""
+    answer: list[Any] = []
+    jobs.run(fn, after_stop=True).addCallback(answer.append)
+    assert answer, "the job ran at once (no runner started)"
+    return answer[0]

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import Calls, Clock, DemoSpider, Engine, HeldRunner, crawler_for
+from helpers import Calls, Clock, DemoSpider, Engine, HeldRunner, crawler_for, in_job
 from scrapy import Request, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler
@@ -41,10 +41,10 @@ class Setup:
                                    tag=self.tag, lease_timeout=lease_timeout)
         self.clock, self.calls = Clock(), Calls()
         # No reactor started: the jobs run inline (a test may hold them, see HeldRunner).
-        self.jobs = RedisJobs(lambda: self.df, later=self.calls)
+        self.jobs = RedisJobs(self.df.health, later=self.calls)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.crawler.stats,
                                 spider=self.spider, queued=lambda count: self.end.queued(count),
-                                signals=self.crawler.signals)
+                                signals=self.crawler.signals, bloomdupe=self.df)
         self.engine = Engine(self.spider) if engine else None
         frontier = FrontierConfig(lease_timeout=lease_timeout, done_grace=grace,
                                   failed_limit=100)
@@ -131,7 +131,7 @@ def test_the_crawl_is_done_once_the_queue_stayed_empty_for_the_grace(
     done = [r for r in caplog.records if r.getMessage().startswith("The crawl is done")]
     assert len(done) == 1  # once an idle spell
     assert "for 5.0s" in done[0].getMessage()
-    assert setup.end.done_now()  # still empty, no lease held
+    assert in_job(setup.jobs, setup.end.done_now)  # still empty, no lease held
 
 
 def test_work_seen_ends_the_idle_spell_and_the_grace_starts_again(setup: Setup) -> None:
@@ -140,21 +140,21 @@ def test_work_seen_ends_the_idle_spell_and_the_grace_starts_again(setup: Setup) 
     assert not setup.idle() and setup.end.crawl_done
     setup.end.busy()  # this worker handed out or queued something
     assert not setup.end.crawl_done
-    assert not setup.end.done_now()
+    assert not in_job(setup.jobs, setup.end.done_now)
     assert setup.idle()  # a new idle spell: its own grace
     setup.clock.now += GRACE
     assert not setup.idle()
 
 
 def test_done_now_asks_the_queue_again(setup: Setup) -> None:
-    assert not setup.end.done_now()  # never seen done
+    assert not in_job(setup.jobs, setup.end.done_now)  # never seen done
     assert setup.idle()
     setup.clock.now += GRACE
     assert not setup.idle()
     other = PriorityQueue(setup.df.bloom.client, DemoSpider(), "demo:requests",
                           tag=setup.tag, lease_timeout=30)
     other.push(Request("http://a.example/late"))  # another worker queued one since
-    assert not setup.end.done_now()
+    assert not in_job(setup.jobs, setup.end.done_now)
 
 
 def test_the_look_counts_the_queue_puts_dead_workers_leases_back_and_verifies(
@@ -167,11 +167,11 @@ def test_the_look_counts_the_queue_puts_dead_workers_leases_back_and_verifies(
         dead = PriorityQueue(client, DemoSpider(), "demo:requests", tag=setup.tag,
                              lease_timeout=0.5)
         dead.pop_leases(1)
-        look = setup.end.look_job()()
+        look = in_job(setup.jobs, setup.end.look_job())
         assert (look.queued, look.leased, look.verified, look.work) == (2, 1, False, 0)
         assert look.back == []  # its holder heartbeat just now
         time.sleep(0.6)  # it stops heartbeating for a lease timeout
-        look = setup.end.look_job()()
+        look = in_job(setup.jobs, setup.end.look_job())
         assert [(n, r.url) for n, r in look.back] == [(1, "http://a.example/0")]
         assert (look.queued, look.leased) == (3, 0)
         assert setup.crawler.stats.get_value("bloomdupe/requeued") is None
@@ -181,10 +181,10 @@ def test_the_look_counts_the_queue_puts_dead_workers_leases_back_and_verifies(
         setup.leases.settle(idle=True)
         assert setup.idle()  # seen empty (its acks sent first): an idle spell begins
         setup.end.busy()  # work seen since
-        look = setup.end.look_job()()
+        look = in_job(setup.jobs, setup.end.look_job())
         assert (look.verified, look.work) == (False, 1)  # a look from before is stale
         assert setup.idle()
-        look = setup.end.look_job()()
+        look = in_job(setup.jobs, setup.end.look_job())
         # Empty once more: the filter is checked, still there.
         assert (look.queued, look.leased, look.verified) == (0, 0, True)
     finally:

@@ -4,7 +4,12 @@ test process must not install a reactor others then share)."""
 
 from __future__ import annotations
 
+import pytest
 from helpers import run_python
+
+from scrapy_bloomdupe.scheduling.health import CrawlHealth
+from scrapy_bloomdupe.scheduling.jobs import RedisJobs
+from scrapy_bloomdupe.transport.outage import OutageGuard
 
 DRAINED_DESPITE_A_PAUSED_CHAIN = '''
 import time
@@ -21,7 +26,7 @@ def main():
     io.start(reactor)
     io.run(time.sleep, 0.3)  # a job still running when the others are asked
     # A caller whose chain pauses for good once its job fails, as the scheduler's
-    # in_redis_thread does for a job not run after the crawl stopped on an error.
+    # run(quiet=True) does for a job not run after the crawl stopped on an error.
     io.run(stopped).addErrback(lambda failure: defer.Deferred())
     io.run(lambda: 1).addCallback(lambda _: order.append("callback"))
     def drained(_):
@@ -95,3 +100,15 @@ def test_jobs_run_in_order_and_their_pauses_leave_the_reactor_running() -> None:
     assert out.split("\n")[:2] == [
         "['a starts', 'a ends', 'b starts', 'b ends', 'callback b', 'drained'] True",
         "True"], out
+
+
+def test_a_redis_call_is_made_only_inside_a_job() -> None:
+    """``RedisJobs.call``, the one way a part of the scheduler reaches Redis, refuses to
+    run outside a job of ``RedisJobs.run`` (a tool's and a test's run at once)."""
+    jobs = RedisJobs(CrawlHealth(OutageGuard(0, "here")))
+    with pytest.raises(RuntimeError, match="outside a job"):
+        jobs.call(lambda: 1)
+    answers: list[int] = []
+    jobs.run(lambda: jobs.call(lambda: 1) + jobs.call(lambda: 1, fallback=0)).addCallback(
+        answers.append)
+    assert answers == [2]

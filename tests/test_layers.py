@@ -47,7 +47,7 @@ APART = [("bloom", "frontier")]
 #: Within a layer, what a package sits below: the scheduler's parts (``scheduling/``) are
 #: below the Scrapy components that use them, the scheduler first.
 BELOW: dict[str, set[str]] = {
-    "scheduling": {"scheduler", "middleware", "extension", "failures", "addon",
+    "scheduling": {"scheduler", "dupefilter", "middleware", "extension", "failures", "addon",
                    "workermetrics", "prometheus", "backoff"},
 }
 

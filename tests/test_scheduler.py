@@ -226,7 +226,7 @@ def where(name, method):
 
 SharedCrawl.join = where("join", SharedCrawl.join)
 SharedCrawl.close = where("leave", SharedCrawl.close)
-RedisBloomDupeFilter.close = where("filter closed", RedisBloomDupeFilter.close)
+RedisBloomDupeFilter.close_now = where("filter closed", RedisBloomDupeFilter.close_now)
 
 def main():
     crawler = crawler_for("URL", SCHEDULER_PERSIST=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import Calls, Clock, DemoSpider, Engine, crawler_for
+from helpers import Calls, Clock, DemoSpider, Engine, crawler_for, in_job
 from scrapy import Request
 from scrapy.settings import Settings
 from scrapy_redis.queue import FifoQueue
@@ -20,10 +20,12 @@ from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
+from scrapy_bloomdupe.scheduling.health import CrawlHealth
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from scrapy_bloomdupe.scheduling.requestpath import LEASE_META, RequestPath
 from scrapy_bloomdupe.settings import FrontierConfig
+from scrapy_bloomdupe.transport.outage import OutageGuard
 
 TAG = "demo:bloomdupe"
 IDLE_POLL = 0.5
@@ -39,7 +41,8 @@ class Setup:
         self.spider = self.crawler.spider
         self.queue = queue if queue is not None else PriorityQueue(
             client, self.spider, "demo:requests", tag=TAG, lease_timeout=30)
-        self.jobs = RedisJobs(lambda: None)  # no reactor started: the jobs run inline
+        # No reactor started: the jobs run inline.
+        self.jobs = RedisJobs(CrawlHealth(OutageGuard(0, "test")))
         assert self.jobs.inline
         self.path = RequestPath(None, self.queue, self.jobs, stats=self.crawler.stats,
                                 spider=self.spider, queued=lambda count: None)
@@ -273,7 +276,8 @@ def test_a_scrapy_redis_queue_pops_one_by_one_and_gives_back_what_was_not_handed
     assert len(setup.leases.buffer) == 2  # its free download slots: 3
     assert len(queue) == 2
     assert not setup.leases.full()
-    setup.leases.give_back()  # the spider closed: back before the queue is judged empty
+    # The spider closed: back before the queue is judged empty.
+    in_job(setup.jobs, setup.leases.give_back)
     assert setup.leases.buffer == []
     assert len(queue) == 4
 

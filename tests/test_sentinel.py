@@ -28,6 +28,7 @@ from scrapy_bloomdupe import connection, crawlstats, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError, ConfigError
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, Reclaimed
+from scrapy_bloomdupe.scheduling.health import CrawlHealth
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.upkeep import RECLAIMED_FAILOVER, LeaseUpkeep
 from scrapy_bloomdupe.settings import FrontierConfig, RedisSettings
@@ -271,7 +272,8 @@ def on(where: str, call: Callable[[], T], *links: Link) -> T:
 
 def reclaiming_upkeep(queue: PriorityQueue, client: redis.Redis) -> LeaseUpkeep:
     """The lease upkeep of ``queue``'s worker outside a crawl (a reclaim due now)."""
-    return LeaseUpkeep(jobs=RedisJobs(lambda: None), queue=queue, dupefilter=None,
+    return LeaseUpkeep(jobs=RedisJobs(CrawlHealth(OutageGuard(0, "test"))), queue=queue,
+                       dupefilter=None,
                        server=client, frontier=FrontierConfig.from_settings(Settings()),
                        stats=get_crawler(DemoSpider).stats, spider=DemoSpider(),
                        settle=lambda: None, held=list)

@@ -25,7 +25,6 @@ from scrapy.utils.asyncio import CallLaterResult, call_later
 from scrapy.utils.defer import deferred_from_coro
 from twisted.python.failure import Failure
 
-from ..dupefilter import RedisBloomDupeFilter
 from ..transport.diagnose import check_eviction
 from .leases import Later, Leases
 
@@ -200,7 +199,7 @@ class CrawlEnd:
         reap = self.upkeep is not None and self.upkeep.reap_due()
         verify = self._idle_since is not None or self.done_grace <= 0
         work = self._work
-        call = self.jobs.outage_call
+        call = self.jobs.call
         leased_queue = self.path.leased
 
         def look() -> Look:
@@ -212,8 +211,8 @@ class CrawlEnd:
             queued, leased = call(self.queue.status) if leased_queue else (
                 call(lambda: len(self.queue)), 0)
             verified = verify and not queued and not leased
-            df = self.path.df
-            if verified and isinstance(df, RedisBloomDupeFilter):
+            df = self.path.bloomdupe
+            if verified and df is not None:
                 call(df.bloom.verify)
                 call(lambda: check_eviction(df.bloom.link, warn=False))
             return Look(queued, leased, verified, work, back)
@@ -311,10 +310,10 @@ class CrawlEnd:
         if not self.crawl_done:
             return False
         if not self.path.leased:
-            return not self.jobs.guarded(lambda: len(self.queue), 1)
+            return not self.jobs.call(lambda: len(self.queue), 1)
         self.leases.settle()
-        self.jobs.guarded(lambda: self.queue.heartbeat() or True, False)
-        queued, leased = self.jobs.guarded(self.queue.status, (1, 1))
+        self.jobs.call(lambda: self.queue.heartbeat() or True, False)
+        queued, leased = self.jobs.call(self.queue.status, (1, 1))
         return not queued and not leased and not self.jobs.failed()
 
     def close(self) -> None:

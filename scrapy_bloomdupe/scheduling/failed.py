@@ -83,7 +83,7 @@ class FailedRequests:
                 self.jobs.redis_failed(failure)
                 return failure
 
-            recorded = self.jobs.run(lambda: self.jobs.outage_call(write))
+            recorded = self.jobs.run(lambda: self.jobs.call(write))
             recorded.addCallbacks(answered, not_recorded)
         self.stats.inc_value("bloomdupe/failed")
         level = logging.DEBUG if self._logged else logging.WARNING

@@ -1,5 +1,6 @@
-"""Where the scheduler's Redis work runs: the filter's and the queue's calls, one job at a
-time, under one lock, on one runner chosen once, when the scheduler opens a crawl:
+"""Where a crawl's Redis work runs: the filter's and the queue's calls, one job at a
+time, on one runner chosen once, when the scheduler opens a crawl (or, without this
+package's scheduler, at the dupefilter's first check of the crawl):
 
 * Scrapy's asyncio loop with ``redis.asyncio`` (:class:`IOLoop`: one node, Sentinel
   or a cluster), under the asyncio reactor (Scrapy's default) when the filter's link
@@ -19,35 +20,42 @@ Either runs one job at a time, in the order asked (an ack before the pop that ca
 it), and keeps every connection used by one job at a time. Outside a crawl (a tool, a
 test that calls the objects directly) no runner is started and a job runs here and at
 once (:attr:`RedisJobs.inline`): the same code, its Deferred fired before
-:meth:`RedisJobs.run` returns.
+:meth:`RedisJobs.run` returns. Either way a part of the scheduler reaches Redis only
+inside a job, with :meth:`RedisJobs.call` (which refuses to run anywhere else).
 
-The one place that acts on what a call meets: an outage is waited out (the
-dupefilter's :class:`~scrapy_bloomdupe.transport.outage.OutageGuard`), a refusal or a
-lost filter stops the crawl (``RedisBloomDupeFilter.fail``), and once the crawl has
-stopped on an error nothing more is sent.
+The one place that acts on what a call meets, with the crawl's health
+(:class:`~.health.CrawlHealth`): an outage is waited out, a refusal or a lost filter
+stops the crawl, and once the crawl has stopped on an error nothing more is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 from scrapy.utils.asyncio import CallLaterResult, call_later
+from scrapy.utils.reactor import is_asyncio_reactor_installed, is_reactor_installed
 from twisted.internet import defer, threads
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError
 from ..transport.onloop import run_bridged
 from ..transport.outage import RedisUnavailable
+from .health import CrawlHealth
 
 T = TypeVar("T")
+
+#: :meth:`RedisJobs.call` without a fallback: errors are raised.
+RAISE: Any = object()
+#: Whether the running code is inside a job of :meth:`RedisJobs.run` (per thread, per
+#: greenlet).
+_in_job: ContextVar[bool] = ContextVar("bloomdupe_in_job", default=False)
 
 
 class IOThread:
@@ -169,30 +177,35 @@ def acted_on(failure: Failure) -> Failure | None:
 
 class RedisJobs:
     """The scheduler's Redis work: :meth:`run` (a job, on the runner during a crawl),
-    :meth:`guarded` (a call within a job), and what a failure does.
-    ``dupefilter`` gives the crawl's dupefilter (set once the scheduler opens); with
-    one that is not this package's, calls run unguarded, as scrapy-redis runs them.
-    ``later`` asks for a delayed call during a crawl (Scrapy's ``call_later``; a
-    test's own)."""
+    :meth:`call` (a Redis call within a job), and what a failure does: the crawl's
+    ``health`` says. ``later`` asks for a delayed call during a crawl (Scrapy's
+    ``call_later``; a test's own)."""
 
-    def __init__(self, dupefilter: Callable[[], Any], *,
+    def __init__(self, health: CrawlHealth, *,
                  later: Callable[[float, Callable[[], None]], Any] = call_later) -> None:
-        self._dupefilter = dupefilter
+        self.health = health
         self._later = later
         #: Where the jobs run once the scheduler opens a crawl (see start): the asyncio
         #: loop or the Redis thread; outside a crawl, here and at once.
         self.io: IOThread | IOLoop = IOThread()
-        #: Serializes the Redis work: a job and what a tool runs here and now never
-        #: interleave.
-        self.lock = threading.RLock()
 
-    def start(self, reactor: Any, *, on_loop: bool) -> None:
-        """Run the jobs off the reactor's blocking path from now on (the scheduler opens a
-        crawl; once): on its asyncio loop (``on_loop``: the reactor is asyncio's and the
-        links have ``redis.asyncio`` twins) or on the Redis thread (the fallback)."""
-        if self.io.inline and on_loop:
-            self.io = IOLoop()
-        self.io.start(reactor)
+    def start(self, *, on_loop: bool) -> bool:
+        """Run the jobs off the reactor's blocking path from now on, once, if the reactor
+        runs (a crawl): on its asyncio loop when it is asyncio's and ``on_loop`` (the
+        links have ``redis.asyncio`` twins), else on a thread of their own (the
+        fallback). Whether they do (not outside a crawl: a tool, a test)."""
+        if self.io.inline:
+            reactor = running_reactor()
+            if reactor is None:
+                return False
+            if on_loop and is_asyncio_reactor_installed():
+                self.io = IOLoop()
+            self.io.start(reactor)
+        return True
+
+    def stop(self) -> None:
+        """Later jobs run here and at once (the runner's last job is answered)."""
+        self.io.stop()
 
     @property
     def inline(self) -> bool:
@@ -208,64 +221,67 @@ class RedisJobs:
         later: CallLaterResult = self._later(delay, call)
         return later
 
-    def _df(self) -> RedisBloomDupeFilter | None:
-        df = self._dupefilter()
-        return df if isinstance(df, RedisBloomDupeFilter) else None
-
     def failed(self) -> bool:
         """Whether this worker stopped the crawl on an error."""
-        df = self._df()
-        return df is not None and df.failure is not None
+        return self.health.failed()
 
-    def run(self, call: Callable[[], T], *, after_stop: bool = False) -> Deferred[T]:
-        """``call`` under the lock, on the runner (here and at once outside a crawl). A
+    def run(self, job: Callable[[], T], *, after_stop: bool = False, quiet: bool = False
+            ) -> Deferred[T]:
+        """``job`` on the runner (here and at once outside a crawl), one job at a time:
+        the one way to Redis during a crawl, its Redis calls made with :meth:`call`. A
         job that comes up after the crawl stopped is not run (its Deferred fails with
         :class:`Stopped`), unless ``after_stop``: the crawl's start and end, which touch
-        only what they may after an error (see :mod:`.shared`)."""
-        def locked() -> T:
-            with self.lock:
-                if not after_stop and self.failed():
-                    raise Stopped("the crawl stopped on an error")
-                return call()
-        return self.io.run(locked)
+        only what they may after an error (see :mod:`.shared`). ``quiet``: other
+        components' work (live figures, the filter's fill), whose Deferred then never
+        fires once the crawl stopped."""
+        def in_job() -> T:
+            if not after_stop and self.failed():
+                raise Stopped("the crawl stopped on an error")
+            token = _in_job.set(True)
+            try:
+                return job()
+            finally:
+                _in_job.reset(token)
+        d: Deferred[T] = self.io.run(in_job)
+        return d.addErrback(never_after_stop) if quiet else d
 
-    def in_redis_thread(self, call: Callable[[], T]) -> Deferred[T]:
-        """``call`` on the runner during a crawl (here and at once otherwise), in
-        turn with the filter's and the queue's work: the Redis work of other components
-        (live figures, the filter's fill) keeps off Scrapy's reactor too. Once the crawl
-        stopped on an error the call is not run, and the Deferred never fires."""
-        d: Deferred[T] = self.run(call).addErrback(never_after_stop)
-        return d
-
-    def outage_call(self, call: Callable[[], T]) -> T:
-        """``call`` with Redis outages waited out (inside a job: see :meth:`run`)."""
-        df = self._df()
-        return call() if df is None else df.outage.call(call)
-
-    def guarded(self, call: Callable[[], T], fallback: T) -> T:
-        """``call`` within the job that runs it (or here and now outside a crawl), an
-        outage waited out. A refusal or an outage past its
-        timeout stops the crawl (or, for an outage, does what ``BLOOMDUPE_ON_OUTAGE``
-        says) and gives ``fallback``; once the crawl has stopped, nothing more is sent
-        (the engine may still ask while it closes; each ask would wait out the outage
-        again)."""
-        df = self._df()
-        if df is None:
-            return call()
-        if df.failure is not None:
-            return fallback
+    def call(self, fn: Callable[[], T], fallback: Any = RAISE) -> T:
+        """``fn()``, a Redis call inside a job (:meth:`run`; anywhere else a
+        ``RuntimeError``), an outage waited out. Without ``fallback`` an error is raised
+        for the job's errback (:meth:`redis_failed`); with one, a refusal or an outage
+        past its timeout is acted on at once (the crawl stops, or, for an outage, what
+        ``BLOOMDUPE_ON_OUTAGE`` says) and gives ``fallback``, as does any call once the
+        crawl has stopped (the engine may still ask while it closes; each ask would
+        wait out the outage again)."""
+        if not _in_job.get():
+            raise RuntimeError("a Redis call outside a job: run it with RedisJobs.run")
+        if fallback is RAISE:
+            return self.health.call(fn)
+        if self.health.failed():
+            answer: T = fallback
+            return answer
         try:
-            with self.lock:
-                return df.outage.call(call)
+            return self.health.call(fn)
         except (RedisUnavailable, RedisError, BloomDupeError) as e:
-            df.fail(e)
-            return fallback
+            self.health.fail(e)
+            answer = fallback
+            return answer
 
     def redis_failed(self, failure: Failure) -> None:
-        """An errback for a job: a Redis error stops the crawl (as :meth:`guarded` does);
+        """An errback for a job: a Redis error stops the crawl (as :meth:`call` does);
         anything else is a bug, raised."""
         if not isinstance(failure.value, (RedisError, BloomDupeError)):
             failure.raiseException()
-        df = self._df()
-        if not isinstance(failure.value, Stopped) and df is not None:
-            df.fail(failure.value)
+        if not isinstance(failure.value, Stopped):
+            self.health.fail(failure.value)
+
+
+def running_reactor() -> Any:
+    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
+    here, not at the top: importing the reactor installs one, and Scrapy installs its
+    own (TWISTED_REACTOR) first."""
+    if not is_reactor_installed():
+        return None
+    from twisted.internet import reactor
+
+    return reactor if getattr(reactor, "running", False) else None

@@ -275,7 +275,7 @@ class Leases:
         if self._slot_call is not None:  # this pop is the one it was to make
             self._slot_call.cancel()
             self._slot_call = None
-        pop = partial(self.jobs.outage_call, partial(self.queue.pop_leases, count)) \
+        pop = partial(self.jobs.call, partial(self.queue.pop_leases, count)) \
             if self.leased else partial(self._pop_unleased, count)
         after = look() if look is not None and poll else None
 
@@ -336,7 +336,7 @@ class Leases:
         popped: list[Lease] = []
         while len(popped) < count:
             try:
-                request = self.jobs.outage_call(lambda: self.queue.pop(0))
+                request = self.jobs.call(lambda: self.queue.pop(0))
             except Exception:
                 if not popped:
                     raise
@@ -541,7 +541,7 @@ class Leases:
                 return
         if not self.jobs.failed():
             self._acks_sending = True
-            sent = self.jobs.run(lambda: self.jobs.outage_call(self.queue.send_acks))
+            sent = self.jobs.run(lambda: self.jobs.call(self.queue.send_acks))
             sent.addCallbacks(self._acks_out, self.jobs.redis_failed)
 
     def _acks_out(self, _: None) -> None:
@@ -567,7 +567,7 @@ class Leases:
         closed meanwhile): back in the queue, before it is judged empty."""
         if not self.leased and self.buffer and not self.jobs.failed():
             back, self.buffer = [lease.request for lease in self.buffer], []
-            self.jobs.guarded(lambda: [self.queue.push(request) for request in back], None)
+            self.jobs.call(lambda: [self.queue.push(request) for request in back], None)
 
     def close(self) -> None:
         """No ack is sent later (the scheduler closes and settles what it holds)."""

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import RedisError
 from scrapy import signals as scrapy_signals
@@ -32,11 +32,11 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from .. import dupefilter as dupefilter_module
 from ..exceptions import BloomDupeError
 from ..frontier import storable
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.queue import PriorityQueue
+from .health import CLOSE_REASON
 from .jobs import RedisJobs, Stopped
 from .offsite import Offsite
 from .shared import SharedQueue
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from scrapy.signalmanager import SignalManager
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+    from ..bloom.filter import BloomFilter
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,21 @@ QUEUED_META = "_bloomdupe_queued"
 START_META = "_bloomdupe_start"
 #: Scrapy's ``request.meta`` key of a start request (its ``StartSpiderMiddleware``).
 IS_START_META = "is_start_request"
+
+
+class BloomDupe(Protocol):
+    """This package's dupefilter, as the scheduler's parts use it: the scheduler tells
+    it from another dupefilter and hands it over (nothing here imports it)."""
+
+    bloom: BloomFilter
+    fingerprinter: RequestFingerprinterProtocol
+
+    def check_and_queue(self, fingerprints: list[bytes], queue: Any,
+                        entries: list[Any]) -> list[bool]: ...
+
+    def flush_crawl_stats_due(self) -> None: ...
+
+    def log(self, request: Request, spider: Any) -> None: ...
 
 
 #: How long a callback's output waits for others' to go to Redis with it (s): callbacks
@@ -162,19 +180,21 @@ class Outbox:
 
 
 class RequestPath:
-    """The crawl's dupefilter (``df``), shared queue (``queue``) and Redis work
-    (``jobs``), owned by the scheduler. ``queued`` is called with how many each time
-    requests were queued (the scheduler's work count); ``signals`` are the crawler's (a
-    request dropped after the engine heard it was scheduled is sent with
-    ``request_dropped``). ``start_once`` (``BLOOMDUPE_START_ONCE``): a start request goes
-    through the crawl's filter, ``dont_filter`` or not, so that it is fetched once a crawl
-    (see :meth:`starts_once`)."""
+    """The crawl's dupefilter (``df``; ``bloomdupe`` too when it is this package's),
+    shared queue (``queue``) and Redis work (``jobs``), owned by the scheduler.
+    ``queued`` is called with how many each time requests were queued (the scheduler's
+    work count); ``signals`` are the crawler's (a request dropped after the engine heard
+    it was scheduled is sent with ``request_dropped``). ``start_once``
+    (``BLOOMDUPE_START_ONCE``): a start request goes through the crawl's filter,
+    ``dont_filter`` or not, so that it is fetched once a crawl (see :meth:`starts_once`)."""
 
     def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
                  stats: StatsCollector,
                  spider: Spider, queued: Callable[[int], None],
-                 signals: SignalManager | None = None, start_once: bool = False) -> None:
+                 signals: SignalManager | None = None, start_once: bool = False,
+                 bloomdupe: BloomDupe | None = None) -> None:
         self.df = df
+        self.bloomdupe = bloomdupe
         self.queue = queue
         self.jobs = jobs
         self.stats = stats
@@ -192,13 +212,12 @@ class RequestPath:
         self.outbox = Outbox(jobs.run, self.check_and_push, later=jobs.later)
 
     @property
-    def bloom(self) -> dupefilter_module.RedisBloomDupeFilter:
+    def bloom(self) -> BloomDupe:
         """The dupefilter, where only this package's can be: a callback's output and a
         request's check-and-queue come this way only with it (the batch middleware and
         :meth:`enqueue` ask first)."""
-        df = self.df
-        assert isinstance(df, dupefilter_module.RedisBloomDupeFilter), df
-        return df
+        assert self.bloomdupe is not None, self.df
+        return self.bloomdupe
 
     @property
     def leased(self) -> bool:
@@ -283,7 +302,7 @@ class RequestPath:
         dupefilter of the user's (scrapy-redis's, Scrapy's own) the filter is asked,
         then the request pushed, in one job, as scrapy-redis does. ``once``: a start
         request, checked though ``dont_filter`` (:meth:`starts_once`)."""
-        if isinstance(self.df, dupefilter_module.RedisBloomDupeFilter):
+        if self.bloomdupe is not None:
             prepared = self.prepare([request], once=once)
             return None if prepared is None else self.queue_prepared([None], *prepared)
         if self.storable([request]) == [None]:
@@ -292,7 +311,7 @@ class RequestPath:
         def job() -> list[bool | None]:
             if (once or not request.dont_filter) and self.df.request_seen(request):
                 return [True]
-            self.jobs.outage_call(partial(self.queue.push, request))
+            self.jobs.call(partial(self.queue.push, request))
             return [False]
 
         def answered(outcomes: list[bool | None]) -> list[bool | None]:
@@ -362,10 +381,10 @@ class RequestPath:
             # it is fetched again by the next workers.
             if isinstance(error, Stopped):
                 return outcomes
-            df = self.bloom
-            df.check_failed(error, len(fps))
-            if df.failure is None:  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
-                df.stop_crawl(dupefilter_module.CLOSE_REASON, (
+            health = self.jobs.health
+            health.fail(error, len(fps))
+            if not health.failed():  # BLOOMDUPE_ON_OUTAGE = "allow": no queue to use
+                health.stop(CLOSE_REASON, (
                     "Redis stayed unavailable and the shared queue is in Redis: "
                     f"{len(checked) + len(unfiltered)} new request(s) could not be queued"))
             return outcomes
@@ -383,15 +402,15 @@ class RequestPath:
         if self.leased:
             new = self.bloom.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
-                self.jobs.outage_call(lambda: self.queue.push_many(pushed))
+                self.jobs.call(lambda: self.queue.push_many(pushed))
             if isinstance(self.queue, CrawlWideQueue) and (any(new) or pushed):
                 # Into the download slots now: a request waits there at a third of the
                 # intake's bytes (else the next pop moves it).
-                self.jobs.guarded(self.queue.sort, 0)
+                self.jobs.call(self.queue.sort, 0)
             return new
         new = self.bloom.check_and_queue(fps, None, entries) if fps else []
         for request in [e for e, is_new in zip(entries, new, strict=True) if is_new] + pushed:
-            self.jobs.outage_call(partial(self.queue.push, request))
+            self.jobs.call(partial(self.queue.push, request))
         return new
 
     def storable(self, requests: list[Request]) -> list[Any]:

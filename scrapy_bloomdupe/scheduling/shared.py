@@ -21,10 +21,8 @@ from scrapy.utils.python import global_object_name
 from scrapy_redis.queue import Base as ScrapyRedisQueue
 
 from .. import __version__, versions
-from .. import dupefilter as dupefilter_module
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
-from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError, BuildError
 from ..frontier import builds, crawlwide, entry
 from ..frontier import queue as frontier_queue
@@ -33,6 +31,7 @@ from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
 from ..transport.wait import replicas_to_wait
+from .health import FINISHED
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -71,17 +70,18 @@ def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
 
 
 def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spider: Spider,
-               key: str, serializer: Any, df: BaseDupeFilter, settings: BaseSettings,
-               frontier: FrontierConfig) -> SharedQueue:
+               key: str, serializer: Any, bloom: BloomFilter | None,
+               settings: BaseSettings, frontier: FrontierConfig) -> SharedQueue:
     """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
-    one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``df``, sharded as
-    it is and waiting for the replicas it waits for; or a scrapy-redis queue class."""
+    one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``bloom`` (None: the
+    dupefilter is not this package's), sharded as it is and waiting for the replicas it
+    waits for; or a scrapy-redis queue class."""
     cls = load_object(queue_cls)
     extra: dict[str, Any] = {}
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
-        if isinstance(df, RedisBloomDupeFilter):
-            tag, shards = df.bloom.key, df.bloom.sizing.shards
-            wait = df.bloom.replicas_waited  # the filter's decision, not another
+        if bloom is not None:
+            tag, shards = bloom.key, bloom.sizing.shards
+            wait = bloom.replicas_waited  # the filter's decision, not another
         else:
             tag, shards = BloomDupeConfig.from_settings(settings).key_for(spider.name), 1
             wait = replicas_to_wait(wait_replicas(settings), server)
@@ -207,16 +207,15 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
                 "mode), or clear the crawl (`bloomdupe clear`) to start over")
 
 
-def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
+def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
                 queue_cls: str | type[Any], *, server: Redis | RedisCluster, flush: bool
-                ) -> RedisBloomDupeFilter | None:
-    """The crawl's filter, opened when the scheduler is built, before the engine has a
-    slot (an error here, a filter made with other settings, is then the only thing
-    Scrapy reports); None when the dupefilter is not this package's. A queue of a newer
+                ) -> BaseDupeFilter | None:
+    """The crawl's filter, of class ``ours`` (this package's dupefilter or a subclass),
+    opened when the scheduler is built, before the engine has a slot (an error here, a
+    filter made with other settings, is then the only thing Scrapy reports); None when
+    the dupefilter is not this package's (``ours`` None). A queue of a newer
     release's entries stops the worker before the filter opens; this release's format
     is recorded once the filter's start-up check has passed (see claim_queue_format)."""
-    ours = dupefilter_cls if isinstance(dupefilter_cls, type) and issubclass(
-        dupefilter_cls, RedisBloomDupeFilter) else None
     if crawler.spider is None:
         return build_from_crawler(ours, crawler) if ours else None
     name, settings = crawler.spider.name, crawler.settings
@@ -240,11 +239,13 @@ def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
 
 class SharedCrawl:
     """This worker's part in the crawl's shared state: the shared ``queue`` beside the
-    filter ``df``, the Redis work run by ``jobs``."""
+    filter ``bloom`` (None: the dupefilter is not this package's), the Redis work run by
+    ``jobs``."""
 
-    def __init__(self, *, server: Redis | RedisCluster, df: BaseDupeFilter, queue: SharedQueue,
-                 jobs: RedisJobs, frontier: FrontierConfig, spider: Spider) -> None:
-        self.server, self.df, self.queue, self.jobs = server, df, queue, jobs
+    def __init__(self, *, server: Redis | RedisCluster, bloom: BloomFilter | None,
+                 queue: SharedQueue, jobs: RedisJobs, frontier: FrontierConfig,
+                 spider: Spider) -> None:
+        self.server, self.bloom, self.queue, self.jobs = server, bloom, queue, jobs
         self.frontier, self.spider = frontier, spider
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self.member = secrets.token_hex(6)
@@ -261,44 +262,44 @@ class SharedCrawl:
         the filter opened)."""
         spider = self.spider
         if flush is not None:
-            if isinstance(self.df, RedisBloomDupeFilter):
+            if self.bloom is not None:
                 # The filter and its queue went before the filter was opened; what is
                 # left is a scrapy-redis queue that this one would otherwise take over.
                 if self.queue.key != getattr(self.queue, "tag", None):
-                    self.jobs.guarded(lambda: self.server.delete(self.queue.key), 0)
+                    self.jobs.call(lambda: self.server.delete(self.queue.key), 0)
             else:
                 flush()
         if self.leased:
-            merged = self.jobs.guarded(self.queue.merge_shards, 0)
+            merged = self.jobs.call(self.queue.merge_shards, 0)
             if merged:
                 logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
                             "shards into shard 0 (one queue shard on one Redis node)",
                             merged, extra={"spider": spider})
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
-            adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)
+            adopted = self.jobs.call(lambda: self.queue.adopt(self.queue.key), 0)
             if adopted:
                 logger.info("Took over %d request(s) from scrapy-redis's queue %r",
                             adopted, self.queue.key, extra={"spider": spider})
-        pending = self.jobs.guarded(lambda: len(self.queue), 0)
+        pending = self.jobs.call(lambda: len(self.queue), 0)
         if pending:
             logger.info("Resuming crawl (%d requests scheduled)", pending,
                         extra={"spider": spider})
-        df = self.df
-        if not self.leased and isinstance(df, RedisBloomDupeFilter):
+        bloom = self.bloom
+        if not self.leased and bloom is not None:
             # Counted among the crawl's workers, so that the last one out clears (close).
-            self.jobs.guarded(lambda: frontier_queue.join(self.server, df.bloom.key,
+            self.jobs.call(lambda: frontier_queue.join(self.server, bloom.key,
                                                           self.member), None)
         return int(pending)
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
         if self.leased:
-            return bool(self.jobs.guarded(self.queue.leave, True))
-        df = self.df
-        if isinstance(df, RedisBloomDupeFilter):
-            return bool(self.jobs.guarded(lambda: frontier_queue.leave(
-                self.server, df.bloom.key, self.member,
+            return bool(self.jobs.call(self.queue.leave, True))
+        bloom = self.bloom
+        if bloom is not None:
+            return bool(self.jobs.call(lambda: frontier_queue.leave(
+                self.server, bloom.key, self.member,
                 round(self.frontier.lease_timeout * 1000)), True))
         return True
 
@@ -326,8 +327,7 @@ class SharedCrawl:
             # Stopped on an error: touch nothing more in Redis. The leases held come back
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
             detach = getattr(self.queue, "detach", None)
-            if isinstance(self.df, RedisBloomDupeFilter) and self.leased and \
-                    self.df.failure == dupefilter_module.FINISHED:
+            if self.leased and self.jobs.health.failure == FINISHED:
                 # The crawl is over and gone: only this worker's name, which its
                 # heartbeat or a pop may have written again, is taken out.
                 detach = self.queue.forget
@@ -335,9 +335,9 @@ class SharedCrawl:
                 with suppress(RedisError):
                     detach()
         elif clear:
-            self.jobs.guarded(self.queue.clear, None)
+            self.jobs.call(self.queue.clear, None)
         else:
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:
-                self.jobs.guarded(close_queue, None)
+                self.jobs.call(close_queue, None)
         return clear

@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from scrapy.utils.asyncio import AsyncioLoopingCall
     from twisted.internet.task import LoopingCall
 
-    from ..dupefilter import RedisBloomDupeFilter
     from ..frontier.queue import Lease, PriorityQueue
     from ..settings import FrontierConfig
     from .jobs import RedisJobs
+    from .requestpath import BloomDupe
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class LeaseUpkeep:
     gives the leases the scheduler holds (buffered or handed out)."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
-                 dupefilter: RedisBloomDupeFilter | None, server: Redis | RedisCluster,
+                 dupefilter: BloomDupe | None, server: Redis | RedisCluster,
                  frontier: FrontierConfig, stats: StatsCollector, spider: Spider,
                  settle: Callable[[], None], held: Callable[[], list[Lease]],
                  retired: Callable[[], object] = lambda: 0
@@ -109,7 +109,7 @@ class LeaseUpkeep:
             self._next_reclaim = now + timeout
             self._stale_seen = self.queue.stale
             held = self._held()
-        call = self.jobs.outage_call
+        call = self.jobs.call
         last = self._last_beat
 
         def job() -> tuple[float, list[tuple[int, Request]], Reclaimed, int | None]:
@@ -175,7 +175,7 @@ class LeaseUpkeep:
             self.queue.heartbeat()
             return True
 
-        if self.jobs.guarded(heartbeat, False):
+        if self.jobs.call(heartbeat, False):
             self._beaten(silence, time.monotonic())
             self._seen_others(self._others_live())
 

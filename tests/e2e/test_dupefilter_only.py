@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from helpers import start_runspider, take_fetches, wait_workers
+from helpers import crawl_through_a_freeze, demo_site, start_runspider, take_fetches, wait_workers
 
 PAGES = 60
 
@@ -69,3 +69,21 @@ def test_the_filter_outlives_the_crawl_as_a_jobdir(durable_redis: str, site: Any
     assert take_fetches(site) == [1] * PAGES
     client.delete(*client.keys("onemachine:bloomdupe*"), *client.keys("{onemachine:*"))
     client.close()
+
+
+FROZEN_PAGES = 300
+
+
+def test_a_frozen_redis_stops_no_download_and_loses_no_request(tmp_path: Path) -> None:
+    """The dupefilter alone under Scrapy's own scheduler (no batch middleware: Scrapy
+    asks ``request_seen`` for every request), Redis frozen (SIGSTOP) for 5 s in
+    mid-crawl: the reactor keeps turning (pages queued before the freeze are fetched
+    during it; each round trip waited on the reactor's thread: 0 were), the requests
+    found meanwhile wait for Redis in memory, and once it is back every page is
+    fetched, once."""
+    with demo_site(FROZEN_PAGES, delay=0.05) as site:
+        during, total = crawl_through_a_freeze(
+            site, tmp_path, "CONCURRENT_REQUESTS=2", "SCHEDULER=scrapy.core.scheduler.Scheduler",
+            "SPIDER_MIDDLEWARES={}")
+    assert during > 0, "no page fetched while Redis was frozen"
+    assert total == [1] * FROZEN_PAGES

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from harness.local_sentinel import LocalSentinel
-from helpers import run_workers, take_fetches
+from helpers import crawl_through_a_freeze, demo_site, run_workers, take_fetches
 
 PAGES = 400
 PROBE = Path(__file__).resolve().parents[1] / "harness" / "direct_calls"
@@ -120,3 +120,24 @@ def crawl(url: str, site: Any, tmp_path: Path, *settings: str, persist: bool = T
         # The crawl's start and end ran as jobs too, under both probes above.
         assert found["phases"] == {"join": True, "leave": True, "filter closed": True}
     return [log for _, log in results]
+
+
+FROZEN_PAGES = 300
+
+
+@pytest.mark.parametrize("mode, settings", [
+    ("the scheduler", ()),
+    ("the middleware under Scrapy's scheduler", ("SCHEDULER=scrapy.core.scheduler.Scheduler",)),
+])
+def test_a_frozen_redis_stops_no_download_and_loses_no_request(
+        tmp_path: Path, mode: str, settings: tuple[str, ...]) -> None:
+    """Redis frozen (SIGSTOP) for 5 s in mid-crawl: the reactor keeps turning (pages are
+    fetched during the freeze, from what each worker holds), and once Redis is back
+    every page is fetched, once. With the batch middleware under Scrapy's own scheduler
+    a callback's output waits for Redis in a job (it checked it on the reactor's
+    thread: 0 pages were fetched during such a freeze)."""
+    with demo_site(FROZEN_PAGES, delay=0.05) as site:
+        during, total = crawl_through_a_freeze(site, tmp_path, "CONCURRENT_REQUESTS=2",
+                                               *settings)
+    assert during > 0, f"{mode}: no page fetched while Redis was frozen"
+    assert total == [1] * FROZEN_PAGES, mode

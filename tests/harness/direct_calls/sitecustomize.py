@@ -98,14 +98,16 @@ if OUT:
     _wrap(onloop.AsyncNode, "round_trip", _awaited)
     _wrap(shared.SharedCrawl, "join", _phase("join"))
     _wrap(shared.SharedCrawl, "close", _phase("leave"))
-    _wrap(RedisBloomDupeFilter, "close", _phase("filter closed"))
+    _wrap(RedisBloomDupeFilter, "close_now", _phase("filter closed"))
 
     start = jobs.RedisJobs.start
 
-    def started(self: Any, reactor: Any, **kwargs: Any) -> None:
-        start(self, reactor, **kwargs)
+    def started(self: Any, **kwargs: Any) -> bool:
+        if not start(self, **kwargs):
+            return False
         found["io"] = type(self.io).__name__
         running["jobs"] = True
+        return True
 
     jobs.RedisJobs.start = started  # type: ignore[method-assign]
 
