@@ -1,0 +1,62 @@
+"""Issue 49, a user's first hour: a project made by ``scrapy startproject`` (the
+installed Scrapy's template: ``ROBOTSTXT_OBEY = True``), the add-on in the template's
+``ADDONS`` line, two workers of a ``CrawlSpider`` over a static site that has no
+robots.txt (a 404) and one broken link, ``SCHEDULER_PERSIST`` off (the default).
+
+One crawl for the module (:func:`first_crawl`), looked at by each test; the template's
+``DOWNLOAD_DELAY = 1`` is set to 0 on the command line, for time's sake only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from harness.startproject import Project, Run, StaticSite, docs_pages, start_project, static_site
+
+from scrapy_bloomdupe.testing import RedisServer
+
+PAGES = 8
+FAST = {"DOWNLOAD_DELAY": 0}
+
+
+@dataclass
+class FirstCrawl:
+    project: Project
+    site: StaticSite
+    runs: list[Run]
+    redis_url: str
+
+
+@pytest.fixture(scope="module")
+def first_crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstCrawl]:
+    tmp = tmp_path_factory.mktemp("first-day")
+    with RedisServer() as server, static_site(tmp / "site", docs_pages(PAGES)) as site:
+        project = start_project(tmp, server.url)
+        runs = project.crawl(site.url + "index.html", workers=2, settings=FAST)
+        yield FirstCrawl(project, site, runs, server.url)
+
+
+def test_the_crawl_fetched_every_page_and_exited_0(first_crawl: FirstCrawl) -> None:
+    assert [run.code for run in first_crawl.runs] == [0, 0], first_crawl.runs[0].text()[-3000:]
+    fetched = first_crawl.site.fetched()
+    for i in range(PAGES):
+        assert fetched.get(f"/page-{i}.html") == 1, fetched
+    assert fetched.get("/changelog.html") == 1, fetched
+
+
+def test_no_robots_txt_is_no_error(first_crawl: FirstCrawl) -> None:
+    """Item 1: robots.txt answers 404 (each worker asks): no ERROR, no traceback, no
+    ``robotstxt/exception_count``; the request did not come from the scheduler, so it is
+    not recorded as failed, and the broken link, which did, is."""
+    assert first_crawl.site.fetched().get("/robots.txt", 0) >= 1
+    for run in first_crawl.runs:
+        text = run.text()
+        assert "ERROR" not in text, "\n".join(run.lines("ERROR"))
+        assert "Traceback" not in text
+        assert "robotstxt/exception_count" not in text
+    # (a worker that fetched nothing, the other having taken every page, asked for none)
+    assert any("robotstxt/response_status_count/404" in run.text() for run in first_crawl.runs)
+    recorded = [line for run in first_crawl.runs for line in run.lines("Failed for good")]
+    assert len(recorded) == 1 and "/changelog.html> (HTTP 404)" in recorded[0], recorded
