@@ -10,8 +10,10 @@ value it got (the parsers of a kind of value, which know no setting, are in
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +97,34 @@ SENTINELS_SETTING = "BLOOMDUPE_SENTINELS"
 SENTINEL_MASTER_SETTING = "BLOOMDUPE_SENTINEL_MASTER"
 #: The schemes of a Redis URL, as redis-py's ``parse_url`` has them.
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+logger = logging.getLogger(__name__)
+
+
+def unknown_names(settings: BaseSettings) -> list[tuple[str, str | None]]:
+    """The ``BLOOMDUPE_*`` settings set that this package does not know (a misspelt
+    name is otherwise silent: the default is used), each with the nearest known name
+    (None when none is near)."""
+    prefix = "BLOOMDUPE_"
+    known = sorted(name[len(prefix):] for name in DEFAULTS)  # the prefix would match all
+    found = []
+    for name in sorted(str(n) for n in settings):
+        if name.startswith(prefix) and name not in DEFAULTS:
+            near = difflib.get_close_matches(name[len(prefix):], known, n=1)
+            found.append((name, prefix + near[0] if near else None))
+    return found
+
+
+def warn_unknown_names(settings: BaseSettings) -> None:
+    """One WARNING naming the unknown ``BLOOMDUPE_*`` settings (see :func:`unknown_names`),
+    if any."""
+    found = unknown_names(settings)
+    if found:
+        logger.warning("Unknown setting%s, not used (the default applies): %s. The settings "
+                       "are listed in docs/settings.md", "s" if len(found) > 1 else "",
+                       "; ".join(name + (f" (did you mean {near}?)" if near else "")
+                                 for name, near in found))
+
 
 def _get(settings: BaseSettings, name: str) -> Any:
     value = settings.get(name)

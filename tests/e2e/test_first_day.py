@@ -18,7 +18,8 @@ from harness.startproject import Project, Run, StaticSite, docs_pages, start_pro
 from scrapy_bloomdupe.testing import RedisServer
 
 PAGES = 8
-FAST = {"DOWNLOAD_DELAY": 0}
+#: The template's DOWNLOAD_DELAY = 1 at 0 (time), and a misspelt setting (item 5).
+SETTINGS = {"DOWNLOAD_DELAY": 0, "BLOOMDUPE_CAPACTIY": 1000}
 
 
 @dataclass
@@ -34,7 +35,7 @@ def first_crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstCrawl
     tmp = tmp_path_factory.mktemp("first-day")
     with RedisServer() as server, static_site(tmp / "site", docs_pages(PAGES)) as site:
         project = start_project(tmp, server.url)
-        runs = project.crawl(site.url + "index.html", workers=2, settings=FAST)
+        runs = project.crawl(site.url + "index.html", workers=2, settings=SETTINGS)
         yield FirstCrawl(project, site, runs, server.url)
 
 
@@ -60,3 +61,12 @@ def test_no_robots_txt_is_no_error(first_crawl: FirstCrawl) -> None:
     assert any("robotstxt/response_status_count/404" in run.text() for run in first_crawl.runs)
     recorded = [line for run in first_crawl.runs for line in run.lines("Failed for good")]
     assert len(recorded) == 1 and "/changelog.html> (HTTP 404)" in recorded[0], recorded
+
+
+def test_a_misspelt_setting_is_named_once_at_start(first_crawl: FirstCrawl) -> None:
+    """Item 5: ``-s BLOOMDUPE_CAPACTIY=1000`` ran with the default, silently."""
+    for run in first_crawl.runs:
+        warned = run.lines("Unknown setting")
+        assert len(warned) == 1, warned
+        assert "WARNING" in warned[0] and "BLOOMDUPE_CAPACTIY (did you mean " \
+            "BLOOMDUPE_CAPACITY?)" in warned[0]
