@@ -3,6 +3,7 @@ session's local Redis Cluster (``local_cluster`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -106,6 +107,34 @@ def test_scheduler_without_persist_keeps_everything_when_it_leaves_early(
     # stays queued for the workers still crawling.
     assert scheduler.queue.status() == (1, 0)
     assert client.exists(keys.meta(scheduler.df.bloom.key))
+
+
+def test_a_worker_says_whether_it_joins_a_crawl_under_way_or_resumes_one(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The second worker of a brand-new crawl said "Resuming crawl (1 requests
+    scheduled)" (issue 49): it joins a crawl under way; a crawl resumes only when no
+    worker is at work."""
+    def opened() -> Scheduler:
+        crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+        scheduler = Scheduler.from_crawler(crawler)
+        scheduler.open(crawler.spider)
+        return scheduler
+
+    first = opened()
+    assert first.enqueue_request(Request("http://a.example/1"))
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe"):
+        second = opened()
+    assert "Joining the crawl under way: 1 other worker(s) at work, 1 request(s) queued" \
+        in caplog.text
+    assert "Resuming" not in caplog.text
+    first.close("shutdown")
+    second.close("shutdown")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe"):
+        third = opened()  # the next run of the crawl SCHEDULER_PERSIST kept
+    assert "Resuming the crawl: 1 request(s) left queued by an earlier run (no other " \
+        "worker at work)" in caplog.text
+    third.close("shutdown")
 
 
 def test_the_scheduler_stays_while_work_may_come_and_clears_only_when_done(

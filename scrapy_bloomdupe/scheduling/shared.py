@@ -21,6 +21,7 @@ from scrapy.utils.python import global_object_name
 from scrapy_redis.queue import Base as ScrapyRedisQueue
 
 from .. import dupefilter as dupefilter_module
+from .. import keys
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
@@ -43,6 +44,16 @@ if TYPE_CHECKING:
     from .jobs import RedisJobs
 
 logger = logging.getLogger(__name__)
+
+#: How many workers heartbeat within the lease timeout, on Redis's clock, as leave.lua
+#: finds them (ZRANGEBYSCORE, which the crawl's ACL grants; not ZCOUNT). KEYS[1]: shard
+#: 0's owners (owner -> last heartbeat, ms); ARGV[1]: the lease timeout (ms). Returns
+#: the count.
+AT_WORK_SCRIPT = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return #redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+"""
 
 #: The crawl's shared queue: this package's leased one (a :class:`CrawlWideQueue`
 #: whatever the politeness mode; its base class when a queue of the user's extends it)
@@ -250,13 +261,34 @@ class SharedCrawl:
                             adopted, self.queue.key, extra={"spider": spider})
         pending = self.jobs.guarded(lambda: len(self.queue), 0)
         if pending:
-            logger.info("Resuming crawl (%d requests scheduled)", pending,
-                        extra={"spider": spider})
+            others = self.jobs.guarded(self._others_at_work, None)
+            if others:
+                logger.info("Joining the crawl under way: %d other worker(s) at work, %d "
+                            "request(s) queued", others, pending, extra={"spider": spider})
+            elif others == 0:
+                logger.info("Resuming the crawl: %d request(s) left queued by an earlier run "
+                            "(no other worker at work)", pending, extra={"spider": spider})
+            else:
+                logger.info("Joining the crawl: %d request(s) queued", pending,
+                            extra={"spider": spider})
         df = self.df
         if not self.leased and isinstance(df, RedisBloomDupeFilter):
             # Counted among the crawl's workers, so that the last one out clears (close).
             self.jobs.guarded(lambda: frontier_queue.join(self.server, df.bloom.key,
                                                           self.member), None)
+
+    def _others_at_work(self) -> int | None:
+        """How many other workers of the crawl are at work now (heartbeat within the
+        lease timeout, on Redis's clock; counted before this one joins); None when
+        the crawl's workers are not known (a dupefilter not this package's)."""
+        if self.leased:
+            tag, timeout_ms = self.queue.tag, self.queue.lease_timeout_ms
+        elif isinstance(self.df, RedisBloomDupeFilter):
+            tag, timeout_ms = self.df.bloom.key, round(self.frontier.lease_timeout * 1000)
+        else:
+            return None
+        script = self.server.register_script(AT_WORK_SCRIPT)
+        return int(script(keys=[keys.owners(tag, 0)], args=[timeout_ms]))
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""

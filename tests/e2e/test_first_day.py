@@ -70,3 +70,14 @@ def test_a_misspelt_setting_is_named_once_at_start(first_crawl: FirstCrawl) -> N
         assert len(warned) == 1, warned
         assert "WARNING" in warned[0] and "BLOOMDUPE_CAPACTIY (did you mean " \
             "BLOOMDUPE_CAPACITY?)" in warned[0]
+
+
+def test_the_log_has_no_noise_and_no_untruth(first_crawl: FirstCrawl) -> None:
+    """Item 6: redis-py 8's "Failed to enable maintenance notifications" (4 a worker on
+    Redis 7), "est. FPR -0", and "Resuming crawl" from a worker of a brand-new crawl."""
+    for run in first_crawl.runs:
+        text = run.text()
+        assert "maintenance notifications" not in text
+        assert "FPR -0" not in text
+        assert "Resuming" not in text
+        assert len(run.lines("Bloom filter closed:")) == 1
