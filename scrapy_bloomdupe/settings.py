@@ -68,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_MAX_REQUEUES": 3,
     "BLOOMDUPE_DONE_GRACE": 3.0,
     "BLOOMDUPE_FAILED_LIMIT": 100_000,
+    "BLOOMDUPE_REPORT_TTL": 7 * 86_400.0,
     "BLOOMDUPE_POLITENESS": "worker",
     "BLOOMDUPE_BACKOFF_CODES": [429, 503],
     "BLOOMDUPE_BACKOFF_MAX": 300.0,
@@ -252,6 +253,14 @@ def parse_fingerprint(mode: object) -> str:
 
 def parse_engine(engine: object) -> str:
     return parse_choice("BLOOMDUPE_ENGINE", engine, ENGINES)
+
+
+def report_ttl(settings: BaseSettings) -> float:
+    """``BLOOMDUPE_REPORT_TTL``: seconds a finished crawl's report (its failed requests
+    and crawl-wide counters) is kept after its last worker deleted the rest of its state
+    (``SCHEDULER_PERSIST`` off); 0: deleted with it."""
+    return parse_float("BLOOMDUPE_REPORT_TTL", _get(settings, "BLOOMDUPE_REPORT_TTL"),
+                       low=0, high=366 * 86_400)
 
 
 def batch_size(settings: BaseSettings) -> int | None:

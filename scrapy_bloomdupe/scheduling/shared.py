@@ -31,7 +31,7 @@ from ..frontier import queue as frontier_queue
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
-from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
+from ..settings import BloomDupeConfig, FrontierConfig, report_ttl, wait_replicas
 from ..transport.wait import replicas_to_wait
 
 if TYPE_CHECKING:
@@ -212,6 +212,10 @@ def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
     df = build_from_crawler(ours, crawler) if ours else None
+    if df is not None and df.bloom.fresh:
+        # A new crawl at the key of a finished one starts afresh: the failed requests
+        # that one kept as its report (BLOOMDUPE_REPORT_TTL) are not this crawl's.
+        server.delete(keys.failed(df.bloom.key))
     if not recorded:
         claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
                            write=True)
@@ -228,6 +232,13 @@ class SharedCrawl:
         self.frontier, self.spider = frontier, spider
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self.member = secrets.token_hex(6)
+        crawler = getattr(spider, "crawler", None)
+        #: BLOOMDUPE_REPORT_TTL: how long a finished crawl's failed requests are kept.
+        self.report_ttl = report_ttl(crawler.settings) if crawler is not None else 0.0
+        #: Called (in the closing job) before this worker leaves the crawl: what it has
+        #: to add to the crawl's report goes in while the crawl is there (the
+        #: WorkerMetrics extension's last counters), so the last worker's summary has it.
+        self.before_leaving: list[Callable[[], None]] = []
 
     @property
     def leased(self) -> bool:
@@ -307,6 +318,10 @@ class SharedCrawl:
         (``SCHEDULER_PERSIST``) off, once the crawl is done (``done_now``, asked first),
         the last worker out deletes the queue; whether it did (the filter goes too,
         then). ``settle`` acks what this worker handed out, before it leaves."""
+        for write in self.before_leaving:
+            if not self.jobs.failed():
+                with suppress(RedisError):  # figures only: the crawl goes on without them
+                    write()
         clear = not persist and not self.jobs.failed() and done_now()
         if not persist and not clear and not self.jobs.failed():
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
@@ -334,7 +349,9 @@ class SharedCrawl:
                 with suppress(RedisError):
                     detach()
         elif clear:
-            self.jobs.guarded(self.queue.clear, None)
+            queue = self.queue
+            self.jobs.guarded(lambda: queue.clear(self.report_ttl) if isinstance(
+                queue, PriorityQueue) else queue.clear(), None)
         else:
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:

@@ -9,6 +9,8 @@ One crawl for the module (:func:`first_crawl`), looked at by each test; the temp
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,6 +30,8 @@ class FirstCrawl:
     site: StaticSite
     runs: list[Run]
     redis_url: str
+    #: The site's fetches by path when the first crawl ended.
+    fetched: dict[str, int]
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +40,12 @@ def first_crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstCrawl
     with RedisServer() as server, static_site(tmp / "site", docs_pages(PAGES)) as site:
         project = start_project(tmp, server.url)
         runs = project.crawl(site.url + "index.html", workers=2, settings=SETTINGS)
-        yield FirstCrawl(project, site, runs, server.url)
+        yield FirstCrawl(project, site, runs, server.url, site.fetched())
 
 
 def test_the_crawl_fetched_every_page_and_exited_0(first_crawl: FirstCrawl) -> None:
     assert [run.code for run in first_crawl.runs] == [0, 0], first_crawl.runs[0].text()[-3000:]
-    fetched = first_crawl.site.fetched()
+    fetched = first_crawl.fetched
     for i in range(PAGES):
         assert fetched.get(f"/page-{i}.html") == 1, fetched
     assert fetched.get("/changelog.html") == 1, fetched
@@ -51,7 +55,7 @@ def test_no_robots_txt_is_no_error(first_crawl: FirstCrawl) -> None:
     """Item 1: robots.txt answers 404 (each worker asks): no ERROR, no traceback, no
     ``robotstxt/exception_count``; the request did not come from the scheduler, so it is
     not recorded as failed, and the broken link, which did, is."""
-    assert first_crawl.site.fetched().get("/robots.txt", 0) >= 1
+    assert first_crawl.fetched.get("/robots.txt", 0) >= 1
     for run in first_crawl.runs:
         text = run.text()
         assert "ERROR" not in text, "\n".join(run.lines("ERROR"))
@@ -81,3 +85,46 @@ def test_the_log_has_no_noise_and_no_untruth(first_crawl: FirstCrawl) -> None:
         assert "FPR -0" not in text
         assert "Resuming" not in text
         assert len(run.lines("Bloom filter closed:")) == 1
+
+
+def test_the_crawls_report_outlives_it_until_cleared(first_crawl: FirstCrawl) -> None:
+    """Item 4: a worker said "recorded in Redis; `bloomdupe failed` lists such requests",
+    and once the crawl (SCHEDULER_PERSIST off) ended `bloomdupe failed` answered "No
+    crawl at key": the report was deleted with the rest. It is kept
+    (BLOOMDUPE_REPORT_TTL), the last worker sums the crawl up in one line, `bloomdupe
+    keys` lists the end mark, a new crawl at the key starts afresh, and `bloomdupe clear`
+    removes what a finished crawl left (it exited 1, "No Bloom filter")."""
+    project = first_crawl.project
+    assert [run.code for run in first_crawl.runs] == [0, 0]
+    listed = project.scrapy("bloomdupe", "failed", "docs")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "/changelog.html" in listed.stdout and "HTTP 404" in listed.stdout
+    stats = project.scrapy("bloomdupe", "stats", "docs")
+    assert stats.returncode == 0, stats.stdout + stats.stderr
+    summaries = [line for run in first_crawl.runs for line in run.lines(" is over, over all")]
+    assert len(summaries) == 1, summaries  # the last worker's
+    pages = sum(int(n) for run in first_crawl.runs
+                for n in re.findall(r"'response_received_count': (\d+)", run.text()))
+    assert f"docs:bloomdupe is over, over all its workers: {pages} pages, " in summaries[0]
+    assert ", 1 failed. SCHEDULER_PERSIST is off" in summaries[0]
+    assert "kept for 7 days (BLOOMDUPE_REPORT_TTL)" in summaries[0]
+    listed_keys = project.scrapy("bloomdupe", "keys", "docs")
+    assert "docs:bloomdupe:finished" in listed_keys.stdout, listed_keys.stdout
+    requeue = project.scrapy("bloomdupe", "failed", "docs", "--requeue")
+    assert requeue.returncode == 1 and "Traceback" not in requeue.stderr
+    assert "is over" in requeue.stderr and "no queue to put them back in" in requeue.stderr
+
+    # The next run at the same key starts afresh: every page again, its own report only.
+    (again,) = project.crawl(first_crawl.site.url + "index.html", settings=SETTINGS)
+    assert again.code == 0, again.text()[-3000:]
+    fetched = first_crawl.site.fetched()
+    assert all(fetched[path] == 2 * n for path, n in first_crawl.fetched.items()
+               if path.startswith("/page-")), fetched
+    listed = project.scrapy("bloomdupe", "failed", "docs", "--json")
+    assert json.loads(listed.stdout)["total"] == 1
+
+    cleared = project.scrapy("bloomdupe", "clear", "docs", "--yes")
+    assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+    assert "report of the finished crawl" in cleared.stdout + cleared.stderr
+    left = project.scrapy("bloomdupe", "keys", "docs")
+    assert "No key of the crawl 'docs:bloomdupe'" in left.stdout, left.stdout
