@@ -23,6 +23,8 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import NoPermissionError
+
 from . import keys
 from .transport.link import Link, link_to
 
@@ -150,20 +152,27 @@ def summary(target: Redis | RedisCluster | Link, key: str, ttl: float) -> str:
     figures), the failed requests recorded, and what is kept for ``ttl`` seconds
     (``BLOOMDUPE_REPORT_TTL``). One round trip."""
     with link_to(target) as link:
-        found, failed = link.calls([("HGETALL", keys.stats(key)), ("XLEN", keys.failed(key))])
-    if isinstance(found, dict):
-        found = [x for kv in found.items() for x in kv]
-    totals = {_text(name): int(value) for name, value in zip(found[::2], found[1::2],
-                                                              strict=True)}
+        found = link.call("HGETALL", keys.stats(key))
+        if isinstance(found, dict):
+            found = [x for kv in found.items() for x in kv]
+        totals = {_text(name): int(value) for name, value in zip(found[::2], found[1::2],
+                                                                  strict=True)}
+        # The workers' own count (the WorkerMetrics extension's), else the records kept
+        # (XLEN, where the ACL grants it).
+        failed: Any = totals.get("failed")
+        if failed is None:
+            try:
+                failed = link.call("XLEN", keys.failed(key))
+            except NoPermissionError:
+                failed = "?"
     pages = f"{totals['pages']:,}" if "pages" in totals else "?"
-    # The workers' own count (the WorkerMetrics extension's), else the records left.
-    failed = totals.get("failed", failed)
+    failed = f"{int(failed):,}" if failed != "?" else failed
     kept = (f"its report, the failed requests (`bloomdupe failed`) and these counters "
             f"(`bloomdupe stats`), is kept for {_duration(ttl)} (BLOOMDUPE_REPORT_TTL)"
             if ttl else "its report is deleted too (BLOOMDUPE_REPORT_TTL = 0)")
     return (f"The crawl {key} is over, over all its workers: {pages} pages, "
             f"{totals.get('new', 0):,} new, {totals.get('duplicates', 0):,} duplicates, "
-            f"{int(failed):,} failed. SCHEDULER_PERSIST is off: its filter and queue are "
+            f"{failed} failed. SCHEDULER_PERSIST is off: its filter and queue are "
             f"deleted; {kept}")
 
 

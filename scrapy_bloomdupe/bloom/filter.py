@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis.exceptions import NoPermissionError
+
 from .. import hashing, keys, sizing
 from ..exceptions import FilterLostError, FilterMismatchError
 from ..localcache import LocalCache, TimedCache
@@ -478,7 +480,13 @@ class BloomFilter(Calls, Growth, Forgetting):
             self.link.call("SET", keys.finished(self.key), self._identity(), "EX",
                            max(FINISHED_TTL, math.ceil(report_ttl)))
         if kept:
-            self.link.calls([("EXPIRE", name, math.ceil(report_ttl)) for name in kept])
+            try:
+                self.link.calls([("EXPIRE", name, math.ceil(report_ttl)) for name in kept])
+            except NoPermissionError as e:  # an ACL from before the report: as then
+                logger.warning("Could not keep the crawl's report (BLOOMDUPE_REPORT_TTL): "
+                               "%s. Add +expire to its ACL (docs/security.md); deleted with "
+                               "the rest", e)
+                kept = []
         names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
                  keys.workers(self.key), keys.forgets(self.key), *self._lock_keys,
                  *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -301,6 +301,20 @@ class SharedCrawl:
         script = self.server.register_script(AT_WORK_SCRIPT)
         return int(script(keys=[keys.owners(tag, 0)], args=[timeout_ms]))
 
+    def _clear_queue(self) -> None:
+        """Delete the shared queue, the last worker of a finished crawl; the leased
+        queue's failed requests stay for BLOOMDUPE_REPORT_TTL (the crawl's report)."""
+        if not isinstance(self.queue, PriorityQueue):
+            self.queue.clear()
+            return
+        try:
+            self.queue.clear(self.report_ttl)
+        except NoPermissionError as e:  # an ACL from before the report: deleted, as then
+            logger.warning("Could not keep the crawl's failed requests (BLOOMDUPE_REPORT_TTL): "
+                           "%s. Add +expire to its ACL (docs/security.md); deleted with the "
+                           "rest", e, extra={"spider": self.spider})
+            self.queue.clear()
+
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
         if self.leased:
@@ -349,9 +363,7 @@ class SharedCrawl:
                 with suppress(RedisError):
                     detach()
         elif clear:
-            queue = self.queue
-            self.jobs.guarded(lambda: queue.clear(self.report_ttl) if isinstance(
-                queue, PriorityQueue) else queue.clear(), None)
+            self.jobs.guarded(self._clear_queue, None)
         else:
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:
