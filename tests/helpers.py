@@ -33,7 +33,7 @@ from scrapy.utils.test import get_crawler
 from slotqueue import SlotEntry, SlotQueue
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
-from scrapy_bloomdupe import connection, hashing, sizing
+from scrapy_bloomdupe import connection, hashing, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.scheduling.jobs import IOThread
 from scrapy_bloomdupe.testing import free_port
@@ -485,3 +485,16 @@ def waiting_entries(client: Any, tag: str) -> list[bytes]:
         if client.type(name) == b"list":
             found += client.lrange(name, 0, -1)
     return found
+
+
+# -- what a finished crawl leaves ---------------------------------------------------------
+
+
+def assert_finished_crawl_left(client: Any, key: str) -> None:
+    """After a crawl with ``SCHEDULER_PERSIST`` off ended: only its end mark and its
+    report (crawl stats, failed requests) are left at ``key``, each expiring
+    (``BLOOMDUPE_REPORT_TTL``)."""
+    left = {name.decode() for name in client.keys("*")}
+    allowed = {keys.finished(key), keys.stats(key), keys.workers(key), keys.failed(key)}
+    assert keys.finished(key) in left and left <= allowed, left
+    assert all(client.ttl(name) > 0 for name in left), {n: client.ttl(n) for n in left}
