@@ -293,13 +293,15 @@ class SharedCrawl:
         lease timeout, on Redis's clock; counted before this one joins); None when
         the crawl's workers are not known (a dupefilter not this package's)."""
         if self.leased:
-            tag, timeout_ms = self.queue.tag, self.queue.lease_timeout_ms
+            link, tag = self.queue.link, self.queue.tag
+            timeout_ms = self.queue.lease_timeout_ms
         elif isinstance(self.df, RedisBloomDupeFilter):
-            tag, timeout_ms = self.df.bloom.key, round(self.frontier.lease_timeout * 1000)
+            link, tag = self.df.bloom.link, self.df.bloom.key
+            timeout_ms = round(self.frontier.lease_timeout * 1000)
         else:
             return None
-        script = self.server.register_script(AT_WORK_SCRIPT)
-        return int(script(keys=[keys.owners(tag, 0)], args=[timeout_ms]))
+        (sha,) = link.knows(AT_WORK_SCRIPT)  # through the link, as every crawl's command
+        return int(link.call("EVALSHA", sha, 1, keys.owners(tag, 0), timeout_ms))
 
     def _clear_queue(self) -> None:
         """Delete the shared queue, the last worker of a finished crawl; the leased
