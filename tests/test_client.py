@@ -239,10 +239,15 @@ def test_no_connection_asks_for_maintenance_notifications(
             assert client.ping()
             node = AsyncNode.of(client.connection_pool)
             assert node is not None
-            try:
-                assert asyncio.run(node.round_trip([("PING",)])) == [b"PONG"]
-            finally:
-                node.close()
+
+            async def ping() -> list[object]:
+                try:
+                    return await node.round_trip([("PING",)])
+                finally:
+                    node.close()  # on the loop, which then waits for the close
+                    await asyncio.sleep(0)
+
+            assert asyncio.run(ping()) == [b"PONG"]
         finally:
             client.close()
     assert maint_lines(caplog) == []
