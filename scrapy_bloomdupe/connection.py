@@ -33,7 +33,7 @@ from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.logger import globalLogBeginner
 
 from .exceptions import BloomDupeError
-from .settings import RedisSettings
+from .settings import RedisSettings, warn_unknown_names
 from .transport import client as client_module
 from .transport.diagnose import find_cause
 from .versions import check_installed
@@ -54,6 +54,7 @@ def get_client(crawler: Crawler) -> Redis | RedisCluster:
     """The crawler's shared client, made on first use, closed when its engine stops."""
     client = _clients.get(crawler)
     if client is None:
+        warn_unknown_names(crawler.settings)  # once a crawl: at its first component
         client = from_settings(crawler.settings)
         _clients[crawler] = client
         def close(**_: object) -> None:

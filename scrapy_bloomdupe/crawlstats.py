@@ -23,6 +23,8 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import NoPermissionError
+
 from . import keys
 from .transport.link import Link, link_to
 
@@ -142,6 +144,44 @@ def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, Any
     lines: list[Any] = pipe.execute()
     return {worker: json.loads(line) for worker, line in zip(workers, lines, strict=True)
             if line is not None}
+
+
+def summary(target: Redis | RedisCluster | Link, key: str, ttl: float) -> str:
+    """The line the last worker of a finished crawl logs as it deletes the crawl's state
+    (``SCHEDULER_PERSIST`` off): the crawl-wide counters (pages, from the workers' live
+    figures), the failed requests recorded, and what is kept for ``ttl`` seconds
+    (``BLOOMDUPE_REPORT_TTL``). One round trip."""
+    with link_to(target) as link:
+        found = link.call("HGETALL", keys.stats(key))
+        if isinstance(found, dict):
+            found = [x for kv in found.items() for x in kv]
+        totals = {_text(name): int(value) for name, value in zip(found[::2], found[1::2],
+                                                                  strict=True)}
+        # The workers' own count (the WorkerMetrics extension's), else the records kept
+        # (XLEN, where the ACL grants it).
+        failed: Any = totals.get("failed")
+        if failed is None:
+            try:
+                failed = link.call("XLEN", keys.failed(key))
+            except NoPermissionError:
+                failed = "?"
+    pages = f"{totals['pages']:,}" if "pages" in totals else "?"
+    failed = f"{int(failed):,}" if failed != "?" else failed
+    kept = (f"its report, the failed requests (`bloomdupe failed`) and these counters "
+            f"(`bloomdupe stats`), is kept for {_duration(ttl)} (BLOOMDUPE_REPORT_TTL)"
+            if ttl else "its report is deleted too (BLOOMDUPE_REPORT_TTL = 0)")
+    return (f"The crawl {key} is over, over all its workers: {pages} pages, "
+            f"{totals.get('new', 0):,} new, {totals.get('duplicates', 0):,} duplicates, "
+            f"{failed} failed. SCHEDULER_PERSIST is off: its filter and queue are "
+            f"deleted; {kept}")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("day", 86_400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n > 1 else ''}"
+    return f"{seconds:g} s"
 
 
 def clear(client: Redis | RedisCluster, key: str) -> None:

@@ -37,7 +37,7 @@ from .scheduling.health import (
 )
 from .scheduling.jobs import RedisJobs
 from .scheduling.waiting import Waiting
-from .settings import BloomDupeConfig, replaced_dupefilter_key, wait_replicas
+from .settings import BloomDupeConfig, replaced_dupefilter_key, report_ttl, wait_replicas
 from .transport.diagnose import check, check_eviction, describe, probe, refusal, warn_if_not_durable
 from .transport.link import link_to
 from .transport.outage import OutageGuard, RedisUnavailable
@@ -66,6 +66,9 @@ __all__ = ["CHECKED_META", "CLOSE_REASON", "FINISHED", "FULL_REASON", "LOST_REAS
 
 class RedisBloomDupeFilter(BaseDupeFilter):
     """Duplicate filter backed by a sharded Bloom filter in Redis."""
+
+    #: BLOOMDUPE_REPORT_TTL: how long a finished crawl's report outlives its state.
+    report_ttl = 0.0
 
     def __init__(
         self,
@@ -179,6 +182,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         )
         instance.keep_if_finished = keep == KEEP_IF_FINISHED
         crawler.signals.connect(instance.waiting.spider_idle, signal=signals.spider_idle)
+        instance.report_ttl = report_ttl(crawler.settings)
         if cls.request_fingerprint is not RedisBloomDupeFilter.request_fingerprint:
             # Overridden, as scrapy-redis projects do (scrapy-splash): honoured.
             instance.fingerprinter = fingerprint.MethodFingerprinter(
@@ -521,9 +525,13 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         """Delete the filter in Redis (every worker's) and the crawl-wide stats."""
         self.bloom.clear()
 
-    def _clear_finished(self) -> None:
-        # At the end of a crawl: marked, so that a worker paused past it closes quietly.
-        self.bloom.clear(finished=True)
+    def _clear_finished(self, ended: bool) -> None:
+        # At the end of a crawl: marked, so that a worker paused past it closes quietly;
+        # a crawl that ran to its end (``ended``) keeps its report (BLOOMDUPE_REPORT_TTL).
+        if ended:
+            logger.info("%s", crawlstats.summary(self.bloom.link, self.bloom.key,
+                                                 self.report_ttl))
+        self.bloom.clear(finished=True, report_ttl=self.report_ttl if ended else 0)
 
     def close(self, reason: str = "", *, clear: bool | None = None) -> Deferred[None] | None:
         """Scrapy's scheduler's hook (it waits for the Deferred): :meth:`close_now` as
@@ -545,6 +553,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         :mod:`.persistence` says: the scheduler decides for a shared crawl, in its
         last job)."""
         self.closed = True
+        ended = clear is not None or reason == FINISHED  # the scheduler saw it done
         if clear is None:
             clear = not self.persist and self.failure is None
             if self.keep_if_finished and reason != FINISHED and self.failure is None:
@@ -560,7 +569,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         except (redis.RedisError, BloomDupeError) as e:
             logger.warning("Could not read the Bloom filter's final figures from Redis: %s", e)
             self.update_stats()
-        if self.persist and self.failure is None:
+        if self.failure is None:  # also when the crawl's state goes: its report stays
             self.flush_crawl_stats(closed=reason or "closed")
         if self.stats is not None:
             get = self.figures.get
@@ -575,7 +584,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             )
         if clear:
             try:
-                self._clear_finished()
+                self._clear_finished(ended)
             except redis.RedisError as e:
                 logger.error("Could not delete the Bloom filter %s (SCHEDULER_PERSIST is off): "
                              "%s", self.bloom.key, e)

@@ -12,6 +12,12 @@ response that reaches it is final. It records (see
 * a response that Scrapy's HttpErrorMiddleware will drop (a status the spider
   does not handle), when that middleware is enabled; its own rules decide.
 
+Only a request this package's scheduler handed out (it carries its lease) is
+recorded: one that did not come from the scheduler (robots.txt, a media
+pipeline's download, ``engine.download``) was never in the filter or the queue,
+and its owner handles its failure. Recording never raises into Scrapy's
+download chain: a request that cannot be recorded gets one ERROR line.
+
 Recording happens before the request's lease is acked (here, for a download
 that failed; for a response, once its output is queued), so a worker killed in
 between loses nothing: the request is fetched again. Counted as
@@ -20,6 +26,7 @@ between loses nothing: the request is fetched again. Counted as
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
@@ -28,12 +35,15 @@ from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from . import scheduler as scheduler_module
+from .scheduling.requestpath import LEASE_META
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
 
 
 class FailedRequestMiddleware:
@@ -74,7 +84,15 @@ class FailedRequestMiddleware:
         return None
 
     def _record(self, request: Request, reason: str) -> None:
-        # Under another scheduler (Scrapy's own) there is no shared queue to record into.
+        # Under another scheduler (Scrapy's own) there is no shared queue to record into;
+        # a request without a lease did not come from the scheduler (robots.txt, a media
+        # pipeline, engine.download): nothing of the crawl's to keep.
         scheduler = scheduler_module.for_crawler(self.crawler)
-        if scheduler is not None:
+        if scheduler is None or LEASE_META not in request.meta:
+            return
+        try:
             scheduler.record_failed(request, reason)
+        except Exception as e:  # never into the download chain: one line, not a traceback
+            logger.error("Could not record %s, which failed for good (%s), in Redis: %s: %s",
+                         request, reason, type(e).__name__, e,
+                         extra={"spider": self.crawler.spider})

@@ -86,16 +86,22 @@ def _keys(*classes: type, functions: tuple[Any, ...] = (), extra: tuple[str, ...
 
 
 def _takes_any_key(cls: type) -> bool:
-    """A class of the user's whose own ``__init__`` takes ``**kwargs``: it may use keys
-    no signature names."""
-    init = cls.__dict__.get("__init__")
-    if init is None:
-        return False
-    try:
-        parameters = inspect.signature(init).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind is p.VAR_KEYWORD for p in parameters)
+    """A class of the user's whose ``__init__`` takes ``**kwargs``: it may use keys no
+    signature names. That ``__init__`` is the first in the MRO, the class's own or one
+    it inherits from a class of the user's (redis-py's, whose signatures are read,
+    and ``object``'s do not count)."""
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__.partition(".")[0] == "redis":
+            return False
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            return True
+        return any(p.kind is p.VAR_KEYWORD for p in parameters)
+    return False
 
 
 def _class_name(cls: type) -> str:

@@ -10,8 +10,10 @@ value it got (the parsers of a kind of value, which know no setting, are in
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOOMDUPE_MAX_REQUEUES": 3,
     "BLOOMDUPE_DONE_GRACE": 3.0,
     "BLOOMDUPE_FAILED_LIMIT": 100_000,
+    "BLOOMDUPE_REPORT_TTL": 7 * 86_400.0,
     "BLOOMDUPE_POLITENESS": "worker",
     "BLOOMDUPE_BACKOFF_CODES": [429, 503],
     "BLOOMDUPE_BACKOFF_MAX": 300.0,
@@ -96,6 +99,34 @@ SENTINELS_SETTING = "BLOOMDUPE_SENTINELS"
 SENTINEL_MASTER_SETTING = "BLOOMDUPE_SENTINEL_MASTER"
 #: The schemes of a Redis URL, as redis-py's ``parse_url`` has them.
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+logger = logging.getLogger(__name__)
+
+
+def unknown_names(settings: BaseSettings) -> list[tuple[str, str | None]]:
+    """The ``BLOOMDUPE_*`` settings set that this package does not know (a misspelt
+    name is otherwise silent: the default is used), each with the nearest known name
+    (None when none is near)."""
+    prefix = "BLOOMDUPE_"
+    known = sorted(name[len(prefix):] for name in DEFAULTS)  # the prefix would match all
+    found = []
+    for name in sorted(str(n) for n in settings):
+        if name.startswith(prefix) and name not in DEFAULTS:
+            near = difflib.get_close_matches(name[len(prefix):], known, n=1)
+            found.append((name, prefix + near[0] if near else None))
+    return found
+
+
+def warn_unknown_names(settings: BaseSettings) -> None:
+    """One WARNING naming the unknown ``BLOOMDUPE_*`` settings (see :func:`unknown_names`),
+    if any."""
+    found = unknown_names(settings)
+    if found:
+        logger.warning("Unknown setting%s, not used (the default applies): %s. The settings "
+                       "are listed in docs/settings.md", "s" if len(found) > 1 else "",
+                       "; ".join(name + (f" (did you mean {near}?)" if near else "")
+                                 for name, near in found))
+
 
 def _get(settings: BaseSettings, name: str) -> Any:
     value = settings.get(name)
@@ -223,6 +254,14 @@ def parse_fingerprint(mode: object) -> str:
 
 def parse_engine(engine: object) -> str:
     return parse_choice("BLOOMDUPE_ENGINE", engine, ENGINES)
+
+
+def report_ttl(settings: BaseSettings) -> float:
+    """``BLOOMDUPE_REPORT_TTL``: seconds a finished crawl's report (its failed requests
+    and crawl-wide counters) is kept after its last worker deleted the rest of its state
+    (``SCHEDULER_PERSIST`` off); 0: deleted with it."""
+    return parse_float("BLOOMDUPE_REPORT_TTL", _get(settings, "BLOOMDUPE_REPORT_TTL"),
+                       low=0, high=366 * 86_400)
 
 
 def batch_size(settings: BaseSettings) -> int | None:

@@ -24,6 +24,7 @@ from .settings import (
     MetricsConfig,
     RedisSettings,
     batch_size,
+    report_ttl,
     use_scheduler,
 )
 
@@ -82,6 +83,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("BLOOMDUPE_MAX_REQUEUES", "whole number", _FRONTIER),
     Setting("BLOOMDUPE_DONE_GRACE", "number", _FRONTIER),
     Setting("BLOOMDUPE_FAILED_LIMIT", "whole number", _FRONTIER),
+    Setting("BLOOMDUPE_REPORT_TTL", "number", report_ttl),
     Setting("BLOOMDUPE_POLITENESS", "choice", _FRONTIER),
     Setting("BLOOMDUPE_BACKOFF_CODES", "status codes", _FRONTIER),
     Setting("BLOOMDUPE_BACKOFF_MAX", "number", _FRONTIER),

@@ -131,6 +131,11 @@ class WorkerMetrics:
         self._last_time = time.monotonic()
         self.task = create_looping_call(self.write)
         self.task.start(self.config.live_interval, now=True)
+        sched = scheduler.for_crawler(self.crawler)
+        if sched is not None and sched.shared is not None:
+            # The last counters go in before this worker leaves the crawl (see
+            # SharedCrawl.before_leaving): the last worker's summary line counts them.
+            sched.shared.before_leaving.append(self.write_last)
         if self.config.ports is not None:
             self.listen(*self.config.ports)
 
@@ -149,13 +154,24 @@ class WorkerMetrics:
             # runner is done: the last figures go in a round trip of their own.
             if self.client.exists(keys.meta(self.key)):
                 self.write(final=True)
-                if not self.client.exists(keys.meta(self.key)):
-                    # The last worker out cleared the crawl between the check and the
-                    # write: the counters this write made again would be left behind.
+                if not any(self.client.exists(name) for name in (  # (two cluster slots)
+                        keys.meta(self.key), keys.finished(self.key))):
+                    # The crawl's state went between the check and the write, and not at
+                    # a finished crawl's end (whose report stays): the counters this
+                    # write made again would be left behind.
                     self.client.delete(keys.stats(self.key))
             crawlstats.forget_live(self.client, self.key, self.worker)
         except redis.RedisError as e:
             logger.debug("Could not remove this worker's live figures from Redis: %s", e)
+
+    def write_last(self) -> None:
+        """This worker's last counters, in the scheduler's closing job (on its link),
+        before it leaves the crawl; :meth:`spider_closed` then has none left to add."""
+        df = scheduler.dupefilter_for(self.crawler)
+        if self.client is None or self._writing or df is None:
+            return
+        figures, now = self.figures(), time.monotonic()
+        self._written(self._send(df.bloom.link, now, figures, prune=False), figures, now)
 
     # -- the figures -------------------------------------------------------------------
 

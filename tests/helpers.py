@@ -604,3 +604,16 @@ def in_job(jobs: Any, fn: Any) -> Any:
     jobs.run(fn, after_stop=True).addCallback(answer.append)
     assert answer, "the job ran at once (no runner started)"
     return answer[0]
+
+
+# -- what a finished crawl leaves ---------------------------------------------------------
+
+
+def assert_finished_crawl_left(client: Any, key: str) -> None:
+    """After a crawl with ``SCHEDULER_PERSIST`` off ended: only its end mark and its
+    report (crawl stats, failed requests) are left at ``key``, each expiring
+    (``BLOOMDUPE_REPORT_TTL``)."""
+    left = {name.decode() for name in client.keys("*")}
+    allowed = {keys.finished(key), keys.stats(key), keys.workers(key), keys.failed(key)}
+    assert keys.finished(key) in left and left <= allowed, left
+    assert all(client.ttl(name) > 0 for name in left), {n: client.ttl(n) for n in left}

@@ -6,6 +6,7 @@ The cluster cases run on the session's local cluster (3 masters, 3 replicas;
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -29,6 +30,7 @@ from scrapy_bloomdupe.transport.client import cluster_params
 from scrapy_bloomdupe.transport.cluster import CLUSTER_RETRIES
 from scrapy_bloomdupe.transport.diagnose import check, describe, hello, is_cluster
 from scrapy_bloomdupe.transport.link import Link
+from scrapy_bloomdupe.transport.onloop import AsyncNode
 
 
 def test_the_cluster_setting_builds_a_cluster_client_with_a_failover_retry(
@@ -213,3 +215,53 @@ def test_twisted_s_two_reports_of_a_failed_start_are_one_line(
                                          "must be a whole number"),
         ("twisted", "CRITICAL", "Unhandled error in Deferred:"),
     ]
+
+
+#: What redis-py 8 logs for each connection that asks a server without the command.
+MAINT_LINE = "Failed to enable maintenance notifications"
+
+
+def maint_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if MAINT_LINE in r.getMessage()]
+
+
+@pytest.mark.parametrize("where", ["url", "host"])
+def test_no_connection_asks_for_maintenance_notifications(
+        redis_url: str, where: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 49: redis-py 8 (RESP3, maintenance notifications "auto") sent CLIENT
+    MAINT_NOTIFICATIONS on every new connection, which Redis 7 refuses: a DEBUG line
+    each, 4 a worker. The blocking client and the link's redis.asyncio twin never ask."""
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    settings = {"REDIS_URL": redis_url} if where == "url" else {
+        "REDIS_HOST": "127.0.0.1", "REDIS_PORT": port}
+    with caplog.at_level(logging.DEBUG, logger="redis"):
+        client = connection.from_settings(Settings(settings))
+        try:
+            assert client.ping()
+            node = AsyncNode.of(client.connection_pool)
+            assert node is not None
+
+            async def ping() -> list[object]:
+                try:
+                    return await node.round_trip([("PING",)])
+                finally:
+                    node.close()  # on the loop, which then waits for the close
+                    await asyncio.sleep(0)
+
+            assert asyncio.run(ping()) == [b"PONG"]
+        finally:
+            client.close()
+    assert maint_lines(caplog) == []
+
+
+def test_no_cluster_connection_asks_for_maintenance_notifications(
+        cluster_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="redis"):
+        client = cluster_client(cluster_url)
+        try:
+            check(client)
+            for primary in client.get_primaries():
+                assert client.ping(target_nodes=primary)
+        finally:
+            client.close()
+    assert maint_lines(caplog) == []

@@ -113,6 +113,8 @@ def test_info_reports_fill_items_and_error_rate(client: redis.Redis) -> None:
     plan = sizing.plan(20_000, 0.01, shards=4)
     bf = BloomFilter.open(client, "t", plan)
     assert bf.info().set_bits == 0
+    # An empty filter's rate is 0, not -0 (the log said "est. FPR -0", issue 49).
+    assert f"{bf.info().estimated_false_positive_rate:.2g}" == "0"
     bf.add_many(fps(10_000))
     info = bf.info()
     assert len(info.shards) == 4

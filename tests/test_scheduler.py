@@ -3,6 +3,7 @@ session's local Redis Cluster (``local_cluster`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.bloom.filter import FINISHED_TTL
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
+from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.scheduler import Scheduler
 
@@ -88,9 +90,66 @@ def test_scheduler_without_persist_clears_queue_and_filter_once_the_crawl_is_don
         pass
     scheduler.end.spider_idle(crawler.spider)  # queue empty, no lease: the crawl is done
     scheduler.close("finished")
-    # All gone but the mark that tells a worker paused past the end what happened.
-    assert client.keys("*") == [b"demo:bloomdupe:finished"]
+    # All gone but the mark that tells a worker paused past the end what happened, and
+    # the crawl's report, kept for BLOOMDUPE_REPORT_TTL (7 days), then gone.
+    assert sorted(client.keys("*")) == [b"demo:bloomdupe:finished", b"demo:bloomdupe:stats",
+                                        b"demo:bloomdupe:workers"]
     assert 0 < client.ttl("demo:bloomdupe:finished") <= FINISHED_TTL
+    assert 7 * 86_400 - 60 < client.ttl("demo:bloomdupe:stats") <= 7 * 86_400
+    assert client.hget("demo:bloomdupe:stats", "new") == b"2"
+
+
+def test_a_finished_crawl_keeps_its_report_and_a_new_crawl_starts_afresh(
+        redis_url: str, client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 49: after a default crawl (SCHEDULER_PERSIST off) ended, its failed requests
+    and crawl-wide counters were deleted with the rest, though the worker had said they
+    were recorded. They are kept for BLOOMDUPE_REPORT_TTL; the last worker says so in one
+    summary line; a new crawl at the key starts afresh, without them."""
+    def opened() -> Scheduler:
+        crawler = crawler_for(redis_url, BLOOMDUPE_DONE_GRACE=0)
+        scheduler = Scheduler.from_crawler(crawler)
+        scheduler.open(crawler.spider)
+        return scheduler
+
+    scheduler = opened()
+    tag = scheduler.df.bloom.key
+    for i in range(3):
+        assert scheduler.enqueue_request(Request(f"http://a.example/{i}"))
+    assert not scheduler.enqueue_request(Request("http://a.example/0"))
+    scheduler.record_failed(scheduler.next_request(), "HTTP 404")
+    while scheduler.next_request() is not None:
+        pass
+    scheduler.end.spider_idle(scheduler.spider)
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe"):
+        scheduler.close("finished")
+    summary = [r.getMessage() for r in caplog.records if " is over" in r.getMessage()]
+    assert summary == [
+        "The crawl demo:bloomdupe is over, over all its workers: ? pages, 3 new, "
+        "1 duplicates, 1 failed. SCHEDULER_PERSIST is off: its filter and queue are "
+        "deleted; its report, the failed requests (`bloomdupe failed`) and these counters "
+        "(`bloomdupe stats`), is kept for 7 days (BLOOMDUPE_REPORT_TTL)"]
+    assert not client.exists(keys.meta(tag))
+    assert [r.url for r in failed.read(client, tag)] == ["http://a.example/0"]
+    assert 7 * 86_400 - 60 < client.ttl(keys.failed(tag)) <= 7 * 86_400
+    assert client.hget(keys.stats(tag), "new") == b"3"
+
+    again = opened()  # a new crawl at the finished one's key
+    assert failed.count(client, tag) == 0
+    assert not client.exists(keys.stats(tag)) and not client.exists(keys.workers(tag))
+    assert again.enqueue_request(Request("http://a.example/0"))  # new to this crawl
+    again.close("shutdown")
+
+
+def test_a_report_ttl_of_0_deletes_the_report_with_the_rest(redis_url: str,
+                                                             client: redis.Redis) -> None:
+    crawler = crawler_for(redis_url, BLOOMDUPE_DONE_GRACE=0, BLOOMDUPE_REPORT_TTL=0)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    assert scheduler.enqueue_request(Request("http://a.example/1"))
+    scheduler.record_failed(scheduler.next_request(), "HTTP 500")
+    scheduler.end.spider_idle(crawler.spider)
+    scheduler.close("finished")
+    assert client.keys("*") == [b"demo:bloomdupe:finished"]
 
 
 def test_scheduler_without_persist_keeps_everything_when_it_leaves_early(
@@ -106,6 +165,34 @@ def test_scheduler_without_persist_keeps_everything_when_it_leaves_early(
     # stays queued for the workers still crawling.
     assert scheduler.queue.status() == (1, 0)
     assert client.exists(keys.meta(scheduler.df.bloom.key))
+
+
+def test_a_worker_says_whether_it_joins_a_crawl_under_way_or_resumes_one(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The second worker of a brand-new crawl said "Resuming crawl (1 requests
+    scheduled)" (issue 49): it joins a crawl under way; a crawl resumes only when no
+    worker is at work."""
+    def opened() -> Scheduler:
+        crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
+        scheduler = Scheduler.from_crawler(crawler)
+        scheduler.open(crawler.spider)
+        return scheduler
+
+    first = opened()
+    assert first.enqueue_request(Request("http://a.example/1"))
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe"):
+        second = opened()
+    assert "Joining the crawl under way: 1 other worker(s) at work, 1 request(s) queued" \
+        in caplog.text
+    assert "Resuming" not in caplog.text
+    first.close("shutdown")
+    second.close("shutdown")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe"):
+        third = opened()  # the next run of the crawl SCHEDULER_PERSIST kept
+    assert "Resuming the crawl: 1 request(s) left queued by an earlier run (no other " \
+        "worker at work)" in caplog.text
+    third.close("shutdown")
 
 
 def test_the_scheduler_stays_while_work_may_come_and_clears_only_when_done(
@@ -172,8 +259,11 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     scheduler.end.spider_idle(crawler.spider)  # the crawl is done (BLOOMDUPE_DONE_GRACE 0)
     scheduler.close("finished")  # SCHEDULER_PERSIST off: queue and filter deleted
     masters = node_clients(local_cluster)
-    left = [name for c in masters.values() for name in c.keys("*")]
-    assert left == [b"demo:bloomdupe:finished"]  # and the mark of the finished crawl
+    left = {name: c.ttl(name) for c in masters.values() for name in c.keys("*")}
+    # The mark of the finished crawl, and its report (BLOOMDUPE_REPORT_TTL), expiring.
+    assert set(left) == {b"demo:bloomdupe:finished", b"demo:bloomdupe:stats",
+                         b"demo:bloomdupe:workers"}
+    assert all(0 < ttl <= FINISHED_TTL for ttl in left.values())
     for c in masters.values():
         c.close()
 
@@ -200,8 +290,10 @@ def test_scrapy_redis_queue_classes_still_work(redis_url: str, client: redis.Red
     scheduler.end.spider_idle(crawler.spider)  # queue empty: the crawl is done
     assert scheduler.crawl_done
     scheduler.close("finished")
-    # SCHEDULER_PERSIST off, and done: all gone but the mark of the finished crawl.
-    assert client.keys("*") == [b"demo:bloomdupe:finished"]
+    # SCHEDULER_PERSIST off, and done: all gone but the mark of the finished crawl and
+    # its report (BLOOMDUPE_REPORT_TTL).
+    assert sorted(client.keys("*")) == [b"demo:bloomdupe:finished", b"demo:bloomdupe:stats",
+                                        b"demo:bloomdupe:workers"]
 
 
 OPEN_AND_CLOSE_AS_JOBS = '''

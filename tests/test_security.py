@@ -62,6 +62,7 @@ ACL_COMMANDS = (
     "rpush", "lpush", "lpop", "lrange", "lrem",             # the queue's download slots
     "hmget", "incrby", "decrby",
     "scan",                                                 # clear: find op logs
+    "expire", "xlen",                                       # a finished crawl's report
 )
 ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*")
 #: The same for the native engine (docs/security.md): the BF.* commands instead of the
@@ -140,8 +141,16 @@ def sec_crawler(url: str, **settings: Any) -> Any:
 
 def assert_cleared(admin: redis.Redis, *, persist: bool = False) -> None:
     """The workload deleted all it wrote; with SCHEDULER_PERSIST off, but the mark of its
-    finished crawl (for a worker that comes back after the end)."""
-    assert admin.keys("*") == ([] if persist else [b"sec:bloomdupe:finished"])
+    finished crawl (for a worker that comes back after the end) and the crawl's report
+    (its crawl-wide stats, and failed requests if any), expiring (BLOOMDUPE_REPORT_TTL)."""
+    if persist:
+        assert admin.keys("*") == []
+        return
+    left = {name.decode() for name in admin.keys("*")}
+    assert {"sec:bloomdupe:finished"} <= left <= {
+        "sec:bloomdupe:finished", "sec:bloomdupe:stats", "sec:bloomdupe:workers",
+        "{sec:bloomdupe:0}:failed"}, left
+    assert all(admin.ttl(name) > 0 for name in left)
 
 
 def crawl_workload(url: str, *, lock: bool, persist: bool,
@@ -429,6 +438,23 @@ def test_least_privilege_acl_runs_a_crawl(auth_server: RedisServer, admin: redis
     assert_cleared(admin, persist=persist)
 
 
+def test_an_acl_from_before_the_crawls_report_deletes_it_as_before(
+        auth_server: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    """The documented ACL before BLOOMDUPE_REPORT_TTL (no +expire, no +xlen): the crawl
+    runs to its end as it did, its report deleted with the rest, with one WARNING
+    naming the rule (the report is never left without an expiry)."""
+    set_user(admin, acl_rules(commands=tuple(c for c in ACL_COMMANDS
+                                             if c not in ("expire", "xlen"))))
+    admin.flushall()
+    with caplog.at_level(logging.WARNING, logger="scrapy_bloomdupe"):
+        crawl_workload(url_for(auth_server, f"{USER}:{PASSWORD}"), lock=True, persist=False)
+    assert {d["object"] for d in denials(admin)} - TOLERATED_DENIALS == {"expire", "xlen"}
+    assert admin.keys("*") == [b"sec:bloomdupe:finished"]
+    warned = [r.getMessage() for r in caplog.records if "Add +expire" in r.getMessage()]
+    assert len(warned) == 2, warned  # the failed requests, the crawl stats
+
+
 def window_workload(url: str) -> None:
     """What a worker with BLOOMDUPE_WINDOW does to Redis: check, add and queue, read the
     slices' figures, run the crawl to its end and clear."""
@@ -519,7 +545,8 @@ def _run_denied(auth_server: RedisServer, admin: redis.Redis, rules: list[str]
     admin.flushall()
     error = None
     try:
-        crawl_workload(url_for(auth_server, f"{USER}:{PASSWORD}"), lock=True, persist=True,
+        # SCHEDULER_PERSIST off: the crawl's end keeps its report too (+expire +xlen).
+        crawl_workload(url_for(auth_server, f"{USER}:{PASSWORD}"), lock=True, persist=False,
                        BLOOMDUPE_LOCK_WAIT=0)
     except Exception as e:  # what breaks depends on the command
         error = e

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 import redis
+from helpers import crawler_for
 from scrapy.settings import Settings
 
+from scrapy_bloomdupe import connection
 from scrapy_bloomdupe.exceptions import ConfigError
-from scrapy_bloomdupe.settings import DEFAULTS, BloomDupeConfig, RedisSettings
+from scrapy_bloomdupe.settings import DEFAULTS, BloomDupeConfig, RedisSettings, unknown_names
 
 
 def config(**values: Any) -> BloomDupeConfig:
@@ -141,3 +144,24 @@ def test_bad_redis_params_name_the_setting(value: Any, says: str) -> None:
     with pytest.raises(ConfigError) as info:
         RedisSettings.from_settings(Settings({"REDIS_PARAMS": value}))
     assert info.value.setting == "REDIS_PARAMS" and says in str(info.value)
+
+
+def test_a_misspelt_name_is_found_with_the_nearest_known_one() -> None:
+    settings = Settings({"BLOOMDUPE_CAPACTIY": 1000, "BLOOMDUPE_CAPACITY": 5,
+                         "BLOOMDUPE_NOTHING_LIKE_IT": 1, "DOWNLOAD_DELAY": 1})
+    assert unknown_names(settings) == [("BLOOMDUPE_CAPACTIY", "BLOOMDUPE_CAPACITY"),
+                                       ("BLOOMDUPE_NOTHING_LIKE_IT", None)]
+    assert unknown_names(Settings({name: value for name, value in DEFAULTS.items()})) == []
+
+
+def test_a_crawl_warns_once_of_a_misspelt_name(redis_url: str,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 49: ``-s BLOOMDUPE_CAPACTIY=1000`` ran with the default, without a word."""
+    crawler = crawler_for(redis_url, BLOOMDUPE_CAPACTIY=1000)
+    with caplog.at_level(logging.WARNING, logger="scrapy_bloomdupe"):
+        connection.get_client(crawler)
+        connection.get_client(crawler)  # every component asks: one warning a crawl
+    lines = [r.getMessage() for r in caplog.records if "Unknown setting" in r.getMessage()]
+    assert lines == ["Unknown setting, not used (the default applies): BLOOMDUPE_CAPACTIY "
+                     "(did you mean BLOOMDUPE_CAPACITY?). The settings are listed in "
+                     "docs/settings.md"]

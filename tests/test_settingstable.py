@@ -15,9 +15,11 @@ import traceback
 from pathlib import Path
 
 import pytest
+import redis
 from helpers import BAD_PASSWORD, assert_start_error_line, bad_values, example_crawl
 from scrapy.settings import Settings
 
+from scrapy_bloomdupe import redisargs
 from scrapy_bloomdupe.connection import start_error_line
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.settings import DEFAULTS
@@ -112,3 +114,33 @@ def test_a_real_crawl_shows_one_line_without_the_password(redis_url: str, name: 
                                                           value: str, says: str) -> None:
     output = assert_start_error_line(example_crawl(redis_url, f"{name}={value}"), says)
     assert BAD_PASSWORD not in output, output
+
+
+class TenantRedis(redis.Redis):
+    """A user's client class that reads keys of its own from ``**kwargs`` (named by no
+    signature), and passes the rest on."""
+
+    def __init__(self, **kwargs: object) -> None:
+        self.tenant = kwargs.pop("tenant", "")
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+
+
+class InheritedTenantRedis(TenantRedis):
+    """Its ``**kwargs`` ``__init__`` inherited, not defined on the class (issue 49)."""
+
+
+class PlainSubclass(redis.Redis):
+    """A subclass without an ``__init__`` of its own: ``redis.Redis``'s keys only."""
+
+
+@pytest.mark.parametrize("redis_cls", [TenantRedis, InheritedTenantRedis])
+def test_a_redis_cls_taking_any_key_is_not_refused(redis_cls: type) -> None:
+    redisargs.check("REDIS_PARAMS", {"tenant": "a", "socket_timeout": 3},
+                    redisargs.client(redis_cls))
+    name = f"{__name__}.{redis_cls.__qualname__}"
+    check(Settings({"REDIS_PARAMS": {"redis_cls": name, "tenant": "a"}}))
+
+
+def test_a_redis_cls_of_redis_py_keys_still_refuses_an_unknown_one() -> None:
+    with pytest.raises(ConfigError, match="'tenant' is not an argument of"):
+        redisargs.check("REDIS_PARAMS", {"tenant": "a"}, redisargs.client(PlainSubclass))

@@ -21,10 +21,13 @@ script calls (grouping, the round trip, the replies) are :mod:`.calls`'s, growth
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import NoPermissionError
 
 from .. import hashing, keys, sizing
 from ..exceptions import FilterLostError, FilterMismatchError
@@ -126,6 +129,8 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.sizing = plan
         self.seed = seed
         self.created = created
+        #: Whether this worker made the filter (found no metadata at its key).
+        self.fresh = False
         #: Generations added to the whole filter; with a window each slice grows instead
         #: (in its script, :mod:`.window`).
         self.growth = growth and window is None
@@ -242,12 +247,14 @@ class BloomFilter(Calls, Growth, Forgetting):
             raise ValueError("read_only opens an existing filter: give plan=None")
         keys.validate_key(key)
         has_bf: bool | None = None
+        fresh = False
         if plan is None:
             stored = meta.read(client, key)
             if not stored:
                 raise FilterMismatchError(key, {"filter": ("absent", "an existing filter")})
         else:
-            if not meta.read(client, key):
+            fresh = not meta.read(client, key)  # this worker makes the filter
+            if fresh:
                 _refuse_orphans(client, key, plan.shards)
             proposed = _new_engine(client, key, engine)
             has_bf = proposed == native.NAME or None
@@ -285,6 +292,12 @@ class BloomFilter(Calls, Growth, Forgetting):
             raise bloom._lost(str(e)) from None
         if not ready:
             meta.mark_ready(client, key)
+        if fresh:
+            # A new crawl at the key of a finished one starts afresh: the report the
+            # finished one kept (BLOOMDUPE_REPORT_TTL) is not this crawl's.
+            for name in (keys.stats(key), keys.workers(key)):  # (two slots on a cluster)
+                client.delete(name)
+        bloom.fresh = fresh
         bloom.engine.load_script()
         return bloom
 
@@ -443,16 +456,30 @@ class BloomFilter(Calls, Growth, Forgetting):
         long ago the oldest of them began (``oldest_slice_age``, seconds); {} without."""
         return {} if self.window_engine is None else self.window_engine.figures(info)
 
-    def clear(self, *, finished: bool = False) -> None:
+    def clear(self, *, finished: bool = False, report_ttl: float = 0) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
         and the crawl-wide stats (``crawlstats``).
 
         With ``finished`` (the last worker of a finished crawl, ``SCHEDULER_PERSIST``
-        off) a mark naming this filter is left first, for :data:`FINISHED_TTL`: a
-        worker of the crawl that comes back later (paused past its end) then finds
-        its state deleted on purpose (:meth:`cleared_when_finished`), not lost."""
+        off) a mark naming this filter is left first, for :data:`FINISHED_TTL` (or
+        ``report_ttl`` when longer): a worker of the crawl that comes back later
+        (paused past its end) then finds its state deleted on purpose
+        (:meth:`cleared_when_finished`), not lost. With ``report_ttl`` too, the
+        crawl-wide stats are kept that many seconds (``BLOOMDUPE_REPORT_TTL``), then
+        expire; a new filter at this key deletes them (:meth:`open`)."""
+        kept = [keys.stats(self.key), keys.workers(self.key)] if finished and report_ttl \
+            else []
         if finished:
-            self.link.call("SET", keys.finished(self.key), self._identity(), "EX", FINISHED_TTL)
+            self.link.call("SET", keys.finished(self.key), self._identity(), "EX",
+                           max(FINISHED_TTL, math.ceil(report_ttl)))
+        if kept:
+            try:
+                self.link.calls([("EXPIRE", name, math.ceil(report_ttl)) for name in kept])
+            except NoPermissionError as e:  # an ACL from before the report: as then
+                logger.warning("Could not keep the crawl's report (BLOOMDUPE_REPORT_TTL): "
+                               "%s. Add +expire to its ACL (docs/security.md); deleted with "
+                               "the rest", e)
+                kept = []
         names = [keys.meta(self.key), keys.growlock(self.key), keys.stats(self.key),
                  keys.workers(self.key), keys.forgets(self.key), *self._lock_keys,
                  *(keys.generation_marker(self.key, i) for i in range(self.sizing.shards)),
@@ -460,7 +487,7 @@ class BloomFilter(Calls, Growth, Forgetting):
                  *self.engine.shard_names()]
         for i in range(self.sizing.shards):  # through the link: a crawl's last job
             names.extend(self.link.scan(keys.op_log_pattern(self.key, i)))
-        self.link.calls([("DEL", name) for name in dict.fromkeys(names)])
+        self.link.calls([("DEL", name) for name in dict.fromkeys(names) if name not in kept])
         self.cache.clear()
 
     def cleared_when_finished(self) -> bool:

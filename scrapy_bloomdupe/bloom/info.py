@@ -107,7 +107,8 @@ class FilterInfo:
         rates = [g.estimated_false_positive_rate for g in self.generations]
         if max(rates) >= 1:
             return 1.0
-        return -math.expm1(sum(math.log1p(-p) for p in rates))
+        # 0.0 - x, not -x: an empty filter's rate is 0, not -0 ("est. FPR -0" in the log).
+        return 0.0 - math.expm1(sum(math.log1p(-p) for p in rates))
 
     @property
     def memory_bytes(self) -> int:

@@ -29,7 +29,7 @@ CHUNK = 500
 def crawl_keys(client: redis.Redis | RedisCluster, key: str) -> list[str]:
     """Every Redis key of the crawl at ``key``, by name (one ``SCAN`` of the keyspace)."""
     names = [keys.meta(key), keys.growlock(key), keys.stats(key), keys.workers(key),
-             keys.forgets(key), keys.live(key),
+             keys.forgets(key), keys.live(key), keys.finished(key),
              *(keys.live_worker(key, w) for w in crawlstats.live_workers(client, key))]
     found = [n for n in names if client.exists(n)]
     for name in client.scan_iter(match=keys.shards_pattern(key), count=1000):
@@ -54,6 +54,7 @@ def run(ctx: Context, opts: argparse.Namespace, stdin: TextIO | None = None) -> 
         raise FilterAbsent(f"No Bloom filter at key {ctx.key!r} in Redis at {ctx.where}.")
     items: float | None = None
     memory: int | None = None
+    report = False  # what a finished crawl kept (BLOOMDUPE_REPORT_TTL), and its end mark
     try:
         bloom = open_existing(ctx)
         try:
@@ -68,6 +69,11 @@ def run(ctx: Context, opts: argparse.Namespace, stdin: TextIO | None = None) -> 
         why = "is gone" if isinstance(e, FilterAbsent) else "is damaged"
         what = (f"the {len(names)} key(s) left at {ctx.key!r} in Redis at {ctx.where} by a "
                 f"crawl whose filter metadata {keys.meta(ctx.key)!r} {why}")
+        report = isinstance(e, FilterAbsent) and keys.finished(ctx.key) in names
+        if report:
+            what = (f"the report of the finished crawl {ctx.key!r} in Redis at {ctx.where} "
+                    "(its failed requests and crawl stats, kept after its end: "
+                    f"BLOOMDUPE_REPORT_TTL) and its end mark, {len(names)} key(s)")
     if not opts.yes:
         ctx.note(f"This deletes {what}. A crawl using it would start over. "
                  "(A scrapy-redis request queue or set under another key is not touched.)")
@@ -87,6 +93,10 @@ def run(ctx: Context, opts: argparse.Namespace, stdin: TextIO | None = None) -> 
         ctx.print(f"Deleted Bloom filter {ctx.key!r} (about {count(items)} items, "
                   f"{human_bytes(memory or 0)}), its queue and its crawl stats in Redis at "
                   f"{ctx.where}: {len(names)} key(s).")
+    elif report:
+        ctx.print(f"Deleted the report of the finished crawl {ctx.key!r} (failed requests, "
+                  f"crawl stats) and its end mark in Redis at {ctx.where}: {len(names)} "
+                  "key(s).")
     else:
         ctx.print(f"Deleted the {len(names)} key(s) left at {ctx.key!r} in Redis at "
                   f"{ctx.where}.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import keys
 from ..frontier import failed
 from .clear import crawl_keys
 from .context import EXIT_OK, Context, FilterAbsent, UsageProblem
@@ -18,6 +19,13 @@ def run(ctx: Context, opts: argparse.Namespace) -> int:
     if not total and not crawl_keys(ctx.client, ctx.key):  # a typo must not read "0 failed"
         raise FilterAbsent(f"No crawl at key {ctx.key!r} in Redis at {ctx.where}: no key of "
                            "it (`bloomdupe keys`), so no failed request either.")
+    if opts.requeue and total and not ctx.client.exists(keys.meta(ctx.key)) \
+            and ctx.client.exists(keys.finished(ctx.key)):
+        raise FilterAbsent(
+            f"The crawl {ctx.key!r} is over: its last worker deleted its filter and queue "
+            "(SCHEDULER_PERSIST off) and kept these records as its report, so there is no "
+            "queue to put them back in. A new crawl at this key starts afresh and fetches "
+            "every page, these too; without --requeue they are listed.")
     records = failed.read(ctx.client, ctx.key, None if opts.requeue else opts.limit)
     moved = 0
     if opts.requeue and records:

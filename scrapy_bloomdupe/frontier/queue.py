@@ -540,10 +540,9 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         error: what it holds comes back after the lease timeout)."""
         self.link.close()
 
-    def clear(self) -> None:
-        """Delete the whole queue: waiting requests, leases, owners, push records, and
-        the failed requests' records (on every filter shard: an earlier version's too)."""
-        clear(self.link, self.tag, self.filter_shards)
+    def clear(self, report_ttl: float = 0) -> None:
+        """Delete the whole queue, on every filter shard (see :func:`clear`)."""
+        clear(self.link, self.tag, self.filter_shards, report_ttl)
 
 
 def pop_number(field: str) -> int:
@@ -565,12 +564,13 @@ def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms:
     return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
 
 
-def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
-    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever made
-    it (a sorted set, or download slots): waiting requests, leases, owners, push records,
-    failed requests, the format and builds records; through ``target``'s link (a crawl's)."""
+def clear(target: Redis | RedisCluster | Link, tag: str, shards: int, ttl: float = 0) -> None:
+    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
+    made it (either layout): waiting requests, leases, owners, push records, the format
+    and builds records, failed requests (with ``ttl``, a finished crawl's report: they
+    expire in ``ttl`` seconds); through ``target``'s link (a crawl's: its last job)."""
     with link_to(target) as link:
-        names = [keys.failed(tag), keys.queue_format(tag), keys.builds(tag)]
+        names = [keys.queue_format(tag), keys.builds(tag)] + ([] if ttl else [keys.failed(tag)])
         for shard in range(shards):
             names += [keys.queue(tag, shard), keys.leases(tag, shard), keys.owners(tag, shard),
                       *link.scan(keys.push_record(tag, shard, "*"))]
@@ -580,7 +580,8 @@ def clear(target: Redis | RedisCluster | Link, tag: str, shards: int) -> None:
             for pattern in (keys.slot_prefix(tag, shard) + "*", keys.slot_held(tag, shard, "*"),
                             keys.slot_push_record(tag, shard, "*")):
                 names += link.scan(pattern)
-        link.calls([("DEL", name) for name in names])
+        link.calls([("DEL", name) for name in names]
+                   + ([("EXPIRE", keys.failed(tag), max(1, round(ttl)))] if ttl else []))
 
 
 def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int

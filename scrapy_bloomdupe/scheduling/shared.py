@@ -20,7 +20,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.python import global_object_name
 from scrapy_redis.queue import Base as ScrapyRedisQueue
 
-from .. import __version__, versions
+from .. import __version__, keys, versions
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..exceptions import BloomDupeError, BuildError
@@ -29,7 +29,7 @@ from ..frontier import queue as frontier_queue
 from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
-from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
+from ..settings import BloomDupeConfig, FrontierConfig, report_ttl, wait_replicas
 from ..transport.wait import replicas_to_wait
 from .health import FINISHED
 
@@ -43,6 +43,16 @@ if TYPE_CHECKING:
     from .jobs import RedisJobs
 
 logger = logging.getLogger(__name__)
+
+#: How many workers heartbeat within the lease timeout, on Redis's clock, as leave.lua
+#: finds them (ZRANGEBYSCORE, which the crawl's ACL grants; not ZCOUNT). KEYS[1]: shard
+#: 0's owners (owner -> last heartbeat, ms); ARGV[1]: the lease timeout (ms). Returns
+#: the count.
+AT_WORK_SCRIPT = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return #redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+"""
 
 #: The crawl's shared queue: this package's leased one (a :class:`CrawlWideQueue`
 #: whatever the politeness mode; its base class when a queue of the user's extends it)
@@ -229,6 +239,11 @@ def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
     df = build_from_crawler(ours, crawler) if ours else None
+    bloom = getattr(df, "bloom", None)
+    if isinstance(bloom, BloomFilter) and bloom.fresh:
+        # A new crawl at the key of a finished one starts afresh: the failed requests
+        # that one kept as its report (BLOOMDUPE_REPORT_TTL) are not this crawl's.
+        server.delete(keys.failed(bloom.key))
     if not recorded:
         claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
                            write=True)
@@ -249,6 +264,13 @@ class SharedCrawl:
         self.frontier, self.spider = frontier, spider
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self.member = secrets.token_hex(6)
+        crawler = getattr(spider, "crawler", None)
+        #: BLOOMDUPE_REPORT_TTL: how long a finished crawl's failed requests are kept.
+        self.report_ttl = report_ttl(crawler.settings) if crawler is not None else 0.0
+        #: Called (in the closing job) before this worker leaves the crawl: what it has
+        #: to add to the crawl's report goes in while the crawl is there (the
+        #: WorkerMetrics extension's last counters), so the last worker's summary has it.
+        self.before_leaving: list[Callable[[], None]] = []
 
     @property
     def leased(self) -> bool:
@@ -283,14 +305,51 @@ class SharedCrawl:
                             adopted, self.queue.key, extra={"spider": spider})
         pending = self.jobs.call(lambda: len(self.queue), 0)
         if pending:
-            logger.info("Resuming crawl (%d requests scheduled)", pending,
-                        extra={"spider": spider})
+            others = self.jobs.call(self._others_at_work, None)
+            if others:
+                logger.info("Joining the crawl under way: %d other worker(s) at work, %d "
+                            "request(s) queued", others, pending, extra={"spider": spider})
+            elif others == 0:
+                logger.info("Resuming the crawl: %d request(s) left queued by an earlier run "
+                            "(no other worker at work)", pending, extra={"spider": spider})
+            else:
+                logger.info("Joining the crawl: %d request(s) queued", pending,
+                            extra={"spider": spider})
         bloom = self.bloom
         if not self.leased and bloom is not None:
             # Counted among the crawl's workers, so that the last one out clears (close).
             self.jobs.call(lambda: frontier_queue.join(self.server, bloom.key,
                                                           self.member), None)
         return int(pending)
+
+    def _others_at_work(self) -> int | None:
+        """How many other workers of the crawl are at work now (heartbeat within the
+        lease timeout, on Redis's clock; counted before this one joins); None when
+        the crawl's workers are not known (a dupefilter not this package's)."""
+        if self.leased:
+            link, tag = self.queue.link, self.queue.tag
+            timeout_ms = self.queue.lease_timeout_ms
+        elif self.bloom is not None:
+            link, tag = self.bloom.link, self.bloom.key
+            timeout_ms = round(self.frontier.lease_timeout * 1000)
+        else:
+            return None
+        (sha,) = link.knows(AT_WORK_SCRIPT)  # through the link, as every crawl's command
+        return int(link.call("EVALSHA", sha, 1, keys.owners(tag, 0), timeout_ms))
+
+    def _clear_queue(self) -> None:
+        """Delete the shared queue, the last worker of a finished crawl; the leased
+        queue's failed requests stay for BLOOMDUPE_REPORT_TTL (the crawl's report)."""
+        if not isinstance(self.queue, PriorityQueue):
+            self.queue.clear()
+            return
+        try:
+            self.queue.clear(self.report_ttl)
+        except NoPermissionError as e:  # an ACL from before the report: deleted, as then
+            logger.warning("Could not keep the crawl's failed requests (BLOOMDUPE_REPORT_TTL): "
+                           "%s. Add +expire to its ACL (docs/security.md); deleted with the "
+                           "rest", e, extra={"spider": self.spider})
+            self.queue.clear()
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""
@@ -309,6 +368,10 @@ class SharedCrawl:
         (``SCHEDULER_PERSIST``) off, once the crawl is done (``done_now``, asked first),
         the last worker out deletes the queue; whether it did (the filter goes too,
         then). ``settle`` acks what this worker handed out, before it leaves."""
+        for write in self.before_leaving:
+            if not self.jobs.failed():
+                with suppress(RedisError):  # figures only: the crawl goes on without them
+                    write()
         clear = not persist and not self.jobs.failed() and done_now()
         if not persist and not clear and not self.jobs.failed():
             logger.info("SCHEDULER_PERSIST is off, but this worker did not see the crawl "
@@ -335,7 +398,7 @@ class SharedCrawl:
                 with suppress(RedisError):
                     detach()
         elif clear:
-            self.jobs.call(self.queue.clear, None)
+            self.jobs.call(self._clear_queue, None)
         else:
             close_queue = getattr(self.queue, "close", None)
             if close_queue is not None:

@@ -27,6 +27,7 @@ import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster as RedisClusterClient
 from redis.exceptions import RedisClusterException
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 from ..exceptions import ConfigError
@@ -76,9 +77,21 @@ class _Retry(Retry):
         return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
+def no_maint_notifications() -> MaintNotificationsConfig:
+    """redis-py 8's maintenance notifications, off. By default (``"auto"``, with RESP3,
+    redis-py 8's default protocol) every new connection asks for them with ``CLIENT
+    MAINT_NOTIFICATIONS``, a command of Redis Cloud and Redis Software that Redis 7,
+    Redis 8 Community and Valkey do not have: a round trip lost and a DEBUG line
+    ("Failed to enable maintenance notifications") a connection, 4 a worker. A
+    ``maint_notifications_config`` in ``REDIS_PARAMS`` (or
+    ``BLOOMDUPE_SENTINEL_PARAMS``) is used instead."""
+    return MaintNotificationsConfig(enabled=False)
+
+
 def client_params(config: RedisSettings) -> dict[str, Any]:
     """The keyword arguments a client is built with: our defaults under the user's."""
-    params = {**DEFAULT_PARAMS, **config.params}
+    params = {**DEFAULT_PARAMS, "maint_notifications_config": no_maint_notifications(),
+              **config.params}
     params.setdefault(
         "retry", _Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), DEFAULT_RETRIES)
     )

@@ -33,6 +33,7 @@ import redis.asyncio.connection as aio_connection
 import redis.asyncio.sentinel as aio_sentinel
 from redis.connection import SSLConnection, parse_url
 from redis.exceptions import ReadOnlyError
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from ..exceptions import ConfigError
@@ -293,6 +294,8 @@ def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
         kwargs = {**url_params(config.url), **kwargs}
     sentinel_kwargs = {"socket_timeout": SENTINEL_SOCKET_TIMEOUT,
                        "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT,
+                       # (a sentinel has no CLIENT MAINT_NOTIFICATIONS either: see client)
+                       "maint_notifications_config": MaintNotificationsConfig(enabled=False),
                        **config.sentinel_params}
     kwargs["connection_class"] = MasterSSLConnection if kwargs.pop("ssl", False) \
         else MasterConnection

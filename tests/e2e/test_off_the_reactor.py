@@ -24,7 +24,13 @@ from typing import Any
 
 import pytest
 from harness.local_sentinel import LocalSentinel
-from helpers import crawl_through_a_freeze, demo_site, run_workers, take_fetches
+from helpers import (
+    assert_finished_crawl_left,
+    crawl_through_a_freeze,
+    demo_site,
+    run_workers,
+    take_fetches,
+)
 
 PAGES = 400
 PROBE = Path(__file__).resolve().parents[1] / "harness" / "direct_calls"
@@ -88,8 +94,9 @@ def test_the_last_job_of_a_finished_crawl_clears_through_the_link(
 
     crawl(redis_url, site, tmp_path, f"BLOOMDUPE_POLITENESS={politeness}", persist=False)
     client = redis.Redis.from_url(redis_url)
-    # All gone but the mark that tells a worker paused past the end what happened.
-    assert client.keys("*") == [b"site:bloomdupe:finished"]
+    # All gone but the mark that tells a worker paused past the end what happened, and
+    # the crawl's report (BLOOMDUPE_REPORT_TTL).
+    assert_finished_crawl_left(client, "site:bloomdupe")
     client.close()
 
 

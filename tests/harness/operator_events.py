@@ -54,7 +54,7 @@ ACL_COMMANDS = (
     "bitfield", "bitcount", "bitfield_ro", "memory|usage", "hgetall", "hset", "hincrby",
     "zadd", "zcard", "zrange", "zremrangebyrank", "hget", "hdel", "hlen", "zrangebyscore",
     "zrem", "xadd", "scan", "config|get", "type", "info",
-    "rpush", "lpush", "lpop", "lrange", "lrem", "hmget", "incrby", "decrby",
+    "rpush", "lpush", "lpop", "lrange", "lrem", "hmget", "incrby", "decrby", "expire", "xlen",
 )
 
 
