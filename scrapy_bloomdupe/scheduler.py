@@ -233,9 +233,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.shared = SharedCrawl(server=self.server, bloom=bloom, queue=self.queue,
                                   jobs=self.jobs, frontier=self.frontier, spider=spider)
         self.path = RequestPath(df, self.queue, self.jobs, stats=self.stats, spider=spider,
-                                queued=lambda count: self._end().queued(count),
-                                signals=self.crawler.signals, start_once=self.frontier.start_once,
-                                bloomdupe=ours)
+                                queued=lambda n: self._end().queued(n), bloomdupe=ours,
+                                signals=self.crawler.signals, start_once=self.frontier.start_once)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,
                              acks_early=self._acks_early, engine=self._engine,
                              idle_poll=lambda: self._end().idle_poll,
