@@ -9,7 +9,7 @@ built from the crawler, shares the crawler's one Redis client with the
 dupefilter, counts stats without the deprecated ``spider=`` argument, and
 closes the dupefilter so its figures reach the stats.
 
-With its default queue (:class:`scrapy_bloomdupe.frontier.queue.PriorityQueue`)
+With its default queue (:class:`scrapy_bloomdupe.frontier.leased.LeasedQueue`)
 it also makes the crawl lose nothing when a worker dies. This module is Scrapy's
 adapter; the parts, one module each in :mod:`.scheduling`, are made when it opens:
 
@@ -72,7 +72,7 @@ __all__ = ["ACK_DELAY", "IDLE_POLL", "MAX_IDLE_POLL", "QUEUED_META", "WAKE_META"
            "dupefilter_for", "for_crawler"]
 
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
-QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
+QUEUE_CLASS = "scrapy_bloomdupe.frontier.leased.LeasedQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
 
 

@@ -24,8 +24,8 @@ from scrapy_redis import picklecompat
 
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import entry, failed, undecodable
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.entry import Codec, NewerFormatError, QueueFormatError
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduler import Scheduler
@@ -303,17 +303,21 @@ def test_any_priority_is_queued_in_order_and_comes_back_as_it_was(
     was in the filter, never queued); one of 2**63 or more came out last from the
     download slots (BLOOMDUPE_POLITENESS "worker", the default). Scores are held
     within 2**63; the entry keeps the priority."""
-    top = [10**400, 2**70, 2**63]  # one score: their order among them is the entries'
-    priorities = [*top, 2**62, 5, 0, -1, -2**62, -2**63, -10**400]
+    # One score each end (held within 2**63): their order among them is the entries' in a
+    # sorted set, the pushes' in a slot's list.
+    top, bottom = [10**400, 2**70, 2**63], [-2**63, -10**400]
+    priorities = [*top, 2**62, 5, 0, -1, -2**62, *bottom]
     sent = [Request(f"https://p.example/{i}", priority=p) for i, p in enumerate(priorities)]
-    q: Any = queue(client) if layout == "sorted set" else CrawlWideQueue(
+    q: Any = queue(client) if layout == "sorted set" else LeasedQueue(
         client, SPIDER, "entry:requests", tag=TAG, lease_timeout=5.0,
         policy=OneSlot() if layout == "worker" else SlotPolicy(
             Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "DOWNLOAD_DELAY": 0}), None))
     q.push_many(sent[::-1])
     got = [lease.request for lease in q.pop_leases(20)]
     assert {r.url for r in got[:len(top)]} == {r.url for r in sent[:len(top)]}
-    assert [r.url for r in got[len(top):]] == [r.url for r in sent[len(top):]]
+    middle = slice(len(top), -len(bottom))
+    assert [r.url for r in got[middle]] == [r.url for r in sent[middle]]
+    assert {r.url for r in got[-len(bottom):]} == {r.url for r in sent[-len(bottom):]}
     assert sorted(r.priority for r in got) == sorted(priorities)
 
 

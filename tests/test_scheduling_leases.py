@@ -17,7 +17,7 @@ from scrapy.settings import Settings
 from scrapy_redis.queue import FifoQueue
 
 from scrapy_bloomdupe.frontier import failed
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
@@ -300,7 +300,7 @@ def test_crawl_wide_a_lease_taken_ahead_is_handed_out_only_at_its_start(
         redis_url: str, client: redis.Redis) -> None:
     policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 3,
                                   "RANDOMIZE_DOWNLOAD_DELAY": False}))
-    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
+    queue = LeasedQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
                            lease_timeout=30)
     queue.horizon = 5.0  # seconds on Redis's clock: whatever this machine's pace
     setup = Setup(redis_url, client, engine=True, queue=queue)
@@ -330,7 +330,7 @@ def test_crawl_wide_a_slot_at_its_limit_is_asked_again_by_the_pop_that_acks(
         redis_url: str, client: redis.Redis) -> None:
     policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0,
                                   "RANDOMIZE_DOWNLOAD_DELAY": False}))
-    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
+    queue = LeasedQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
                            lease_timeout=30)
     setup = Setup(redis_url, client, engine=True, queue=queue)
     leases = setup.leases

@@ -18,7 +18,7 @@ by the very script that checks it against the filter (the sink of
 ``bloom/check_add_*.lua``): never in the filter without being in the queue or a
 lease. Within a shard, requests come out by priority (highest first, then by
 their bytes); across shards, a worker takes from the shards in turn. The
-scheduler's queue, :class:`~.crawlwide.CrawlWideQueue`, moves what lands in
+scheduler's queue, :class:`~.leased.LeasedQueue`, moves what lands in
 these sorted sets into download slots' lists (:mod:`.slots`). Measured against
 Streams with a consumer group, which have no priorities: docs/design-notes.md.
 
@@ -75,7 +75,7 @@ class Lease:
     #: How often this request's lease expired before (its holder stopped heartbeating).
     requeues: int = 0
     #: Seconds after the pop's answer before it may start (crawl-wide politeness takes
-    #: a slot's next request ahead of its start: frontier/crawlwide.py); 0: at once.
+    #: a slot's next request ahead of its start: frontier/leased.py); 0: at once.
     start_in: float = 0.0
 
 
@@ -97,11 +97,11 @@ class Reclaimed:
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
-    """scrapy-redis's priority queue, with leases, shards and retry-safe calls.
-
-    ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"``
-    (the scheduler's default; ``scrapy_bloomdupe.cluster.PriorityQueue`` is the
-    same class under its old name). ``tag`` is the filter's key (the shards'
+    """scrapy-redis's priority queue, with leases, shards and retry-safe calls: the base
+    of the scheduler's :class:`~.leased.LeasedQueue`, and the sorted-set layout of the
+    queue an earlier build left. ``SCHEDULER_QUEUE_CLASS`` naming this class (or
+    ``scrapy_bloomdupe.cluster.PriorityQueue``, its old name) gets the scheduler's
+    :class:`~.leased.LeasedQueue`. ``tag`` is the filter's key (the shards'
     hash tags), ``shards`` the filter's shard count; ``key`` (scrapy-redis's
     ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given."""
 
@@ -179,10 +179,26 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
-    def sink_key(self, shard: int) -> str:
-        """The queue of filter shard ``shard`` (shard 0's on one node), where the
-        filter's script pushes new requests."""
-        return self._queues[shard % self.shards]
+    def sink_keys(self, shard: int) -> list[str]:
+        """The keys of the queue shard (shard 0's on one node) where the filter's script
+        queues the new requests of filter shard ``shard`` (``frontier/sink.lua``): its
+        intake (the sorted set), ready set, slot defaults, waiting count, robots delays."""
+        q = shard % self.shards
+        return [self._queues[q], keys.ready(self.tag, q), keys.slot_defaults(self.tag, q),
+                keys.slot_waiting(self.tag, q), keys.slot_robots(self.tag, q)]
+
+    def sink_prefix(self, shard: int) -> str:
+        return keys.slot_prefix(self.tag, shard % self.shards)
+
+    def sink_entry(self, request: Request) -> tuple[int, bytes, str, int, int]:
+        """What the filter's script queues for ``request``: its score and bytes, its slot's
+        name and limits (none here: this layout queues into the sorted set)."""
+        return (*self.entry(request), "", 0, 0)
+
+    def sink_item(self, shard: int, entry: Any) -> tuple[Any, ...]:
+        """The sink's arguments of a request (its :meth:`sink_entry`): here, into the
+        sorted set, with its score."""
+        return ("", entry[0], "", "", entry[1])
 
     def merge_shards(self) -> int:
         """On one node, move what the queue's other shards hold (a crawl queued by an
@@ -588,7 +604,7 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
             for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)),
                             ("GET", keys.slot_waiting(tag, shard)),
                             ("GET", keys.slot_leased(tag, shard)))])
-    # The download slots' requests (frontier/crawlwide.py: counted) and their leases.
+    # The download slots' requests (frontier/leased.py: counted) and their leases.
     return [(int(replies[4 * i]) + int(replies[4 * i + 2] or 0),
              int(replies[4 * i + 1]) + int(replies[4 * i + 3] or 0)) for i in range(shards)]
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 from scrapy.utils.asyncio import CallLaterResult, call_later
 from twisted.python.failure import Failure
 
-from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.leased import LeasedQueue
 from ..frontier.queue import Lease
 from .failed import FailedRequests
 from .jobs import Stopped, acted_on
@@ -115,11 +115,11 @@ class Leases:
         self._empty_until = 0.0
         #: Whether this worker queued requests since a pop last found the queue empty.
         self._queued = False
-        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes what may start
+        #: Crawl-wide politeness (frontier/leased.py): a pop takes what may start
         #: now or within its horizon (each lease handed out at its start), no
         #: prefetch beyond; while slots wait, the next pop goes when the next slot
         #: comes within the horizon, and acks ride on a pop (which takes what they free).
-        self._crawl_wide = isinstance(self.queue, CrawlWideQueue) and \
+        self._crawl_wide = isinstance(self.queue, LeasedQueue) and \
             self.queue.policy.crawl_wide
         self._slot_call: CallLaterResult | None = None
         #: Crawl-wide: when each buffered lease taken ahead of its start may go (by

@@ -25,9 +25,9 @@ from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..dupefilter import RedisBloomDupeFilter
 from ..exceptions import BloomDupeError
-from ..frontier import crawlwide, entry
+from ..frontier import entry
 from ..frontier import queue as frontier_queue
-from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.leased import LeasedQueue, slot_status
 from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, wait_replicas
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The crawl's shared queue: this package's leased one (a :class:`CrawlWideQueue`
+#: The crawl's shared queue: this package's leased one (a :class:`LeasedQueue`
 #: whatever the politeness mode; its base class when a queue of the user's extends it)
 #: or a scrapy-redis queue class's (``SCHEDULER_QUEUE_CLASS``).
 SharedQueue: TypeAlias = PriorityQueue | ScrapyRedisQueue
@@ -73,8 +73,9 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
                key: str, serializer: Any, df: BaseDupeFilter, settings: BaseSettings,
                frontier: FrontierConfig) -> SharedQueue:
     """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
-    one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``df``, sharded as
-    it is and waiting for the replicas it waits for; or a scrapy-redis queue class."""
+    one (:class:`..frontier.leased.LeasedQueue`, or an old path of it) beside the filter
+    ``df``, sharded as it is and waiting for the replicas it waits for; or a scrapy-redis
+    queue class."""
     cls = load_object(queue_cls)
     extra: dict[str, Any] = {}
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
@@ -88,13 +89,11 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
                  "lease_timeout": frontier.lease_timeout, "wait_replicas": wait,
                  "failed_limit": frontier.failed_limit}
         if frontier.politeness == "crawl":  # (check_politeness refused another class)
-            cls = CrawlWideQueue
+            cls = LeasedQueue
             extra["policy"] = SlotPolicy(settings, spider)
-        elif cls is PriorityQueue:
-            # The same layout, every request in one slot without limits (lists: a third
-            # of a sorted set's memory a request; docs/capacity.md), a slot a queue shard
-            # on a cluster.
-            cls = CrawlWideQueue
+        elif cls in (PriorityQueue, LeasedQueue):
+            # Every request in one slot without limits, a slot a queue shard on a cluster.
+            cls = LeasedQueue
             extra["policy"] = OneSlot()
     try:
         queue: SharedQueue = cls(server=server, spider=spider, key=key, serializer=serializer,
@@ -138,7 +137,7 @@ def check_politeness(frontier: FrontierConfig, settings: BaseSettings,
     else one line says what to do; without the back-off middleware it warns."""
     if frontier.politeness != "crawl":
         return
-    if load_object(queue_cls) is not PriorityQueue:
+    if load_object(queue_cls) not in (PriorityQueue, LeasedQueue):
         raise BloomDupeError(
             f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
             f"SCHEDULER_QUEUE_CLASS = {queue_cls!r}: remove that setting, or set "
@@ -165,7 +164,7 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
     mode = FrontierConfig.from_settings(settings).politeness
     tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
     with suppress(RedisError):  # the filter's start-up check, next, names what fails
-        found, waiting, leased, elsewhere = crawlwide.slot_status(server, tag)
+        found, waiting, leased, elsewhere = slot_status(server, tag)
         if not ours and (waiting or leased or elsewhere):
             name = queue_cls if isinstance(queue_cls, str) else global_object_name(queue_cls)
             raise BloomDupeError(
