@@ -559,3 +559,36 @@ def test_on_a_cluster_the_intake_holds_only_what_another_shard_s_slot_needs(
     assert sorted(urls(got)) == sorted(r.url for r in requests)
     assert sum(rc.zcard(k.intake) for k in q.k) == 0
 
+
+@pytest.mark.parametrize("mode", ["crawl", "worker"])
+def test_the_crawl_s_end_does_not_rest_on_a_counter_the_lists_disagree_with(
+        client: redis.Redis, mode: str) -> None:
+    """An entry another program LPUSHed into a slot's list mid-crawl is popped, retired
+    (``bloomdupe failed`` lists it) and leaves the waiting count at -1: the idle look
+    said "the shared queue has requests" for ever. A count raised by hand, with no list
+    behind it, alike. The look checks each counter against its lists."""
+    q = (crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0) if mode == "crawl" else
+         LeasedQueue(client, DemoSpider(), "cw:requests", tag=TAG, policy=OneSlot()))
+    q.push_many([Request(f"https://one.test/{j}") for j in range(3)])
+    name = "one.test" if mode == "crawl" else "*"
+    client.lpush(keys.slot_list(TAG, 0, name, 0), b"\x80garbage")
+    got = [lease for _ in range(4) for lease in q.pop_leases(10)]
+    assert sorted(urls(got)) == [f"https://one.test/{j}" for j in range(3)]
+    assert len(q.take_retired()) == 1 and len(failed.read(client, TAG)) == 1
+    assert q.status() == (0, 3)  # each lease is in its worker's list
+    q.ack(got)
+    q.send_acks()
+    assert int(client.get(keys.slot_waiting(TAG, 0))) == -1  # the counter is off...
+    assert q.status() == (0, 0)  # ...the look is not: the crawl may end
+    client.incrby(keys.slot_waiting(TAG, 0), 5)
+    client.incrby(keys.slot_leased(TAG, 0), 2)
+    assert q.status() == (0, 0)
+    # A request really waiting (or leased) is still seen, whatever the counters say.
+    client.set(keys.slot_waiting(TAG, 0), -7)
+    q.push_many([Request("https://one.test/late")])
+    assert q.status()[0] >= 1
+    (late,) = q.pop_leases(10)
+    assert q.status()[1] >= 1
+    q.ack([late])
+    q.send_acks()
+    assert q.status() == (0, 0)

@@ -108,7 +108,8 @@ class LeasedQueue(PriorityQueue):
 
     SLOT_SCRIPTS = (("slot_push", slots.PUSH_SCRIPT), ("slot_pop", slots.POP_SCRIPT),
                     ("slot_ack", slots.ACK_SCRIPT), ("slot_reap", slots.REAP_SCRIPT),
-                    ("slot_backoff", slots.BACKOFF_SCRIPT), ("slot_claim", slots.CLAIM_SCRIPT))
+                    ("slot_backoff", slots.BACKOFF_SCRIPT), ("slot_claim", slots.CLAIM_SCRIPT),
+                    ("slot_count", slots.COUNT_SCRIPT))
 
     def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
                  serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
@@ -383,6 +384,17 @@ class LeasedQueue(PriorityQueue):
                       acks=False)
         with self._acks_lock:
             self._retired.extend(retired)
+
+    def status(self) -> tuple[int, int]:
+        """(requests waiting, requests leased) over every shard, in one round trip, each
+        counter checked against the lists it counts where it would keep the crawl open
+        (``slot_count.lua``): the crawl's end rests on this."""
+        replies = self.link.calls([
+            ("EVALSHA", self._scripts["slot_count"].sha, 6, k.ready, k.waiting, k.leased,
+             k.owners, k.intake, self._leases[i], keys.slot_held(self.tag, i, ""),
+             k.prefix + "*:*") for i, k in enumerate(self.k)])
+        return (sum(int(w) + int(e) for w, _, e in replies),
+                sum(int(leased) for _, leased, _ in replies))
 
     def rider_scripts(self) -> tuple[str, ...]:
         """An ack is ``slot_ack.lua``: a check-and-queue's round trip that carries acks

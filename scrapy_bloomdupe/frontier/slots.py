@@ -109,6 +109,7 @@ ACK_SCRIPT = luascript.read(__package__, "slot_ack.lua")
 REAP_SCRIPT = luascript.read(__package__, "slot_reap.lua")
 BACKOFF_SCRIPT = luascript.read(__package__, "slot_backoff.lua")
 CLAIM_SCRIPT = luascript.read(__package__, "slot_claim.lua")
+COUNT_SCRIPT = luascript.read(__package__, "slot_count.lua")
 
 
 def home_shard(name: str, shards: int) -> int:
