@@ -108,6 +108,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     crawler: Crawler
     df: BaseDupeFilter | None  # scrapy-redis sets it in open() when from_crawler did not
+    #: The queue's format record as found at the start (None: none): what open() migrates.
+    found_format: int | None = None
 
     def __init__(self, *args: Any, frontier: FrontierConfig | None = None,
                  **kwargs: Any) -> None:
@@ -182,8 +184,9 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance._acks_early = acks_early
         # Open the filter now, before the engine has a slot: an error here (a filter made
         # with other settings, damaged metadata) is then the only thing Scrapy reports.
-        instance.df = open_filter(crawler, load_object(instance.dupefilter_cls), queue_cls,
-                                  server=server, flush=instance.flush_on_start)
+        instance.df, instance.found_format = open_filter(
+            crawler, load_object(instance.dupefilter_cls), queue_cls, server=server,
+            flush=instance.flush_on_start)
         return instance
 
     def flush(self) -> None:
@@ -215,7 +218,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             key=self.queue_key % {"spider": spider.name}, serializer=self.serializer,
             df=self.df, settings=self.crawler.settings, frontier=self.frontier)
         self.shared = SharedCrawl(server=self.server, df=self.df, queue=self.queue,
-                                  jobs=self.jobs, frontier=self.frontier, spider=spider)
+                                  jobs=self.jobs, frontier=self.frontier, spider=spider,
+                                  found_format=self.found_format)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
                                 queued=lambda: self._end().queued(), signals=self.crawler.signals)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,

@@ -427,14 +427,15 @@ def test_a_worker_records_the_format_and_refuses_a_newer_one(redis_url: str) -> 
     client = redis.Redis.from_url(redis_url)
     crawler = crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG)
     Scheduler.from_crawler(crawler)
-    assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
-    client.set(keys.queue_format(TAG), entry.FORMAT + 1)
-    with pytest.raises(QueueFormatError, match=rf"format {entry.FORMAT + 1}\); upgrade every"):
+    assert client.get(keys.queue_format(TAG)) == str(entry.STATE_FORMAT).encode()
+    client.set(keys.queue_format(TAG), entry.STATE_FORMAT + 1)
+    newer = entry.STATE_FORMAT + 1
+    with pytest.raises(QueueFormatError, match=rf"format {newer}\); upgrade every"):
         Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
     # An older format (today's pickled entries: none recorded) is taken over.
     client.delete(keys.queue_format(TAG))
     Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
-    assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
+    assert client.get(keys.queue_format(TAG)) == str(entry.STATE_FORMAT).encode()
 
 
 def test_dates_and_decimals_in_meta_survive() -> None:

@@ -46,7 +46,6 @@ from ..transport.link import Link, link_to
 from ..transport.sentinel import master_epoch
 from . import slots, undecodable
 from .entry import Bad, split_requeues
-from .politeness import ONE_SLOT
 from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed, pop_number
 
 if TYPE_CHECKING:
@@ -60,8 +59,6 @@ if TYPE_CHECKING:
 SORT_BATCH = 500
 #: How many batches one pop moves at most before it pops (the rest: the next pops).
 SORT_BATCHES = 20
-#: How many intake entries one move of the one slot (``"worker"``) takes.
-TAKE_BATCH = 2000
 #: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
 #: leases only; the dead workers' are the reap's, which counts and logs them.
 NEVER_MS = 10**15
@@ -70,6 +67,15 @@ NEVER_MS = 10**15
 #: once a slot's start, and workers do not race for the same start. A crawl with longer
 #: delays looks as far ahead as its longest (see :func:`claim_horizon`).
 CLAIM_AHEAD = 0.2
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What :meth:`LeasedQueue.migrate` did: how many waiting requests it moved into the
+    slots, how many leases of stopped workers it put back."""
+
+    moved: int
+    leases_back: int
 
 
 @dataclass(frozen=True)
@@ -190,20 +196,18 @@ class LeasedQueue(PriorityQueue):
         """Move up to ``batches`` batches of ``shard`` 's intake into its slots
         (highest priority first); returns how many it looked at. An entry that does
         not decode is retired (``bloomdupe failed``), as a pop's is."""
-        if not self.policy.crawl_wide:
-            return self._take(batches, shard)
-        if self.shards > 1:
+        if self.moves:
             return self._move(batches, shard)
-        k, looked = self.k[0], 0
+        k, looked = self.k[shard], 0
         for _ in range(batches):
             found, robots = self.link.calls([
                 ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
                 ("HGETALL", k.robots)])
             if not found:
                 break
-            by_home, bad = self._slot_args(_pairs(found), [robots])
+            by_home, bad = self._slot_args(_pairs(found), [robots])  # (home: this shard)
             if bad:
-                self._retire(0, "queued", bad)
+                self._retire(shard, "queued", bad)
             if by_home:
                 self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
                                 k.slot_push_record, k.defaults, k.waiting, k.intake, "",
@@ -211,7 +215,7 @@ class LeasedQueue(PriorityQueue):
             looked += len(found)
             if len(found) < SORT_BATCH:
                 break
-        self._intake_seen[0] = looked > 0 and looked % SORT_BATCH == 0
+        self._intake_seen[shard] = looked > 0 and looked % SORT_BATCH == 0
         return looked
 
     def _slot_args(self, pairs: list[tuple[bytes, int]], robots: list[dict[Any, Any]]
@@ -289,21 +293,28 @@ class LeasedQueue(PriorityQueue):
                             k.defaults, k.prefix, self.owner, *entries)], acks=False)
         self._unfinished_move = None
 
-    def _take(self, batches: int, shard: int) -> int:
-        """One slot for every request (``"worker"``): the script reads the intake itself
-        (no entry goes to the client and back), up to TAKE_BATCH a round trip."""
-        k, moved = self.k[shard], 0
-        for _ in range(batches):
-            taken, left = self._execute([
-                ("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready, k.slot_push_record,
-                 k.defaults, k.waiting, k.intake, "take", RECORD_TTL_MS, k.prefix, ONE_SLOT,
-                 TAKE_BATCH),
-                ("ZCARD", k.intake)], acks=False)
-            moved += int(taken)
-            self._intake_seen[shard] = int(left) > 0
-            if not self._intake_seen[shard]:
-                break
-        return moved
+    # -- a layout an earlier build left ------------------------------------------------
+
+    def migrate(self) -> Migrated:
+        """One-shot, at a worker's start: move what an earlier build left where this one
+        does not queue into the download slots. The sorted-set layout (2026-11-27):
+        the leases in each shard's lease hash of workers stopped for the lease timeout
+        go back (``reap.lua``; a live one's stay, given back when it stops), then its
+        requests, pickled, wait in the shards' sorted sets; the intake layout (format
+        2): requests wait in the same sorted sets. Each is moved into its slot
+        (:meth:`sort`: safe to repeat, and two workers never move one twice); one that
+        does not decode is retired (``bloomdupe failed``)."""
+        back, moved = 0, 0
+        for shard, k in enumerate(self.k):
+            if self.link.call("HLEN", self._leases[shard]):
+                (old,) = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
+                                         self._leases[shard], k.owners,
+                                         self.lease_timeout_ms, "", k.leased)], acks=False)
+                back += len(old)
+            self._intake_seen[shard] = True
+            while self._intake_seen[shard]:
+                moved += self.sort(shard=shard)
+        return Migrated(moved, back)
 
     # -- popping -------------------------------------------------------------------------
 

@@ -11,16 +11,14 @@ its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
 filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
 loses nothing: what it held is fetched again by the others.
 
-Shards: on a Redis Cluster one sorted set per filter shard, with its hash tag
-(:mod:`scrapy_bloomdupe.keys`), so every master carries part of the pushes and
-pops; on one node (or a Sentinel master) one, shard 0's. A new request is pushed
-by the very script that checks it against the filter (the sink of
-``bloom/check_add_*.lua``): never in the filter without being in the queue or a
-lease. Within a shard, requests come out by priority (highest first, then by
-their bytes); across shards, a worker takes from the shards in turn. The
-scheduler's queue, :class:`~.leased.LeasedQueue`, moves what lands in
-these sorted sets into download slots' lists (:mod:`.slots`). Measured against
-Streams with a consumer group, which have no priorities: docs/design-notes.md.
+Shards: on a Redis Cluster the queue is sharded like the filter (hash tags,
+:mod:`scrapy_bloomdupe.keys`), so every master carries part of the pushes and
+pops; on one node (or a Sentinel master) it has one shard, shard 0. This class keeps
+its requests in sorted sets (the layout of 2026-11-27, and the intake of
+:class:`~.leased.LeasedQueue`, the scheduler's queue, which keeps them in download
+slots' lists, :mod:`.slots`). A new request is queued by the very script that checks
+it against the filter (``frontier/sink.lua``): never in the filter without being in
+the queue or a lease.
 
 Every call is safe to repeat after a lost reply: a pop carries this worker's
 pop number and a retry gets the same leases back; an unfiltered push carries a
@@ -181,8 +179,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def sink_keys(self, shard: int) -> list[str]:
         """The keys of the queue shard (shard 0's on one node) where the filter's script
-        queues the new requests of filter shard ``shard`` (``frontier/sink.lua``): its
-        intake (the sorted set), ready set, slot defaults, waiting count, robots delays."""
+        queues the new requests of filter shard ``shard`` (``frontier/sink.lua``)."""
         q = shard % self.shards
         return [self._queues[q], keys.ready(self.tag, q), keys.slot_defaults(self.tag, q),
                 keys.slot_waiting(self.tag, q), keys.slot_robots(self.tag, q)]
@@ -191,14 +188,11 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return keys.slot_prefix(self.tag, shard % self.shards)
 
     def sink_entry(self, request: Request) -> tuple[int, bytes, str, int, int]:
-        """What the filter's script queues for ``request``: its score and bytes, its slot's
-        name and limits (none here: this layout queues into the sorted set)."""
+        """What the filter's script queues for ``request``: its score, bytes, slot, limits."""
         return (*self.entry(request), "", 0, 0)
 
     def sink_item(self, shard: int, entry: Any) -> tuple[Any, ...]:
-        """The sink's arguments of a request (its :meth:`sink_entry`): here, into the
-        sorted set, with its score."""
-        return ("", entry[0], "", "", entry[1])
+        return ("", entry[0], "", "", entry[1])  # into the sorted set, by its score
 
     def merge_shards(self) -> int:
         """On one node, move what the queue's other shards hold (a crawl queued by an
@@ -218,14 +212,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def _encode_request(self, request: Request) -> bytes:
         return self.codec.encode(request)
 
-    def _decode_request(self, encoded_request: bytes) -> Request:
-        return self.codec.decode(encoded_request)
-
     # -- pushing and popping ---------------------------------------------------------
 
     def push(self, request: Request) -> None:
-        """Queue ``request`` without a filter check (``dont_filter``, a requeue)."""
-        self.push_many([request])
+        self.push_many([request])  # without a filter check (dont_filter, a requeue)
 
     def push_many(self, requests: Sequence[Request]) -> None:
         """Queue ``requests`` on one shard in one round trip, retry-safe: called again
@@ -244,10 +234,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._execute(commands)
         self._unanswered_push = None
 
-    def pop(self, timeout: int = 0) -> Request | None:
-        """scrapy-redis's pop: one request, leased (the scheduler acks it)."""
-        leases = self.pop_leases(1)
-        return leases[0].request if leases else None
+    def pop(self, timeout: int = 0) -> Request | None:  # scrapy-redis's: one, leased
+        return next((lease.request for lease in self.pop_leases(1)), None)
 
     def pop_leases(self, count: int) -> list[Lease]:
         """Lease up to ``count`` requests from the next shard in turn, sending the pending
@@ -366,12 +354,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return bool(last)
 
     def reclaim(self, held: Iterable[Lease] = ()) -> Reclaimed:
-        """Put back in the queue this worker's leases in Redis that it does not hold:
-        neither taken by a pop whose reply came and not acked since, nor in ``held``
-        (the pending acks are sent first). After a failover the new master can hold
-        leases whose acks, or whose pop's reply, went to the old one; a pop that failed
-        on its way back leaves its leases too: unclaimed, they would keep the crawl
-        open for ever. Returns how many went back, by why they were not held."""
+        """Put back in the queue this worker's leases in Redis that it does not hold
+        (neither taken by a pop whose reply came and not acked since, nor in ``held``):
+        after a failover, or a pop that failed on its way back; unclaimed, they would
+        keep the crawl open for ever. Returns how many went back, by why."""
         fields: dict[int, list[str]] = {}
         with self._acks_lock:
             taken = dict(self._taken)
@@ -409,7 +395,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         """The entries retired since the last call (for the scheduler to count and log)."""
         with self._acks_lock:
             retired, self._retired = self._retired, []
-        return retired
+            return retired
 
     def _retire(self, shard: int, where: str, bad: Sequence[Bad]) -> None:
         """Retire entries that cannot be decoded (see :mod:`.undecodable`)."""
@@ -423,8 +409,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             self._retired.extend(retired)
 
     def status(self) -> tuple[int, int]:
-        """(requests waiting, requests leased) over every shard, in one round trip."""
-        return status(self.link, self.tag, self.shards)
+        return status(self.link, self.tag, self.shards)  # (waiting, leased), every shard
 
     def __len__(self) -> int:
         return self.status()[0]
@@ -535,9 +520,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.forget()
 
     def forget(self) -> None:
-        """Take this worker's name out of the owner sets and delete its push records;
-        nothing else (alone: a worker leaving a crawl whose state is gone, where its
-        heartbeat or a pop may have made an owner set again)."""
+        """Take this worker's name out of the owner sets and delete its push records
+        (alone: a worker leaving a crawl whose state is gone)."""
         commands: list[tuple[Any, ...]] = []
         for shard in range(self.shards):  # in one round trip (one a master on a cluster)
             commands += [("ZREM", self._owners[shard], self.owner),

@@ -7,17 +7,14 @@
 -- KEYS[4]  the shard's count of requests waiting in its slots (a string)
 -- KEYS[5]  optional: the shard's intake (a sorted set, where a Redis Cluster's
 --          filter queues a request whose slot lives on another shard), with
---          ARGV[1] '' or 'take': an entry is queued only if this call removed it
---          from there (a move, safe to repeat: a retry, or another worker's move,
---          queues nothing); with a push number: the shard's robots.txt delays
---          (slot -> ms), each slot's delay at least its robots.txt's
+--          ARGV[1] '': an entry is queued only if this call removed it from there
+--          (a move, safe to repeat: a retry, or another worker's move, queues
+--          nothing); with a push number: the shard's robots.txt delays (slot ->
+--          ms), each slot's delay at least its robots.txt's
 -- ARGV[1]  this push's number (this client's, increasing); '' for a move from
 --          the intake (no record)
 -- ARGV[2]  the record's TTL in ms
 -- ARGV[3]  the shard's slot prefix ("{K:i}:slot:")
--- ARGV[1]  'take' instead: move the intake's first ARGV[5] entries (highest
---          priority first) into slot ARGV[4] (its limits the shard's defaults),
---          read here (no entry goes to the client and back)
 -- ARGV[4..] per request: its slot's name (keys.slot_name), its priority, the
 --          slot's concurrency (0: no limit) and delay in ms, the entry's bytes
 --
@@ -31,23 +28,10 @@
 -- Returns how many it queued, or -1 when this push already ran (a retry).
 
 -- #include slot_acl.lua (the ACL asked before anything is written)
-local take = ARGV[1] == 'take'
-if ARGV[1] ~= '' and not take and redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then return -1 end
 -- The requests, five values each (slot, priority, conc, delay, entry).
-local items = ARGV
-local first = 4
-if take then
-  local d = redis.call('HMGET', KEYS[3], 'conc', 'delay')
-  local found = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')
-  items, first = {}, 1
-  for k = 1, #found, 2 do
-    local n = #items
-    -- "%d": a priority as its list's key spells it (never "-0" nor "1e+15")
-    items[n + 1], items[n + 2] = ARGV[4], string.format('%d', -tonumber(found[k + 1]))
-    items[n + 3], items[n + 4], items[n + 5] = d[1] or '0', d[2] or '0', found[k]
-  end
-end
-local intake = (ARGV[1] == '' or take) and KEYS[5] or nil
+local items, first = ARGV, 4
+local intake = ARGV[1] == '' and KEYS[5] or nil
 local robots = not intake and KEYS[5] or nil
 local prefix = ARGV[3]
 local defaults_key = KEYS[3]
@@ -56,5 +40,5 @@ local defaults_key = KEYS[3]
 
 -- #include slot_queue.lua (the push itself, shared with the filter's sink)
 local queued = queue_in_slots(items, first, KEYS[1], KEYS[4], intake, robots)
-if ARGV[1] ~= '' and not take then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+if ARGV[1] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
 return queued

@@ -183,27 +183,31 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
 
 def open_filter(crawler: Crawler, dupefilter_cls: type[BaseDupeFilter],
                 queue_cls: str | type[Any], *, server: Redis | RedisCluster, flush: bool
-                ) -> RedisBloomDupeFilter | None:
+                ) -> tuple[RedisBloomDupeFilter | None, int | None]:
     """The crawl's filter, opened when the scheduler is built, before the engine has a
     slot (an error here, a filter made with other settings, is then the only thing
     Scrapy reports); None when the dupefilter is not this package's. A queue of a newer
     release's entries stops the worker before the filter opens; this release's format
-    is recorded once the filter's start-up check has passed (see claim_queue_format)."""
+    is recorded once the filter's start-up check has passed (see claim_queue_format).
+    Also returns the queue's format record as this worker found it (None: none), which
+    says what its start migrates (:meth:`SharedCrawl.join`)."""
     ours = dupefilter_cls if isinstance(dupefilter_cls, type) and issubclass(
         dupefilter_cls, RedisBloomDupeFilter) else None
     if crawler.spider is None:
-        return build_from_crawler(ours, crawler) if ours else None
+        return (build_from_crawler(ours, crawler) if ours else None), None
     name, settings = crawler.spider.name, crawler.settings
     if ours and flush:
         flush_before_open(server, settings, name)
     refuse_mixed_politeness(queue_cls, server=server, settings=settings, spider_name=name)
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
+    found = None if recorded else entry.found_format(
+        server, BloomDupeConfig.from_settings(settings).key_for(name))
     df = build_from_crawler(ours, crawler) if ours else None
     if not recorded:
         claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
                            write=True)
-    return df
+    return df, (entry.STATE_FORMAT if recorded else found)
 
 
 class SharedCrawl:
@@ -211,9 +215,12 @@ class SharedCrawl:
     filter ``df``, the Redis work run by ``jobs``."""
 
     def __init__(self, *, server: Redis | RedisCluster, df: BaseDupeFilter, queue: SharedQueue,
-                 jobs: RedisJobs, frontier: FrontierConfig, spider: Spider) -> None:
+                 jobs: RedisJobs, frontier: FrontierConfig, spider: Spider,
+                 found_format: int | None = None) -> None:
         self.server, self.df, self.queue, self.jobs = server, df, queue, jobs
         self.frontier, self.spider = frontier, spider
+        #: The queue's format record as this worker found it at its start (None: none).
+        self.found_format = found_format
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self.member = secrets.token_hex(6)
 
@@ -241,6 +248,8 @@ class SharedCrawl:
                 logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
                             "shards into shard 0 (one queue shard on one Redis node)",
                             merged, extra={"spider": spider})
+        if isinstance(self.queue, LeasedQueue):
+            self._migrate()
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
             adopted = self.jobs.guarded(lambda: self.queue.adopt(self.queue.key), 0)
@@ -256,6 +265,26 @@ class SharedCrawl:
             # Counted among the crawl's workers, so that the last one out clears (close).
             self.jobs.guarded(lambda: frontier_queue.join(self.server, df.bloom.key,
                                                           self.member), None)
+
+    def _migrate(self) -> None:
+        """One-shot migration of a layout an earlier build left (LeasedQueue.migrate),
+        logged in one INFO line with its counts."""
+        assert isinstance(self.queue, LeasedQueue)
+        found = self.found_format
+        migrated = self.jobs.guarded(self.queue.migrate, None)
+        if migrated is None:
+            return
+        if migrated.moved or migrated.leases_back or (
+                found is not None and found < entry.STATE_FORMAT):
+            layout = ("the intake layout (format 2)" if found == 2 else
+                      f"format {found}" if found is not None else
+                      "the sorted-set layout (the build of 2026-11-27, no format record)")
+            waiting, leased = self.jobs.guarded(self.queue.status, (0, 0))
+            logger.info("Migrated the shared queue from %s to format %d: %d waiting "
+                        "request(s) moved into the download slots, %d lease(s) of stopped "
+                        "workers put back; %d waiting and %d leased now",
+                        layout, entry.STATE_FORMAT, migrated.moved, migrated.leases_back,
+                        waiting, leased, extra={"spider": self.spider})
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""

@@ -62,11 +62,12 @@ def test_a_queue_of_a_newer_format_is_one_line(redis_url: str) -> None:
     """A newer release's worker recorded a format of the queue's entries that this
     release cannot read: this worker does not start (and makes no filter there)."""
     client = redis.Redis.from_url(redis_url)
-    client.set(keys.queue_format("newer:bloomdupe"), entry.FORMAT + 1)
+    client.set(keys.queue_format("newer:bloomdupe"), entry.STATE_FORMAT + 1)
     assert_start_error_line(example_crawl(redis_url, "BLOOMDUPE_KEY=newer:bloomdupe"),
-                            f"written by a newer scrapy-bloomdupe (format {entry.FORMAT + 1}); "
+                            "written by a newer scrapy-bloomdupe "
+                            f"(format {entry.STATE_FORMAT + 1}); "
                             "upgrade every worker")
-    assert client.get(keys.queue_format("newer:bloomdupe")) == str(entry.FORMAT + 1).encode()
+    assert client.get(keys.queue_format("newer:bloomdupe")) == str(entry.STATE_FORMAT + 1).encode()
     assert not client.exists(keys.meta("newer:bloomdupe"))
     client.close()
 
