@@ -138,12 +138,13 @@ def test_a_dead_workers_slot_leases_come_back_counted_and_free_room(
 
 def test_a_heartbeat_that_ages_between_a_reaps_round_trips_leaves_the_owner_to_the_next(
         client: redis.Redis) -> None:
-    """A reap is two round trips: the slot leases (slot_reap.lua), then the default
-    layout's (reap.lua, which forgets the dead owners). A dead worker's heartbeat that
-    passes the lease timeout between the two was seen alive by the first and dead by
-    the second: forgotten then, its slot leases would never come back and the crawl
-    would never end (a SIGKILL test's workers once stayed idle for good with 20
-    leased). It is kept, and the next reap gives them back."""
+    """A reap was two round trips: the slot leases (slot_reap.lua), then the default
+    layout's (reap.lua, which forgot the dead owners). A dead worker's heartbeat that
+    passed the lease timeout between the two was seen alive by the first and dead by
+    the second: forgotten then, its slot leases never came back and the crawl never
+    ended (a SIGKILL test's workers once stayed idle for good with 20 leased). Now
+    slot_reap.lua gives back and forgets in one script, one round trip without an old
+    lease hash: an owner seen alive is kept, and the next reap gives its leases back."""
     dead, live = crawlwide(client), crawlwide(client)
     dead.push_many([Request("https://one.test/0")])
     (held,) = dead.pop_leases(10)
@@ -157,7 +158,7 @@ def test_a_heartbeat_that_ages_between_a_reaps_round_trips_leaves_the_owner_to_t
         return replies
 
     live._execute = aging  # type: ignore[method-assign]
-    assert live.reap() == [] and len(rounds) == 2
+    assert live.reap() == [] and len(rounds) == 1
     assert client.zscore(keys.owners(TAG, 0), dead.owner) == 0  # not forgotten
     live._execute = execute  # type: ignore[method-assign]
     assert [r.url for _, r in live.reap()] == [held.request.url]
@@ -592,3 +593,19 @@ def test_the_crawl_s_end_does_not_rest_on_a_counter_the_lists_disagree_with(
     q.ack([late])
     q.send_acks()
     assert q.status() == (0, 0)
+
+
+def test_a_lease_an_earlier_build_left_in_the_lease_hash_comes_back_once_its_owner_goes(
+        client: redis.Redis) -> None:
+    """The lease hash is the sorted-set layout's (a worker of the 2026-11-27 build, live
+    when this one started): a reap runs reap.lua only while it holds leases, and gives
+    back those of an owner no longer in the owners (slot_reap.lua forgets the dead
+    ones), never leaving them for ever."""
+    q = crawlwide(client)
+    old = PriorityQueue(client, DemoSpider(), "cw:requests", tag=TAG)
+    score, member = old.entry(Request("https://one.test/old"))
+    client.hset(keys.leases(TAG, 0), "gone:1.0", b"%d|%s" % (score, member))
+    assert [r.url for _, r in q.reap()] == ["https://one.test/old"]
+    assert not client.exists(keys.leases(TAG, 0))
+    assert urls(q.pop_leases(10)) == ["https://one.test/old"]
+    assert q.reap() == []

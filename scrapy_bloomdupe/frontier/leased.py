@@ -460,36 +460,36 @@ class LeasedQueue(PriorityQueue):
         timeout no heartbeat is that old) and ``own`` 's but ``keep``."""
         timeout, k = self.lease_timeout_ms if dead else NEVER_MS, self.k[shard]
         return ("EVALSHA", self._scripts["slot_reap"].sha, 6, k.ready, k.leased, k.owners,
-                k.defaults, k.waiting, k.intake, k.prefix, timeout, own, 0, *keep)
+                k.defaults, k.waiting, k.intake, k.prefix, timeout, own, int(dead), *keep)
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
         """As the default queue's, for the slots' leases (back at the head of their
-        slots' lists) and for any left in the default layout's lease hashes."""
+        slots' lists; the dead owners forgotten). The lease hash of the sorted-set layout
+        holds an earlier build's leases, given back by :meth:`migrate` at the start: a
+        worker of that build still live then has its own given back here (``reap.lua``)
+        once it stops, only where the hash holds any."""
         own = self.owner if release_own else ""
-        # Two round trips: a round trip is repeated whole after a NOSCRIPT (a restarted
-        # Redis), and a repeated reap's reply no longer names what the first moved.
         commands = self._ack_commands()
         commands += [self._slot_reap(shard, own, []) for shard in range(self.shards)]
-        replies = self._execute(commands)[-self.shards:]
+        commands += [("HLEN", self._leases[shard]) for shard in range(self.shards)]
+        replies = self._execute(commands)[-2 * self.shards:]
         self._acks_sent()
-        # The default layout's (a worker of it, before this crawl went crawl-wide), which
-        # also forgets the dead owners.
-        # (not an owner whose slot leases are still out: see reap.lua's ARGV[3]).
-        olds = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
-                               self._leases[shard], k.owners, self.lease_timeout_ms, own,
-                               k.leased)
-                              for shard, k in enumerate(self.k)], acks=False)
         # One that does not decode stays where it is: the next pop retires it.
         slots, _bad = self.codec.decode_replies(
-            [_as_queued(value) for counted, *_ in replies for value in counted])
+            [_as_queued(value) for counted, *_ in replies[:self.shards] for value in counted])
         back = [(requeues, request) for _, requeues, request in slots]
-        for shard, old in enumerate(olds):
-            if old or int(replies[shard][2]):  # (entries of a move: back in the intake)
+        for shard, k in enumerate(self.k):
+            if int(replies[shard][2]):  # entries of a move: back in the intake
                 self._intake_seen[shard] = True
-            decoded, bad = self.codec.decode_replies(old)
-            back += [(requeues, request) for _, requeues, request in decoded]
-            if bad:
-                self._retire(shard, "queued", bad)
+            if int(replies[self.shards + shard]):
+                (old,) = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
+                                         self._leases[shard], k.owners,
+                                         self.lease_timeout_ms, own, k.leased)], acks=False)
+                self._intake_seen[shard] |= bool(old)
+                decoded, bad = self.codec.decode_replies(old)
+                back += [(requeues, request) for _, requeues, request in decoded]
+                if bad:
+                    self._retire(shard, "queued", bad)
         return back
 
     def reclaim(self, held: Any = ()) -> Reclaimed:
@@ -503,15 +503,11 @@ class LeasedQueue(PriorityQueue):
         commands = self._ack_commands()
         commands += [self._slot_reap(i, self.owner, kept[i], dead=False)
                      for i in range(self.shards)]
-        replies = self._execute(commands)[-self.shards:]  # two round trips: see reap
+        replies = self._execute(commands)[-self.shards:]
         self._acks_sent()
-        olds = self._execute([("EVALSHA", self._scripts["reclaim"].sha, 2, k.intake,
-                               self._leases[i], self.owner, *kept[i])
-                              for i, k in enumerate(self.k)], acks=False)
-        for shard, old in enumerate(olds):
-            self._intake_seen[shard] |= bool(old) or int(replies[shard][2]) > 0
-        return self._reclaimed([*(f for _, own, _ in replies for f in own),
-                                *(f for old in olds for f in old)])
+        for shard, reply in enumerate(replies):
+            self._intake_seen[shard] |= int(reply[2]) > 0
+        return self._reclaimed([f for _, own, _ in replies for f in own])
 
     def push_many(self, requests: Any) -> None:
         """Queue ``requests`` past the filter (``dont_filter``, a requeue) straight into
