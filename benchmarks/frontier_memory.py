@@ -24,7 +24,7 @@ from scrapy_redis.queue import PriorityQueue as RedisPriorityQueue
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
 from scrapy_bloomdupe.testing import RedisServer
@@ -49,16 +49,16 @@ def contenders(client: redis.Redis) -> dict[str, Callable[[], Any]]:
     """scrapy-redis's ``PriorityQueue`` (pickled ``Request.to_dict`` in a sorted set; its
     pops remove, nothing is leased); this package's sorted set (``frontier/queue.py``, the
     intake, a cluster's layout until 2026-11-27); the download slots' lists
-    (``frontier/crawlwide.py``), one slot (``"worker"``) and a slot a host (``"crawl"``)."""
+    (``frontier/leased.py``), one slot (``"worker"``) and a slot a host (``"crawl"``)."""
     unlimited = Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "DOWNLOAD_DELAY": 0})
     return {
         "scrapy-redis PriorityQueue": lambda: RedisPriorityQueue(
             client, SPIDER, "mem:requests", picklecompat),
         "sorted set (the intake)": lambda: PriorityQueue(
             client, SPIDER, "mem:requests", tag=TAG),
-        'slots, "worker" (one slot)': lambda: CrawlWideQueue(
+        'slots, "worker" (one slot)': lambda: LeasedQueue(
             client, SPIDER, "mem:requests", tag=TAG, policy=OneSlot()),
-        'slots, "crawl" (a slot a host)': lambda: CrawlWideQueue(
+        'slots, "crawl" (a slot a host)': lambda: LeasedQueue(
             client, SPIDER, "mem:requests", tag=TAG, policy=SlotPolicy(unlimited, SPIDER)),
     }
 
@@ -72,7 +72,7 @@ def measure(client: redis.Redis, make: Callable[[], Any], requests: list[Request
     if isinstance(queue, PriorityQueue):
         for start in range(0, len(requests), BATCH):
             queue.push_many(requests[start:start + BATCH])
-        if isinstance(queue, CrawlWideQueue):
+        if isinstance(queue, LeasedQueue):
             while queue.sort(batches=100):
                 pass
         taken = 0

@@ -2,7 +2,7 @@
 every worker, not only by the one that heard it.
 
 A response whose status is in ``BLOOMDUPE_BACKOFF_CODES`` (429 and 503 by default)
-pauses its download slot in Redis (:meth:`~.frontier.crawlwide.CrawlWideQueue.backoff`):
+pauses its download slot in Redis (:meth:`~.frontier.leased.LeasedQueue.backoff`):
 no worker takes a request of that slot before the pause ends (Redis's clock). With a
 ``Retry-After`` header (seconds, or an HTTP date) the pause is what it asks, at most
 ``BLOOMDUPE_BACKOFF_MAX``; without one it doubles with each such answer in a row
@@ -32,7 +32,7 @@ from protego import Protego
 from scrapy.exceptions import NotConfigured
 
 from . import keys
-from .frontier.crawlwide import CrawlWideQueue
+from .frontier.leased import LeasedQueue
 from .scheduler import for_crawler
 from .scheduling.jobs import acted_on
 from .settings import FrontierConfig
@@ -92,7 +92,7 @@ class CrawlBackoffMiddleware:
             return response
         scheduler = for_crawler(self.crawler)
         queue = getattr(scheduler, "queue", None)
-        if scheduler is None or not isinstance(queue, CrawlWideQueue):
+        if scheduler is None or not isinstance(queue, LeasedQueue):
             return response
         slot = queue.policy.key(request)
         asked = retry_after(response.headers.get(b"Retry-After"))
@@ -122,7 +122,7 @@ class CrawlBackoffMiddleware:
         delay = crawl_delay(response.body, self.agent)
         scheduler = for_crawler(self.crawler)
         queue = getattr(scheduler, "queue", None)
-        if not delay or scheduler is None or not isinstance(queue, CrawlWideQueue):
+        if not delay or scheduler is None or not isinstance(queue, LeasedQueue):
             return
         slot, seconds = queue.policy.key(request), min(delay, self.longest)
 
@@ -144,7 +144,7 @@ def crawl_delay(body: bytes, agent: str) -> float | None:
     return float(delay) if delay else None
 
 
-def _strike(queue: CrawlWideQueue, slot: str, now_ms: int, longest: float) -> float:
+def _strike(queue: LeasedQueue, slot: str, now_ms: int, longest: float) -> float:
     """One more "slow down" for ``slot`` without Retry-After: its pause (s), doubled
     for each in a row, the count forgotten after ``longest`` seconds without one."""
     name = keys.slot_name(slot)

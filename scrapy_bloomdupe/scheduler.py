@@ -9,7 +9,7 @@ built from the crawler, shares the crawler's one Redis client with the
 dupefilter, counts stats without the deprecated ``spider=`` argument, and
 closes the dupefilter so its figures reach the stats.
 
-With its default queue (:class:`scrapy_bloomdupe.frontier.queue.PriorityQueue`)
+With its default queue (:class:`scrapy_bloomdupe.frontier.leased.LeasedQueue`)
 it also makes the crawl lose nothing when a worker dies. This module is Scrapy's
 adapter; the parts, one module each in :mod:`.scheduling`, are made when it opens:
 
@@ -76,7 +76,7 @@ __all__ = ["ACK_DELAY", "IDLE_POLL", "MAX_IDLE_POLL", "QUEUED_META", "WAKE_META"
 #: What a stop on an error says of the requests in progress on the leased queue.
 HELD = "the requests in progress stay leased in Redis and come back to the next workers"
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
-QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"
+QUEUE_CLASS = "scrapy_bloomdupe.frontier.leased.LeasedQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
 
 
@@ -112,6 +112,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     crawler: Crawler
     df: BaseDupeFilter | None  # scrapy-redis sets it in open() when from_crawler did not
+    #: The queue's format record as found at the start (None: none): what open() migrates.
+    found_format: int | None = None
 
     def __init__(self, *args: Any, frontier: FrontierConfig | None = None,
                  health: CrawlHealth | None = None, **kwargs: Any) -> None:
@@ -195,8 +197,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         dupefilter_cls = load_object(instance.dupefilter_cls)
         ours = dupefilter_cls if isinstance(dupefilter_cls, type) and issubclass(
             dupefilter_cls, RedisBloomDupeFilter) else None
-        instance.df = open_filter(crawler, ours, queue_cls, server=server,
-                                  flush=instance.flush_on_start)
+        instance.df, instance.found_format = open_filter(
+            crawler, ours, queue_cls, server=server, flush=instance.flush_on_start)
         return instance
 
     def flush(self) -> None:
@@ -231,7 +233,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             key=self.queue_key % {"spider": spider.name}, serializer=self.serializer,
             bloom=bloom, settings=self.crawler.settings, frontier=self.frontier)
         self.shared = SharedCrawl(server=self.server, bloom=bloom, queue=self.queue,
-                                  jobs=self.jobs, frontier=self.frontier, spider=spider)
+                                  jobs=self.jobs, frontier=self.frontier, spider=spider,
+                                  found_format=self.found_format)
         self.path = RequestPath(df, self.queue, self.jobs, stats=self.stats, spider=spider,
                                 queued=lambda n: self._end().queued(n), bloomdupe=ours,
                                 signals=self.crawler.signals, start_once=self.frontier.start_once)

@@ -83,7 +83,7 @@ DEFAULTS: dict[str, Any] = {
 
 OUTAGE_ACTIONS = ("close", "allow")
 #: ``BLOOMDUPE_POLITENESS`` values: Scrapy's per-process limits, or the crawl's
-#: (``frontier/crawlwide.py``).
+#: (``frontier/leased.py``).
 POLITENESS = ("worker", "crawl")
 #: ``BLOOMDUPE_ENGINE`` values: ``"auto"`` picks ``"redisbloom"`` for a new filter on a
 #: server with the BF.* commands, ``"lua"`` otherwise; a stored filter keeps its own.

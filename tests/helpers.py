@@ -553,7 +553,7 @@ def busy_slots(client: Any, tag: str, shards: int = 1) -> None:
 def waiting_entries(client: Any, tag: str) -> list[bytes]:
     """The entries waiting in the queue of the crawl tagged ``tag`` (one node): in its
     sorted set (the filter's sink, the intake) and in its download slots' lists
-    (frontier/crawlwide.py), where the entries are moved once queued."""
+    (frontier/leased.py), where the entries are moved once queued."""
     from scrapy_bloomdupe import keys
 
     found: list[bytes] = list(client.zrange(keys.queue(tag, 0), 0, -1))

@@ -1,6 +1,6 @@
 """A client of the per-slot layout's scripts (scrapy_bloomdupe/frontier/slots.py) for
 one shard and one worker, that the tests drive the scripts with one call at a time;
-the scheduler's is :class:`scrapy_bloomdupe.frontier.crawlwide.CrawlWideQueue`."""
+the scheduler's is :class:`scrapy_bloomdupe.frontier.leased.LeasedQueue`."""
 from __future__ import annotations
 
 import secrets

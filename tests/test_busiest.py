@@ -15,7 +15,7 @@ from slotqueue import SlotEntry, SlotQueue
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.frontier import busiest
 from scrapy_bloomdupe.frontier.busiest import busiest_slots
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.politeness import ONE_SLOT, OneSlot, SlotPolicy
 from scrapy_bloomdupe.transport.link import Link
 
@@ -110,7 +110,7 @@ def test_thousands_of_slots_are_read_in_four_round_trips_and_bounded(
 def test_a_crawl_wide_queue_s_slots_as_its_workers_leave_them(client: redis.Redis) -> None:
     policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.25,
                                   "RANDOMIZE_DOWNLOAD_DELAY": False}), None)
-    q = CrawlWideQueue(client, DemoSpider(), "site:requests", tag=TAG, policy=policy)
+    q = LeasedQueue(client, DemoSpider(), "site:requests", tag=TAG, policy=policy)
     q.push_many([Request(f"https://a.test/{j}") for j in range(4)]
                 + [Request("https://b.test/0", meta={"download_slot": "b:slot"})])
     assert len(q.pop_leases(10)) == 2  # one a slot: a delay
@@ -127,7 +127,7 @@ def test_a_clusters_slots_are_read_on_their_home_shards(rc: Any) -> None:
     rc.flushall()
     policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0}),
                         None)
-    q = CrawlWideQueue(rc, DemoSpider(), "site:requests", tag=TAG, shards=4, policy=policy)
+    q = LeasedQueue(rc, DemoSpider(), "site:requests", tag=TAG, shards=4, policy=policy)
     hosts = [f"h{j}.test" for j in range(6)]
     for n in range(3):
         q.push_many([Request(f"https://{host}/{n}") for host in hosts])
@@ -144,7 +144,7 @@ def test_a_clusters_one_slot_of_worker_mode_is_read_on_every_shard(rc: Any) -> N
     """``"worker"`` mode on a Redis Cluster: each queue shard keeps its own slot ``*``;
     its waiting requests are every shard's (shard 0's alone were shown before)."""
     rc.flushall()
-    q = CrawlWideQueue(rc, DemoSpider(), "site:requests", tag=TAG, shards=4, policy=OneSlot())
+    q = LeasedQueue(rc, DemoSpider(), "site:requests", tag=TAG, shards=4, policy=OneSlot())
     for j in range(6):  # a push goes to the next shard in turn
         q.push_many([Request(f"https://h{j}.test/{n}") for n in range(5)])
     taken = q.pop_leases(4)

@@ -1,4 +1,4 @@
-"""BLOOMDUPE_POLITENESS = "crawl": the crawl-wide queue (frontier/crawlwide.py) on a
+"""BLOOMDUPE_POLITENESS = "crawl": the crawl-wide queue (frontier/leased.py) on a
 real Redis, without a crawl: the intake moved into download slots (a queue of the
 default layout too: the migration), a slot's limit held across workers, leases put
 back by a reap or a reclaim, undecodable entries retired, the queue's figures, its
@@ -20,7 +20,7 @@ from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.backoff import _strike, crawl_delay, retry_after
 from scrapy_bloomdupe.exceptions import ConfigError
 from scrapy_bloomdupe.frontier import failed
-from scrapy_bloomdupe.frontier.crawlwide import CLAIM_AHEAD, CrawlWideQueue, claim_horizon
+from scrapy_bloomdupe.frontier.leased import CLAIM_AHEAD, LeasedQueue, claim_horizon
 from scrapy_bloomdupe.frontier.politeness import SCRAPY_JITTER, OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue, status
 from scrapy_bloomdupe.settings import FrontierConfig
@@ -39,8 +39,8 @@ def policy(**settings: object) -> SlotPolicy:
     return SlotPolicy(Settings(base), None)
 
 
-def crawlwide(client: redis.Redis, **settings: object) -> CrawlWideQueue:
-    return CrawlWideQueue(client, DemoSpider(), "cw:requests", tag=TAG,
+def crawlwide(client: redis.Redis, **settings: object) -> LeasedQueue:
+    return LeasedQueue(client, DemoSpider(), "cw:requests", tag=TAG,
                           policy=policy(**settings), lease_timeout=1.0)
 
 
@@ -205,12 +205,13 @@ def test_a_dead_workers_slot_leases_come_back_counted_and_free_room(
 
 def test_a_heartbeat_that_ages_between_a_reaps_round_trips_leaves_the_owner_to_the_next(
         client: redis.Redis) -> None:
-    """A reap is two round trips: the slot leases (slot_reap.lua), then the default
-    layout's (reap.lua, which forgets the dead owners). A dead worker's heartbeat that
-    passes the lease timeout between the two was seen alive by the first and dead by
-    the second: forgotten then, its slot leases would never come back and the crawl
-    would never end (a SIGKILL test's workers once stayed idle for good with 20
-    leased). It is kept, and the next reap gives them back."""
+    """A reap was two round trips: the slot leases (slot_reap.lua), then the default
+    layout's (reap.lua, which forgot the dead owners). A dead worker's heartbeat that
+    passed the lease timeout between the two was seen alive by the first and dead by
+    the second: forgotten then, its slot leases never came back and the crawl never
+    ended (a SIGKILL test's workers once stayed idle for good with 20 leased). Now
+    slot_reap.lua gives back and forgets in one script, one round trip without an old
+    lease hash: an owner seen alive is kept, and the next reap gives its leases back."""
     dead, live = crawlwide(client), crawlwide(client)
     dead.push_many([Request("https://one.test/0")])
     (held,) = dead.pop_leases(10)
@@ -224,7 +225,7 @@ def test_a_heartbeat_that_ages_between_a_reaps_round_trips_leaves_the_owner_to_t
         return replies
 
     live._execute = aging  # type: ignore[method-assign]
-    assert live.reap() == [] and len(rounds) == 2
+    assert live.reap() == [] and len(rounds) == 1
     assert client.zscore(keys.owners(TAG, 0), dead.owner) == 0  # not forgotten
     live._execute = execute  # type: ignore[method-assign]
     assert [r.url for _, r in live.reap()] == [held.request.url]
@@ -381,17 +382,17 @@ def test_acks_riding_on_a_check_and_queue_survive_a_script_flush(redis_url: str)
     crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True)
     df = build_from_crawler(RedisBloomDupeFilter, crawler)
     client = df.bloom.client
-    q = CrawlWideQueue(client, crawler.spider, "demo:requests", tag=df.bloom.key,
+    q = LeasedQueue(client, crawler.spider, "demo:requests", tag=df.bloom.key,
                        policy=policy(CONCURRENT_REQUESTS_PER_DOMAIN=0))
     first = [Request("https://a.test/1"), Request("https://a.test/2")]
     assert df.check_and_queue([df.fingerprinter.fingerprint(r) for r in first], q,
-                              [q.entry(r) for r in first]) == [True, True]
+                              [q.sink_entry(r) for r in first]) == [True, True]
     leases = q.pop_leases(10)
     q.ack(leases)  # pending: rides on the next check-and-queue
     client.script_flush()
     later = Request("https://a.test/3")
     assert df.check_and_queue([df.fingerprinter.fingerprint(later)], q,
-                              [q.entry(later)]) == [True]
+                              [q.sink_entry(later)]) == [True]
     assert q.pending_acks() == 0 and leased(client, df.bloom.key) == 0
 
 
@@ -406,7 +407,8 @@ def test_a_command_the_acl_refuses_leaves_the_slots_as_they_were(redis_url: str,
     from redis.exceptions import NoPermissionError
 
     q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
-    q.push_many([Request(f"https://one.test/{j}") for j in range(3)])
+    # In the intake (an earlier build's), which the first pop moves into the slots.
+    PriorityQueue.push_many(q, [Request(f"https://one.test/{j}") for j in range(3)])
     before = sorted(client.keys("*"))
     client.acl_setuser("limited", enabled=True, passwords=["+pw"], keys=["*"],
                        commands=["+@all", "-zadd"])
@@ -437,8 +439,8 @@ def test_on_a_cluster_each_shard_keeps_its_slot_and_a_dead_workers_leases_come_b
     what this worker no longer holds, and nothing is lost or doubled."""
     rc.flushall()
 
-    def worker_queue() -> CrawlWideQueue:
-        return CrawlWideQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4,
+    def worker_queue() -> LeasedQueue:
+        return LeasedQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4,
                               policy=OneSlot(), lease_timeout=1.0)
 
     dead, live = worker_queue(), worker_queue()
@@ -471,8 +473,8 @@ def test_on_a_cluster_each_shard_keeps_its_slot_and_a_dead_workers_leases_come_b
     assert status(rc, TAG, 4) == (0, 0)
 
 
-def cluster_crawlwide(rc: RedisCluster, **settings: object) -> CrawlWideQueue:
-    return CrawlWideQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4,
+def cluster_crawlwide(rc: RedisCluster, **settings: object) -> LeasedQueue:
+    return LeasedQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4,
                           policy=policy(**settings), lease_timeout=1.0)
 
 
@@ -518,7 +520,8 @@ def test_on_a_cluster_a_dead_workers_move_goes_back_to_the_intake(rc: RedisClust
     back in the intake, and the next pops move and lease each once."""
     rc.flushall()
     dead, live = cluster_crawlwide(rc), cluster_crawlwide(rc)
-    dead.push_many([Request(f"https://h{j}.test/0") for j in range(5)])
+    # In an intake, as a filter shard queues a request whose slot's home is another's.
+    PriorityQueue.push_many(dead, [Request(f"https://h{j}.test/0") for j in range(5)])
     shard = next(i for i, k in enumerate(dead.k) if rc.zcard(k.intake))
     k = dead.k[shard]
     claim = [x for member, score in rc.zrange(k.intake, 0, -1, withscores=True)
@@ -544,7 +547,7 @@ def test_on_a_cluster_a_move_cut_short_is_ended_once_not_put_back_by_a_reclaim(
     it; every request is leased once."""
     rc.flushall()
     q = cluster_crawlwide(rc)
-    q.push_many([Request(f"https://h{j}.test/0") for j in range(5)])
+    PriorityQueue.push_many(q, [Request(f"https://h{j}.test/0") for j in range(5)])  # an intake
     shard = next(i for i, k in enumerate(q.k) if rc.zcard(k.intake))
     real = q._execute
 
@@ -564,3 +567,112 @@ def test_on_a_cluster_a_move_cut_short_is_ended_once_not_put_back_by_a_reclaim(
     assert sorted(lease.request.url for lease in got) == [
         f"https://h{j}.test/0" for j in range(5)]
     assert status(rc, TAG, 4) == (0, 5)
+
+
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("mode", ["crawl", "worker"])
+def test_the_filter_s_script_queues_straight_into_the_slots(
+        engine_client: redis.Redis, engine: str, mode: str, window: bool) -> None:
+    """One node, both engines, with and without a window, both politeness modes: each new
+    request goes from the check-and-add script into its slot's list (no intake, no
+    move), counted as waiting, and each is leased once."""
+    from scrapy_bloomdupe import sizing
+    from scrapy_bloomdupe.bloom.filter import BloomFilter
+
+    client = engine_client
+    q = (crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0) if mode == "crawl" else
+         LeasedQueue(client, DemoSpider(), "cw:requests", tag=TAG, policy=OneSlot()))
+    span = sizing.Window(3_600_000) if window else None
+    plan = (sizing.window_plan(10_000, 0.001, span, shards=3) if span else
+            sizing.plan(10_000, 0.001, shards=3))
+    bf = BloomFilter.open(client, TAG, plan, window=span)  # type: ignore[arg-type]
+    requests = [Request(f"https://h{j % 3}.test/{j}", priority=j % 2) for j in range(12)]
+    requests.append(Request("https://h0.test/0"))  # twice: queued once
+    new = bf.add_many([r.url.encode() for r in requests], q,
+                      lambda i: q.sink_entry(requests[i]))
+    assert new == [True] * 12 + [False]
+    assert client.zcard(keys.queue(TAG, 0)) == 0  # no intake
+    assert int(client.get(keys.slot_waiting(TAG, 0))) == 12 and q.status() == (12, 0)
+    names = {"crawl": [f"h{j}.test" for j in range(3)], "worker": ["*"]}[mode]
+    assert sorted(client.zrange(keys.ready(TAG, 0), 0, -1)) == [n.encode() for n in names]
+    got = [lease for _ in range(6) for lease in q.pop_leases(20)]
+    assert sorted(urls(got)) == sorted(r.url for r in requests[:12])
+    assert got[0].request.priority == 1  # priorities kept
+
+
+@pytest.mark.parametrize("mode", ["crawl", "worker"])
+def test_on_a_cluster_the_intake_holds_only_what_another_shard_s_slot_needs(
+        rc: RedisCluster, mode: str) -> None:
+    """A Redis Cluster: in ``"worker"`` mode every new request goes straight into its
+    fingerprint's shard's slot ``*``; in ``"crawl"`` mode straight into its slot when
+    the slot's home is the fingerprint's shard, else into that shard's intake (a pop
+    moves it home). Every request is leased once either way."""
+    from scrapy_bloomdupe import hashing, sizing
+    from scrapy_bloomdupe.bloom.filter import BloomFilter
+
+    rc.flushall()
+    q = (cluster_crawlwide(rc, CONCURRENT_REQUESTS_PER_DOMAIN=0) if mode == "crawl" else
+         LeasedQueue(rc, DemoSpider(), "cw:requests", tag=TAG, shards=4, policy=OneSlot()))
+    bf = BloomFilter.open(rc, TAG, sizing.plan(10_000, 0.001, shards=4))
+    requests = [Request(f"https://h{j % 5}.test/{j}") for j in range(40)]
+    fps = [r.url.encode() for r in requests]
+    assert bf.add_many(fps, q, lambda i: q.sink_entry(requests[i])) == [True] * 40
+    elsewhere = [r for r, fp in zip(requests, fps, strict=True)
+                 if q.home(keys.slot_name(r.url.split("/")[2])) !=
+                 hashing.shard_of(hashing.halves(fp, bf.seed)[0], 4)]
+    in_intakes = sum(rc.zcard(k.intake) for k in q.k)
+    assert in_intakes == (len(elsewhere) if mode == "crawl" else 0)
+    assert in_intakes < 40 or mode == "worker"
+    got = [lease for _ in range(20) for lease in q.pop_leases(40)]
+    assert sorted(urls(got)) == sorted(r.url for r in requests)
+    assert sum(rc.zcard(k.intake) for k in q.k) == 0
+
+
+@pytest.mark.parametrize("mode", ["crawl", "worker"])
+def test_the_crawl_s_end_does_not_rest_on_a_counter_the_lists_disagree_with(
+        client: redis.Redis, mode: str) -> None:
+    """An entry another program LPUSHed into a slot's list mid-crawl is popped, retired
+    (``bloomdupe failed`` lists it) and leaves the waiting count at -1: the idle look
+    said "the shared queue has requests" for ever. A count raised by hand, with no list
+    behind it, alike. The look checks each counter against its lists."""
+    q = (crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0) if mode == "crawl" else
+         LeasedQueue(client, DemoSpider(), "cw:requests", tag=TAG, policy=OneSlot()))
+    q.push_many([Request(f"https://one.test/{j}") for j in range(3)])
+    name = "one.test" if mode == "crawl" else "*"
+    client.lpush(keys.slot_list(TAG, 0, name, 0), b"\x80garbage")
+    got = [lease for _ in range(4) for lease in q.pop_leases(10)]
+    assert sorted(urls(got)) == [f"https://one.test/{j}" for j in range(3)]
+    assert len(q.take_retired()) == 1 and len(failed.read(client, TAG)) == 1
+    assert q.status() == (0, 3)  # each lease is in its worker's list
+    q.ack(got)
+    q.send_acks()
+    assert int(client.get(keys.slot_waiting(TAG, 0))) == -1  # the counter is off...
+    assert q.status() == (0, 0)  # ...the look is not: the crawl may end
+    client.incrby(keys.slot_waiting(TAG, 0), 5)
+    client.incrby(keys.slot_leased(TAG, 0), 2)
+    assert q.status() == (0, 0)
+    # A request really waiting (or leased) is still seen, whatever the counters say.
+    client.set(keys.slot_waiting(TAG, 0), -7)
+    q.push_many([Request("https://one.test/late")])
+    assert q.status()[0] >= 1
+    (late,) = q.pop_leases(10)
+    assert q.status()[1] >= 1
+    q.ack([late])
+    q.send_acks()
+    assert q.status() == (0, 0)
+
+
+def test_a_lease_an_earlier_build_left_in_the_lease_hash_comes_back_once_its_owner_goes(
+        client: redis.Redis) -> None:
+    """The lease hash is the sorted-set layout's (a worker of the 2026-11-27 build, live
+    when this one started): a reap runs reap.lua only while it holds leases, and gives
+    back those of an owner no longer in the owners (slot_reap.lua forgets the dead
+    ones), never leaving them for ever."""
+    q = crawlwide(client)
+    old = PriorityQueue(client, DemoSpider(), "cw:requests", tag=TAG)
+    score, member = old.entry(Request("https://one.test/old"))
+    client.hset(keys.leases(TAG, 0), "gone:1.0", b"%d|%s" % (score, member))
+    assert [r.url for _, r in q.reap()] == ["https://one.test/old"]
+    assert not client.exists(keys.leases(TAG, 0))
+    assert urls(q.pop_leases(10)) == ["https://one.test/old"]
+    assert q.reap() == []

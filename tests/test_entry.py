@@ -25,8 +25,8 @@ from scrapy_redis import picklecompat
 from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.exceptions import BuildError
 from scrapy_bloomdupe.frontier import entry, failed, undecodable
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
 from scrapy_bloomdupe.frontier.entry import Codec, NewerFormatError
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduler import Scheduler
@@ -304,17 +304,21 @@ def test_any_priority_is_queued_in_order_and_comes_back_as_it_was(
     was in the filter, never queued); one of 2**63 or more came out last from the
     download slots (BLOOMDUPE_POLITENESS "worker", the default). Scores are held
     within 2**63; the entry keeps the priority."""
-    top = [10**400, 2**70, 2**63]  # one score: their order among them is the entries'
-    priorities = [*top, 2**62, 5, 0, -1, -2**62, -2**63, -10**400]
+    # One score each end (held within 2**63): their order among them is the entries' in a
+    # sorted set, the pushes' in a slot's list.
+    top, bottom = [10**400, 2**70, 2**63], [-2**63, -10**400]
+    priorities = [*top, 2**62, 5, 0, -1, -2**62, *bottom]
     sent = [Request(f"https://p.example/{i}", priority=p) for i, p in enumerate(priorities)]
-    q: Any = queue(client) if layout == "sorted set" else CrawlWideQueue(
+    q: Any = queue(client) if layout == "sorted set" else LeasedQueue(
         client, SPIDER, "entry:requests", tag=TAG, lease_timeout=5.0,
         policy=OneSlot() if layout == "worker" else SlotPolicy(
             Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 0, "DOWNLOAD_DELAY": 0}), None))
     q.push_many(sent[::-1])
     got = [lease.request for lease in q.pop_leases(20)]
     assert {r.url for r in got[:len(top)]} == {r.url for r in sent[:len(top)]}
-    assert [r.url for r in got[len(top):]] == [r.url for r in sent[len(top):]]
+    middle = slice(len(top), -len(bottom))
+    assert [r.url for r in got[middle]] == [r.url for r in sent[middle]]
+    assert {r.url for r in got[-len(bottom):]} == {r.url for r in sent[-len(bottom):]}
     assert sorted(r.priority for r in got) == sorted(priorities)
 
 
@@ -424,16 +428,17 @@ def test_a_worker_records_the_format_and_refuses_a_newer_one(redis_url: str) -> 
     client = redis.Redis.from_url(redis_url)
     crawler = crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG)
     Scheduler.from_crawler(crawler)
-    assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
-    client.set(keys.queue_format(TAG), entry.FORMAT + 1)
-    with pytest.raises(BuildError, match=rf"holds state of format {entry.FORMAT + 1}, written "
+    assert client.get(keys.queue_format(TAG)) == str(entry.STATE_FORMAT).encode()
+    newer = entry.STATE_FORMAT + 1
+    client.set(keys.queue_format(TAG), newer)
+    with pytest.raises(BuildError, match=rf"holds state of format {newer}, written "
                        r"by a newer scrapy-bloomdupe; .*: upgrade this worker to a release "
-                       rf"that reads format {entry.FORMAT + 1}$"):
+                       rf"that reads format {newer}$"):
         Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
     # An older format (today's pickled entries: none recorded) is taken over.
     client.delete(keys.queue_format(TAG))
     Scheduler.from_crawler(crawler_for(redis_url, EntrySpider, BLOOMDUPE_KEY=TAG))
-    assert client.get(keys.queue_format(TAG)) == str(entry.FORMAT).encode()
+    assert client.get(keys.queue_format(TAG)) == str(entry.STATE_FORMAT).encode()
 
 
 def test_dates_and_decimals_in_meta_survive() -> None:

@@ -111,7 +111,7 @@ def test_flush_drains_at_once(setup: Setup) -> None:
 def test_an_error_of_the_drain_reaches_every_output_in_it(setup: Setup) -> None:
     first = answers(setup.outbox.send(setup.output("http://a.example/1")))
     second = answers(setup.outbox.send(setup.output("http://a.example/2")))
-    setup.df.bloom.client.set(setup.queue.sink_key(0), "not a list")  # a WRONGTYPE reply
+    setup.df.bloom.client.set(setup.queue.sink_keys(0)[0], "not a list")  # a WRONGTYPE reply
     setup.calls.run()
     for got in (first, second):
         (failure,) = got

@@ -5,6 +5,7 @@ failed requests, pops on a cluster, its dotted paths."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -18,6 +19,7 @@ from scrapy_bloomdupe import cluster as old_home
 from scrapy_bloomdupe import hashing, keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
 from scrapy_bloomdupe.frontier import failed
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduler import Scheduler
 
@@ -53,12 +55,30 @@ def test_scrapy_redis_priority_queue_cannot_pop_on_a_cluster(rc: RedisCluster) -
     assert len(ours) == 0
 
 
-def test_the_old_dotted_path_still_names_the_queue(redis_url: str) -> None:
+@pytest.mark.parametrize("path", [None, "scrapy_bloomdupe.frontier.leased.LeasedQueue",
+                                  "scrapy_bloomdupe.frontier.queue.PriorityQueue",
+                                  "scrapy_bloomdupe.cluster.PriorityQueue",
+                                  "scrapy_bloomdupe.frontier.crawlwide.CrawlWideQueue"])
+@pytest.mark.parametrize("politeness", ["worker", "crawl"])
+def test_every_old_dotted_path_still_names_the_one_queue(redis_url: str, path: str | None,
+                                                         politeness: str) -> None:
+    """One queue class runs (LeasedQueue, both politeness modes); the paths users may
+    have in SCHEDULER_QUEUE_CLASS from earlier releases name it too."""
     assert old_home.PriorityQueue is PriorityQueue
-    # And the scheduler's default is the queue's own path.
-    crawler = crawler_for(redis_url)
+    settings: dict[str, Any] = {"BLOOMDUPE_POLITENESS": politeness}
+    if path is not None:
+        settings["SCHEDULER_QUEUE_CLASS"] = path
+    crawler = crawler_for(redis_url, **settings)
     scheduler = Scheduler.from_crawler(crawler)
-    assert scheduler.queue_cls == "scrapy_bloomdupe.frontier.queue.PriorityQueue"
+    if path is None:  # the scheduler's default is the queue's own path
+        assert scheduler.queue_cls == "scrapy_bloomdupe.frontier.leased.LeasedQueue"
+    scheduler.open(crawler.spider)
+    try:
+        queue = scheduler.leases.queue
+        assert type(queue) is LeasedQueue
+        assert queue.policy.crawl_wide == (politeness == "crawl")
+    finally:
+        scheduler.close("shutdown")
 
 
 TAG = "demo:bloomdupe"
@@ -91,7 +111,7 @@ def test_on_one_node_the_queue_has_one_shard_whatever_the_filter_has(
     shard's new requests go into shard 0's queue."""
     q = queue(client, shards=24)
     assert q.shards == 1 and q.filter_shards == 24
-    assert {q.sink_key(i) for i in range(24)} == {keys.queue(TAG, 0)}
+    assert {q.sink_keys(i)[0] for i in range(24)} == {keys.queue(TAG, 0)}
     q.push_many([Request(f"http://a.example/{i}") for i in range(30)])
     q.heartbeat()
     assert client.keys("*owners*") == [keys.owners(TAG, 0).encode()]
@@ -107,7 +127,8 @@ def test_an_earlier_versions_queue_shards_are_merged_when_a_worker_starts(
         redis_url: str, client: redis.Redis) -> None:
     """A crawl queued on one node by an earlier version (one queue shard a filter shard):
     the first worker of this version moves what shards 1.. hold into shard 0, leases
-    included (the reap gives them back once their owner is dead)."""
+    included, and its start's migration gives back a dead owner's leases at once and
+    moves every request into the download slots."""
     crawler = crawler_for(redis_url, SCHEDULER_PERSIST=True, BLOOMDUPE_SHARDS=4)
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
@@ -126,9 +147,9 @@ def test_an_earlier_versions_queue_shards_are_merged_when_a_worker_starts(
     scheduler.open(crawler.spider)
     queue = scheduler.queue
     assert not client.exists(keys.queue(tag, 2), keys.leases(tag, 3), keys.owners(tag, 3))
-    assert queue.status() == (1, 1)
-    back = queue.reap()
-    assert [request.url for _, request in back] == ["http://a.example/leased"]
+    assert queue.status() == (2, 0)
+    assert not client.exists(keys.queue(tag, 0), keys.leases(tag, 0))  # all in the slots
+    assert queue.reap() == []
     assert sorted(urls(queue.pop_leases(5))) == ["http://a.example/leased",
                                                   "http://a.example/queued"]
     scheduler.close("finished")
@@ -254,7 +275,8 @@ def test_check_and_queue_is_one_script_and_a_retry_queues_nothing_twice(
     op = bf._next_op
     halves = {i: bf_halves(bf, fps[i]) for i in range(3)}
     fresh = [Request(f"http://b.example/{i}") for i in range(3)]
-    units = bf._group(halves, [0, 1, 2], op, lambda i: q.entry(fresh[i]))
+    units = bf._group(halves, [0, 1, 2], op,
+                     lambda i, shard: q.sink_item(shard, q.entry(fresh[i])))
     first = bf._round_trip(units, op, use_lock=True, sink=q)
     second = bf._round_trip(units, op, use_lock=True, sink=q)
     assert first == second

@@ -19,7 +19,7 @@ from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.bloom.filter import FINISHED_TTL
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.frontier import failed
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.scheduler import Scheduler
 
 
@@ -251,7 +251,7 @@ def test_the_scheduler_and_the_dupefilter_run_on_a_cluster(
     # ... each in the download slots' layout (frontier/slots.py), one slot a shard: the
     # shards popped from count their slots' leases.
     tag = scheduler.df.bloom.key
-    assert isinstance(scheduler.leases.queue, CrawlWideQueue)
+    assert isinstance(scheduler.leases.queue, LeasedQueue)
     assert all(scheduler.server.exists(keys.slot_leased(tag, shard)) for shard in popped)
     for shard_urls in popped.values():  # highest priority first, within a shard
         assert shard_urls == sorted(shard_urls, key=lambda u: -int(u.rsplit("/", 1)[1]))

@@ -17,7 +17,7 @@ from scrapy.settings import Settings
 from scrapy_redis.queue import FifoQueue
 
 from scrapy_bloomdupe.frontier import failed
-from scrapy_bloomdupe.frontier.crawlwide import CrawlWideQueue
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
 from scrapy_bloomdupe.frontier.politeness import SlotPolicy
 from scrapy_bloomdupe.frontier.queue import PriorityQueue
 from scrapy_bloomdupe.scheduling.health import CrawlHealth
@@ -301,12 +301,12 @@ def test_pending_is_what_the_worker_knows_until_a_pop_finds_the_queue_empty(
 
 
 def crawl_wide(redis_url: str, client: redis.Redis, per_domain: int, delay: float
-               ) -> tuple[CrawlWideQueue, Setup]:
+               ) -> tuple[LeasedQueue, Setup]:
     """A crawl-wide queue whose one site (a.example) allows ``per_domain`` requests at
     once, ``delay`` seconds apart, and the leases over it, with an engine."""
     policy = SlotPolicy(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": per_domain,
                                   "DOWNLOAD_DELAY": delay, "RANDOMIZE_DOWNLOAD_DELAY": False}))
-    queue = CrawlWideQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
+    queue = LeasedQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=policy,
                            lease_timeout=30)
     return queue, Setup(redis_url, client, engine=True, queue=queue)
 

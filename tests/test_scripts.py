@@ -44,6 +44,20 @@ def script(client: redis.Redis, package: str, name: str) -> Any:
     return client.register_script(luascript.read(package, name))
 
 
+def sink_keys(tag: str) -> list[str]:
+    """A queue shard's five keys the check-and-add's sink takes (frontier/sink.lua)."""
+    return [f"{{{tag}}}:queue", f"{{{tag}}}:ready", f"{{{tag}}}:slotdefaults",
+            f"{{{tag}}}:slotwaiting", f"{{{tag}}}:slotrobots"]
+
+
+def sink_args(tag: str, items: list[int], slot: str = "") -> list[Any]:
+    """The sink's arguments: the slot prefix, then per item its slot ('' : the intake, a
+    sorted set scored by the item), priority (or score), limits and entry."""
+    return [f"{{{tag}}}:slot:", *(a for item in items for a in (
+        slot, item if not slot else -item, 2 if slot else "", 0 if slot else "",
+        f"request-{item}"))]
+
+
 class CheckAdd:
     """One engine's check-and-add script on shard ``{t}``, with G generations made."""
 
@@ -69,17 +83,17 @@ class CheckAdd:
         return [f"item-{item}"]
 
     def __call__(self, items: list[int], *, call: int = 1, ack: int = 1, token: str = "",
-                 sink: bool = False, g: int | None = None) -> Any:
+                 sink: bool = False, g: int | None = None, slot: str = "") -> Any:
         g = self.g if g is None else g
         gen_args: list[Any] = [g, *([K] * g)] if self.engine == "lua" else [g]
         item_args = [a for item in items for a in self.item_args(item)]
-        script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g]] + ([QUEUE] if sink else [])
-        sink_args = [a for item in items for a in (item, f"request-{item}")] if sink else []
+        script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g]] + (sink_keys("t") if sink else [])
+        sunk = sink_args("t", items, slot) if sink else []
         # The Lua engine's calls carry sections (one here): the sink flag, then its count.
         sections = ["1" if sink else "0"] if self.engine == "lua" else []
         return self.script(keys=script_keys, args=[token, call, ack, 60_000, *gen_args,
                                                      *sections, len(items), *item_args,
-                                                     *sink_args])
+                                                     *sunk])
 
     def state(self) -> tuple[Any, ...]:
         """Everything the script may write."""
@@ -216,7 +230,7 @@ def test_a_forget_the_acl_cannot_honour_fails_before_any_write(check_add: CheckA
 
 def second_shard(tag: str) -> dict[str, Any]:
     return {"marker": f"{{{tag}}}:gen", "lock": f"{{{tag}}}:lock", "forgot": f"{{{tag}}}:forgot",
-            "bits": [f"{{{tag}}}:bits:0"], "queue": f"{{{tag}}}:queue"}
+            "bits": [f"{{{tag}}}:bits:0"], "queue": f"{{{tag}}}:queue", "tag": tag}
 
 
 class TwoShards(CheckAdd):
@@ -238,14 +252,14 @@ class TwoShards(CheckAdd):
     def call2(self, first: list[int], second: list[int], *, call: int = 1, ack: int = 1,
               token: str = "", g: int = 1, other: dict[str, Any] | None = None) -> Any:
         other = other or self.second
-        script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g], QUEUE,
+        script_keys = [OP_LOG, MARKER, LOCK, FORGOT, *BITS[:g], *sink_keys("t"),
                        other["marker"], other["lock"], other["forgot"],
-                       *other["bits"][:g], other["queue"]]
+                       *other["bits"][:g], *sink_keys(other["tag"])]
         args: list[Any] = [token, call, ack, 60_000, g, *([K] * g), "1"]
-        for items in (first, second):
+        for tag, items in (("t", first), (other["tag"], second)):
             args.append(len(items))
             args.extend(a for item in items for a in self.item_args(item))
-            args.extend(a for item in items for a in (item, f"request-{item}"))
+            args.extend(sink_args(tag, items))
         if self.cluster:
             return self.script(keys=script_keys[:1],
                                args=[*args, *script_keys[1:], len(script_keys) - 1])
@@ -771,3 +785,52 @@ def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() ->
     windowed = [t for n, t in texts.items() if "window" in n]
     assert len(windowed) == 2
     assert window_part(windowed[0]) == window_part(windowed[1])
+
+
+# -- the sink: the check-and-add queues into the download slots' lists --------------------
+
+
+def test_check_add_queues_each_new_item_straight_into_its_slot_s_list(
+        check_add: CheckAdd) -> None:
+    """No intake: the new items go into the slot's list of their priority, the slot into
+    the ready set, the waiting count up by as many; a seen item queues nothing."""
+    c = check_add.client
+    assert check_add([1, 2], sink=True, slot="a.example") == b"11"
+    assert check_add([2, 3], call=3, ack=3, sink=True, slot="a.example") == b"01"
+    assert not c.exists(QUEUE)
+    assert c.lrange("{t}:slot:a.example:-1", 0, -1) == [b"request-1"]
+    assert c.lrange("{t}:slot:a.example:-3", 0, -1) == [b"request-3"]
+    assert c.zrange("{t}:ready", 0, -1) == [b"a.example"]
+    assert c.get("{t}:slotwaiting") == b"3"
+    assert c.hgetall("{t}:slot:a.example") == {b"prios": b"-1,-2,-3", b"conc": b"2"}
+
+
+def test_a_retried_check_add_queues_nothing_twice(check_add: CheckAdd) -> None:
+    c = check_add.client
+    assert check_add([1, 2], call=10, ack=10, sink=True, slot="s") == b"11"
+    before = (c.get("{t}:slotwaiting"), c.lrange("{t}:slot:s:-1", 0, -1))
+    assert check_add([1, 2], call=10, ack=10, sink=True, slot="s") == b"11"
+    assert (c.get("{t}:slotwaiting"), c.lrange("{t}:slot:s:-1", 0, -1)) == before
+
+
+def test_the_sink_keeps_a_slot_s_robots_txt_delay(check_add: CheckAdd) -> None:
+    c = check_add.client
+    c.hset("{t}:slotrobots", "s", 1500)
+    assert check_add([1], sink=True, slot="s") == b"1"
+    assert c.hget("{t}:slot:s", "delay") == b"1500"
+
+
+def test_a_sink_the_acl_refuses_a_list_push_fails_before_any_write(
+        check_add: CheckAdd) -> None:
+    c = check_add.client
+    c.acl_setuser("norpush", enabled=True, passwords=["+pw"], keys=["*"],
+                  commands=["+@all", "-rpush"])
+    try:
+        limited = as_user(c, "norpush")
+        before = check_add.state()
+        with pytest.raises(NoPermissionError, match="rpush"):
+            CheckAdd.__call__(_as(check_add, limited), [1], sink=True, slot="s")
+        assert check_add.state() == before and not c.exists("{t}:slot:s:-1")
+        limited.close()
+    finally:
+        c.acl_deluser("norpush")

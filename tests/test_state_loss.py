@@ -124,7 +124,7 @@ def test_a_refused_command_stops_the_crawl_and_acks_nothing(
     assert "refuses this user command(s) the crawl needs: ZADD. Add +zadd" in caplog.text
     scheduler.close("bloomdupe_redis_refused")
     # The page whose links could not be queued is still leased: it comes back. (On one
-    # node its lease is in the download slots' leases: frontier/crawlwide.py.)
+    # node its lease is in the download slots' leases: frontier/leased.py.)
     assert int(client.get(keys.slot_leased("demo:bloomdupe", 0)) or 0) + sum(
         client.hlen(keys.leases("demo:bloomdupe", i)) for i in range(4)) >= 1
 

@@ -131,7 +131,7 @@ class Calls:
 
     def _check_add(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
                    op: int, ack: int, results: list[bool], lock_state: _LockState,
-                   sink: Sink | None, entry: Callable[[int], Sequence[Any]] | None) -> None:
+                   sink: Sink | None, entry: Callable[[int, int], Sequence[Any]] | None) -> None:
         """Check-and-add the items at ``indexes``, writing their answers into ``results``:
         a round trip per lock wait, redone for items a new generation refused."""
         remaining = indexes
@@ -243,7 +243,7 @@ class Calls:
         return call() if self.outage is None else self.outage.call(call)
 
     def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
-               first_op: int, entry: Callable[[int], Sequence[Any]] | None = None, *,
+               first_op: int, entry: Callable[[int, int], Sequence[Any]] | None = None, *,
                tokens: Mapping[int, bytes] | None = None) -> list[_Unit]:
         """Script calls for these items under the current generations: per shard (or, on
         an engine whose calls carry several shards, for all those of one node: see
@@ -277,7 +277,7 @@ class Calls:
                 section = unit.sections[shard] = Section(shard)
             section.args.extend(engine.item_args(shard, h1, h2))
             if entry is not None:
-                section.sink_args.extend(entry(index))
+                section.sink_args.extend(entry(index, shard))
             section.indexes.append(index)
             sizes[group] += 1
         return units

@@ -6,7 +6,8 @@
 -- KEYS[3]      the shard's lock (lock mode)
 -- KEYS[4]      the shard's forgotten items (`bloomdupe forget`): each answered new once
 -- KEYS[5..4+G] the shard's BF keys, oldest generation first
--- KEYS[5+G]    optional: a sorted set (the crawl's queue) that gets each new item
+-- KEYS[5+G..9+G] optional: the sink's five keys, a queue shard's (frontier/sink.lua),
+--              which queues each new item into its download slot's list
 -- ARGV[1]      the lock token, '' in atomic mode
 -- ARGV[2]      this call's id (the op id of its first item)
 -- ARGV[3]      the ack: calls below it have their answers, the op log may forget them
@@ -14,7 +15,8 @@
 -- ARGV[5]      G, the generation count
 -- ARGV[6]      n, the item count
 -- ARGV[7..6+n] the items (the filter's keyed hashes, never the fingerprints)
--- then, with KEYS[5+G], per item its score and member (two values an item).
+-- then, with the sink, its arguments (frontier/sink.lua: the slot prefix, then five
+-- values an item).
 --
 -- Returns a string of one character an item: '1' new (now in the newest
 -- generation, and queued; a forgotten item is new once), '0' seen before, 'F' not added: the newest
@@ -23,12 +25,13 @@
 --   -1 (LOCK_BUSY)        lock mode, and the lock does not hold this token
 --   -2 (STALE_GENERATION) the shard already has more than G generations
 --   -3 (SHARD_MISSING)    a generation's key is gone (never re-created empty)
---   a NOPERM error        the ACL does not allow ZADD on KEYS[5+G], or SREM on
---                         KEYS[4] while it holds items
+--   a NOPERM error        the ACL does not allow a command of the sink on its keys,
+--                         or SREM on KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
 
 -- #include bf_insert.lua (BF.INSERT's flags, on Redis and on Valkey)
+-- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
 
 local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
 
@@ -51,9 +54,10 @@ end
 if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
 
 local G = tonumber(ARGV[5])
-local sink = KEYS[5 + G]
-if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
-  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+local sunk = KEYS[5 + G] and {unpack(KEYS, 5 + G, 9 + G)}
+if sunk then
+  local refused = sink_refusal(sunk)
+  if refused then return refused end
 end
 if redis.call('EXISTS', unpack(KEYS, 5, 4 + G)) < G then
   if token ~= '' then redis.call('DEL', KEYS[3]) end
@@ -108,14 +112,7 @@ if #todo > 0 then
 end
 local reply = table.concat(out)
 
-if sink then
-  for j = 1, n do
-    if out[j] == '1' then
-      local at = sink_at + 2 * (j - 1)
-      redis.call('ZADD', sink, ARGV[at], ARGV[at + 1])
-    end
-  end
-end
+if sunk then sink(sunk, sink_at, out) end
 
 redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
 if token ~= '' then redis.call('DEL', KEYS[3]) end

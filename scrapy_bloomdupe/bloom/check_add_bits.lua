@@ -13,17 +13,19 @@
 --   its shard's lock (lock mode)
 --   its shard's forgotten items (`bloomdupe forget`): each answered new once
 --   its shard's bits, G keys, oldest generation first
---   with a sink: a sorted set (the crawl's queue) that gets each new item
+--   with a sink: its five keys, a queue shard's (frontier/sink.lua), which queues
+--   each new item into its download slot's list
 -- ARGV[1]      the lock token, '' in atomic mode
 -- ARGV[2]      this call's id (the op id of its first item)
 -- ARGV[3]      the ack: calls below it have their answers, the op log may forget them
 -- ARGV[4]      the op log's TTL in ms
 -- ARGV[5]      G, the generation count
 -- ARGV[6..5+G] k, the bits per item, of each generation
--- ARGV[6+G]    '1' with a sink (each section's last key), '0' without
+-- ARGV[6+G]    '1' with a sink (each section's last five keys), '0' without
 -- then per section: n, its item count; per item its member (its keyed 16-byte
 -- hash, for the forgotten set) and its k bit offsets in each generation, oldest
--- first; then, with a sink, per item its score and member (two values an item);
+-- first; then, with a sink, its arguments (frontier/sink.lua: the slot prefix, then
+-- five values an item);
 -- then (KEYS[1] alone) the sections' keys and their count.
 --
 -- Returns a string of one character an item, sections in order: '1' new (now set
@@ -35,23 +37,25 @@
 --   -2 (STALE_GENERATION) a shard already has more than G generations
 --   -3 (SHARD_MISSING)    a generation's bits are gone (BITFIELD would re-create
 --                         them empty and every item would be new again)
---   a NOPERM error        the ACL does not allow ZADD on a sink, or SREM on a
+--   a NOPERM error        the ACL does not allow a command of a sink, or SREM on a
 --                         forgotten set that holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else. On a cluster every key
 -- is read before the first write: a key of a slot that moved to another master
 -- fails the call there ("non local key"), having written nothing.
 
+-- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
+
 local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
 local G = tonumber(ARGV[5])
 local sinks = ARGV[6 + G] == '1'
-local stride = 3 + G + (sinks and 1 or 0)
+local stride = 3 + G + (sinks and 5 or 0)
 -- nk: the sections' keys passed in ARGV (a cluster), 0 when they are KEYS[2..].
 local nk = #KEYS == 1 and tonumber(ARGV[#ARGV]) or 0
 local S = (nk > 0 and nk or #KEYS - 1) / stride
 local top = #ARGV - nk - 1
 local function key(s, i) -- i: 1 marker, 2 lock, 3 forgotten, 3+g the bits of generation g,
-  -- 4+G the sink
+  -- 4+G .. 8+G the sink's
   if nk == 0 then return KEYS[1 + (s - 1) * stride + i] end
   return ARGV[top + (s - 1) * stride + i]
 end
@@ -103,15 +107,20 @@ end
 
 if token ~= '' and #held == 0 then return -1 end
 
--- Before any write: the ACL allows each sink's ZADD, every generation's bits are
+-- The sink's five keys of section s (frontier/sink.lua).
+local function sink_keys(s)
+  return {key(s, 4 + G), key(s, 5 + G), key(s, 6 + G), key(s, 7 + G), key(s, 8 + G)}
+end
+
+-- Before any write: the ACL allows each sink's commands, every generation's bits are
 -- there, no shard is ahead of this call's generations.
 local bits, markers, forgotten = {}, {}, {}
 for s = 1, S do
   if mine[s] then
-    local sink = sinks and key(s, 4 + G)
-    if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
+    local refused = sinks and sink_refusal(sink_keys(s))
+    if refused then
       release()
-      return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+      return refused
     end
     for g = 1, G do bits[#bits + 1] = key(s, 3 + g) end
     markers[#markers + 1] = key(s, 1)
@@ -133,7 +142,9 @@ if nk > 0 and sinks then
   -- On a cluster the sinks are read too (EXISTS) before the first write (above).
   local sunk = {}
   for s = 1, S do
-    if mine[s] then sunk[#sunk + 1] = key(s, 4 + G) end
+    if mine[s] then
+      for _, name in ipairs(sink_keys(s)) do sunk[#sunk + 1] = name end
+    end
   end
   each('EXISTS', sunk)
 end
@@ -172,7 +183,7 @@ for s = 1, S do
   local n = tonumber(ARGV[p])
   local first = p + 1
   local sink_at = first + n * width
-  p = sink_at + (sinks and 2 * n or 0)
+  p = sink_at + (sinks and 1 + 5 * n or 0)
   if not mine[s] then
     out[#out + 1] = string.rep('B', n)
   else
@@ -209,14 +220,7 @@ for s = 1, S do
       end
       news[#news + 1] = new
     end
-    if sinks then
-      for j = 1, n do
-        if news[j] == '1' then
-          local at = sink_at + 2 * (j - 1)
-          redis.call('ZADD', key(s, 4 + G), ARGV[at], ARGV[at + 1])
-        end
-      end
-    end
+    if sinks then sink(sink_keys(s), sink_at, news) end
     out[#out + 1] = table.concat(news)
   end
 end

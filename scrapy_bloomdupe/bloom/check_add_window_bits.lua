@@ -15,7 +15,8 @@
 -- KEYS[5..]      the shard's bits: for each slice c - S .. c (the current one last),
 --                b[s] keys, its generations oldest first; for slice c one more,
 --                the generation growth would make next
--- KEYS[last]     optional: a sorted set (the crawl's queue) that gets each new item
+-- KEYS[last 5]   optional: the sink's five keys, a queue shard's (frontier/sink.lua),
+--                which queues each new item into its download slot's list
 -- ARGV[1]        the lock token, '' in atomic mode
 -- ARGV[2]        this call's id (the op id of its first item)
 -- ARGV[3]        the ack: calls below it have their answers, the op log may forget them
@@ -32,7 +33,8 @@
 -- (1 for a slice it knows nothing of);
 -- then per item its member (its keyed 16-byte hash) and its k bit offsets in each
 -- generation 0 .. G - 1;
--- then, with the sink, per item its score and member (two values an item).
+-- then, with the sink, its arguments (frontier/sink.lua: the slot prefix, then five
+-- values an item).
 --
 -- Returns a string of one character an item: '1' new (now set in the current
 -- slice's newest generation, and queued), '0' seen in a live slice, 'G' not looked
@@ -45,10 +47,12 @@
 --                       has other generations than b says: Redis's slice, its time
 --                       in ms and the generations of its slices slice - S .. slice
 --                       (0: not made); the client asks again with those
---   a NOPERM error      the ACL does not allow ZADD on the sink, PEXPIREAT on a
+--   a NOPERM error      the ACL does not allow a command of the sink, PEXPIREAT on a
 --                       generation to make, or SREM on KEYS[4] while it holds items
 -- A call whose id the op log holds (a retry after a lost reply) returns the
 -- answer recorded the first time and changes nothing else.
+
+-- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
 
 local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
 
@@ -124,10 +128,11 @@ if holds > 0 then
     return -3
   end
 end
-local sink = KEYS[key_at]
+local sunk = KEYS[key_at] and {unpack(KEYS, key_at, key_at + 4)}
 
-if sink and redis.acl_check_cmd and not redis.acl_check_cmd('ZADD', sink, '0', '0') then
-  return redis.error_reply("NOPERM this user has no permissions to run the 'zadd' command")
+if sunk then
+  local refused = sink_refusal(sunk)
+  if refused then return refused end
 end
 -- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
 -- and SREM refused by the ACL is an error before any write.
@@ -242,14 +247,7 @@ end
 local reply = table.concat(out)
 if added > 0 and M > 1 then redis.call('HSET', KEYS[2], field .. 'n', count) end
 
-if sink then
-  for j = 1, n do
-    if out[j] == '1' then
-      local at = sink_at + 2 * (j - 1)
-      redis.call('ZADD', sink, ARGV[at], ARGV[at + 1])
-    end
-  end
-end
+if sunk then sink(sunk, sink_at, out) end
 
 redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
 if token ~= '' then redis.call('DEL', KEYS[3]) end

@@ -28,12 +28,21 @@ if TYPE_CHECKING:
 
 
 class Sink(Protocol):
-    """Where a check-and-add also puts the items it found new, in the same script: a
-    sorted set per shard (the frontier's queue is one), named by ``sink_key(shard)``
-    (it must carry the shard's hash tag). Each item's sink arguments are its score
-    and its member; the script adds them (``ZADD``) for the items it found new."""
+    """Where a check-and-add also puts the items it found new, in the same script: the
+    crawl's queue, whose block of Lua (``frontier/sink.lua``) every check-and-add
+    script includes. A call's section of ``shard`` carries :meth:`sink_keys` (they
+    must share the shard's hash tag on a cluster), :meth:`sink_prefix`, and each
+    item's :meth:`sink_item`; the script queues the items it found new."""
 
-    def sink_key(self, shard: int) -> str: ...
+    def sink_keys(self, shard: int) -> Sequence[str]:
+        """The five keys of the queue shard that filter shard ``shard`` 's items go to."""
+
+    def sink_prefix(self, shard: int) -> str:
+        """What that queue shard's download slots' keys start with."""
+
+    def sink_item(self, shard: int, entry: Any) -> Sequence[Any]:
+        """An item's five sink arguments, from its ``entry`` (what the caller of
+        ``add_many`` gave for it), when its fingerprint is of filter shard ``shard``."""
 
 
 @runtime_checkable
@@ -161,11 +170,13 @@ class ScriptedEngine:
         (section,) = sections
         shard = section.shard
         script_keys = self._script_keys(shard)
+        head: list[Any] = []
         if sink is not None:
-            script_keys.append(sink.sink_key(shard))
+            script_keys.extend(sink.sink_keys(shard))
+            head.append(sink.sink_prefix(shard))
         return ("EVALSHA", self.sha, len(script_keys), *script_keys,
                 *self._args(shard, token, call, ack, len(section.indexes)), *section.args,
-                *section.sink_args)
+                *head, *section.sink_args)
 
     def run(self, command: tuple[Any, ...]) -> Any:
         """One :meth:`check_add_command` on its own (loading the script if Redis lacks it)."""

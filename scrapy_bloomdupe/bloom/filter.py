@@ -366,8 +366,9 @@ class BloomFilter(Calls, Growth, Forgetting):
         ``MAX_ITEMS_PER_SCRIPT`` items, so no call blocks Redis for long.
 
         With a ``sink`` (the crawl's queue), the script that finds an item new
-        also hands ``entry(i)`` (its score and serialized request) to the
-        sink, atomically: an item is never added without being queued.
+        also queues ``entry(i)`` (its serialized request and where it goes, as the
+        sink reads it: :meth:`~.engine.Sink.sink_item`), atomically: an item is never
+        added without being queued.
         ``entry`` is called only for the items sent to Redis (not for those the
         local cache answers).
         """
@@ -400,7 +401,10 @@ class BloomFilter(Calls, Growth, Forgetting):
         self._next_op += count
         results: list[bool] = [False] * count
         lock_state = _LockState(self.use_lock, self.locks.pauses() if self.use_lock else None)
-        entry = entry if sink is not None else None
+        item: Callable[[int, int], Sequence[Any]] | None = None
+        if sink is not None and entry is not None:
+            def item(index: int, shard: int) -> Sequence[Any]:
+                return sink.sink_item(shard, entry(index))
         # With growth, in parts no larger than the room left in the newest
         # generation (at least _grow_check_every items), looking at the fill
         # between them: a batch fills a generation no further than single adds
@@ -411,7 +415,7 @@ class BloomFilter(Calls, Growth, Forgetting):
             size = max(self._room, self._part_floor) if self.growth else len(asked)
             part = asked[start:start + size]
             start += len(part)
-            self._check_add(halves, part, op, ack, results, lock_state, sink, entry)
+            self._check_add(halves, part, op, ack, results, lock_state, sink, item)
             if self.growth:
                 self._added(sum(results[i] for i in part))
         if isinstance(cache, TimedCache):

@@ -129,7 +129,7 @@ class LuaEngine(ScriptedEngine):
                           ) -> tuple[Any, ...]:
         """The ``EVALSHA`` of one call of ``check_add_bits.lua``: the op log of its first
         section's shard, then each section's keys (marker, lock, forgotten set, bits and
-        the sink's sorted set), then each section's item count and arguments."""
+        the sink's keys), then each section's item count and arguments (and the sink's)."""
         script_keys: list[Any] = [self._fixed_keys[sections[0].shard][0]]
         args: list[Any] = [token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
                            "1" if sink is not None else "0"]
@@ -137,11 +137,12 @@ class LuaEngine(ScriptedEngine):
             shard = section.shard
             _, marker, lock, forgotten = self._fixed_keys[shard]
             script_keys.extend((marker, lock, forgotten, *self.bits_keys[shard]))
-            if sink is not None:
-                script_keys.append(sink.sink_key(shard))
             args.append(len(section.indexes))
             args.extend(section.args)
-            args.extend(section.sink_args)
+            if sink is not None:
+                script_keys.extend(sink.sink_keys(shard))
+                args.append(sink.sink_prefix(shard))
+                args.extend(section.sink_args)
         if self.cluster and self.sections:
             # The op log is declared (it routes the call); the others ride in ARGV.
             return ("EVALSHA", self.sha, 1, script_keys[0], *args, *script_keys[1:],

@@ -3,7 +3,7 @@ that starts looks at them first (with the state's format record) to know whether
 run beside them (:func:`~scrapy_bloomdupe.versions.refusal`).
 
 A worker's build is its package version and the format of the crawl's state it writes
-(:data:`~.entry.FORMAT`, recorded in ``keys.queue_format`` by every worker that
+(:data:`~.entry.STATE_FORMAT`, recorded in ``keys.queue_format`` by every worker that
 starts). ``heartbeat.lua`` writes it into ``keys.builds`` with the worker's heartbeat,
 in one step, so a worker is never among the owners without its build: an owner with
 none is a worker of a build before 0.2.0, which records none.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
 #: This worker's build.
-OURS = Build(__version__, entry.FORMAT)
+OURS = Build(__version__, entry.STATE_FORMAT)
 
 LOOK_SCRIPT = luascript.read(__package__, "builds.lua")
 

@@ -52,9 +52,14 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
     from scrapy import Spider
 
-#: The newest format this release writes (and records for its queue: an older release,
-#: which cannot read it, does not join the crawl).
+#: The newest entry format this release writes.
 FORMAT = 2
+#: The queue's state format, recorded at ``{K:0}:format`` (keys.queue_format) by each
+#: worker at its start: an older release, which cannot read it, does not join the crawl.
+#: 3: the filter queues straight into the download slots (issue 48); 2: through the
+#: intake (sorted sets a pop moved into the slots); none: the sorted-set layout of
+#: 2026-11-27. A worker meeting 2 or none migrates at its start (LeasedQueue.migrate).
+STATE_FORMAT = 3
 #: Format 1: ``\x01``, the URL, then (NUL-separated, when there are any) the callback's
 #: name and the other fields, written by the serializer (a pickle without its frame).
 #: Format 2: the same, the other fields deflated (raw ``zlib``, :data:`ZDICT` as the
@@ -136,7 +141,7 @@ class QueueFormatError(BloomDupeError):
 
     def __init__(self, key: str, found: int | str) -> None:
         super().__init__(f"The shared queue at {key!r} is {NewerFormatError(found)} (this "
-                         f"one reads formats up to {FORMAT})")
+                         f"one reads formats up to {STATE_FORMAT})")
 
 
 class Codec:
@@ -357,6 +362,16 @@ def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
     return str(url), method if isinstance(method, str) else ""
 
 
+def found_format(client: Redis | RedisCluster, tag: str) -> int | None:
+    """The queue's format record of the crawl ``tag`` (None: none, or not a number)."""
+    try:
+        found = client.get(keys.queue_format(tag))
+    except NoPermissionError:
+        return None  # the filter's start-up check names what the ACL lacks
+    text = found.decode(errors="replace") if isinstance(found, bytes) else str(found or "")
+    return int(text) if text.isdigit() else None
+
+
 def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) -> bool:
     """Record that the queue of the crawl ``tag`` holds entries of this release's format
     (at a worker's start, before it queues anything; ``write`` False: only look);
@@ -367,12 +382,12 @@ def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) 
         found = client.get(name)
         if found is not None:
             text = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
-            if not text.isdigit() or int(text) > FORMAT:
+            if not text.isdigit() or int(text) > STATE_FORMAT:
                 raise QueueFormatError(tag, text)
-            if int(text) == FORMAT:
+            if int(text) == STATE_FORMAT:
                 return True
         if write:
-            client.set(name, FORMAT)
+            client.set(name, STATE_FORMAT)
         return write
     except NoPermissionError as e:
         if not write:

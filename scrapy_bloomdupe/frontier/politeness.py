@@ -1,6 +1,6 @@
 """Which download slot a request belongs to, and that slot's limits, as Scrapy's
 downloader reads them: what ``BLOOMDUPE_POLITENESS = "crawl"`` holds for the whole
-crawl (:mod:`.crawlwide`).
+crawl (:mod:`.leased`).
 
 The slot key is Scrapy's own (``Downloader.get_slot_key``: the ``download_slot``
 meta, else the hostname; with ``CONCURRENT_REQUESTS_PER_IP`` the IP once Scrapy's DNS

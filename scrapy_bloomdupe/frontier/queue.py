@@ -11,16 +11,14 @@ its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
 filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
 loses nothing: what it held is fetched again by the others.
 
-Shards: on a Redis Cluster one sorted set per filter shard, with its hash tag
-(:mod:`scrapy_bloomdupe.keys`), so every master carries part of the pushes and
-pops; on one node (or a Sentinel master) one, shard 0's. A new request is pushed
-by the very script that checks it against the filter (the sink of
-``bloom/check_add_*.lua``): never in the filter without being in the queue or a
-lease. Within a shard, requests come out by priority (highest first, then by
-their bytes); across shards, a worker takes from the shards in turn. The
-scheduler's queue, :class:`~.crawlwide.CrawlWideQueue`, moves what lands in
-these sorted sets into download slots' lists (:mod:`.slots`). Measured against
-Streams with a consumer group, which have no priorities: docs/design-notes.md.
+Shards: on a Redis Cluster the queue is sharded like the filter (hash tags,
+:mod:`scrapy_bloomdupe.keys`), so every master carries part of the pushes and
+pops; on one node (or a Sentinel master) it has one shard, shard 0. This class keeps
+its requests in sorted sets (the layout of 2026-11-27, and the intake of
+:class:`~.leased.LeasedQueue`, the scheduler's queue, which keeps them in download
+slots' lists, :mod:`.slots`). A new request is queued by the very script that checks
+it against the filter (``frontier/sink.lua``): never in the filter without being in
+the queue or a lease.
 
 Every call is safe to repeat after a lost reply: a pop carries this worker's
 pop number and a retry gets the same leases back; an unfiltered push carries a
@@ -75,7 +73,7 @@ class Lease:
     #: How often this request's lease expired before (its holder stopped heartbeating).
     requeues: int = 0
     #: Seconds after the pop's answer before it may start (crawl-wide politeness takes
-    #: a slot's next request ahead of its start: frontier/crawlwide.py); 0: at once.
+    #: a slot's next request ahead of its start: frontier/leased.py); 0: at once.
     start_in: float = 0.0
 
 
@@ -97,11 +95,11 @@ class Reclaimed:
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
-    """scrapy-redis's priority queue, with leases, shards and retry-safe calls.
-
-    ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.frontier.queue.PriorityQueue"``
-    (the scheduler's default; ``scrapy_bloomdupe.cluster.PriorityQueue`` is the
-    same class under its old name). ``tag`` is the filter's key (the shards'
+    """scrapy-redis's priority queue, with leases, shards and retry-safe calls: the base
+    of the scheduler's :class:`~.leased.LeasedQueue`, and the sorted-set layout of the
+    queue an earlier build left. ``SCHEDULER_QUEUE_CLASS`` naming this class (or
+    ``scrapy_bloomdupe.cluster.PriorityQueue``, its old name) gets the scheduler's
+    :class:`~.leased.LeasedQueue`. ``tag`` is the filter's key (the shards'
     hash tags), ``shards`` the filter's shard count; ``key`` (scrapy-redis's
     ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given."""
 
@@ -181,10 +179,22 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
-    def sink_key(self, shard: int) -> str:
-        """The queue of filter shard ``shard`` (shard 0's on one node), where the
-        filter's script pushes new requests."""
-        return self._queues[shard % self.shards]
+    def sink_keys(self, shard: int) -> list[str]:
+        """The keys of the queue shard (shard 0's on one node) where the filter's script
+        queues the new requests of filter shard ``shard`` (``frontier/sink.lua``)."""
+        q = shard % self.shards
+        return [self._queues[q], keys.ready(self.tag, q), keys.slot_defaults(self.tag, q),
+                keys.slot_waiting(self.tag, q), keys.slot_robots(self.tag, q)]
+
+    def sink_prefix(self, shard: int) -> str:
+        return keys.slot_prefix(self.tag, shard % self.shards)
+
+    def sink_entry(self, request: Request) -> tuple[int, bytes, str, int, int]:
+        """What the filter's script queues for ``request``: its score, bytes, slot, limits."""
+        return (*self.entry(request), "", 0, 0)
+
+    def sink_item(self, shard: int, entry: Any) -> tuple[Any, ...]:
+        return ("", entry[0], "", "", entry[1])  # into the sorted set, by its score
 
     def merge_shards(self) -> int:
         """On one node, move what the queue's other shards hold (a crawl queued by an
@@ -204,14 +214,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     def _encode_request(self, request: Request) -> bytes:
         return self.codec.encode(request)
 
-    def _decode_request(self, encoded_request: bytes) -> Request:
-        return self.codec.decode(encoded_request)
-
     # -- pushing and popping ---------------------------------------------------------
 
     def push(self, request: Request) -> None:
-        """Queue ``request`` without a filter check (``dont_filter``, a requeue)."""
-        self.push_many([request])
+        self.push_many([request])  # without a filter check (dont_filter, a requeue)
 
     def push_many(self, requests: Sequence[Request]) -> None:
         """Queue ``requests`` on one shard in one round trip, retry-safe: called again
@@ -230,10 +236,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._execute(commands)
         self._unanswered_push = None
 
-    def pop(self, timeout: int = 0) -> Request | None:
-        """scrapy-redis's pop: one request, leased (the scheduler acks it)."""
-        leases = self.pop_leases(1)
-        return leases[0].request if leases else None
+    def pop(self, timeout: int = 0) -> Request | None:  # scrapy-redis's: one, leased
+        return next((lease.request for lease in self.pop_leases(1)), None)
 
     def pop_leases(self, count: int) -> list[Lease]:
         """Lease up to ``count`` requests from the next shard in turn, sending the pending
@@ -356,12 +360,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return bool(last)
 
     def reclaim(self, held: Iterable[Lease] = ()) -> Reclaimed:
-        """Put back in the queue this worker's leases in Redis that it does not hold:
-        neither taken by a pop whose reply came and not acked since, nor in ``held``
-        (the pending acks are sent first). After a failover the new master can hold
-        leases whose acks, or whose pop's reply, went to the old one; a pop that failed
-        on its way back leaves its leases too: unclaimed, they would keep the crawl
-        open for ever. Returns how many went back, by why they were not held."""
+        """Put back in the queue this worker's leases in Redis that it does not hold
+        (neither taken by a pop whose reply came and not acked since, nor in ``held``):
+        after a failover, or a pop that failed on its way back; unclaimed, they would
+        keep the crawl open for ever. Returns how many went back, by why."""
         fields: dict[int, list[str]] = {}
         with self._acks_lock:
             taken = dict(self._taken)
@@ -399,7 +401,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         """The entries retired since the last call (for the scheduler to count and log)."""
         with self._acks_lock:
             retired, self._retired = self._retired, []
-        return retired
+            return retired
 
     def _retire(self, shard: int, where: str, bad: Sequence[Bad]) -> None:
         """Retire entries that cannot be decoded (see :mod:`.undecodable`)."""
@@ -413,8 +415,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             self._retired.extend(retired)
 
     def status(self) -> tuple[int, int]:
-        """(requests waiting, requests leased) over every shard, in one round trip."""
-        return status(self.link, self.tag, self.shards)
+        return status(self.link, self.tag, self.shards)  # (waiting, leased), every shard
 
     def __len__(self) -> int:
         return self.status()[0]
@@ -525,9 +526,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.forget()
 
     def forget(self) -> None:
-        """Take this worker's name out of the owner sets and delete its push records;
-        nothing else (alone: a worker leaving a crawl whose state is gone, where its
-        heartbeat or a pop may have made an owner set again)."""
+        """Take this worker's name out of the owner sets and delete its push records
+        (alone: a worker leaving a crawl whose state is gone)."""
         commands: list[tuple[Any, ...]] = []
         for shard in range(self.shards):  # in one round trip (one a master on a cluster)
             commands += [("ZREM", self._owners[shard], self.owner),
@@ -594,7 +594,7 @@ def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
             for command in (("ZCARD", keys.queue(tag, shard)), ("HLEN", keys.leases(tag, shard)),
                             ("GET", keys.slot_waiting(tag, shard)),
                             ("GET", keys.slot_leased(tag, shard)))])
-    # The download slots' requests (frontier/crawlwide.py: counted) and their leases.
+    # The download slots' requests (frontier/leased.py: counted) and their leases.
     return [(int(replies[4 * i]) + int(replies[4 * i + 2] or 0),
              int(replies[4 * i + 1]) + int(replies[4 * i + 3] or 0)) for i in range(shards)]
 

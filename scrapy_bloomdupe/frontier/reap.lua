@@ -12,9 +12,9 @@
 --          round trip before, when this owner's heartbeat may have been just short
 --          of the timeout; forgotten now, its slot leases would never come back)
 --
--- Every lease of an owner with no heartbeat for ARGV[1] ms goes back to the
--- queue with its score and one more requeue counted, and the owner is
--- forgotten; the leases of ARGV[2] go back uncounted. Returns what went back
+-- Every lease of an owner with no heartbeat for ARGV[1] ms (or none: forgotten)
+-- goes back to the queue with its score and one more requeue counted, and the
+-- owner is forgotten; the leases of ARGV[2] go back uncounted. Returns what went back
 -- for dead owners, as "<score>|<member queued>" (a pop's entries' shape).
 
 local t = redis.call('TIME')
@@ -47,12 +47,15 @@ for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumb
   dead[owner] = true
 end
 if ARGV[2] ~= '' then dead[ARGV[2]] = true end
-if next(dead) == nil then return {} end
-local back = {}
+local back, known = {}, {}
+for _, owner in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do known[owner] = true end
 local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local field = all[j]
   local owner = string.sub(field, 1, string.find(field, ':', 1, true) - 1)
+  if not known[owner] then
+    dead[owner] = true  -- forgotten already (slot_reap.lua forgets the dead owners)
+  end
   if dead[owner] then
     local queued = requeue(field, all[j + 1], owner ~= ARGV[2])
     if owner ~= ARGV[2] then back[#back + 1] = queued end

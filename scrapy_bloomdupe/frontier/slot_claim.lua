@@ -1,5 +1,5 @@
 -- Take entries out of a shard's intake for a move into their slots' home shards
--- (``"crawl"`` politeness on a Redis Cluster, frontier/crawlwide.py): each entry
+-- (``"crawl"`` politeness on a Redis Cluster, frontier/leased.py): each entry
 -- still in the intake leaves it for the owner's lease list, as "m|<score>|<entry>",
 -- counted with the leases until the move is done (slot_ack.lua takes it out) or,
 -- its owner dead, put back in the intake (slot_reap.lua). A request is so always

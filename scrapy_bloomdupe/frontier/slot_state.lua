@@ -1,8 +1,8 @@
 -- A block, not a script: every slot_*.lua includes it (luascript.read puts it where
 -- its "-- #include slot_state.lua" line stands). It reads ``defaults_key`` (the
--- including script's key of the shard's default limits) and defines FIELDS,
--- DEFAULT, load, prios_of, save, chunked, with_priority and place (which also reads
--- ``prefix``, the shard's slot prefix, and KEYS[1], its ready set).
+-- including script's key of the shard's default limits) and defines FIELDS, DEFAULT,
+-- read_defaults, load, prios_of, save, chunked, with_priority and place (which also
+-- reads ``prefix``, the shard's slot prefix, and KEYS[1], its ready set).
 
 -- A slot's state (the same block in every slot_*.lua): its hash holds only what
 -- differs from the default (the shard's default limits, else no limit; nothing
@@ -12,11 +12,14 @@
 -- exists, else none.
 local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
 local DEFAULT
-do
+-- Reads DEFAULT from ``defaults_key`` (again: the filter's sink, sink.lua, sets it a
+-- shard at a time).
+local function read_defaults()
   local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
   DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
              next = '0', backoff = '0'}
 end
+if defaults_key then read_defaults() end
 local function load(h)
   local v = redis.call('HMGET', h, unpack(FIELDS))
   local s = {had = v, exists = (v[1] or v[2] or v[3] or v[4] or v[5] or v[6]) and true,

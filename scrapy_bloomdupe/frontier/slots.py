@@ -1,6 +1,6 @@
 """The per-slot queue layout: crawl-wide politeness and a compact frontier (issues 38, 39).
 
-The scripts of the layout and what they keep; :mod:`.crawlwide` runs them for
+The scripts of the layout and what they keep; :mod:`.leased` runs them for
 the scheduler (tests/slotqueue.py drives them one by one). On shard ``i`` (hash
 tag ``{K:i}``, :mod:`scrapy_bloomdupe.keys`):
 
@@ -58,7 +58,7 @@ a pop with declared keys (``slot_pop.lua``'s KEYS[6..]) first reads the ready se
 again on its clock); the crawl's pops do not declare (Redis 7 runs undeclared
 keys of the script's own hash slot), and declaring the lists, the push's and the
 ack's slots remains to build. A slot's home shard and the move of an intake's
-entries there (``slot_claim.lua``): :mod:`.crawlwide`.
+entries there (``slot_claim.lua``): :mod:`.leased`.
 
 Memory (Redis 7.0.15, ``MEMORY USAGE`` of every key of the layout but the push
 records, divided by the requests; a 65-byte entry: a 64-byte URL and the format
@@ -109,6 +109,7 @@ ACK_SCRIPT = luascript.read(__package__, "slot_ack.lua")
 REAP_SCRIPT = luascript.read(__package__, "slot_reap.lua")
 BACKOFF_SCRIPT = luascript.read(__package__, "slot_backoff.lua")
 CLAIM_SCRIPT = luascript.read(__package__, "slot_claim.lua")
+COUNT_SCRIPT = luascript.read(__package__, "slot_count.lua")
 
 
 def home_shard(name: str, shards: int) -> int:

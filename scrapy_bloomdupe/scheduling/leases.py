@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 from scrapy.utils.asyncio import CallLaterResult, call_later
 from twisted.python.failure import Failure
 
-from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.leased import LeasedQueue
 from ..frontier.queue import Lease
 from .failed import FailedRequests
 from .jobs import Stopped, acted_on
@@ -119,11 +119,11 @@ class Leases:
         #: worker queued since; at least 1 while work is likely but not counted (a pop
         #: failed, requests wait in slots), 0 once a pop found the queue empty.
         self.waiting = 0
-        #: Crawl-wide politeness (frontier/crawlwide.py): a pop takes what may start
+        #: Crawl-wide politeness (frontier/leased.py): a pop takes what may start
         #: now or within its horizon (each lease handed out at its start), no
         #: prefetch beyond; while slots wait, the next pop goes when the next slot
         #: comes within the horizon, and acks ride on a pop (which takes what they free).
-        self._crawl_wide = isinstance(self.queue, CrawlWideQueue) and \
+        self._crawl_wide = isinstance(self.queue, LeasedQueue) and \
             self.queue.policy.crawl_wide
         self._slot_call: CallLaterResult | None = None
         #: Crawl-wide: when each buffered lease taken ahead of its start may go (by
@@ -353,7 +353,7 @@ class Leases:
             looked(look)
         # What waits in the queue now: a crawl-wide pop's count (its shard's, fresh), else
         # this worker's count less what the pop took; none left after a short answer.
-        seen = self.queue.waiting_seen if isinstance(self.queue, CrawlWideQueue) else None
+        seen = self.queue.waiting_seen if isinstance(self.queue, LeasedQueue) else None
         self.waiting = seen if seen is not None else (
             max(0, self.waiting - len(leases)) if len(leases) >= count else 0)
         # A full answer: the queue is deep, the next pop may take a few more (leased only:

@@ -34,7 +34,7 @@ from twisted.python.failure import Failure
 
 from ..exceptions import BloomDupeError
 from ..frontier import storable
-from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.leased import LeasedQueue
 from ..frontier.queue import PriorityQueue
 from .health import CLOSE_REASON
 from .jobs import RedisJobs, Stopped
@@ -403,9 +403,9 @@ class RequestPath:
             new = self.bloom.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
                 self.jobs.call(lambda: self.queue.push_many(pushed))
-            if isinstance(self.queue, CrawlWideQueue) and (any(new) or pushed):
-                # Into the download slots now: a request waits there at a third of the
-                # intake's bytes (else the next pop moves it).
+            if isinstance(self.queue, LeasedQueue) and self.queue.moves and any(new):
+                # A cluster's intake into the slots' home shards now: a request waits
+                # there at a third of the intake's bytes (else the next pop moves it).
                 self.jobs.call(self.queue.sort, 0)
             return new
         new = self.bloom.check_and_queue(fps, None, entries) if fps else []
@@ -419,7 +419,7 @@ class RequestPath:
         ``bloomdupe/unserializable``; it costs no other request."""
         for request in requests:  # a child made with replace() from its parent: not a lease
             request.meta.pop(LEASE_META, None)
-        encode = self.queue.entry if self.leased else self.queue._encode_request
+        encode = self.queue.sink_entry if self.leased else self.queue._encode_request
         entries, failures = storable.entries(encode, requests)
         for i, error in failures:
             request = requests[i]

@@ -24,9 +24,9 @@ from .. import __version__, keys, versions
 from ..bloom import meta
 from ..bloom.filter import BloomFilter
 from ..exceptions import BloomDupeError, BuildError
-from ..frontier import builds, crawlwide, entry
+from ..frontier import builds, entry
 from ..frontier import queue as frontier_queue
-from ..frontier.crawlwide import CrawlWideQueue
+from ..frontier.leased import LeasedQueue, slot_status
 from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, report_ttl, wait_replicas
@@ -54,7 +54,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 return #redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
 """
 
-#: The crawl's shared queue: this package's leased one (a :class:`CrawlWideQueue`
+#: The crawl's shared queue: this package's leased one (a :class:`LeasedQueue`
 #: whatever the politeness mode; its base class when a queue of the user's extends it)
 #: or a scrapy-redis queue class's (``SCHEDULER_QUEUE_CLASS``).
 SharedQueue: TypeAlias = PriorityQueue | ScrapyRedisQueue
@@ -83,9 +83,9 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
                key: str, serializer: Any, bloom: BloomFilter | None,
                settings: BaseSettings, frontier: FrontierConfig) -> SharedQueue:
     """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
-    one (:class:`..frontier.queue.PriorityQueue`) beside the filter ``bloom`` (None: the
-    dupefilter is not this package's), sharded as it is and waiting for the replicas it
-    waits for; or a scrapy-redis queue class."""
+    one (:class:`..frontier.leased.LeasedQueue`, or an old path of it) beside the filter
+    ``bloom`` (None: the dupefilter is not this package's), sharded as it is and waiting
+    for the replicas it waits for; or a scrapy-redis queue class."""
     cls = load_object(queue_cls)
     extra: dict[str, Any] = {}
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
@@ -99,13 +99,11 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
                  "lease_timeout": frontier.lease_timeout, "wait_replicas": wait,
                  "failed_limit": frontier.failed_limit}
         if frontier.politeness == "crawl":  # (check_politeness refused another class)
-            cls = CrawlWideQueue
+            cls = LeasedQueue
             extra["policy"] = SlotPolicy(settings, spider)
-        elif cls is PriorityQueue:
-            # The same layout, every request in one slot without limits (lists: a third
-            # of a sorted set's memory a request; docs/capacity.md), a slot a queue shard
-            # on a cluster.
-            cls = CrawlWideQueue
+        elif cls in (PriorityQueue, LeasedQueue):
+            # Every request in one slot without limits, a slot a queue shard on a cluster.
+            cls = LeasedQueue
             extra["policy"] = OneSlot()
     try:
         queue: SharedQueue = cls(server=server, spider=spider, key=key, serializer=serializer,
@@ -173,7 +171,7 @@ def check_politeness(frontier: FrontierConfig, settings: BaseSettings,
     else one line says what to do; without the back-off middleware it warns."""
     if frontier.politeness != "crawl":
         return
-    if load_object(queue_cls) is not PriorityQueue:
+    if load_object(queue_cls) not in (PriorityQueue, LeasedQueue):
         raise BloomDupeError(
             f"BLOOMDUPE_POLITENESS = 'crawl' needs this package's default queue, not "
             f"SCHEDULER_QUEUE_CLASS = {queue_cls!r}: remove that setting, or set "
@@ -200,7 +198,7 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
     mode = FrontierConfig.from_settings(settings).politeness
     tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
     with suppress(RedisError):  # the filter's start-up check, next, names what fails
-        found, waiting, leased, elsewhere = crawlwide.slot_status(server, tag)
+        found, waiting, leased, elsewhere = slot_status(server, tag)
         if not ours and (waiting or leased or elsewhere):
             name = queue_cls if isinstance(queue_cls, str) else global_object_name(queue_cls)
             raise BloomDupeError(
@@ -219,17 +217,19 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
 
 def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
                 queue_cls: str | type[Any], *, server: Redis | RedisCluster, flush: bool
-                ) -> BaseDupeFilter | None:
+                ) -> tuple[BaseDupeFilter | None, int | None]:
     """The crawl's filter, of class ``ours`` (this package's dupefilter or a subclass),
     opened when the scheduler is built, before the engine has a slot (an error here, a
     filter made with other settings, is then the only thing Scrapy reports); None when
     the dupefilter is not this package's (``ours`` None). A queue of a newer
     release's entries stops the worker before the filter opens; this release's format
-    is recorded once the filter's start-up check has passed (see claim_queue_format)."""
+    is recorded once the filter's start-up check has passed (see claim_queue_format).
+    Also returns the queue's format record as this worker found it (None: none), which
+    says what its start migrates (:meth:`SharedCrawl.join`)."""
     if crawler.spider is None:
-        return build_from_crawler(ours, crawler) if ours else None
+        return (build_from_crawler(ours, crawler) if ours else None), None
     name, settings = crawler.spider.name, crawler.settings
-    logger.info("scrapy-bloomdupe %s (state format %d)", __version__, entry.FORMAT)
+    logger.info("scrapy-bloomdupe %s (state format %d)", __version__, entry.STATE_FORMAT)
     if ours and flush:
         flush_before_open(server, settings, name)
     leased = _leased(queue_cls)
@@ -238,6 +238,8 @@ def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
     refuse_mixed_politeness(queue_cls, server=server, settings=settings, spider_name=name)
     recorded = claim_queue_format(queue_cls, server=server, settings=settings,
                                   spider_name=name, write=False)
+    found = None if recorded else entry.found_format(
+        server, BloomDupeConfig.from_settings(settings).key_for(name))
     df = build_from_crawler(ours, crawler) if ours else None
     bloom = getattr(df, "bloom", None)
     if isinstance(bloom, BloomFilter) and bloom.fresh:
@@ -249,7 +251,7 @@ def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
                            write=True)
     if leased:
         check_builds(server, settings, name, prune=True)
-    return df
+    return df, (entry.STATE_FORMAT if recorded else found)
 
 
 class SharedCrawl:
@@ -259,9 +261,11 @@ class SharedCrawl:
 
     def __init__(self, *, server: Redis | RedisCluster, bloom: BloomFilter | None,
                  queue: SharedQueue, jobs: RedisJobs, frontier: FrontierConfig,
-                 spider: Spider) -> None:
+                 spider: Spider, found_format: int | None = None) -> None:
         self.server, self.bloom, self.queue, self.jobs = server, bloom, queue, jobs
         self.frontier, self.spider = frontier, spider
+        #: The queue's format record as this worker found it at its start (None: none).
+        self.found_format = found_format
         #: This worker's name among the crawl's workers, on a scrapy-redis queue class.
         self.member = secrets.token_hex(6)
         crawler = getattr(spider, "crawler", None)
@@ -297,6 +301,8 @@ class SharedCrawl:
                 logger.info("Moved %d queued request(s) and lease(s) of the queue's other "
                             "shards into shard 0 (one queue shard on one Redis node)",
                             merged, extra={"spider": spider})
+        if isinstance(self.queue, LeasedQueue):
+            self._migrate()
         if self.leased and self.queue.key != self.queue.tag:
             # A crawl moving over from scrapy-redis: its queue's requests go on here.
             adopted = self.jobs.call(lambda: self.queue.adopt(self.queue.key), 0)
@@ -350,6 +356,26 @@ class SharedCrawl:
                            "%s. Add +expire to its ACL (docs/security.md); deleted with the "
                            "rest", e, extra={"spider": self.spider})
             self.queue.clear()
+
+    def _migrate(self) -> None:
+        """One-shot migration of a layout an earlier build left (LeasedQueue.migrate),
+        logged in one INFO line with its counts."""
+        assert isinstance(self.queue, LeasedQueue)
+        found = self.found_format
+        migrated = self.jobs.call(self.queue.migrate, None)
+        if migrated is None:
+            return
+        if migrated.moved or migrated.leases_back or (
+                found is not None and found < entry.STATE_FORMAT):
+            layout = ("the intake layout (format 2)" if found == 2 else
+                      f"format {found}" if found is not None else
+                      "the sorted-set layout (the build of 2026-11-27, no format record)")
+            waiting, leased = self.jobs.call(self.queue.status, (0, 0))
+            logger.info("Migrated the shared queue from %s to format %d: %d waiting "
+                        "request(s) moved into the download slots, %d lease(s) of stopped "
+                        "workers put back; %d waiting and %d leased now",
+                        layout, entry.STATE_FORMAT, migrated.moved, migrated.leases_back,
+                        waiting, leased, extra={"spider": self.spider})
 
     def _leave(self) -> bool:
         """Leave the crawl's workers; whether this one was the last (see close)."""

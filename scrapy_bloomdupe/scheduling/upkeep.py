@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.asyncio import create_looping_call
 
-from ..frontier.crawlwide import CrawlWideQueue
 from ..frontier.politeness import per_site_limits
-from ..frontier.queue import Reclaimed
+from ..frontier.queue import PriorityQueue, Reclaimed
 from ..transport.diagnose import check_eviction
 
 if TYPE_CHECKING:
@@ -181,7 +180,7 @@ class LeaseUpkeep:
 
     def _others_live(self) -> int | None:
         """How many other workers the last heartbeat saw live (its reply: no round trip)."""
-        return self.queue.others_live if isinstance(self.queue, CrawlWideQueue) else None
+        return self.queue.others_live if isinstance(self.queue, PriorityQueue) else None
 
     def _seen_others(self, others: int | None) -> None:
         """Other workers heartbeat in this crawl: with BLOOMDUPE_POLITENESS = "worker" and

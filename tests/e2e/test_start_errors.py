@@ -62,13 +62,14 @@ def test_a_queue_of_a_newer_format_is_one_line(redis_url: str) -> None:
     """A newer release's worker recorded a format of the queue's entries that this
     release cannot read: this worker does not start (and makes no filter there)."""
     client = redis.Redis.from_url(redis_url)
-    client.set(keys.queue_format("newer:bloomdupe"), entry.FORMAT + 1)
+    client.set(keys.queue_format("newer:bloomdupe"), entry.STATE_FORMAT + 1)
     assert_start_error_line(example_crawl(redis_url, "BLOOMDUPE_KEY=newer:bloomdupe"),
-                            f"holds state of format {entry.FORMAT + 1}, written by a newer "
-                            "scrapy-bloomdupe; this worker is scrapy-bloomdupe 0.2.0 and reads "
-                            f"formats up to {entry.FORMAT}: upgrade this worker to a release "
-                            f"that reads format {entry.FORMAT + 1}")
-    assert client.get(keys.queue_format("newer:bloomdupe")) == str(entry.FORMAT + 1).encode()
+                            f"holds state of format {entry.STATE_FORMAT + 1}, written by a "
+                            "newer scrapy-bloomdupe; this worker is scrapy-bloomdupe 0.2.0 and "
+                            f"reads formats up to {entry.STATE_FORMAT}: upgrade this worker to a "
+                            f"release that reads format {entry.STATE_FORMAT + 1}")
+    assert client.get(keys.queue_format("newer:bloomdupe")) == str(
+        entry.STATE_FORMAT + 1).encode()
     assert not client.exists(keys.meta("newer:bloomdupe"))
     client.close()
 

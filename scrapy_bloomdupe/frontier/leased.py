@@ -1,0 +1,611 @@
+"""The scheduler's shared queue (:class:`LeasedQueue`): leased, in download slots, in
+both politeness modes. With ``BLOOMDUPE_POLITENESS = "crawl"`` it holds Scrapy's
+per-site limits for the whole crawl, whatever the number of workers; with
+``"worker"`` (the default) every request waits in one slot, ``*``, without limits.
+
+The requests wait in their download slots' lists, a list per slot and priority in
+use, and a slot's state (its requests in flight crawl-wide, its concurrency and
+delay, its next allowed start, its back-off) is a hash beside them, on Redis's clock
+(:mod:`.slots`: the layout and its scripts). A pop takes only from the slots that may
+go now or within :data:`CLAIM_AHEAD` (a sorted set of slots scored by when), one
+request a slot with a delay, no more than the slot's room: a slot at its limit or
+backed off is not walked past, and does not hold the others back. A request taken
+ahead carries when it may start (:attr:`~.queue.Lease.start_in`), and the worker
+hands it to Scrapy no sooner (``scheduling/leases.py``). A request stays in flight
+until its lease is acked (Scrapy is done with it) or put back (its worker died): the
+slot's room comes back then.
+
+Where a request enters: the filter's check-and-queue script pushes each new request
+straight into its slot's list (``sink.lua``, with the slot's name and limits the
+worker computed: :meth:`LeasedQueue.sink_entry`), so that a request is never in
+the filter without being queued, whatever the engine. The shard's sorted set (the
+*intake*) holds only what a Redis Cluster in ``"crawl"`` mode queues on a shard that
+is not its slot's home, and what an earlier layout left there: a worker's pop moves
+it into the slots (:meth:`LeasedQueue.sort`: decodes each entry, asks Scrapy's
+downloader for its slot, and one script moves it, only if it is still in the intake:
+safe to repeat, and two workers never move one twice).
+
+On a Redis Cluster every queue shard (a filter shard's hash tag) has its own slots,
+ready set and leases, and a worker pops from the shards in turn, as the default
+queue does: in ``"worker"`` mode (one slot, ``*``, a shard) a request stays on the
+shard that queued it. In ``"crawl"`` mode a slot lives on its home shard
+(:meth:`LeasedQueue.home`), and the worker that sorts an intake moves its entries
+there (:meth:`LeasedQueue._move`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import keys
+from ..transport.cluster import is_cluster
+from ..transport.link import Link, link_to
+from ..transport.sentinel import master_epoch
+from . import slots, undecodable
+from .entry import Bad, split_requeues
+from .queue import RECORD_TTL_MS, Lease, PriorityQueue, Reclaimed, pop_number
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+    from scrapy import Request, Spider
+
+    from .politeness import SlotPolicy
+
+#: How many intake entries one move takes (a script call each).
+SORT_BATCH = 500
+#: How many batches one pop moves at most before it pops (the rest: the next pops).
+SORT_BATCHES = 20
+#: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
+#: leases only; the dead workers' are the reap's, which counts and logs them.
+NEVER_MS = 10**15
+#: How far ahead a pop takes the slots about to go (s), at least: each lease starts when
+#: its slot may go, so a worker pops about once this long while work is due instead of
+#: once a slot's start, and workers do not race for the same start. A crawl with longer
+#: delays looks as far ahead as its longest (see :func:`claim_horizon`).
+CLAIM_AHEAD = 0.2
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What :meth:`LeasedQueue.migrate` did: how many waiting requests it moved into the
+    slots, how many leases of stopped workers it put back."""
+
+    moved: int
+    leases_back: int
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """One queue shard's keys of the download slots (:mod:`.slots`), and its intake."""
+
+    intake: str
+    ready: str
+    leased: str
+    defaults: str
+    waiting: str
+    prefix: str
+    robots: str
+    strikes: str
+    #: This worker's record of its pushes into the slots (slot_push.lua; a move from
+    #: the intake and a ``take`` keep none: the intake's ZREM makes them safe to repeat).
+    slot_push_record: str
+    owners: str
+
+    @classmethod
+    def of(cls, tag: str, shard: int, owner: str) -> ShardKeys:
+        return cls(keys.queue(tag, shard), keys.ready(tag, shard), keys.slot_leased(tag, shard),
+                   keys.slot_defaults(tag, shard), keys.slot_waiting(tag, shard),
+                   keys.slot_prefix(tag, shard), keys.slot_robots(tag, shard),
+                   keys.slot_strikes(tag, shard), keys.slot_push_record(tag, shard, owner),
+                   keys.owners(tag, shard))
+
+
+class LeasedQueue(PriorityQueue):
+    """The scheduler's queue (``SCHEDULER_QUEUE_CLASS``'s default; the old paths
+    ``scrapy_bloomdupe.frontier.queue.PriorityQueue``, ``scrapy_bloomdupe.cluster.PriorityQueue``
+    and ``scrapy_bloomdupe.frontier.crawlwide.CrawlWideQueue`` name it too): leases,
+    heartbeats, reaps, failed requests and retry-safe calls (:class:`~.queue.PriorityQueue`),
+    with its requests in download slots (see the module's docstring). ``policy`` names
+    a request's slot and its limits (:class:`~.politeness.OneSlot` in ``"worker"`` mode)."""
+
+    SLOT_SCRIPTS = (("slot_push", slots.PUSH_SCRIPT), ("slot_pop", slots.POP_SCRIPT),
+                    ("slot_ack", slots.ACK_SCRIPT), ("slot_reap", slots.REAP_SCRIPT),
+                    ("slot_backoff", slots.BACKOFF_SCRIPT), ("slot_claim", slots.CLAIM_SCRIPT),
+                    ("slot_count", slots.COUNT_SCRIPT))
+
+    def __init__(self, server: Redis | RedisCluster, spider: Spider, key: str,
+                 serializer: Any = None, *, policy: SlotPolicy, **kwargs: Any) -> None:
+        super().__init__(server, spider, key, serializer, **kwargs)
+        self.policy = policy
+        for name, text in self.SLOT_SCRIPTS:
+            self._scripts[name] = server.register_script(text)
+            self.link.knows(text)
+        #: Each shard's keys.
+        self.k = [ShardKeys.of(self.tag, shard, self.owner) for shard in range(self.shards)]
+        #: Each lease taken and not yet known acked, as its owner's list in Redis holds
+        #: it (an ack names it so: ``slot_ack.lua``), by its field.
+        self._held: dict[str, bytes] = {}
+        #: Whether each shard's intake may hold requests (the last look found some).
+        self._intake_seen = [True] * self.shards
+        self._defaults_sent = [False] * self.shards
+        #: How far ahead a pop takes (s; see CLAIM_AHEAD).
+        self.horizon = claim_horizon(policy)
+        #: slot_pop.lua's pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS).
+        self._jitters = [value for slot, jitter in policy.jitters().items()
+                         for value in (keys.slot_name(slot), repr(jitter))]
+        #: After each shard's last pop: when (time.monotonic()) its next slot comes
+        #: within the horizon (None: none has requests and room), and whether requests
+        #: wait in its slots (see next_due and slots_waiting).
+        self._due: list[float | None] = [None] * self.shards
+        self._slots_wait = [False] * self.shards
+        #: After each shard's last pop: the requests waiting there (intake and slots).
+        self._waiting_seen: list[int | None] = [None] * self.shards
+        #: A move from an intake into the slots' home shards (a cluster's, crawl-wide)
+        #: whose pushes or whose end may not have run: its shard, pushes and entries,
+        #: sent again (the same push numbers) before the next move.
+        self._unfinished_move: tuple[int, list[tuple[Any, ...]], list[bytes]] | None = None
+        #: An unfiltered push whose reply did not come (see push_many): its entries, and
+        #: their arguments by home shard.
+        self._unanswered_slot_push: tuple[list[Any], dict[int, list[Any]]] | None = None
+        self._move_number = 0
+
+    @property
+    def next_due(self) -> float | None:
+        """Seconds until a pop may take more, the next slot (of any shard) being then
+        within the horizon; None: no slot has requests and room, as the last pops saw."""
+        dues = [due for due in self._due if due is not None]
+        return max(0.0, min(dues) - time.monotonic()) if dues else None
+
+    @property
+    def waiting_seen(self) -> int | None:
+        """Requests waiting in the queue (not leased), as the last pops saw each shard;
+        None before the first pop has answered."""
+        seen = [n for n in self._waiting_seen if n is not None]
+        return sum(seen) if seen else None
+
+    @property
+    def slots_waiting(self) -> bool:
+        """Whether requests wait in the slots (for room, or a start), as the last pops saw."""
+        return any(self._slots_wait)
+
+    def home(self, name: str) -> int:
+        """The shard that keeps download slot ``name`` (keys.slot_name): its requests,
+        state and leases (a cluster's shards spread the slots; one node: shard 0)."""
+        return slots.home_shard(name, self.shards) if self.policy.crawl_wide else 0
+
+    # -- the filter's side: its check-and-add queues into the slots ----------------------
+
+    def sink_entry(self, request: Request) -> tuple[int, bytes, str, int, int]:
+        """What the filter's script queues for ``request`` (frontier/sink.lua): its score
+        and bytes, its download slot's name and limits (asked of Scrapy's downloader
+        here, on the reactor's thread, as Scrapy's own scheduler would)."""
+        score, member = self.entry(request)
+        limits = self.policy.of(request)
+        return score, member, keys.slot_name(limits.slot), limits.concurrency, limits.delay_ms
+
+    def sink_item(self, shard: int, entry: Any) -> tuple[Any, ...]:
+        """Straight into the slot's list; into the intake only on a Redis Cluster in
+        ``"crawl"`` mode when the slot's home is not filter shard ``shard`` (a pop
+        moves it there: :meth:`sort`)."""
+        score, member, name, concurrency, delay = entry
+        if self.moves and self.home(name) != shard:
+            return ("", score, "", "", member)
+        return (name, -score, concurrency, delay, member)
+
+    @property
+    def moves(self) -> bool:
+        """Whether the filter's script may queue into an intake (a Redis Cluster in
+        ``"crawl"`` mode), which a pop then moves into the slots' home shards."""
+        return self.policy.crawl_wide and self.shards > 1
+
+    # -- the intake into the slots ------------------------------------------------------
+
+    def sort(self, batches: int = SORT_BATCHES, shard: int = 0) -> int:
+        """Move up to ``batches`` batches of ``shard`` 's intake into its slots
+        (highest priority first); returns how many it looked at. An entry that does
+        not decode is retired (``bloomdupe failed``), as a pop's is."""
+        if self.moves:
+            return self._move(batches, shard)
+        k, looked = self.k[shard], 0
+        for _ in range(batches):
+            found, robots = self.link.calls([
+                ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
+                ("HGETALL", k.robots)])
+            if not found:
+                break
+            by_home, bad = self._slot_args(_pairs(found), [robots])  # (home: this shard)
+            if bad:
+                self._retire(shard, "queued", bad)
+            if by_home:
+                self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
+                                k.slot_push_record, k.defaults, k.waiting, k.intake, "",
+                                RECORD_TTL_MS, k.prefix, *by_home[0])], acks=False)
+            looked += len(found)
+            if len(found) < SORT_BATCH:
+                break
+        self._intake_seen[shard] = looked > 0 and looked % SORT_BATCH == 0
+        return looked
+
+    def _slot_args(self, pairs: list[tuple[bytes, int]], robots: list[dict[Any, Any]]
+                   ) -> tuple[dict[int, list[Any]], list[Bad]]:
+        """slot_push.lua's arguments for intake entries (``(entry, score)`` s), by the
+        home shard of each one's slot (its delay at least its robots.txt Crawl-delay,
+        from each shard's ``robots``); and those that do not decode."""
+        by_home: dict[int, list[Any]] = {}
+        bad: list[Bad] = []
+        for member, score in pairs:
+            try:
+                request = self.codec.decode(split_requeues(member)[1])
+            except Exception as e:  # the serializer's, whatever it is
+                bad.append((member, score, member, e))
+                continue
+            limits = self.policy.of(request)
+            name = keys.slot_name(limits.slot)
+            home = self.home(name)
+            delay = max(limits.delay_ms, int(robots[home].get(name.encode(), 0)))
+            by_home.setdefault(home, []).extend(
+                [name, -score, limits.concurrency, delay, member])
+        return by_home, bad
+
+    def _move(self, batches: int, shard: int) -> int:
+        """A cluster's move of ``shard`` 's intake into the slots' home shards, three
+        round trips a batch: ``slot_claim.lua`` takes the entries out of the intake
+        into this worker's lease list (counted as leased: a dead worker's go back to
+        the intake with its leases), ``slot_push.lua`` pushes each home's share (a
+        push number each: a retry pushes nothing twice), and ``slot_ack.lua`` ends the
+        move. A worker killed between a push and the end leaves its entries to be
+        moved again (fetched twice, never lost)."""
+        self._finish_move()
+        k, looked = self.k[shard], 0
+        robots: list[dict[Any, Any]] = []
+        for _ in range(batches):
+            found, *robots = self.link.calls([
+                ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
+                *(("HGETALL", other.robots) for other in self.k)])
+            if not found:
+                break
+            claim: list[Any] = []
+            for member, score in _pairs(found):
+                claim += [score, member]
+            moving = self._execute([("EVALSHA", self._scripts["slot_claim"].sha, 3, k.intake,
+                                     k.leased, k.owners, self.owner, *claim)], acks=False)[0]
+            entries = [bytes(e) for e in moving]
+            by_home, bad = self._slot_args([_moving(e) for e in entries], robots)
+            pushes = []
+            for home, args in sorted(by_home.items()):
+                self._move_number += 1
+                h = self.k[home]
+                pushes.append(("EVALSHA", self._scripts["slot_push"].sha, 4, h.ready,
+                               h.slot_push_record, h.defaults, h.waiting, self._move_number,
+                               RECORD_TTL_MS, h.prefix, *args))
+            if bad:  # recorded as failed; the move's end takes them out of the list
+                self._retire(shard, "queued", bad)
+            self._unfinished_move = (shard, pushes, entries)
+            self._finish_move()
+            looked += len(found)
+            if len(found) < SORT_BATCH:
+                break
+        self._intake_seen[shard] = looked > 0 and looked % SORT_BATCH == 0
+        return looked
+
+    def _finish_move(self) -> None:
+        """Push (again: the same numbers) and end the last move, if it did not end."""
+        if self._unfinished_move is None:
+            return
+        shard, pushes, entries = self._unfinished_move
+        if pushes:
+            self._execute(pushes, acks=False)
+        if entries:  # none: another worker's move took the whole batch first
+            k = self.k[shard]
+            self._execute([("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased,
+                            k.defaults, k.prefix, self.owner, *entries)], acks=False)
+        self._unfinished_move = None
+
+    # -- a layout an earlier build left ------------------------------------------------
+
+    def migrate(self) -> Migrated:
+        """One-shot, at a worker's start: move what an earlier build left where this one
+        does not queue into the download slots. The sorted-set layout (2026-11-27):
+        the leases in each shard's lease hash of workers stopped for the lease timeout
+        go back (``reap.lua``; a live one's stay, given back when it stops), then its
+        requests, pickled, wait in the shards' sorted sets; the intake layout (format
+        2): requests wait in the same sorted sets. Each is moved into its slot
+        (:meth:`sort`: safe to repeat, and two workers never move one twice); one that
+        does not decode is retired (``bloomdupe failed``)."""
+        back, moved = 0, 0
+        for shard, k in enumerate(self.k):
+            if self.link.call("HLEN", self._leases[shard]):
+                (old,) = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
+                                         self._leases[shard], k.owners,
+                                         self.lease_timeout_ms, "", k.leased)], acks=False)
+                back += len(old)
+            self._intake_seen[shard] = True
+            while self._intake_seen[shard]:
+                moved += self.sort(shard=shard)
+        return Migrated(moved, back)
+
+    # -- popping -------------------------------------------------------------------------
+
+    def _pop_from(self, shard: int, count: int) -> list[Lease]:
+        """Lease up to ``count`` requests from ``shard`` 's slots that may go now
+        (moving its intake's first), sending the pending acks of its master in the same
+        round trip. Sets :attr:`next_due` and :attr:`slots_waiting`. (The shard is the
+        next in turn: :meth:`~.queue.PriorityQueue.pop_leases`.)"""
+        leases: list[Lease] = []
+        for _ in range(2):
+            if self._intake_seen[shard]:
+                self.sort(shard=shard)
+            leases = self._pop_slots(shard, count)
+            if leases or not self._intake_seen[shard]:
+                break
+        return leases
+
+    def _shards_waiting(self) -> list[int]:
+        """The shards with requests in their intake or their slots (a cluster's)."""
+        sizes = self.link.calls([command for k in self.k for command in (
+            ("ZCARD", k.intake), ("GET", k.waiting))])
+        return [i for i in range(self.shards) if int(sizes[2 * i]) or int(sizes[2 * i + 1] or 0)]
+
+    def _pop_slots(self, shard: int, count: int) -> list[Lease]:
+        self._pop_shard = shard  # a retry after a lost reply: the same shard, the same number
+        k, number = self.k[shard], self._pop_number
+        seed = int.from_bytes(hashlib.blake2b(f"{self.owner}:{number}".encode(),
+                                              digest_size=4).digest(), "big") % 2**31
+        pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
+               k.defaults, k.waiting, self.owner, number, count, k.prefix,
+               repr(self.policy.jitter), seed, round(self.horizon * 1000), *self._jitters)
+        # The acks of other masters of a cluster wait for a round trip that goes there.
+        commands = self._ack_commands(self.link.reaches([pop]))
+        if not self._defaults_sent[shard]:
+            defaults = self.policy.defaults()
+            commands.append(("HSET", k.defaults, "conc", defaults.concurrency,
+                             "delay", defaults.delay_ms,
+                             "mode", "crawl" if self.policy.crawl_wide else "worker"))
+        commands += [pop, ("ZCARD", k.intake), ("GET", k.waiting)]
+        with self._acks_lock:
+            self._unanswered_pops.add(number)
+        reply, intake, waiting = self._execute(commands)[-3:]
+        self._acks_sent()
+        self._defaults_sent[shard] = True
+        self._pop_number += 1  # only once the reply is in: a retry replays
+        self._pop_shard = None
+        self._intake_seen[shard] = int(intake) > 0
+        self._slots_wait[shard] = int(waiting or 0) > 0
+        self._waiting_seen[shard] = int(intake) + int(waiting or 0)
+        now, due = int(reply[0]), int(reply[1])
+        self._due[shard] = None if due < 0 else time.monotonic() + max(
+            0, due - now - round(self.horizon * 1000)) / 1000
+        epoch = master_epoch(self.server)
+        fields = [raw.decode() for raw in reply[2::2]]
+        self._held.update((field, b"%s|%s" % (field.partition(":")[2].encode(), value))
+                          for field, value in zip(fields, reply[3::2], strict=True))
+        starts = {field: max(0, _start_ms(value) - now) / 1000
+                  for field, value in zip(fields, reply[3::2], strict=True)}
+        shaped = [_as_queued(value) for value in reply[3::2]]
+        decoded, bad = self.codec.decode_replies(shaped, fields)
+        leases = [Lease(shard, str(field), request, epoch, requeues, starts[str(field)])
+                  for field, requeues, request in decoded]
+        if bad:
+            self._retire_leased(shard, bad)
+        with self._acks_lock:
+            self._taken.update((lease.field, shard) for lease in leases)
+            self._unanswered_pops.discard(number)
+        return leases
+
+    def _retire_leased(self, shard: int, bad: list[Bad]) -> None:
+        """Entries a pop took that do not decode: recorded as failed, then acked (their
+        slots' room comes back). A crash in between records one twice, never loses it."""
+        retired, round_trips = undecodable.retire_round_trips(
+            serializer=self.serializer, tag=self.tag, shard=shard, same_slot=False,
+            script=self._scripts["retire"].sha, limit=self.failed_limit, where="lease",
+            bad=bad)
+        self._execute(round_trips[0], acks=False)
+        self._execute([self._ack_command(shard, [str(ident) for ident, *_ in bad])],
+                      acks=False)
+        with self._acks_lock:
+            self._retired.extend(retired)
+
+    def status(self) -> tuple[int, int]:
+        """(requests waiting, requests leased) over every shard, in one round trip, each
+        counter checked against the lists it counts where it would keep the crawl open
+        (``slot_count.lua``): the crawl's end rests on this."""
+        replies = self.link.calls([
+            ("EVALSHA", self._scripts["slot_count"].sha, 6, k.ready, k.waiting, k.leased,
+             k.owners, k.intake, self._leases[i], keys.slot_held(self.tag, i, ""),
+             k.prefix + "*:*") for i, k in enumerate(self.k)])
+        return (sum(int(w) + int(e) for w, _, e in replies),
+                sum(int(leased) for _, leased, _ in replies))
+
+    def rider_scripts(self) -> tuple[str, ...]:
+        """An ack is ``slot_ack.lua``: a check-and-queue's round trip that carries acks
+        loads it again where Redis lost it (the filter's link does not know the
+        queue's scripts otherwise)."""
+        return (slots.ACK_SCRIPT,)
+
+    def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
+        # A field not held (none: every lease acked came from a pop) stays leased in
+        # Redis, and a reclaim puts it back: fetched twice at worst, never lost. (Called
+        # with the acks' lock held, too: lookups only.)
+        held = [self._held[field] for field in fields if field in self._held]
+        k = self.k[shard]
+        return ("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased, k.defaults,
+                k.prefix, self.owner, *held)
+
+    def _acks_sent(self) -> None:
+        super()._acks_sent()
+        with self._acks_lock:  # forget the leases no longer taken, nor acked on the way
+            live = set(self._taken).union(self._stale_fields, *(
+                (field for field, _ in acks) for acks in self._acks.values()))
+            if len(live) < len(self._held):  # (a pop's reply being read: not yet taken)
+                self._held = {f: e for f, e in self._held.items()
+                              if f in live or pop_number(f) in self._unanswered_pops}
+
+    # -- back-off ------------------------------------------------------------------------
+
+    def backoff(self, slot: str, until_ms: int) -> int:
+        """Pause ``slot`` for every worker until ``until_ms`` (Redis's clock; a later
+        pause already set stays). Returns when its pause ends."""
+        name = keys.slot_name(slot)
+        k = self.k[self.home(name)]
+        return int(self.link.call("EVALSHA", self._scripts["slot_backoff"].sha, 3, k.ready,
+                                  k.prefix + name, k.defaults, k.prefix, name, until_ms))
+
+    def robots_delay(self, slot: str, delay_ms: int) -> None:
+        """robots.txt asks for ``delay_ms`` between two requests of ``slot``: its
+        requests queued from now on get at least that delay, for every worker."""
+        name = keys.slot_name(slot)
+        self.link.call("HSET", self.k[self.home(name)].robots, name, int(delay_ms))
+
+    def redis_time_ms(self) -> int:
+        """Redis's clock, ms (a cluster's latest master's: a back-off ends no sooner)."""
+        seconds, micros = max(reply for _, reply in self.link.on_masters("TIME"))
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # -- leases that come back -------------------------------------------------------------
+
+    def _slot_reap(self, shard: int, own: str, keep: list[str], *, dead: bool = True
+                   ) -> tuple[Any, ...]:
+        """slot_reap.lua on ``shard``: the dead owners' leases (unless not ``dead``: a
+        timeout no heartbeat is that old) and ``own`` 's but ``keep``."""
+        timeout, k = self.lease_timeout_ms if dead else NEVER_MS, self.k[shard]
+        return ("EVALSHA", self._scripts["slot_reap"].sha, 6, k.ready, k.leased, k.owners,
+                k.defaults, k.waiting, k.intake, k.prefix, timeout, own, int(dead), *keep)
+
+    def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
+        """As the default queue's, for the slots' leases (back at the head of their
+        slots' lists; the dead owners forgotten). The lease hash of the sorted-set layout
+        holds an earlier build's leases, given back by :meth:`migrate` at the start: a
+        worker of that build still live then has its own given back here (``reap.lua``)
+        once it stops, only where the hash holds any."""
+        own = self.owner if release_own else ""
+        commands = self._ack_commands()
+        commands += [self._slot_reap(shard, own, []) for shard in range(self.shards)]
+        commands += [("HLEN", self._leases[shard]) for shard in range(self.shards)]
+        replies = self._execute(commands)[-2 * self.shards:]
+        self._acks_sent()
+        # One that does not decode stays where it is: the next pop retires it.
+        slots, _bad = self.codec.decode_replies(
+            [_as_queued(value) for counted, *_ in replies[:self.shards] for value in counted])
+        back = [(requeues, request) for _, requeues, request in slots]
+        for shard, k in enumerate(self.k):
+            if int(replies[shard][2]):  # entries of a move: back in the intake
+                self._intake_seen[shard] = True
+            if int(replies[self.shards + shard]):
+                (old,) = self._execute([("EVALSHA", self._scripts["reap"].sha, 3, k.intake,
+                                         self._leases[shard], k.owners,
+                                         self.lease_timeout_ms, own, k.leased)], acks=False)
+                self._intake_seen[shard] |= bool(old)
+                decoded, bad = self.codec.decode_replies(old)
+                back += [(requeues, request) for _, requeues, request in decoded]
+                if bad:
+                    self._retire(shard, "queued", bad)
+        return back
+
+    def reclaim(self, held: Any = ()) -> Reclaimed:
+        """As the default queue's (see :meth:`~.queue.PriorityQueue.reclaim`)."""
+        with self._acks_lock:
+            keep = dict(self._taken)
+        keep.update((lease.field, lease.shard) for lease in held)
+        if self._unfinished_move is not None:  # its entries: pushed and ended by the next move
+            keep[f"{self.owner}:m"] = self._unfinished_move[0]
+        kept = [sorted(f for f, shard in keep.items() if shard == i) for i in range(self.shards)]
+        commands = self._ack_commands()
+        commands += [self._slot_reap(i, self.owner, kept[i], dead=False)
+                     for i in range(self.shards)]
+        replies = self._execute(commands)[-self.shards:]
+        self._acks_sent()
+        for shard, reply in enumerate(replies):
+            self._intake_seen[shard] |= int(reply[2]) > 0
+        return self._reclaimed([f for _, own, _ in replies for f in own])
+
+    def push_many(self, requests: Any) -> None:
+        """Queue ``requests`` past the filter (``dont_filter``, a requeue) straight into
+        their slots' lists, one ``slot_push.lua`` a home shard (in ``"worker"`` mode
+        on a cluster, the shards in turn), retry-safe: called again with the same
+        requests after a failure, it reuses the push number, so a push that ran but
+        whose reply was lost is not done twice."""
+        entries = [self.sink_entry(request) for request in requests]
+        if self._unanswered_slot_push is None or self._unanswered_slot_push[0] != entries:
+            self._push_number += 1
+            self._next_shard = (self._next_shard + 1) % self.shards
+            groups: dict[int, list[Any]] = {}
+            for score, member, name, concurrency, delay in entries:
+                home = self.home(name) if self.policy.crawl_wide else self._next_shard
+                groups.setdefault(home, []).extend([name, -score, concurrency, delay, member])
+            self._unanswered_slot_push = (entries, groups)
+        commands = []
+        for home, args in sorted(self._unanswered_slot_push[1].items()):
+            k = self.k[home]
+            commands.append(("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
+                             k.slot_push_record, k.defaults, k.waiting, k.robots,
+                             self._push_number, RECORD_TTL_MS, k.prefix, *args))
+        self._execute(commands, acks=False)
+        self._unanswered_slot_push = None
+
+    def adopt(self, legacy: str, batch: int = 500) -> int:
+        moved = super().adopt(legacy, batch)
+        if moved:
+            self._intake_seen = [True] * self.shards
+        return moved
+
+
+def claim_horizon(policy: SlotPolicy) -> float:
+    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest gap between
+    two starts of a slot (its delay, up to 1.5 times it with a jitter of 0.5), so that
+    the worker whose ack gives a slot its room back takes the slot's next request in the
+    same pop, whenever it may start (else every worker would wake to race for that
+    start)."""
+    if not policy.crawl_wide:
+        return 0.0  # one slot without limits: everything it takes may start now
+    limits = [policy.defaults(), *(policy.limits(slot) for slot in policy.per_slot)]
+    longest = max(each.delay_ms / 1000 * (1 + each.jitter) for each in limits)
+    return max(CLAIM_AHEAD, longest)
+
+
+def _pairs(found: list[Any]) -> list[tuple[bytes, int]]:
+    """``ZRANGE ... WITHSCORES`` 's reply (pairs, or a flat list) as (entry, score) s."""
+    pairs = found if isinstance(found[0], (list, tuple)) else list(
+        zip(found[0::2], found[1::2], strict=True))
+    return [(bytes(member), int(float(score))) for member, score in pairs]
+
+
+def _moving(element: bytes) -> tuple[bytes, int]:
+    """An entry in a move, ``m|<score>|<entry>`` (slot_claim.lua), as (entry, score)."""
+    score, _, member = element[2:].partition(b"|")
+    return member, int(score)
+
+
+def _as_queued(value: bytes) -> bytes:
+    """A slot lease's value, ``<priority>[@<start>]|<slot>|<entry>``, in the default
+    queue's reply shape, ``<score>|<entry>`` (what :meth:`~.entry.Codec.decode_replies`
+    reads)."""
+    head, _, rest = value.partition(b"|")
+    entry = rest.partition(b"|")[2]
+    return b"%d|%s" % (-int(head.partition(b"@")[0]), entry)
+
+
+def _start_ms(value: bytes) -> int:
+    """When a slot lease taken ahead may start (ms, Redis's clock; 0: at once)."""
+    return int(value.partition(b"|")[0].partition(b"@")[2] or 0)
+
+
+def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int, int]:
+    """The politeness mode whose workers last filled the download slots of the crawl
+    tagged ``tag`` (shard 0's record; "" when none did), the requests waiting and
+    leased in them, and those in the queue's other keys (the intake, where the filter
+    queues them before a pop moves them into the slots, and the lease hash of a queue
+    left by an earlier release): every shard of a cluster's, as many as its filter has."""
+    with link_to(target) as link:
+        mode, shards = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
+                                   ("HGET", keys.meta(tag), "shards")])
+        count = int(shards or 1) if is_cluster(link.client) else 1
+        counts = link.calls([command for i in range(count) for command in (
+            ("GET", keys.slot_waiting(tag, i)), ("GET", keys.slot_leased(tag, i)),
+            ("ZCARD", keys.queue(tag, i)), ("HLEN", keys.leases(tag, i)))])
+    text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
+    total = [sum(int(n or 0) for n in counts[k::4]) for k in range(4)]
+    return text, total[0], total[1], total[2] + total[3]
