@@ -49,7 +49,7 @@ from .frontier.queue import PriorityQueue
 from .scheduling import health as crawl_health
 from .scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from .scheduling.failed import FailedRequests
-from .scheduling.health import NOT_HELD, CrawlHealth
+from .scheduling.health import HELD, NOT_HELD, CrawlHealth
 from .scheduling.jobs import RedisJobs, acted_on
 from .scheduling.leases import ACK_DELAY, WAKE_META, Leases
 from .scheduling.requestpath import LEASE_META, QUEUED_META, RequestPath
@@ -73,8 +73,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["ACK_DELAY", "IDLE_POLL", "MAX_IDLE_POLL", "QUEUED_META", "WAKE_META", "Scheduler",
            "dupefilter_for", "for_crawler"]
 
-#: What a stop on an error says of the requests in progress on the leased queue.
-HELD = "the requests in progress stay leased in Redis and come back to the next workers"
 DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"
 QUEUE_CLASS = "scrapy_bloomdupe.frontier.leased.LeasedQueue"
 MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
@@ -112,8 +110,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     crawler: Crawler
     df: BaseDupeFilter | None  # scrapy-redis sets it in open() when from_crawler did not
-    #: The queue's format record as found at the start (None: none): what open() migrates.
-    found_format: int | None = None
+    found_format: int | None = None  # the queue's format record at the start: to migrate
 
     def __init__(self, *args: Any, frontier: FrontierConfig | None = None,
                  health: CrawlHealth | None = None, **kwargs: Any) -> None:
@@ -225,8 +222,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                 self.df = dupefilter_cls.from_spider(spider)
         # What scrapy-redis's open() does, without its deprecated spider.log().
         self.spider = spider
-        df = self.df
-        ours = df if isinstance(df, RedisBloomDupeFilter) else None
+        ours = self.df if isinstance(self.df, RedisBloomDupeFilter) else None
         bloom = ours.bloom if ours is not None else None
         self.queue = make_queue(
             self.queue_cls, server=self.server, spider=spider,
@@ -235,7 +231,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.shared = SharedCrawl(server=self.server, bloom=bloom, queue=self.queue,
                                   jobs=self.jobs, frontier=self.frontier, spider=spider,
                                   found_format=self.found_format)
-        self.path = RequestPath(df, self.queue, self.jobs, stats=self.stats, spider=spider,
+        self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.stats, spider=spider,
                                 queued=lambda n: self._end().queued(n), bloomdupe=ours,
                                 signals=self.crawler.signals, start_once=self.frontier.start_once)
         self.leases = Leases(self.path, frontier=self.frontier, concurrency=self._concurrency,

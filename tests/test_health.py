@@ -14,9 +14,10 @@ from scrapy.utils.misc import build_from_crawler
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
 from scrapy_bloomdupe.exceptions import BloomDupeError, FilterLostError
-from scrapy_bloomdupe.scheduler import HELD, Scheduler
+from scrapy_bloomdupe.scheduler import Scheduler
 from scrapy_bloomdupe.scheduling.health import (
     CLOSE_REASON,
+    HELD,
     LOST_REASON,
     NOT_HELD,
     REFUSED_REASON,

@@ -187,3 +187,21 @@ def _lease_slot(lease: bytes | str) -> str:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int, int]:
+    """The politeness mode whose workers last filled the download slots of the crawl
+    tagged ``tag`` (shard 0's record; "" when none did), the requests waiting and
+    leased in them, and those in the queue's other keys (the intake, where the filter
+    queues them before a pop moves them into the slots, and the lease hash of a queue
+    left by an earlier release): every shard of a cluster's, as many as its filter has."""
+    with link_to(target) as link:
+        mode, shards = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
+                                   ("HGET", keys.meta(tag), "shards")])
+        count = int(shards or 1) if is_cluster(link.client) else 1
+        counts = link.calls([command for i in range(count) for command in (
+            ("GET", keys.slot_waiting(tag, i)), ("GET", keys.slot_leased(tag, i)),
+            ("ZCARD", keys.queue(tag, i)), ("HLEN", keys.leases(tag, i)))])
+    text = mode.decode() if isinstance(mode, bytes) else str(mode or "")
+    total = [sum(int(n or 0) for n in counts[k::4]) for k in range(4)]
+    return text, total[0], total[1], total[2] + total[3]

@@ -11,18 +11,14 @@ its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
 filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
 loses nothing: what it held is fetched again by the others.
 
-Shards: on a Redis Cluster the queue is sharded like the filter (hash tags,
-:mod:`scrapy_bloomdupe.keys`), so every master carries part of the pushes and
-pops; on one node (or a Sentinel master) it has one shard, shard 0. This class keeps
-its requests in sorted sets (the layout of 2026-11-27, and the intake of
-:class:`~.leased.LeasedQueue`, the scheduler's queue, which keeps them in download
-slots' lists, :mod:`.slots`). A new request is queued by the very script that checks
-it against the filter (``frontier/sink.lua``): never in the filter without being in
-the queue or a lease.
-
-Every call is safe to repeat after a lost reply: a pop carries this worker's
-pop number and a retry gets the same leases back; an unfiltered push carries a
-push number recorded with it; acks and heartbeats are idempotent.
+Shards: on a Redis Cluster the queue is sharded like the filter (hash tags), so every
+master carries part of the pushes and pops; on one node (or a Sentinel master) it
+has one shard, 0. This class keeps its requests in sorted sets (the layout of
+2026-11-27, and the intake of :class:`~.leased.LeasedQueue`, the scheduler's queue,
+which keeps them in download slots' lists). A new request is queued by the script
+that checks it against the filter (``frontier/sink.lua``). Every call is safe to
+repeat after a lost reply: a pop carries this worker's pop number, an unfiltered
+push a push number; acks and heartbeats are idempotent.
 """
 
 from __future__ import annotations
@@ -48,8 +44,7 @@ if TYPE_CHECKING:
     from redis.cluster import RedisCluster
     from scrapy import Request, Spider
 
-#: How long an unfiltered push's record outlives its last write; a retry must come
-#: before this.
+#: How long an unfiltered push's record outlives its last write (a retry comes before).
 RECORD_TTL_MS = 3_600_000
 #: How long a worker on a scrapy-redis queue class counts as live without leaving (ms).
 JOINED_MS = 86_400_000

@@ -44,6 +44,8 @@ FULL_REASON = "bloomdupe_filter_full"
 #: worker was away (the dupefilter's explanation of a lost filter, then).
 FINISHED = "finished"
 
+#: What a stop on an error says of the requests in progress on the leased queue.
+HELD = "the requests in progress stay leased in Redis and come back to the next workers"
 #: What a stop says of the requests in progress, but under the leased queue.
 NOT_HELD = ("the requests this worker took from its queue and did not finish are in the "
             "filter and in no queue (only the default leased queue keeps them): a later "

@@ -26,7 +26,8 @@ from ..bloom.filter import BloomFilter
 from ..exceptions import BloomDupeError, BuildError
 from ..frontier import builds, entry
 from ..frontier import queue as frontier_queue
-from ..frontier.leased import LeasedQueue, slot_status
+from ..frontier.busiest import slot_status
+from ..frontier.leased import LeasedQueue
 from ..frontier.politeness import OneSlot, SlotPolicy
 from ..frontier.queue import PriorityQueue
 from ..settings import BloomDupeConfig, FrontierConfig, report_ttl, wait_replicas
