@@ -46,9 +46,9 @@ OURS = builds.OURS
 
 # -- the decision -----------------------------------------------------------------------
 
-def test_this_build_is_0_2_0_and_writes_the_entries_format() -> None:
+def test_this_build_is_0_2_0_and_writes_the_state_format() -> None:
     assert __version__ == "0.2.0"
-    assert Build("0.2.0", entry.FORMAT) == OURS
+    assert Build("0.2.0", entry.STATE_FORMAT) == OURS
     assert Build.parse(str(OURS)) == OURS and Build.parse(b"junk") is None
 
 
