@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from redis.exceptions import NoPermissionError, RedisError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -132,6 +132,10 @@ def check_builds(server: Redis | RedisCluster, settings: BaseSettings, spider_na
         found = builds.look(server, tag, lease_ms, prune=prune)
     except NoPermissionError:
         return  # the filter's start-up check, next, names what the ACL lacks
+    except ResponseError as e:  # the same, denied inside the script (Redis names nothing)
+        if "can't run this command" in str(e):
+            return
+        raise
     why = versions.refusal(tag, builds.OURS, found.state, found.live_builds,
                            list(found.recorded.values()))
     if why is not None:
