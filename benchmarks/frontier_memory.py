@@ -72,9 +72,6 @@ def measure(client: redis.Redis, make: Callable[[], Any], requests: list[Request
     if isinstance(queue, PriorityQueue):
         for start in range(0, len(requests), BATCH):
             queue.push_many(requests[start:start + BATCH])
-        if isinstance(queue, LeasedQueue):
-            while queue.sort(batches=100):
-                pass
         taken = 0
         while taken < leased:
             got = queue.pop_leases(min(BATCH, leased - taken))

@@ -27,10 +27,10 @@ from report import progress, table
 
 from scrapy_bloomdupe import keys, sizing
 from scrapy_bloomdupe.bloom.filter import BloomFilter
-from scrapy_bloomdupe.frontier.politeness import ONE_SLOT
 from scrapy_bloomdupe.testing import RedisServer, redisbloom_module
 
 HERE = e2e.ROOT / "benchmarks"
+SINK_KEYS = (keys.queue, keys.ready, keys.slot_defaults, keys.slot_waiting, keys.slot_robots)
 CONTENDERS: list[tuple[str, dict[str, str]]] = [
     ("scrapy-redis", SCRAPY_REDIS[1]),
     ("lua, lock", {**BLOOMDUPE[1], "BLOOMDUPE_ENGINE": "lua"}),
@@ -110,14 +110,10 @@ def profile(url: str, engine: str, lock: bool, items: int, calls: int = 2000) ->
     plan = sizing.plan(1_000_000, sizing.first_generation_error_rate(0.001, True))
     bloom = BloomFilter.open(client, "profile", plan, growth=True, engine=engine, use_lock=lock)
     request = b"r" * 400
-    # The sink of the crawl's check-and-queue, as LeasedQueue's in "worker" mode: each
-    # new request straight into the one download slot's list, "*" (frontier/sink.lua).
-    queue = SimpleNamespace(
-        sink_keys=lambda shard: [keys.queue("profile", 0), keys.ready("profile", 0),
-                                 keys.slot_defaults("profile", 0),
-                                 keys.slot_waiting("profile", 0), keys.slot_robots("profile", 0)],
-        sink_prefix=lambda shard: keys.slot_prefix("profile", 0),
-        sink_item=lambda shard, entry: (keys.slot_name(ONE_SLOT), -entry[0], 0, 0, entry[1]))
+    # The check-and-queue's sink, as LeasedQueue's in "worker" mode: slot "*" 's list.
+    queue = SimpleNamespace(sink_keys=lambda shard: [f("profile", 0) for f in SINK_KEYS],
+                            sink_prefix=lambda shard: keys.slot_prefix("profile", 0),
+                            sink_item=lambda shard, entry: ("*", -entry[0], 0, 0, entry[1]))
     fps = [hashlib.sha1(b"%d" % i).digest() for i in range(calls * items)]
     client.config_resetstat()
     before = main_thread_cpu(client)

@@ -107,6 +107,8 @@ class WorkerMetrics:
         self._warned = False
         #: Whether a write is on its way to Redis (a job of the scheduler's runner).
         self._writing = False
+        #: Whether the crawl closed here (spider_closed): no job writes after that.
+        self.closed = False
 
     @classmethod
     @connection.fails_the_crawl
@@ -140,6 +142,7 @@ class WorkerMetrics:
             self.listen(*self.config.ports)
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
+        self.closed = True
         if self.task is not None and self.task.running:
             self.task.stop()
         if self.server is not None:
@@ -246,8 +249,15 @@ class WorkerMetrics:
             return
         # During a crawl in a job of the crawl's runner: Scrapy's reactor never waits.
         self._writing = True
-        jobs.run(lambda: self._send(client, now, figures, prune), quiet=True).addCallback(
-            self._written, figures, now)
+        jobs.run(lambda: self._send_unless_closed(client, now, figures, prune),
+                 quiet=True).addCallback(self._written, figures, now)
+
+    def _send_unless_closed(self, client: Redis | RedisCluster | Link, now: float,
+                            figures: dict[str, Any], prune: bool
+                            ) -> tuple[list[str], Exception | None]:
+        """A write's job: nothing once this worker has closed (a job that waited for the
+        runner would write its live line again after :meth:`spider_closed` removed it)."""
+        return ([], None) if self.closed else self._send(client, now, figures, prune)
 
     def _send(self, client: Redis | RedisCluster | Link, now: float, figures: dict[str, Any],
               prune: bool) -> tuple[list[str], Exception | None]:

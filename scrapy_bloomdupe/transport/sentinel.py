@@ -21,6 +21,7 @@ are separate, as Sentinel's ``requirepass`` usually differs from the master's.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import threading
@@ -29,6 +30,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio.client as aio_client
 import redis.asyncio.connection as aio_connection
 import redis.asyncio.sentinel as aio_sentinel
 from redis.connection import SSLConnection, parse_url
@@ -43,6 +45,11 @@ from .onloop import await_only, bridged
 if TYPE_CHECKING:
     from ..settings import RedisSettings
     from .onloop import AsyncNode
+
+#: Whether redis-py's ``redis.asyncio`` clients take ``maint_notifications_config`` (8.1
+#: and later; 8.0, the floor, has it on the blocking clients only).
+ASYNC_MAINT_NOTIFICATIONS = "maint_notifications_config" in inspect.signature(
+    aio_client.Redis.__init__).parameters
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +138,10 @@ class MasterWatch:
         running loop."""
         loop = asyncio.get_running_loop()
         if self._aio is None or self._aio[0] is not loop:
-            self._aio = (loop, aio_sentinel.Sentinel(self.sentinels,
-                                                     sentinel_kwargs=dict(self._sentinel_kwargs)))
+            kwargs = dict(self._sentinel_kwargs)
+            if not ASYNC_MAINT_NOTIFICATIONS:  # redis-py 8.0's redis.asyncio: none to turn off
+                kwargs.pop("maint_notifications_config", None)
+            self._aio = (loop, aio_sentinel.Sentinel(self.sentinels, sentinel_kwargs=kwargs))
         return self._aio[1]
 
     def close_async(self, closing: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
