@@ -204,11 +204,12 @@ class LeasedQueue(PriorityQueue):
 
     def sort(self, batches: int = SORT_BATCHES, shard: int = 0) -> int:
         """Move up to ``batches`` batches of ``shard`` 's intake into its slots
-        (highest priority first); returns how many it looked at. An entry that does
-        not decode is retired (``bloomdupe failed``), as a pop's is."""
+        (highest priority first); returns how many this call moved (another worker's
+        move of the same entries moves none of them twice). An entry that does not
+        decode is retired (``bloomdupe failed``), as a pop's is."""
         if self.moves:
             return self._move(batches, shard)
-        k, looked = self.k[shard], 0
+        k, looked, moved = self.k[shard], 0, 0
         for _ in range(batches):
             found, robots = self.link.calls([
                 ("ZRANGE", k.intake, 0, SORT_BATCH - 1, "WITHSCORES"),
@@ -219,14 +220,16 @@ class LeasedQueue(PriorityQueue):
             if bad:
                 self._retire(shard, "queued", bad)
             if by_home:
-                self._execute([("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
-                                k.slot_push_record, k.defaults, k.waiting, k.intake, "",
-                                RECORD_TTL_MS, k.prefix, *by_home[0])], acks=False)
+                (queued,) = self._execute([
+                    ("EVALSHA", self._scripts["slot_push"].sha, 5, k.ready,
+                     k.slot_push_record, k.defaults, k.waiting, k.intake, "",
+                     RECORD_TTL_MS, k.prefix, *by_home[0])], acks=False)
+                moved += int(queued)
             looked += len(found)
             if len(found) < SORT_BATCH:
                 break
         self._intake_seen[shard] = looked > 0 and looked % SORT_BATCH == 0
-        return looked
+        return moved
 
     def _slot_args(self, pairs: list[tuple[bytes, int]], robots: list[dict[Any, Any]]
                    ) -> tuple[dict[int, list[Any]], list[Bad]]:
@@ -258,7 +261,7 @@ class LeasedQueue(PriorityQueue):
         move. A worker killed between a push and the end leaves its entries to be
         moved again (fetched twice, never lost)."""
         self._finish_move()
-        k, looked = self.k[shard], 0
+        k, looked, moved = self.k[shard], 0, 0
         robots: list[dict[Any, Any]] = []
         for _ in range(batches):
             found, *robots = self.link.calls([
@@ -284,11 +287,11 @@ class LeasedQueue(PriorityQueue):
                 self._retire(shard, "queued", bad)
             self._unfinished_move = (shard, pushes, entries)
             self._finish_move()
-            looked += len(found)
+            looked, moved = looked + len(found), moved + len(entries) - len(bad)
             if len(found) < SORT_BATCH:
                 break
         self._intake_seen[shard] = looked > 0 and looked % SORT_BATCH == 0
-        return looked
+        return moved
 
     def _finish_move(self) -> None:
         """Push (again: the same numbers) and end the last move, if it did not end."""
