@@ -741,50 +741,30 @@ def test_a_forgotten_item_is_answered_new_even_when_its_slice_is_full(
     assert not w.client.exists(FORGOT)
 
 
-def test_the_check_and_add_scripts_share_one_op_log_and_fence_word_for_word() -> None:
-    """Each check-and-add script is whole in its file (readable on its own), so the
-    op log's replay, the fence and the record are written in each (and the windowed
-    scripts' slice handling in both): they must not drift apart (a retry would be
-    answered differently by one engine)."""
-    texts = {path.name: path.read_text() for path in resources.files(BLOOM).iterdir()
-             if path.name.startswith("check_add") and path.name.endswith(".lua")}
-    assert len(texts) >= 2
-
-    def shared(text: str) -> tuple[str, str]:
-        start = text.index("-- The op log:")
-        replay = text.index("\n", text.index("  if at then", start)) + 1
-        found = text.index("    local from = at + #tag")
-        end = text.index("\nend\n", found) + 5
-        record = text.index("redis.call('SET', KEYS[1], log .. call")
-        # The lookup without its line that frees the lock (one lock or several).
-        return text[start:replay] + text[found:end], text[record:text.index("\n", record)]
-
-    first = next(iter(texts.values()))
-    for name, text in texts.items():
-        assert shared(text) == shared(first), name
-
-    # The scripts of one shard a call also share the fence and the end, word for word.
-    def one_shard(text: str) -> tuple[str, str]:
-        start = text.index("local token, call, ack")
-        fence = text.index("\n", text.index("-- The fence")) + 1
-        fence_end = text.index("\n", fence) + 1
-        return text[start:fence_end], text[text.index("redis.call('SET', KEYS[1], log .. call"):]
-
-    single = [t for n, t in texts.items() if n != "check_add_bits.lua"]
-    assert len(single) == 3
-    assert all(one_shard(t) == one_shard(single[0]) for t in single)
-
-    # The two windowed scripts also share their slices' part: Redis's time, the record,
-    # the generations' check, the ACL checks, and forgetting slices no call looks at.
-    def window_part(text: str) -> tuple[str, str]:
-        start = text.index("local L, S, c")
-        made = text.index("if mine == 0 then")
-        return (text[start:text.index("local field = ", start)],
-                text[made:text.index("\nend\n", made)])
-
-    windowed = [t for n, t in texts.items() if "window" in n]
-    assert len(windowed) == 2
-    assert window_part(windowed[0]) == window_part(windowed[1])
+def test_the_check_and_add_scripts_share_one_op_log_and_fence() -> None:
+    """The op log's replay and record (op_log.lua), one shard's lock and fence
+    (shard_lock.lua) and the window's slices (window_slices.lua) are blocks the
+    check-and-add scripts include, whole (a retry must be answered alike by every
+    engine); each script still reads on its own in its file."""
+    names = sorted(path.name for path in resources.files(BLOOM).iterdir()
+                   if path.name.startswith("check_add") and path.name.endswith(".lua"))
+    assert names == ["check_add_bf.lua", "check_add_bits.lua", "check_add_window_bf.lua",
+                     "check_add_window_bits.lua"]
+    op_log = luascript.read(BLOOM, "op_log.lua")
+    lock = luascript.read(BLOOM, "shard_lock.lua")
+    slices = luascript.read(BLOOM, "window_slices.lua")
+    for name in names:
+        text = luascript.read(BLOOM, name)
+        assert op_log in text, name
+        assert text.rstrip().endswith("return answer(reply)"), name
+        assert not any(line.startswith(luascript.INCLUDE) for line in text.split("\n"))
+        # Nothing is written before a retry's recorded answer is looked up.
+        assert "redis.call('S" not in text[:text.index(op_log)].replace(
+            luascript.read(FRONTIER, "sink.lua"), ""), name
+        if name != "check_add_bits.lua":  # one shard a call: its lock, then its fence
+            assert text.index(lock) < text.index(op_log), name
+            assert "if token ~= '' and not held then return -1 end" in text, name
+        assert (slices in text) == ("window" in name), name
 
 
 # -- the sink: the check-and-add queues into the download slots' lists --------------------

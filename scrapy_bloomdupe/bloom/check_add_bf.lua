@@ -33,25 +33,11 @@
 -- #include bf_insert.lua (BF.INSERT's flags, on Redis and on Valkey)
 -- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
 
-local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
-
--- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
-local log = redis.call('GET', KEYS[1])
-local head = ack .. '|'
-if log and string.sub(log, 1, #head) == head then
-  local tag = '|' .. call .. ':'
-  local at = string.find(log, tag, #head, true)
-  if at then
-    if token ~= '' and redis.call('GET', KEYS[3]) == token then redis.call('DEL', KEYS[3]) end
-    local from = at + #tag
-    return string.sub(log, from, string.find(log, '|', from, true) - 1)
-  end
-else
-  log = head
-end
+-- #include shard_lock.lua (token, held, release)
+-- #include op_log.lua (a retry's recorded answer; answer(reply))
 
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
-if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
+if token ~= '' and not held then return -1 end
 
 local G = tonumber(ARGV[5])
 local sunk = KEYS[5 + G] and {unpack(KEYS, 5 + G, 9 + G)}
@@ -60,12 +46,12 @@ if sunk then
   if refused then return refused end
 end
 if redis.call('EXISTS', unpack(KEYS, 5, 4 + G)) < G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  release()
   return -3
 end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '1')
 if stored > G then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
+  release()
   return -2
 elseif stored < G then
   redis.call('SET', KEYS[2], G)
@@ -114,6 +100,4 @@ local reply = table.concat(out)
 
 if sunk then sink(sunk, sink_at, out) end
 
-redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
-if token ~= '' then redis.call('DEL', KEYS[3]) end
-return reply
+return answer(reply)

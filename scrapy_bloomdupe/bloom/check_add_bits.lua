@@ -46,7 +46,7 @@
 
 -- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
 
-local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
+local token = ARGV[1]
 local G = tonumber(ARGV[5])
 local sinks = ARGV[6 + G] == '1'
 local stride = 3 + G + (sinks and 5 or 0)
@@ -90,20 +90,7 @@ local function release()
   if #held > 0 then each('DEL', held) end
 end
 
--- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
-local log = redis.call('GET', KEYS[1])
-local head = ack .. '|'
-if log and string.sub(log, 1, #head) == head then
-  local tag = '|' .. call .. ':'
-  local at = string.find(log, tag, #head, true)
-  if at then
-    release()
-    local from = at + #tag
-    return string.sub(log, from, string.find(log, '|', from, true) - 1)
-  end
-else
-  log = head
-end
+-- #include op_log.lua (a retry's recorded answer; answer(reply))
 
 if token ~= '' and #held == 0 then return -1 end
 
@@ -226,6 +213,4 @@ for s = 1, S do
 end
 local reply = table.concat(out)
 
-redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
-release()
-return reply
+return answer(reply)

@@ -54,100 +54,13 @@
 
 -- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
 
-local token, call, ack = ARGV[1], ARGV[2], ARGV[3]
-
--- The op log: "<ack>|<call>:<reply>|<call>:<reply>|...".
-local log = redis.call('GET', KEYS[1])
-local head = ack .. '|'
-if log and string.sub(log, 1, #head) == head then
-  local tag = '|' .. call .. ':'
-  local at = string.find(log, tag, #head, true)
-  if at then
-    if token ~= '' and redis.call('GET', KEYS[3]) == token then redis.call('DEL', KEYS[3]) end
-    local from = at + #tag
-    return string.sub(log, from, string.find(log, '|', from, true) - 1)
-  end
-else
-  log = head
-end
+-- #include shard_lock.lua (token, held, release)
+-- #include op_log.lua (a retry's recorded answer; answer(reply))
 
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
-if token ~= '' and redis.call('GET', KEYS[3]) ~= token then return -1 end
+if token ~= '' and not held then return -1 end
 
-local L, S, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local n, G, M = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local current = math.floor(now / L)
-
--- The record (HGETALL: a few fields, S + 1 slices at most) and its view of slices
--- current - S .. current: their generations.
-local record = {}
-local pairs_ = redis.call('HGETALL', KEYS[2])
-for i = 1, #pairs_, 2 do record[pairs_[i]] = pairs_[i + 1] end
-local function gens_of(first)
-  local gens = {}
-  for g = 0, S do gens[g + 1] = tonumber(record[string.format('%d', first + g)]) or 0 end
-  return record['made'], tonumber(record[string.format('%d', first + S) .. 'n']) or 0, gens
-end
-local function stale(gens)
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return {current, now, unpack(gens)}
-end
-
-if current ~= c then
-  local _, _, gens = gens_of(current - S)
-  return stale(gens)
-end
-local made, count, gens = gens_of(c - S)
-if not made then
-  if token ~= '' then redis.call('DEL', KEYS[3]) end
-  return -3
-end
-local shape_at = 11
-local believed_at = shape_at + 3 * (G + 1)
-local item_at = believed_at + S + 1
--- The client's generations must be Redis's (a slice not made counts as 1, its key
--- absent); then every generation the record holds must exist.
-local key_at, slices, holds = 5, {}, 0
-for g = 0, S do
-  local b, a = tonumber(ARGV[believed_at + g]), gens[g + 1]
-  if b ~= math.max(a, 1) then return stale(gens) end
-  slices[g + 1] = key_at
-  key_at = key_at + b
-  holds = holds + a
-end
-key_at = key_at + 1
-if holds > 0 then
-  local names = {}
-  for g = 0, S do
-    for j = 0, gens[g + 1] - 1 do names[#names + 1] = KEYS[slices[g + 1] + j] end
-  end
-  if redis.call('EXISTS', unpack(names)) < holds then
-    if token ~= '' then redis.call('DEL', KEYS[3]) end
-    return -3
-  end
-end
-local sunk = KEYS[key_at] and {unpack(KEYS, key_at, key_at + 4)}
-
-if sunk then
-  local refused = sink_refusal(sunk)
-  if refused then return refused end
-end
--- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
--- and SREM refused by the ACL is an error before any write.
-local forgot = redis.call('EXISTS', KEYS[4]) == 1
-if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
-  return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
-end
-local mine = gens[S + 1]
-local function cap_of(g) return tonumber(ARGV[shape_at + 3 * g + 2]) end
-local grows = M > math.max(mine, 1) and count + n >= cap_of(math.max(mine, 1) - 1)
-if (mine == 0 or grows) and redis.acl_check_cmd
-    and not redis.acl_check_cmd('PEXPIREAT', KEYS[slices[S + 1]], '0') then
-  return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
-end
-local field = string.format('%d', c)
+-- #include window_slices.lua (the slices' check: S, c, slices, gens, mine, ...)
 
 -- Make generation g of the current slice, at full size, expiring with its slice.
 local function make(g)
@@ -249,6 +162,4 @@ if added > 0 and M > 1 then redis.call('HSET', KEYS[2], field .. 'n', count) end
 
 if sunk then sink(sunk, sink_at, out) end
 
-redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
-if token ~= '' then redis.call('DEL', KEYS[3]) end
-return reply
+return answer(reply)
