@@ -118,12 +118,10 @@ def write_live(client: Redis | RedisCluster | Link, key: str, worker: str,
     return added, errors[0] if errors else None
 
 
-def forget_live(client: Redis | RedisCluster, key: str, worker: str) -> None:
+def forget_live(client: Redis | RedisCluster | Link, key: str, worker: str) -> None:
     """``worker`` stops: its line and its entry go."""
-    pipe = client.pipeline(transaction=False)
-    pipe.delete(keys.live_worker(key, worker))
-    pipe.zrem(keys.live(key), worker)
-    pipe.execute()
+    with link_to(client) as link:
+        link.calls([("DEL", keys.live_worker(key, worker)), ("ZREM", keys.live(key), worker)])
 
 
 def live_workers(client: Redis | RedisCluster, key: str) -> list[str]:

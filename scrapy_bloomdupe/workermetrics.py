@@ -256,8 +256,14 @@ class WorkerMetrics:
                             figures: dict[str, Any], prune: bool
                             ) -> tuple[list[str], Exception | None]:
         """A write's job: nothing once this worker has closed (a job that waited for the
-        runner would write its live line again after :meth:`spider_closed` removed it)."""
-        return ([], None) if self.closed else self._send(client, now, figures, prune)
+        runner would write its live line again after :meth:`spider_closed` removed it);
+        a write that was on its way when it closed removes the line again."""
+        if self.closed:
+            return [], None
+        answer = self._send(client, now, figures, prune)
+        if self.closed:
+            crawlstats.forget_live(client, self.key, self.worker)
+        return answer
 
     def _send(self, client: Redis | RedisCluster | Link, now: float, figures: dict[str, Any],
               prune: bool) -> tuple[list[str], Exception | None]:
