@@ -62,27 +62,13 @@
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
 if token ~= '' and not held then return -1 end
 
--- #include window_slices.lua (the slices' check: S, c, slices, gens, mine, ...)
+-- A generation's key made, empty (window_slices.lua's make): a NONSCALING filter of the
+-- call's shape's error rate and capacity.
+local function reserve(name, rate, capacity)
+  redis.call('BF.RESERVE', name, rate, capacity, 'NONSCALING')
+end
 
--- Make generation g of the current slice, expiring with its slice.
-local function make(g)
-  local name = KEYS[slices[S + 1] + g]
-  redis.call('BF.RESERVE', name, ARGV[shape_at + 3 * g], ARGV[shape_at + 3 * g + 1],
-             'NONSCALING')
-  redis.call('PEXPIREAT', name, (c + S + 1) * L)
-  redis.call('HSET', KEYS[2], field, g + 1, field .. 'n', 0)
-  count = 0
-  return name
-end
-if mine == 0 then
-  make(0)
-  mine = 1
-  -- Forget the slices no call looks at any more.
-  for f in pairs(record) do
-    local s = tonumber(string.match(f, '^%d+'))
-    if s and s < c - S then redis.call('HDEL', KEYS[2], f) end
-  end
-end
+-- #include window_slices.lua (the slices' check: S, c, slices, gens, mine, ...)
 local newest = KEYS[slices[S + 1] + mine - 1]
 
 -- A forgotten item is new once: taken out of the set and answered new (and queued)

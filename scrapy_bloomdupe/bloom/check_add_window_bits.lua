@@ -60,26 +60,13 @@
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
 if token ~= '' and not held then return -1 end
 
--- #include window_slices.lua (the slices' check: S, c, slices, gens, mine, ...)
+-- A generation's key made, empty and at full size (window_slices.lua's make): its
+-- length in bytes from the call's shape.
+local function reserve(name, bytes)
+  redis.call('BITFIELD', name, 'SET', 'u1', tonumber(bytes) * 8 - 1, 0)
+end
 
--- Make generation g of the current slice, at full size, expiring with its slice.
-local function make(g)
-  local name = KEYS[slices[S + 1] + g]
-  redis.call('BITFIELD', name, 'SET', 'u1', tonumber(ARGV[shape_at + 3 * g]) * 8 - 1, 0)
-  redis.call('PEXPIREAT', name, (c + S + 1) * L)
-  redis.call('HSET', KEYS[2], field, g + 1, field .. 'n', 0)
-  count = 0
-  return name
-end
-if mine == 0 then
-  make(0)
-  mine = 1
-  -- Forget the slices no call looks at any more.
-  for f in pairs(record) do
-    local s = tonumber(string.match(f, '^%d+'))
-    if s and s < c - S then redis.call('HDEL', KEYS[2], f) end
-  end
-end
+-- #include window_slices.lua (the slices' check: S, c, slices, gens, mine, ...)
 
 -- Every generation an item is looked up in ({key, generation}), and the newest.
 local older = {}

@@ -1,10 +1,13 @@
 -- A block, not a script: check_add_window_bits.lua and check_add_window_bf.lua
 -- include it after their fence. The time slices of a recrawl window's check-and-add
--- (bloom/window.py): the current slice c (ARGV[7]) must be Redis's, the client's generations of slices
--- c - S .. c (from ARGV[believed_at]) the record's (KEYS[2]), and every generation the
--- record holds must exist; the sink's keys and the ACL's refusals are checked before
--- any write. Leaves: L, S, c, n, G, M, now, record, count, gens, slices, shape_at,
--- item_at, sunk, forgot, mine, cap_of(g), field (see the scripts' headers).
+-- (bloom/window.py): the current slice c (ARGV[7]) must be Redis's, the client's
+-- generations of slices c - S .. c (from ARGV[believed_at]) the record's (KEYS[2]),
+-- and every generation the record holds must exist; the sink's keys and the ACL's
+-- refusals are checked before any write. Then generation 0 of the current slice is
+-- made if it has none. Leaves: L, S, c, n, G, M, now, record, count, gens, slices,
+-- shape_at, item_at, sunk, forgot, mine, cap_of(g), field, and make(g) (generation g
+-- of the current slice, its key made by the script's reserve(name, ...), which the
+-- script defines before this block); see the scripts' headers.
 
 local L, S, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local n, G, M = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -80,3 +83,23 @@ if (mine == 0 or grows) and redis.acl_check_cmd
   return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
 end
 local field = string.format('%d', c)
+
+-- Make generation g of the current slice (its key by the script's reserve), expiring
+-- with its slice.
+local function make(g)
+  local name = KEYS[slices[S + 1] + g]
+  reserve(name, ARGV[shape_at + 3 * g], ARGV[shape_at + 3 * g + 1])
+  redis.call('PEXPIREAT', name, (c + S + 1) * L)
+  redis.call('HSET', KEYS[2], field, g + 1, field .. 'n', 0)
+  count = 0
+  return name
+end
+if mine == 0 then
+  make(0)
+  mine = 1
+  -- Forget the slices no call looks at any more.
+  for f in pairs(record) do
+    local s = tonumber(string.match(f, '^%d+'))
+    if s and s < c - S then redis.call('HDEL', KEYS[2], f) end
+  end
+end
