@@ -298,7 +298,7 @@ def run_python(source: str) -> str:
     reactor, which a test process must not share), from the repository's root; its
     exit status must be 0."""
     done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+                          timeout=180, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

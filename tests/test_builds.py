@@ -139,7 +139,7 @@ def test_info_shows_the_state_format_and_each_live_workers_version(
     client.set(keys.queue_format(KEY), OURS.format)
     client.zadd(keys.owners(KEY, 0), {"old1": int(client.time()[0]) * 1000})  # no record
     out = subprocess.run([sys.executable, "-m", "scrapy_bloomdupe.cli", "info", "--key", KEY],
-                         capture_output=True, text=True, timeout=60,
+                         capture_output=True, text=True, timeout=180,
                          env={**os.environ, "REDIS_URL": redis_url})
     assert out.returncode == 0, out.stderr
     assert re.search(rf"state format +{OURS.format}; this scrapy-bloomdupe writes "
@@ -152,7 +152,7 @@ def test_info_shows_the_state_format_and_each_live_workers_version(
     client.zadd(keys.owners(KEY, 0), {"old1": int(client.time()[0]) * 1000})
     data = json.loads(subprocess.run(
         [sys.executable, "-m", "scrapy_bloomdupe.cli", "info", "--key", KEY, "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=180,
         env={**os.environ, "REDIS_URL": redis_url}).stdout)
     assert data["state_format"] == str(OURS.format)
     assert sorted(data["workers"], key=lambda w: w["owner"] != ours.owner) == [

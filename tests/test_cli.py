@@ -62,7 +62,7 @@ def run_cli(*args: str, redis_url: str | None = None, stdin: str = "",
     """
     if process:
         return subprocess.run([sys.executable, "-m", "scrapy_bloomdupe.cli", *args],
-                              capture_output=True, text=True, input=stdin, timeout=60,
+                              capture_output=True, text=True, input=stdin, timeout=180,
                               env=_env(redis_url, env))
     out, err = io.StringIO(), io.StringIO()
     with mock.patch.dict(os.environ, _env(redis_url, env), clear=True), \
@@ -81,7 +81,7 @@ def run_scrapy(*args: str, redis_url: str, stdin: str = "",
     """``scrapy bloomdupe ARGS -s REDIS_URL=...`` inside the example project."""
     return zygote.run(
         [sys.executable, "-m", "scrapy", "bloomdupe", *args, "-s", f"REDIS_URL={redis_url}"],
-        cwd=PROJECT, input=stdin, timeout=60, env=_env(None, env))
+        cwd=PROJECT, input=stdin, timeout=180, env=_env(None, env))
 
 
 def clean(result: subprocess.CompletedProcess[str]) -> str:
@@ -648,7 +648,7 @@ def test_console_script(redis_url: str, client: redis.Redis) -> None:
         pytest.skip("the bloomdupe console script is not installed next to this Python")
     make_filter(client, "shop:bloomdupe", URLS)
     result = subprocess.run([str(script), "info", "--spider", "shop"], capture_output=True,
-                            text=True, timeout=60, env=_env(redis_url))
+                            text=True, timeout=180, env=_env(redis_url))
     assert result.returncode == 0, result.stderr
     assert "Bloom filter 'shop:bloomdupe'" in result.stdout
 

@@ -180,7 +180,7 @@ def test_without_the_extra_bloomdupe_metrics_names_it(redis_url: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", BLOCK_PROMETHEUS + "from scrapy_bloomdupe.cli import main; "
          f"sys.exit(main(['metrics', '--redis-url', '{redis_url}', '--key', 'k', "
-         "'--port', '0']))"], capture_output=True, text=True, timeout=60)
+         "'--port', '0']))"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip() == ("bloomdupe: error: bloomdupe metrics needs the "
                                    "prometheus-client package: pip install "
@@ -193,7 +193,7 @@ def test_without_the_extra_a_metrics_port_names_it(redis_url: str) -> None:
          "from scrapy_bloomdupe.workermetrics import WorkerMetrics; "
          f"WorkerMetrics.from_crawler(crawler_for('{redis_url}', "
          "BLOOMDUPE_METRICS_PORT=9410))"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)})
     assert done.returncode == 1
     assert ("ConfigError: BLOOMDUPE_METRICS_PORT=9410: serving a worker's metrics needs the "
@@ -387,7 +387,7 @@ def test_scrapy_bloomdupe_top_and_metrics_in_a_project(redis_url: str,
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         return subprocess.run([sys.executable, "-m", "scrapy", "bloomdupe", *args, "-s",
                                f"REDIS_URL={redis_url}"], cwd=EXAMPLE_PROJECT,
-                              capture_output=True, text=True, timeout=60, env=env)
+                              capture_output=True, text=True, timeout=180, env=env)
 
     done = scrapy("top", "site", "--once")
     assert done.returncode == 0, done.stderr

@@ -740,7 +740,7 @@ def _runspider(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
     spider.write_text(SPIDER)
     env = {**os.environ, "SWEEP_REDIS_URL": url}
     return subprocess.run([sys.executable, "-m", "scrapy", "runspider", str(spider)],
-                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
 
 
 def test_sweep_a_real_crawl_shows_no_password(auth_server: RedisServer, admin: redis.Redis,
@@ -785,7 +785,7 @@ def test_sweep_a_real_crawl_shows_no_password(auth_server: RedisServer, admin: r
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "scrapy_bloomdupe.cli", "--redis-url", url,
-                           "--spider", "sec", *args], capture_output=True, text=True, timeout=60)
+                           "--spider", "sec", *args], capture_output=True, text=True, timeout=180)
 
 
 def test_cli_hides_a_password_given_in_the_query(auth_server: RedisServer,

@@ -235,7 +235,7 @@ def test_the_command_line_follows_the_sentinels(sentinel: LocalSentinel) -> None
     result = subprocess.run(
         [sys.executable, "-m", "scrapy_bloomdupe.cli", "info", "--key", "sentinel-cli",
          "--sentinels", ",".join(sentinel.sentinel_addresses), "--sentinel-master", "mymaster",
-         "--json"], capture_output=True, text=True, timeout=60,
+         "--json"], capture_output=True, text=True, timeout=180,
         env={"PATH": "/usr/bin:/bin", "REDIS_URL": "redis:///0"})
     assert result.returncode == 0, result.stdout + result.stderr
     info = json.loads(result.stdout)

@@ -124,7 +124,7 @@ def test_a_users_own_test_runs_on_a_throwaway_redis_server(tmp_path: Path) -> No
     (tmp_path / "test_mine.py").write_text(USERS_TEST)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = run_tree([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                     "test_mine.py"], cwd=tmp_path, env=env, timeout=60)
+                     "test_mine.py"], cwd=tmp_path, env=env, timeout=180)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout
     assert not _alive(int((tmp_path / "pid").read_text()))
@@ -170,7 +170,7 @@ def test_a_forked_scrapy_process_is_what_an_execd_one_is(
     for fork in (True, False):
         monkeypatch.setattr(zygote, "FORK", fork)
         assert zygote.forkable(args, env) is fork
-        results.append(zygote.run(args, cwd=tmp_path, env=env, input="in", timeout=60))
+        results.append(zygote.run(args, cwd=tmp_path, env=env, input="in", timeout=180))
     forked, execd = results
     assert (forked.returncode, forked.stdout, forked.stderr) == (
         execd.returncode, execd.stdout, execd.stderr)

@@ -41,7 +41,7 @@ STAT_KEYS = (
 
 def demo_command(redis_url: str, out: Path, *extra: str) -> list[str]:
     return [sys.executable, str(RUN_DEMO), "--workers", str(WORKERS), "--pages", str(PAGES),
-            "--redis-url", redis_url, "--out", str(out), "--timeout", "90", *extra]
+            "--redis-url", redis_url, "--out", str(out), "--timeout", "240", *extra]
 
 
 
@@ -62,7 +62,7 @@ def durable_server(server_url: str) -> Iterator[str]:
 @pytest.mark.slow
 def test_demo_crawl_fetches_every_page_exactly_once(durable_server: str, tmp_path: Path) -> None:
     """On Redis, and on Valkey (``server``)."""
-    result = run_tree(demo_command(durable_server, tmp_path), timeout=150)
+    result = run_tree(demo_command(durable_server, tmp_path), timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "pages fetched twice" in result.stdout and "Bloom filter in Redis" in result.stdout
@@ -122,7 +122,7 @@ def test_demo_fails_loudly_when_a_worker_dies(durable_redis: str, tmp_path: Path
                 os.kill(pids[-1], signal.SIGKILL)  # mid-crawl, as in a crash
                 break
             assert time.monotonic() < deadline, "the crawl never got going"
-        stdout, stderr = process.communicate(timeout=60)
+        stdout, stderr = process.communicate(timeout=180)
     finally:
         if process.poll() is None:
             process.kill()

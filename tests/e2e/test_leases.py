@@ -87,7 +87,7 @@ def bloomdupe(*args: str) -> dict[str, Any]:
     command = [str(script)] if script.exists() else [sys.executable, "-m",
                                                      "scrapy_bloomdupe.cli"]
     done = subprocess.run([*command, *args, "--json"], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=180)
     assert done.returncode == 0, f"bloomdupe {' '.join(args)}: {done.stdout}{done.stderr}"
     result: dict[str, Any] = json.loads(done.stdout)
     return result

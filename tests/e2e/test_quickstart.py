@@ -105,7 +105,7 @@ def crawl(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 
     tmp_path = tmp_path_factory.mktemp("quickstart")
     made = subprocess.run([sys.executable, "-m", "scrapy", "startproject", project[1]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert made.returncode == 0, made.stdout + made.stderr
     root = tmp_path / project[1]
     settings = root / project[1] / "settings.py"

@@ -53,7 +53,7 @@ def test_a_blocking_queue_with_idle_before_close_longer_than_the_socket_timeout(
     results = run_workers(durable_redis, site.url, tmp_path, 2,
                           "SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.FifoQueue",
                           "SCHEDULER_IDLE_BEFORE_CLOSE=10", "BLOOMDUPE_DONE_GRACE=1",
-                          timeout=60)
+                          timeout=180)
     assert_clean(results)
     for _, log in results:
         assert "is unavailable" not in log
@@ -158,7 +158,7 @@ def test_persist_set_on_the_scheduler_instance_keeps_the_filter(
              "-s", "SCHEDULER=scrapy_bloomdupe.scheduler.Scheduler",
              "-s", "BLOOMDUPE_CAPACITY=10000", "-s", "BLOOMDUPE_DONE_GRACE=0.5",
              "-s", "TELNETCONSOLE_ENABLED=False"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
         assert_clean([(result.returncode, (tmp_path / name).read_text())])
 
     crawl(True, "first.log")

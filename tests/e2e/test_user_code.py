@@ -138,7 +138,7 @@ def errors(text: str) -> list[str]:
 
 def bloomdupe(*args: str) -> dict[str, Any]:
     command = [sys.executable, "-m", "scrapy_bloomdupe.cli", *args, "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result

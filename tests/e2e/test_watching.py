@@ -121,7 +121,7 @@ def running_crawl(tmp_path: Path) -> Iterator[Crawl]:
             for worker in workers:
                 if worker.poll() is None:
                     worker.send_signal(signal.SIGTERM)
-            codes = wait_workers(workers, timeout=30)
+            codes = wait_workers(workers, timeout=120)
             exporter.terminate()
             _, err = exporter.communicate(timeout=10)
         assert codes == [0, 0], [(tmp_path / f"worker-{i}.log").read_text()[-3000:]
@@ -176,7 +176,7 @@ def test_the_exporter_the_workers_and_top_show_a_running_crawl(tmp_path: Path) -
             assert "bloomdupe_worker_redis_outage_seconds_total" in own
 
         top = bloomdupe(crawl.redis_url, "top", "--once")
-        out, err = top.communicate(timeout=30)
+        out, err = top.communicate(timeout=120)
         assert top.returncode == 0, err
         assert re.search(r"workers alive\s+2\n", out), out
         assert "Running workers (2)" in out, out
@@ -186,7 +186,7 @@ def test_the_exporter_the_workers_and_top_show_a_running_crawl(tmp_path: Path) -
         assert len(rows) == 2, out
 
         top = bloomdupe(crawl.redis_url, "top", "--once", "--json")
-        out, err = top.communicate(timeout=30)
+        out, err = top.communicate(timeout=120)
         assert top.returncode == 0, err
         data = json.loads(out)
         assert data["workers_alive"] == 2 and len(data["workers"]) == 2, data

@@ -138,7 +138,7 @@ def test_a_crawl_follows_the_master_through_a_failover(
         [sys.executable, "-m", "scrapy_bloomdupe.cli", "stats", "--spider", "site", "--json",
          "--sentinels", ",".join(sentinel.sentinel_addresses),
          "--sentinel-master", sentinel.master_name],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=180,
         env={**os.environ, "REDIS_URL": "redis:///0"})
     assert stats.returncode == 0, stats.stdout + stats.stderr
     report = json.loads(stats.stdout)

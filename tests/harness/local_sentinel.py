@@ -156,7 +156,7 @@ class LocalSentinel:
 
     # -- life -----------------------------------------------------------------------------
 
-    def start(self, timeout: float = 30.0) -> LocalSentinel:
+    def start(self, timeout: float = 120.0) -> LocalSentinel:
         try:
             for server in self.servers.values():
                 server.start()
@@ -168,7 +168,7 @@ class LocalSentinel:
             raise
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 120.0) -> None:
         """Until every sentinel knows the master, its replicas (linked) and the other
         sentinels: a failover can then be agreed on."""
         deadline = time.monotonic() + timeout

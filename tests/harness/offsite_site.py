@@ -171,7 +171,7 @@ def start_project(parent: Path, redis_url: str, *, name: str = "offsiteproj") ->
     ``ADDONS`` line, the ``pages`` spider added. The template's ``DOWNLOAD_DELAY = 1``
     is set to 0 for the crawls (``-s``), or a few pages would take a minute."""
     subprocess.run([sys.executable, "-m", "scrapy", "startproject", name], cwd=parent,
-                   check=True, capture_output=True, timeout=60)
+                   check=True, capture_output=True, timeout=180)
     path = parent / name
     settings_py = path / name / "settings.py"
     text = settings_py.read_text()

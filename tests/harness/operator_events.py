@@ -160,7 +160,7 @@ def bloomdupe_clear(url: str) -> None:
     script = Path(sys.executable).with_name("bloomdupe")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "scrapy_bloomdupe.cli"]
     done = subprocess.run([*command, "clear", "--key", KEY, "--yes"], capture_output=True,
-                          text=True, timeout=60, env={"REDIS_URL": url, "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=180, env={"REDIS_URL": url, "PATH": "/usr/bin:/bin"})
     if done.returncode not in (0, 1):  # 1: nothing left to clear
         raise RuntimeError(f"bloomdupe clear: {done.stdout}{done.stderr}")
 
@@ -251,7 +251,7 @@ def run_row(name: str, out: Path) -> Row:
         at_start = name.startswith("acl-lacking") or name.endswith("-at-start")
         if at_start:
             event.act(lab)
-            row.phases.append(finish(lab.workers(1), timeout=60))
+            row.phases.append(finish(lab.workers(1), timeout=180))
             row.fetched_first = lab.fetched()
             if event.acl:
                 lab.set_acl(ACL_COMMANDS)

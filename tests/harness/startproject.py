@@ -150,7 +150,7 @@ def start_project(parent: Path, redis_url: str, *, name: str = "firstday",
     ``CONCURRENT_REQUESTS_PER_DOMAIN = 1``, ``DOWNLOAD_DELAY = 1``)."""
     root = parent / name
     made = zygote.run([sys.executable, "-m", "scrapy", "startproject", name, str(root)],
-                      cwd=parent, env=_env(), timeout=60)
+                      cwd=parent, env=_env(), timeout=180)
     assert made.returncode == 0, made.stdout + made.stderr
     project = Project(root, name)
     text = project.settings_text()
