@@ -10,7 +10,9 @@ pyproject.toml), also in the worker processes the tests spawn (they inherit
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -19,12 +21,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import redis
 from harness import zygote
 from harness.local_cluster import LocalCluster
+from harness.reactor_ticks import longest_gap
 from racing import BARRIER_TIMEOUT as BARRIER_TIMEOUT  # the tests' own, re-exported
 from racing import fp as fp
 from racing import fps as fps
@@ -46,6 +49,7 @@ from scrapy_bloomdupe.testing import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_PROJECT = ROOT / "example_project"
+HARNESS = Path(__file__).resolve().parent / "harness"
 RUN_DEMO = EXAMPLE_PROJECT / "run_demo.py"
 
 #: A failover case CI leaves out (each mode, engine and event runs once there); with
@@ -563,16 +567,30 @@ def waiting_entries(client: Any, tag: str) -> list[bytes]:
     return found
 
 
+class Freeze(NamedTuple):
+    """What :func:`crawl_through_a_freeze` saw."""
+    during: int  #: pages fetched while Redis was frozen
+    total: list[int]  #: each page's fetches over the whole crawl
+    longest_gap: float  #: seconds, the longest any worker's reactor did not turn in it
+
+
 def crawl_through_a_freeze(site: Any, logs: Path, *settings: str, workers: int = 2,
-                           after: int = 20, freeze: float = 5.0) -> tuple[int, list[int]]:
+                           after: int = 20, freeze: float = 5.0) -> Freeze:
     """``workers`` workers of the example project crawl ``site`` on a Redis of their own,
     which is frozen (SIGSTOP) for ``freeze`` seconds once ``after`` pages were fetched,
-    then let go (SIGCONT). Checks that each worker exits 0 with no error in its log; the
-    pages fetched during the freeze, and each page's fetches over the whole crawl."""
+    then let go (SIGCONT). Checks that each worker exits 0 with no error in its log.
+    Each worker runs :class:`harness.reactor_ticks.Ticks` beside the project's
+    extensions."""
+    ticks = logs / "ticks"
+    ticks.mkdir()
+    extensions = runpy.run_path(str(EXAMPLE_PROJECT / "demo" / "settings.py"))["EXTENSIONS"]
+    extensions = json.dumps({**extensions, "reactor_ticks.Ticks": 0})
     with RedisServer() as server:
         assert server.process is not None
         processes = start_workers(server.url, site.url, logs, workers, *settings,
-                                  "BLOOMDUPE_DONE_GRACE=1")
+                                  "BLOOMDUPE_DONE_GRACE=1", f"EXTENSIONS={extensions}",
+                                  env={"PYTHONPATH": str(HARNESS),
+                                       "REACTOR_TICKS_DIR": str(ticks)})
         fetched = [0] * len(site.fetches)
         try:
             deadline = time.monotonic() + 60
@@ -581,11 +599,13 @@ def crawl_through_a_freeze(site: Any, logs: Path, *settings: str, workers: int =
                 fetched = [a + b for a, b in zip(fetched, take_fetches(site), strict=True)]
             assert sum(fetched) >= after, "the crawl did not start"
             os.kill(server.process.pid, signal.SIGSTOP)
+            frozen = time.monotonic()
             try:
                 time.sleep(freeze)
                 during = take_fetches(site)
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)
+                thawed = time.monotonic()
         finally:
             codes = wait_workers(processes, timeout=120)
         for i, code in enumerate(codes):
@@ -594,7 +614,7 @@ def crawl_through_a_freeze(site: Any, logs: Path, *settings: str, workers: int =
             for bad in ("Traceback", "] ERROR:", "] CRITICAL:"):
                 assert bad not in log, log[-3000:]
         total = [a + b + c for a, b, c in zip(fetched, during, take_fetches(site), strict=True)]
-    return sum(during), total
+    return Freeze(sum(during), total, longest_gap(ticks, frozen, thawed))
 
 
 def in_job(jobs: Any, fn: Any) -> Any:
