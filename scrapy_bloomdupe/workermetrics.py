@@ -109,6 +109,10 @@ class WorkerMetrics:
         self._writing = False
         #: Whether the crawl closed here (spider_closed): no job writes after that.
         self.closed = False
+        #: Whether this worker left the crawl (its scheduler's closing job ran
+        #: :meth:`write_last`): a write job in line after that one would put its live
+        #: line back once spider_closed has removed it (its jobs run in order).
+        self.left = False
 
     @classmethod
     @connection.fails_the_crawl
@@ -170,6 +174,7 @@ class WorkerMetrics:
     def write_last(self) -> None:
         """This worker's last counters, in the scheduler's closing job (on its link),
         before it leaves the crawl; :meth:`spider_closed` then has none left to add."""
+        self.left = True
         df = scheduler.dupefilter_for(self.crawler)
         if self.client is None or self._writing or df is None:
             return
@@ -258,7 +263,7 @@ class WorkerMetrics:
         """A write's job: nothing once this worker has closed (a job that waited for the
         runner would write its live line again after :meth:`spider_closed` removed it);
         a write that was on its way when it closed removes the line again."""
-        if self.closed:
+        if self.closed or self.left:
             return [], None
         answer = self._send(client, now, figures, prune)
         if self.closed:
