@@ -155,7 +155,7 @@ def test_bloomdupe_metrics_serves_until_stopped(redis_url: str) -> None:
          "--spider", "one", "--spider", "two", "--port", str(port), "--host", "127.0.0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:

@@ -186,7 +186,7 @@ def test_a_forked_scrapy_process_is_what_an_execd_one_is(
         child = zygote.popen(args, cwd=tmp_path, env={**env, "PROBE": "sleep"},
                              stdout=out, stderr=subprocess.STDOUT)
         assert isinstance(child, zygote.Forked)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while b"to stderr" not in (tmp_path / "out").read_bytes():
             assert time.monotonic() < deadline and child.poll() is None
             time.sleep(0.05)

@@ -225,7 +225,7 @@ def test_an_overridden_request_fingerprint_is_honoured(
          *(a for s in settings for a in ("-s", s))],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for i in range(2)]
-    codes = wait_workers(processes, 90)
+    codes = wait_workers(processes, 180)
     results = [(code, (tmp_path / f"worker-{i}.log").read_text())
                for i, code in enumerate(codes)]
     assert_clean(results)

@@ -373,7 +373,7 @@ def test_a_spider_kept_open_keeps_the_shared_state_when_stopped_mid_crawl(
                 time.sleep(0.1)
             for worker in workers:
                 worker.send_signal(signal.SIGINT)  # Ctrl-C, mid-crawl
-            codes = wait_workers(workers, 60)
+            codes = wait_workers(workers, 180)
         finally:
             wait_workers(workers, 0)
         first = [log(tmp_path, i) for i in range(2)]
@@ -422,7 +422,7 @@ def test_a_worker_paused_past_the_end_of_a_cleared_crawl_exits_0(
             other.wait(120)  # finishes the crawl alone, and clears it (the last one)
             time.sleep(1)
             paused.send_signal(signal.SIGCONT)
-            codes = wait_workers(workers, 60)
+            codes = wait_workers(workers, 180)
         finally:
             if paused.poll() is None:
                 paused.send_signal(signal.SIGCONT)
