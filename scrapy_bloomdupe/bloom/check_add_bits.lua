@@ -91,6 +91,7 @@ local function release()
 end
 
 -- #include op_log.lua (a retry's recorded answer; answer(reply))
+-- #include all_set.lua (all_set(bits): every bit of an item set)
 
 if token ~= '' and #held == 0 then return -1 end
 
@@ -184,13 +185,7 @@ for s = 1, S do
         local k = ks[g]
         for i = 0, k - 1 do get[3 * i + 3] = ARGV[at + i] end
         at = at + k
-        found = true
-        for _, bit in ipairs(redis.call('BITFIELD_RO', key(s, 3 + g), unpack(get, 1, 3 * k))) do
-          if bit == 0 then
-            found = false
-            break
-          end
-        end
+        found = all_set(redis.call('BITFIELD_RO', key(s, 3 + g), unpack(get, 1, 3 * k)))
         if found then break end
       end
       local new = again and '1' or '0'

@@ -56,6 +56,7 @@
 
 -- #include shard_lock.lua (token, held, release)
 -- #include op_log.lua (a retry's recorded answer; answer(reply))
+-- #include all_set.lua (all_set(bits): every bit of an item set)
 
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
 if token ~= '' and not held then return -1 end
@@ -116,23 +117,11 @@ for j = 1, n do
     local g = mine - 1
     if not (forgot and redis.call('SREM', KEYS[4], ARGV[at]) == 1) then
       for _, gen in ipairs(older) do
-        found = true
-        for _, bit in ipairs(bits('BITFIELD_RO', gen[1], gen[2], at + offset_at[gen[2]])) do
-          if bit == 0 then
-            found = false
-            break
-          end
-        end
+        found = all_set(bits('BITFIELD_RO', gen[1], gen[2], at + offset_at[gen[2]]))
         if found then break end
       end
       if not found then
-        found = true
-        for _, bit in ipairs(bits('BITFIELD', newest, g, at + offset_at[g])) do
-          if bit == 0 then
-            found = false
-            break
-          end
-        end
+        found = all_set(bits('BITFIELD', newest, g, at + offset_at[g]))
       end
     else
       bits('BITFIELD', newest, g, at + offset_at[g])
