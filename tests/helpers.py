@@ -593,7 +593,7 @@ def crawl_through_a_freeze(site: Any, logs: Path, *settings: str, workers: int =
                                        "REACTOR_TICKS_DIR": str(ticks)})
         fetched = [0] * len(site.fetches)
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180
             while sum(fetched) < after and time.monotonic() < deadline:
                 time.sleep(0.02)
                 fetched = [a + b for a, b in zip(fetched, take_fetches(site), strict=True)]

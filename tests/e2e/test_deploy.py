@@ -132,7 +132,7 @@ def test_entries_a_deploy_made_undecodable_are_retired_and_the_crawl_ends(
         before = spider(tmp_path, "before", "parse_item", ["parse_item"])
         workers = start_runspider(before, tmp_path, 2, values)
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180
             while sum(site.fetches) < PAGES // 3 and time.monotonic() < deadline:
                 time.sleep(0.05)
             for worker in workers:
