@@ -109,13 +109,16 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.jobs = RedisJobs(self.health)
         #: The requests that wait for Redis's answer meanwhile.
         self.waiting = Waiting(self.jobs, self._check_in_job, crawler=crawler,
-                               mark=self._mark, duplicate=self._duplicate)
+                               mark=self._mark, duplicate=self._duplicate,
+                               readmit=self._readmit)
         self.crawl_stats = crawl_stats
         self.stats_interval = stats_interval
         self.crawler = crawler
         self.logdupes = True
         #: Set by :meth:`close`: the filter is closed (and maybe deleted), write no more.
         self.closed = False
+        #: Set by :meth:`close_now` when it deleted the filter.
+        self.cleared = False
         self._warned_full = False
         #: The ``bloomdupe/*`` figures last copied into Scrapy's stats: what the log
         #: lines show, never read back from the stats (scrapy-redis's
@@ -271,6 +274,12 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         new = self.bloom.add_many(fps)
         self._maybe_flush()
         return new
+
+    def _readmit(self, fps: list[bytes]) -> None:
+        """Items this worker added but could not queue (answered once the crawl had
+        closed): re-admitted, unless the filter is gone (cleared at the crawl's end)."""
+        if not self.cleared:
+            self.bloom.readmit(fps)
 
     @staticmethod
     def _mark(request: Request, fp: bytes) -> None:
@@ -582,6 +591,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                  "fill": 100 * get("bloomdupe/fill_ratio", 0.0),
                  "fpr": get("bloomdupe/estimated_false_positive_rate", 0.0)},
             )
+        self.cleared = bool(clear)
         if clear:
             try:
                 self._clear_finished(ended)

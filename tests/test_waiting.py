@@ -15,6 +15,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Request
 from scrapy.utils.misc import build_from_crawler
 
+from scrapy_bloomdupe import keys
 from scrapy_bloomdupe.dupefilter import CLOSE_REASON, RedisBloomDupeFilter
 from scrapy_bloomdupe.testing import RedisServer
 
@@ -61,6 +62,30 @@ def test_request_seen_holds_a_request_until_redis_answers(redis_url: str) -> Non
     assert df.stats.get_value("dupefilter/filtered") == 1
     df.waiting.spider_idle()
     df.bloom.close()
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_a_request_redis_takes_as_new_after_the_crawl_closed_is_re_admitted(
+        redis_url: str, persist: bool) -> None:
+    """Held when the crawl closes (Ctrl-C, a CLOSESPIDER_* limit), answered new after:
+    Scrapy's scheduler is closed and it is not queued, so the filter re-admits it (as
+    ``bloomdupe forget`` does): the next crawl's check answers it new, once. Without
+    SCHEDULER_PERSIST the filter is deleted at the close: nothing is written back."""
+    df, held, engine = crawling(redis_url, SCHEDULER_PERSIST=persist)
+    late = Request("http://a.example/late")
+    fp = df.fingerprinter.fingerprint(late)
+    assert df.request_seen(late)  # held
+    closing = df.close("shutdown")
+    assert held.run_held() == 2  # its check, then the close: Redis answers new
+    assert closing is not None and engine.crawled == []
+    assert df.waiting.too_late == 1
+    assert held.run_held() == 1  # the re-admission, after the close
+    client = df.bloom.client
+    if persist:
+        assert df.bloom.add_many([fp]) == [True]  # the next check answers it new, once
+        assert df.bloom.add_many([fp]) == [False]
+    else:  # but the mark of a closed crawl (a worker paused past it reads it)
+        assert client.keys("*") == [keys.finished(df.bloom.key).encode()]
 
 
 def test_past_the_bound_the_engine_pauses_until_redis_answers(redis_url: str) -> None:

@@ -130,6 +130,21 @@ class Forgetting:
             time.sleep(left)
         return sum(int(n) for n in added)
 
+    def readmit(self, fingerprints: Sequence[bytes]) -> None:
+        """:meth:`forget_many`'s writes, without its wait: for items this worker added but
+        could not queue (its crawl had closed). Nobody waits on the re-admission: a
+        later check of an item answers it new, once, on any worker whose local cache
+        does not answer for it (each drops its cache within :data:`FORGET_SETTLE`)."""
+        shards = self.sizing.shards
+        commands: list[tuple[Any, ...]] = []
+        for fp in dict.fromkeys(fingerprints):
+            h1, h2 = hashing.halves(fp, self.seed)
+            commands.append(("SADD", keys.forgotten(self.key, hashing.shard_of(h1, shards)),
+                             hashing.keyed_item(h1, h2)))
+        commands.append(("INCR", keys.forgets(self.key)))
+        self.link.calls(commands)
+        self.cache.clear()
+
     def _write_forget(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Send a forget's writes (``SADD`` s, then the counter's ``INCR``), per master;
         where that master has replicas, followed by ``WAIT 1`` on the same connection:

@@ -52,16 +52,18 @@ class Waiting:
 
     def __init__(self, jobs: RedisJobs, check: Callable[[list[bytes]], list[bool]], *,
                  crawler: Crawler | None, mark: Callable[[Request, bytes], None],
-                 duplicate: Callable[[Request], None], limit: int = MAX_WAITING) -> None:
+                 duplicate: Callable[[Request], None],
+                 readmit: Callable[[list[bytes]], None], limit: int = MAX_WAITING) -> None:
         self.jobs, self._check, self._crawler = jobs, check, crawler
         self._mark, self._duplicate, self.limit = mark, duplicate, limit
+        self._readmit = readmit
         #: The asks gathered for the next job: fingerprints and the Deferred answered.
         self._asks: list[Ask] = []
         self._asked = False
         #: Requests held by request_seen until Redis answers (by id).
         self.held: dict[int, Request] = {}
         self._paused = False
-        #: Requests Redis answered new once the crawl had closed: not queued.
+        #: Requests Redis answered new once the crawl had closed: not queued, re-admitted.
         self.too_late = 0
         self.closed = False
 
@@ -133,11 +135,19 @@ class Waiting:
             self._engine().unpause()
         if not new[0]:
             self._duplicate(request)
-        elif self.closed:  # Scrapy's scheduler is closed
+        elif self.closed:  # Scrapy's scheduler is closed: the next check answers it new
             self.too_late += 1
+            self.jobs.run(lambda: self._readmit([fp]), after_stop=True).addErrback(
+                self._not_readmitted, request)
         else:
             self._mark(request, fp)
             self._engine().crawl(request)
+
+    @staticmethod
+    def _not_readmitted(failure: Failure, request: Request) -> None:
+        logger.error("Could not re-admit %s, which Redis took as new after the crawl had "
+                     "closed: %s. A later crawl of this filter skips it; `bloomdupe forget "
+                     "%s` re-admits it", request, failure.value, request.url)
 
     def _stopped(self, failure: Failure, request: Request) -> None:
         self.held.pop(id(request), None)
@@ -156,8 +166,9 @@ class Waiting:
         self.closed = True
         if self.held:
             logger.warning("%d request(s) waited for Redis's answer when the crawl closed: "
-                           "they are not queued (a JOBDIR crawl resumed later does not "
-                           "fetch those that Redis takes as new)", len(self.held))
+                           "they are not queued; those Redis takes as new are re-admitted "
+                           "(the filter's next check of each answers it new)",
+                           len(self.held))
 
     def _engine(self) -> ExecutionEngine:
         """The crawl's engine: a request is held only during a crawl."""
