@@ -276,8 +276,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return new
 
     def _readmit(self, fps: list[bytes]) -> None:
-        """Items this worker added but could not queue (answered once the crawl had
-        closed): re-admitted, unless the filter is gone (cleared at the crawl's end)."""
+        """Items added once the crawl had closed (not queued): re-admitted, if kept."""
         if not self.cleared:
             self.bloom.readmit(fps)
 
