@@ -113,17 +113,7 @@ class Forgetting:
         :data:`FORGET_SETTLE` seconds after raising the counter, when no worker's cache
         can answer for these items any more (see the module's docstring), then returns
         how many were not already waiting to be re-admitted."""
-        shards = self.sizing.shards
-        by_shard: dict[int, list[bytes]] = {}
-        for fp in dict.fromkeys(fingerprints):
-            h1, h2 = hashing.halves(fp, self.seed)
-            by_shard.setdefault(hashing.shard_of(h1, shards), []).append(
-                hashing.keyed_item(h1, h2))
-        commands: list[tuple[Any, ...]] = [
-            ("SADD", keys.forgotten(self.key, shard), *members)
-            for shard, members in sorted(by_shard.items())]
-        commands.append(("INCR", keys.forgets(self.key)))
-        added = self._write_forget(commands)
+        added = self._write_forget(self._forget_commands(fingerprints))
         settled = time.monotonic() + FORGET_SETTLE
         self.cache.clear()
         while (left := settled - time.monotonic()) > 0:
@@ -135,15 +125,23 @@ class Forgetting:
         could not queue (its crawl had closed). Nobody waits on the re-admission: a
         later check of an item answers it new, once, on any worker whose local cache
         does not answer for it (each drops its cache within :data:`FORGET_SETTLE`)."""
+        self.link.calls(self._forget_commands(fingerprints))
+        self.cache.clear()
+
+    def _forget_commands(self, fingerprints: Sequence[bytes]) -> list[tuple[Any, ...]]:
+        """A forget's writes: each item's keyed hash into its shard's forgotten set (a
+        ``SADD`` a shard), then the forget counter's ``INCR``."""
         shards = self.sizing.shards
-        commands: list[tuple[Any, ...]] = []
+        by_shard: dict[int, list[bytes]] = {}
         for fp in dict.fromkeys(fingerprints):
             h1, h2 = hashing.halves(fp, self.seed)
-            commands.append(("SADD", keys.forgotten(self.key, hashing.shard_of(h1, shards)),
-                             hashing.keyed_item(h1, h2)))
+            by_shard.setdefault(hashing.shard_of(h1, shards), []).append(
+                hashing.keyed_item(h1, h2))
+        commands: list[tuple[Any, ...]] = [
+            ("SADD", keys.forgotten(self.key, shard), *members)
+            for shard, members in sorted(by_shard.items())]
         commands.append(("INCR", keys.forgets(self.key)))
-        self.link.calls(commands)
-        self.cache.clear()
+        return commands
 
     def _write_forget(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Send a forget's writes (``SADD`` s, then the counter's ``INCR``), per master;
