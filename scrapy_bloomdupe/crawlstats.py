@@ -70,8 +70,7 @@ class CrawlStats:
         self.worker_id = worker_id or this_worker()
         self.started = time.time()
         self._flushed: dict[str, int] = dict.fromkeys(COUNTERS, 0)
-        #: The master's epoch (Sentinel) at the last flush; None before the first.
-        self._epoch: int | None = None
+        self._failovers = Failovers()
 
     def flush(self, counters: dict[str, int], closed: str | None = None) -> dict[str, int]:
         """Add what grew since the last flush (after a failover, since the last flush the
@@ -79,17 +78,16 @@ class CrawlStats:
         line = {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
                 "last_seen": time.time(), "closed": closed,
                 **{name: counters.get(name, 0) for name in COUNTERS}}
-        epoch = master_epoch(self.client.client if isinstance(self.client, Link)
-                             else self.client)
+        failover = self._failovers.since_last(self.client)
         with link_to(self.client) as link:
-            if self._epoch is not None and epoch != self._epoch:
-                recorded = self._recorded(link)
+            if failover:
+                recorded = {**dict.fromkeys(COUNTERS, 0), **_counters(
+                    link.call("HGET", keys.workers(self.key), self.worker_id), COUNTERS)}
                 if recorded != self._flushed:
                     logger.info("Crawl stats: the new Redis master lacks this worker's last "
                                 "flush (%s new of %s); adding it again",
                                 self._flushed["new"] - recorded["new"], self._flushed["new"])
                 self._flushed = recorded
-            self._epoch = epoch
             deltas = {name: counters.get(name, 0) - self._flushed[name] for name in COUNTERS}
             replies = link.calls([
                 *(("HINCRBY", keys.stats(self.key), name, deltas[name]) for name in COUNTERS),
@@ -97,12 +95,27 @@ class CrawlStats:
         self._flushed = {name: counters.get(name, 0) for name in COUNTERS}
         return {name: int(total) for name, total in zip(COUNTERS, replies, strict=False)}
 
-    def _recorded(self, link: Link) -> dict[str, int]:
-        """This worker's counters as the master's ``K:workers`` line has them (what its
-        flushes that reached this master added); zeros without a line."""
-        found = link.call("HGET", keys.workers(self.key), self.worker_id)
-        line = json.loads(found) if found else {}
-        return {name: int(line.get(name, 0)) for name in COUNTERS}
+
+class Failovers:
+    """Whether the master changed (a Sentinel failover) since the last look: then a
+    worker reads its own line back from the new master (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        #: The master's epoch at the last look; None before the first.
+        self._epoch: int | None = None
+
+    def since_last(self, client: Redis | RedisCluster | Link) -> bool:
+        epoch = master_epoch(client.client if isinstance(client, Link) else client)
+        changed = self._epoch is not None and epoch != self._epoch
+        self._epoch = epoch
+        return changed
+
+
+def _counters(found: Any, names: tuple[str, ...]) -> dict[str, int]:
+    """The counters ``names`` in a worker's JSON line (``found``; None: no line), as that
+    master has them: what this worker's writes that reached it added."""
+    line = json.loads(found) if found else {}
+    return {name: int(line[name]) for name in names if name in line}
 
 
 def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
@@ -151,12 +164,10 @@ def write_live(client: Redis | RedisCluster | Link, key: str, worker: str,
 
 def recorded_live(client: Redis | RedisCluster | Link, key: str, worker: str
                   ) -> dict[str, int]:
-    """``worker``'s :data:`LIVE_COUNTERS` as its line on this master has them (what its
-    writes that reached it added); none if its line has expired (nothing is re-added)."""
+    """``worker``'s :data:`LIVE_COUNTERS` as its line on this master has them; none if its
+    line has expired (nothing is re-added)."""
     with link_to(client) as link:
-        found = link.call("GET", keys.live_worker(key, worker))
-    line = json.loads(found) if found else {}
-    return {name: int(line[name]) for name in LIVE_COUNTERS if name in line}
+        return _counters(link.call("GET", keys.live_worker(key, worker)), LIVE_COUNTERS)
 
 
 def forget_live(client: Redis | RedisCluster | Link, key: str, worker: str) -> None:

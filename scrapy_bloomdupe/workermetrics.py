@@ -31,8 +31,6 @@ from scrapy.utils.asyncio import AsyncioLoopingCall, create_looping_call
 from . import connection, crawlstats, keys, prometheus, scheduler
 from .exceptions import ConfigError
 from .settings import BloomDupeConfig, MetricsConfig
-from .transport.link import Link
-from .transport.sentinel import master_epoch
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -44,6 +42,8 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from twisted.internet.task import LoopingCall
     from typing_extensions import Self
+
+    from .transport.link import Link
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,7 @@ class WorkerMetrics:
         #: :meth:`write_last`): a write job in line after that one would put its live
         #: line back once spider_closed has removed it (its jobs run in order).
         self.left = False
-        #: The master's epoch (Sentinel) at the last write; None before the first.
-        self._epoch: int | None = None
+        self._failovers = crawlstats.Failovers()
 
     @classmethod
     @connection.fails_the_crawl
@@ -279,13 +278,10 @@ class WorkerMetrics:
         line = {"host": socket.gethostname(), "pid": os.getpid(), "spider": self._spider_name(),
                 "pages_per_second": round(rate, 3), **figures}
         try:
-            epoch = master_epoch(client.client if isinstance(client, Link) else client)
-            if self._epoch is not None and epoch != self._epoch:
-                # A failover since the last write: what of this worker's counters the new
-                # master holds (its line, written after them), lest a write the failover
-                # lost be missing for good (see crawlstats).
+            if self._failovers.since_last(client):
+                # What of this worker's counters the new master holds (its line, written
+                # after them), lest a write the failover lost be missing for good.
                 self._added.update(crawlstats.recorded_live(client, self.key, self.worker))
-            self._epoch = epoch
             deltas = {name: figures[name] - self._added[name]
                       for name in crawlstats.LIVE_COUNTERS}
             return crawlstats.write_live(client, self.key, self.worker, line, deltas,
