@@ -7,9 +7,11 @@ test runs them; a real redis-server."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
+import redis
 from helpers import Engine, HeldRunner, crawler_for, run_python
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Request
@@ -86,6 +88,27 @@ def test_a_request_redis_takes_as_new_after_the_crawl_closed_is_re_admitted(
         assert df.bloom.add_many([fp]) == [False]
     else:  # but the mark of a closed crawl (a worker paused past it reads it)
         assert client.keys("*") == [keys.finished(df.bloom.key).encode()]
+
+
+def test_a_re_admission_the_acl_refuses_is_one_error_naming_the_forget_to_run(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The least-privilege ACL of docs/security.md lacks ``+sadd +incr``: the request is
+    not re-admitted, and one ERROR names it and the ``bloomdupe forget`` that does."""
+    with RedisServer() as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.acl_setuser("crawler", enabled=True, passwords=["+pw"], keys=["*"],
+                          commands=["+@all", "-sadd"])
+        df, held, _ = crawling(server.url.replace("redis://", "redis://crawler:pw@"),
+                                    SCHEDULER_PERSIST=True)
+        late = Request("http://a.example/late")
+        assert df.request_seen(late)
+        df.close("shutdown")
+        held.run_held()
+        with caplog.at_level(logging.ERROR, logger="scrapy_bloomdupe.scheduling.waiting"):
+            assert held.run_held() == 1
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and "bloomdupe forget http://a.example/late" in errors[0]
+        admin.close()
 
 
 def test_past_the_bound_the_engine_pauses_until_redis_answers(redis_url: str) -> None:
