@@ -285,8 +285,12 @@ class Zygote:
                 for fd in to_close:
                     os.close(fd)
             try:
-                pid = self.pids.get(timeout=30)
+                pid = self.pids.get(timeout=180)  # a guard: a loaded CI took over 30 s
             except queue.Empty:
+                # Its late answer would be taken as the next spawn's PID (ciI's floor lane:
+                # 7 commands got another's result): the next spawn gets a fresh zygote.
+                self.process.kill()
+                self.process.wait()
                 raise RuntimeError(f"zygote: no answer to {args!r}") from None
         child = Forked(args, pid, keep[0], keep[1])
         with self.lock:
