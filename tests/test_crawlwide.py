@@ -63,6 +63,29 @@ def test_a_slot_at_its_limit_is_not_walked_past_and_an_ack_gives_room_back(
     assert status(client, TAG, 1) == (1, 2)
 
 
+def test_a_pop_takes_its_share_of_the_slots_due_and_the_other_workers_the_rest(
+        client: redis.Redis) -> None:
+    """With two workers on the crawl, a pop takes from half the slots due (rounded up):
+    one worker taking every slot's room would parse every page while the other waits.
+    Stopped by its share, it says no slot is due (its next pop waits for an ack or the
+    slot poll); the next pops take the rest, each its share of what is due then. Alone,
+    a worker takes them all."""
+    alone = crawlwide(client)
+    alone.push_many([Request(f"https://h{j}.test/0") for j in range(4)])
+    assert len(alone.pop_leases(10)) == 4  # its own the only heartbeat: every slot
+    alone.close()
+    client.flushdb()
+    a, b = crawlwide(client), crawlwide(client)
+    assert b.pop_leases(10) == []  # b is on the crawl (the owners' heartbeats)
+    a.push_many([Request(f"https://h{j}.test/0") for j in range(4)])
+    first = urls(a.pop_leases(10))
+    assert len(first) == 2 and a.next_due is None and a.slots_waiting
+    second = urls(b.pop_leases(10))  # 2 due now: its share is 1
+    third = urls(a.pop_leases(10))
+    assert (len(second), len(third)) == (1, 1)
+    assert sorted(first + second + third) == [f"https://h{j}.test/0" for j in range(4)]
+
+
 def test_priorities_hold_within_a_slot(client: redis.Redis) -> None:
     q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
     q.push_many([Request("https://one.test/low", priority=-1),

@@ -36,7 +36,8 @@
 -- workers no longer race for the same moment (the caller hands a lease out at
 -- its start).
 -- Keys touched beyond KEYS: the slots' hashes and lists (the shard's hash tag).
--- Returns {now, when the next slot may go (-1: none ready), field, value, ...};
+-- Returns {now, when the next slot may go (-1: none ready, or this pop took its
+-- share), field, value, ...};
 -- a pop that already ran (a retry after a lost reply) returns the same leases
 -- again and takes nothing.
 
@@ -95,6 +96,16 @@ local jitters = {}
 for a = 8, #ARGV - 1, 2 do jitters[ARGV[a]] = tonumber(ARGV[a + 1]) end
 local jitter = tonumber(ARGV[5]) or 0
 
+-- A fair share: this pop takes from at most its share of the slots due, split
+-- among the shard's owners (the dead among them until reaped), so that one worker
+-- does not take every slot's room and with it every page's parsing while the
+-- others wait for room. What its own acks free it takes back with its next pop;
+-- the rest goes to the other workers' pops. When the share stopped it, it says no
+-- slot is due (-1): its next pop waits for an ack or the slot poll.
+local share = math.ceil(redis.call('ZCOUNT', KEYS[1], '-inf', horizon)
+                        / math.max(1, redis.call('ZCARD', KEYS[3])))
+local slots, capped = 0, false
+
 -- Park and Miller's generator, a few steps in so that close seeds draw apart.
 local x = (tonumber(ARGV[6]) % 2147483646) + 1
 for _ = 1, 4 do x = (x * 16807) % 2147483647 end
@@ -103,6 +114,11 @@ local leased, back, gone = {}, {}, {}
 local j = 0
 for _, name in ipairs(due) do
   if j >= count then break end
+  if slots >= share then
+    capped = true
+    break
+  end
+  slots = slots + 1
   local h = prefix .. name
   local s = load(h)
   local flight, conc, delay = tonumber(s.flight), tonumber(s.conc), tonumber(s.delay)
@@ -166,5 +182,5 @@ if j > 0 then
 end
 chunked('ZADD', KEYS[1], back)
 chunked('ZREM', KEYS[1], gone)
-out[2] = next_due()
+out[2] = capped and -1 or next_due()
 return out

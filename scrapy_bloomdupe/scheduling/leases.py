@@ -52,6 +52,9 @@ T = TypeVar("T")
 #: engine (see :meth:`Leases.wake_engine`): already in this worker's buffer.
 WAKE_META = "_bloomdupe_wake"
 #: Longest time an ack waits for a round trip to ride on before it is sent alone (s).
+#: Crawl-wide politeness sends it at once (the acks of one turn of the reactor
+#: together): a slot's room comes back only with the ack, and the ack's pop takes it
+#: (with 50 ms, a page's slot stood idle 50 ms more; docs/politeness.md).
 ACK_DELAY = 0.05
 #: Crawl-wide politeness: how soon a worker asks again when requests wait in download
 #: slots that are all at their limit, in seconds (and up to as much again, at random,
@@ -519,7 +522,8 @@ class Leases:
         """Sent with the next round trip, or after ACK_DELAY at the latest: a worker
         killed meanwhile has only what it holds, and these few, fetched again."""
         if self._ack_call is None and self._engine() is not None:
-            self._ack_call = self._later(ACK_DELAY, self._send_acks)
+            self._ack_call = self._later(0.0 if self._crawl_wide else ACK_DELAY,
+                                         self._send_acks)
 
     def send_acks_now(self) -> None:
         """The pending acks, without waiting for ACK_DELAY; not while a send is on its
