@@ -145,10 +145,26 @@ def test_the_retire_script_records_an_entry_once(client: redis.Redis) -> None:
     args = [100, "lease", "me:1.0", "u1", "GET", "why", 0, b"x",
             "queued", b"y", "u2", "", "why", 3, b"y"]
     lists = [keys.leases(TAG, 0), keys.queue(TAG, 0), keys.failed(TAG)]
-    assert script(keys=lists, args=args) == 2
-    assert script(keys=lists, args=args) == 0
+    assert script(keys=lists, args=args) == [1, 1]
+    assert script(keys=lists, args=args) == [0, 0]
     assert sorted(records(client)) == ["u1", "u2"]
     assert not client.exists(keys.leases(TAG, 0), keys.queue(TAG, 0))
+
+
+def test_two_workers_that_meet_one_entry_count_and_log_it_once(client: redis.Redis) -> None:
+    """Two workers that decode the same queued entry (both sorting one intake at once:
+    test_deploy counted 38 for 37 entries once) retire it once: only the one whose
+    call removed it counts and logs it."""
+    members = bad_entries()
+    queue_raw(client, {"json": members["json"]})
+    first, second = queue(client), queue(client)
+    error = ValueError("not a request")
+    bad: list[entry.Bad] = [(members["json"], 0, members["json"], error)]
+    first._retire(0, "queued", bad)
+    second._retire(0, "queued", bad)
+    assert [r.url for r in first.take_retired()] == [JSON_URL]
+    assert second.take_retired() == []
+    assert list(records(client)) == [JSON_URL]
 
 
 def test_requeued_once_the_callback_is_restored_it_is_fetched(client: redis.Redis) -> None:

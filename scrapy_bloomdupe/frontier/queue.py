@@ -399,15 +399,15 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
             return retired
 
     def _retire(self, shard: int, where: str, bad: Sequence[Bad]) -> None:
-        """Retire entries that cannot be decoded (see :mod:`.undecodable`)."""
+        """Retire entries that cannot be decoded (:mod:`.undecodable`)."""
+        same_slot = self.shards == 1 or shard == 0
         retired, round_trips = undecodable.retire_round_trips(
-            serializer=self.serializer, tag=self.tag, shard=shard,
-            same_slot=self.shards == 1 or shard == 0, script=self._scripts["retire"].sha,
-            limit=self.failed_limit, where=where, bad=bad)
-        for commands in round_trips:
-            self._execute(commands, acks=False)
+            serializer=self.serializer, tag=self.tag, shard=shard, same_slot=same_slot,
+            script=self._scripts["retire"].sha, limit=self.failed_limit, where=where, bad=bad)
+        replies = [self._execute(commands, acks=False) for commands in round_trips]
+        ours = replies[0][0] if same_slot else [1] * len(retired)  # retire.lua's: 1 if it did
         with self._acks_lock:
-            self._retired.extend(retired)
+            self._retired.extend(r for r, retiring in zip(retired, ours, strict=True) if retiring)
 
     def status(self) -> tuple[int, int]:
         return status(self.link, self.tag, self.shards)  # (waiting, leased), every shard

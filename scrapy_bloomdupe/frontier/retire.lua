@@ -13,9 +13,11 @@
 --
 -- An entry is recorded only if this call removed it: a retry after a lost reply, or
 -- an entry another worker took or retired meanwhile, records nothing again.
--- Returns how many entries it retired.
+-- Returns, an entry, 1 if this call retired it, else 0 (the caller counts and logs
+-- only those: two workers that met one entry, say in an intake both sorted, count it
+-- once).
 
-local retired = 0
+local retired = {}
 for i = 2, #ARGV, 7 do
   local removed
   if ARGV[i] == 'lease' then
@@ -27,7 +29,7 @@ for i = 2, #ARGV, 7 do
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'url', ARGV[i + 2],
                'method', ARGV[i + 3], 'reason', ARGV[i + 4], 'score', ARGV[i + 5],
                'request', ARGV[i + 6])
-    retired = retired + 1
   end
+  retired[#retired + 1] = removed
 end
 return retired

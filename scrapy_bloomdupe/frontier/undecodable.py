@@ -81,7 +81,8 @@ def retire_round_trips(*, serializer: Any, tag: str, shard: int, same_slot: bool
 
     ``same_slot`` (one node; shard 0 of a cluster): one call of ``script``
     (retire.lua), which records an entry only if it removed it: safe to repeat after a
-    lost reply, and an entry another worker took meanwhile is left to it. Else (the
+    lost reply, and an entry another worker took meanwhile is left to it (its reply
+    says which it retired: only those are to be logged). Else (the
     record is in shard 0's slot, on another master) the record goes first, then the
     removal: a crash or a retry in between records an entry twice (a requeue of both
     queues it once: the same member), never loses it."""
