@@ -153,34 +153,3 @@ def test_frontier_crawl_benchmark_measures_every_contender(tmp_path: Path) -> No
     assert set(rows["scrapy-redis"]["by_type"]) == {"zset"}, rows["scrapy-redis"]
     assert rows["scrapy-redis"]["leased"] == 0
     assert "| 1.00 |" in done.stdout  # scrapy-redis against itself
-
-
-@pytest.mark.slow
-def test_docs_crawl_benchmark_crawls_a_site_to_its_end(tmp_path: Path) -> None:
-    """``benchmarks/docs_crawl.py`` at smoke size (a 12-page site, 2 workers, this
-    package's defaults and scrapy-redis): each crawl ends by itself with every worker
-    exiting 0, every page fetched, the package's once, and a row a contender with the
-    workers' CPU a page and the crawl's end beside scrapy-redis's."""
-    site = tmp_path / "site"
-    site.mkdir()
-    for i in range(12):  # every page links to the next two
-        links = "".join(f'<a href="p{j}.html">{j}</a>' for j in (i + 1, i + 2) if j < 12)
-        (site / ("index.html" if i == 0 else f"p{i}.html")).write_text(
-            f"<html><head><title>{i}</title></head><body>{links}</body></html>")
-    done = run_tree(
-        [sys.executable, str(ROOT / "benchmarks" / "docs_crawl.py"), "--workers", "2",
-         "--repeat", "1", "--contenders", "bloomdupe,scrapy-redis", "--docs", str(site),
-         "--out", str(tmp_path / "out"), "--json", str(tmp_path / "rows.json")],
-        cwd=ROOT, timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {r["name"]: r for r in json.loads((tmp_path / "rows.json").read_text())}
-    assert set(rows) == {"bloomdupe", "scrapy-redis"}
-    for name, row in rows.items():
-        assert row["codes"] == [0, 0] and row["errors"] == 0, (name, row)
-        assert row["unique"] == 12, (name, row)  # index.html and p1..p11
-        assert row["crawl_cpu"] > 0 and row["end"] > 0, (name, row)
-        assert f"| {name} | {row['pages']} | {row['pages'] - row['unique']} | " \
-            in done.stdout, (name, done.stdout)
-    assert rows["bloomdupe"]["pages"] == 12  # each page once
-    assert "| 1.00 |" in done.stdout  # scrapy-redis against itself

@@ -4,8 +4,7 @@
 (cwd benchmarks/docsite). Prints ``Doc site at http://127.0.0.1:PORT/`` once it
 listens, then ``reached N`` the moment the N-th page (a 200 answer) has been
 sent, so that whoever started it can act on that count at once. ``/__stats``
-answers ``{"pages": <200 answers so far>, "answers": <all answers>, "unique": <paths
-answered 200 at least once>, "last": <time.time() of the last 200 answer, or null>}``.
+answers ``{"pages": <200 answers so far>, "answers": <all answers>}``.
 A threaded ``http.server``: one thread a connection.
 """
 
@@ -28,16 +27,12 @@ class Counts:
         self.pages = 0
         self.answers = 0
         self.notify = notify
-        self.paths: set[str] = set()
-        self.last: float | None = None
 
-    def answered(self, path: str, ok: bool) -> None:
+    def answered(self, ok: bool) -> None:
         with self.lock:
             self.answers += 1
             if ok:
                 self.pages += 1
-                self.paths.add(path)
-                self.last = time.time()
                 if self.pages == self.notify:
                     print(f"reached {self.pages}", flush=True)
 
@@ -50,9 +45,7 @@ class Handler(SimpleHTTPRequestHandler):
         if self.path == "/__stats":
             with self.counts.lock:
                 body = json.dumps({"pages": self.counts.pages,
-                                   "answers": self.counts.answers,
-                                   "unique": len(self.counts.paths),
-                                   "last": self.counts.last}).encode()
+                                   "answers": self.counts.answers}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -64,7 +57,7 @@ class Handler(SimpleHTTPRequestHandler):
         try:
             super().do_GET()
         finally:
-            self.counts.answered(self.path, self._status == 200)
+            self.counts.answered(self._status == 200)
 
     def send_response(self, code: int, message: str | None = None) -> None:
         self._status = code
