@@ -65,10 +65,10 @@ def test_a_slot_at_its_limit_is_not_walked_past_and_an_ack_gives_room_back(
 
 def test_a_pop_takes_its_share_of_the_slots_due_and_the_other_workers_the_rest(
         client: redis.Redis) -> None:
-    """With two workers on the crawl, a pop takes from half the slots due (rounded up):
+    """With two workers on the crawl, a pop takes from half the ready slots (rounded up):
     one worker taking every slot's room would parse every page while the other waits.
     Stopped by its share, it says no slot is due (its next pop waits for an ack or the
-    slot poll); the next pops take the rest, each its share of what is due then. Alone,
+    slot poll); the next pops take the rest, each its share of what is ready then. Alone,
     a worker takes them all."""
     alone = crawlwide(client)
     alone.push_many([Request(f"https://h{j}.test/0") for j in range(4)])
@@ -80,7 +80,7 @@ def test_a_pop_takes_its_share_of_the_slots_due_and_the_other_workers_the_rest(
     a.push_many([Request(f"https://h{j}.test/0") for j in range(4)])
     first = urls(a.pop_leases(10))
     assert len(first) == 2 and a.next_due is None and a.slots_waiting
-    second = urls(b.pop_leases(10))  # 2 due now: its share is 1
+    second = urls(b.pop_leases(10))  # 2 ready now: its share is 1
     third = urls(a.pop_leases(10))
     assert (len(second), len(third)) == (1, 1)
     assert sorted(first + second + third) == [f"https://h{j}.test/0" for j in range(4)]

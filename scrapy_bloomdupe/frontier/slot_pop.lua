@@ -96,13 +96,15 @@ local jitters = {}
 for a = 8, #ARGV - 1, 2 do jitters[ARGV[a]] = tonumber(ARGV[a + 1]) end
 local jitter = tonumber(ARGV[5]) or 0
 
--- A fair share: this pop takes from at most its share of the slots due, split
+-- A fair share: this pop takes from at most its share of the ready slots, split
 -- among the shard's owners (the dead among them until reaped), so that one worker
 -- does not take every slot's room and with it every page's parsing while the
 -- others wait for room. What its own acks free it takes back with its next pop;
 -- the rest goes to the other workers' pops. When the share stopped it, it says no
--- slot is due (-1): its next pop waits for an ack or the slot poll.
-local share = math.ceil(redis.call('ZCOUNT', KEYS[1], '-inf', horizon)
+-- slot is due (-1): its next pop waits for an ack or the slot poll. (The ready set
+-- counts the slots due later too: ZCARD, not ZCOUNT, which the least-privilege ACL
+-- does not grant; the share is a little larger then, never smaller.)
+local share = math.ceil(redis.call('ZCARD', KEYS[1])
                         / math.max(1, redis.call('ZCARD', KEYS[3])))
 local slots, capped = 0, false
 
