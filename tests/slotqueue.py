@@ -117,12 +117,14 @@ class SlotQueue:
 
     def pop(self, count: int, *, jitter: float = 0.0, seed: int | None = None,
             number: int | None = None, declared: bool = False,
-            horizon_ms: int = 0, jitters: dict[str, float] | None = None) -> Popped:
+            horizon_ms: int = 0, jitters: dict[str, float] | None = None,
+            freed: int = 0) -> Popped:
         """Lease up to ``count`` requests from the slots due now, or within
         ``horizon_ms`` (such a lease's ``start_ms`` says when it may start). ``number``
         (default: the next) is the pop's and ``seed`` the delay's randomness, both the
         same on a retry; ``jitter`` how much a delay varies (0.5: 0.5x-1.5x), and
-        ``jitters`` the slots whose jitter is their own. With ``declared``, read the ready
+        ``jitters`` the slots whose jitter is their own; ``freed`` the slots this worker's
+        acks just freed (its share grows by as many). With ``declared``, read the ready
         set first and declare the due slots' hashes (a cluster's way; see the module's
         docstring)."""
         if number is None:
@@ -138,7 +140,7 @@ class SlotQueue:
             keys=[self.ready, self.leased, self.owners, self.defaults, self.waiting_count,
                   *slot_keys],
             args=[self.owner, number, count, self.prefix, repr(jitter), seed,
-                  int(horizon_ms), *(value for slot, own in (jitters or {}).items()
+                  int(horizon_ms), freed, *(value for slot, own in (jitters or {}).items()
                                      for value in (keys.slot_name(slot), repr(own)))])
         now, nxt = int(reply[0]), int(reply[1])
         leases = [_lease(reply[j], reply[j + 1]) for j in range(2, len(reply), 2)]

@@ -86,6 +86,22 @@ def test_a_pop_takes_its_share_of_the_slots_due_and_the_other_workers_the_rest(
     assert sorted(first + second + third) == [f"https://h{j}.test/0" for j in range(4)]
 
 
+def test_a_pop_takes_back_the_slots_its_acks_freed_and_its_share_of_the_rest(
+        client: redis.Redis) -> None:
+    """The slots a worker's acks free go to the pop that carries them (no other worker's
+    pop is on its way), and of the other ready slots it takes its share: with 2 freed
+    and 2 others ready, 2 workers, 2 + 1."""
+    a, b = crawlwide(client), crawlwide(client)
+    assert b.pop_leases(10) == []
+    a.push_many([Request(f"https://h{j}.test/{i}") for j in range(4) for i in range(2)])
+    held = a.pop_leases(10)
+    assert len(held) == 2  # its share of 4 slots
+    a.ack(held)
+    again = urls(a.pop_leases(10))  # the acks ride on this pop, which frees 2 slots
+    assert len(again) == 3, again
+    assert len(urls(b.pop_leases(10))) == 1
+
+
 def test_priorities_hold_within_a_slot(client: redis.Redis) -> None:
     q = crawlwide(client, CONCURRENT_REQUESTS_PER_DOMAIN=0)
     q.push_many([Request("https://one.test/low", priority=-1),

@@ -356,9 +356,13 @@ class LeasedQueue(PriorityQueue):
         k, number = self.k[shard], self._pop_number
         seed = int.from_bytes(hashlib.blake2b(f"{self.owner}:{number}".encode(),
                                               digest_size=4).digest(), "big") % 2**31
+        with self._acks_lock:  # the slots this round trip's acks free (see slot_pop.lua)
+            freed = len({self._held[f].split(b"|", 3)[2] for f, _ in self._acks.get(shard, ())
+                         if f in self._held})
         pop = ("EVALSHA", self._scripts["slot_pop"].sha, 5, k.ready, k.leased, k.owners,
                k.defaults, k.waiting, self.owner, number, count, k.prefix,
-               repr(self.policy.jitter), seed, round(self.horizon * 1000), *self._jitters)
+               repr(self.policy.jitter), seed, round(self.horizon * 1000), freed,
+               *self._jitters)
         # The acks of other masters of a cluster wait for a round trip that goes there.
         commands = self._ack_commands(self.link.reaches([pop]))
         if not self._defaults_sent[shard]:

@@ -19,7 +19,9 @@
 -- ARGV[6]  the seed of that randomness (an integer; the same on a retry)
 -- ARGV[7]  optional: the horizon, ms (default 0): slots due within it are taken
 --          now, each lease to start when its slot may go
--- ARGV[8..] optional: pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS)
+-- ARGV[8]  optional: how many slots the acks before it in its round trip freed
+--          (this worker's, default 0): its share of the ready slots grows by as many
+-- ARGV[9..] optional: pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS)
 --
 -- Takes, slot by slot in the order they become due (Redis's clock), from the
 -- slots due now or within the horizon, the heads of each slot's highest
@@ -93,19 +95,20 @@ end
 
 -- Each slot's jitter: its own, or ARGV[5].
 local jitters = {}
-for a = 8, #ARGV - 1, 2 do jitters[ARGV[a]] = tonumber(ARGV[a + 1]) end
+for a = 9, #ARGV - 1, 2 do jitters[ARGV[a]] = tonumber(ARGV[a + 1]) end
 local jitter = tonumber(ARGV[5]) or 0
 
--- A fair share: this pop takes from at most its share of the ready slots, split
--- among the shard's owners (the dead among them until reaped), so that one worker
--- does not take every slot's room and with it every page's parsing while the
--- others wait for room. What its own acks free it takes back with its next pop;
--- the rest goes to the other workers' pops. When the share stopped it, it says no
+-- A fair share: this pop takes from at most as many slots as its own acks just
+-- freed (ARGV[8]), and its share of the other ready slots, split among the shard's
+-- owners (the dead among them until reaped), so that one worker does not take every
+-- slot's room and with it every page's parsing while the others wait for room, and
+-- a slot an ack frees does not wait for another worker's pop. When the share stopped it, it says no
 -- slot is due (-1): its next pop waits for an ack or the slot poll. (The ready set
 -- counts the slots due later too: ZCARD, not ZCOUNT, which the least-privilege ACL
 -- does not grant; the share is a little larger then, never smaller.)
-local share = math.ceil(redis.call('ZCARD', KEYS[1])
-                        / math.max(1, redis.call('ZCARD', KEYS[3])))
+local freed = tonumber(ARGV[8]) or 0
+local share = freed + math.ceil(math.max(0, redis.call('ZCARD', KEYS[1]) - freed)
+                                / math.max(1, redis.call('ZCARD', KEYS[3])))
 local slots, capped = 0, false
 
 -- Park and Miller's generator, a few steps in so that close seeds draw apart.
