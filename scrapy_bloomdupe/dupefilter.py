@@ -503,8 +503,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
     def _warn_if_full(self, info: FilterInfo) -> None:
         """Once: the filter (or, with a window, the current time slice) holds more than
         its capacity and cannot grow, so its false-positive rate climbs."""
-        window = self.bloom.window_engine
-        if window is None:
+        if self.bloom.window is None:
             if self.bloom.growth or info.estimated_items <= info.capacity:
                 return
             what, items, capacity = "", info.estimated_items, info.capacity
@@ -512,7 +511,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                       "BLOOMDUPE_CAPACITY.")
         else:
             newest = info.generations[-1]
-            if window.growth or newest.estimated_items <= newest.sizing.capacity:
+            if self.bloom.slices_grow or newest.estimated_items <= newest.sizing.capacity:
                 return
             what, items, capacity = ("'s current time slice", newest.estimated_items,
                                      newest.sizing.capacity)

@@ -236,8 +236,8 @@ def add_with_token(bf: BloomFilter, fingerprint: bytes, token: bytes) -> bool | 
         bf._adopt_slice(unit.shard, reply)
         return None
     if reply == b"G":  # the slice grew in the call, which did not look at the item
-        assert bf.window_engine is not None
-        bf.window_engine.grew(unit.shard)
+        assert bf.engine is not None
+        bf.engine.grew(unit.shard)
         return None
     if reply in (LOCK_BUSY, STALE_GENERATION):
         bf.counters.lock.lost += reply == LOCK_BUSY

@@ -90,7 +90,7 @@ def test_duplicate_within_the_window_and_new_after_it(client: redis.Redis, engin
 def test_slices_expire_on_schedule_and_are_not_lost_state(client: redis.Redis) -> None:
     bf = open_windowed(client, local_cache=0)
     bf.add_many(fps(50))
-    first = bf.window_engine.clock.current[0]  # type: ignore[union-attr]
+    first = bf.engine.clock.current[0]  # type: ignore[attr-defined]
     name = keys.slice_bits(bf.key, 0, first) if bf.engine_name == "lua" else \
         keys.slice_bloom(bf.key, 0, first)
     due = sizing.Window(WINDOW.window_ms).expires_at(first)
@@ -107,7 +107,7 @@ def test_a_slice_gone_before_its_time_is_lost_state(client: redis.Redis) -> None
     bf = open_windowed(client, local_cache=0)
     items = fps(100)
     bf.add_many(items)
-    current = bf.window_engine.clock.current  # type: ignore[union-attr]
+    current = bf.engine.clock.current  # type: ignore[attr-defined]
     for i in range(3):
         client.delete(bf.engine.shard_key(i))
     with pytest.raises(FilterLostError, match="gone before its time"):
@@ -149,7 +149,7 @@ def test_a_slice_grows_when_it_holds_its_share(client: redis.Redis, use_lock: bo
     # may take 3: 4 or more extrapolates to below 1e-5 a run.
     assert sum(new) >= (699 if bf.engine_name == "lua" else 697)
     assert not any(bf.add_many(items))
-    engine = bf.window_engine
+    engine = bf.engine
     assert engine is not None
     grown = [max(record.values()) for record in engine._records(range(2)).values()]
     assert min(grown) >= 4  # 350 items a shard: 50, 50, 200, 400 a generation
@@ -180,7 +180,7 @@ def test_a_worker_with_a_lower_size_limit_joins_a_slice_grown_past_it(
     assert sum(big.add_many(items)) >= (700 if big.engine_name == "lua" else 697)
     limited = sizing.window_plan(800, 1e-9, window, shards=2, max_bytes=9 * 3_000)
     small = BloomFilter.open(client, "t", limited, window=window, growth=True)
-    assert small.window_engine is not None and small.window_engine._max_gens < 4
+    assert small.engine is not None and small.engine._max_gens < 4
     assert not any(small.add_many(items))  # found in every generation, the newest too
 
 
@@ -232,7 +232,7 @@ def test_workers_racing_through_a_slice_s_growth_accept_each_item_once(
 def test_a_retried_call_is_answered_from_the_op_log_after_the_slice_changed(
         client: redis.Redis) -> None:
     bf = open_windowed(client, local_cache=0)
-    engine = bf.window_engine
+    engine = bf.engine
     assert engine is not None
     unit, = bf._group({0: (123, 456)}, [0], 7)
 
@@ -365,7 +365,7 @@ def test_a_window_filter_made_before_format_2_keeps_its_slices_growth(
     for name, growth, second in (("new", None, sizing.slice_generation(plan, 1)),
                                  ("old", b"1", sizing.generation(plan, 1))):
         bf = BloomFilter.open(client, name, plan, window=window, growth=True)
-        engine = bf.window_engine
+        engine = bf.engine
         assert engine is not None and client.hget(f"{name}:meta", "version") == b"3"
         assert client.hget(f"{name}:meta", "slice_growth") == growth
         assert engine.plan_of(1) == second  # "new": 100 items, "old": 200
@@ -374,7 +374,7 @@ def test_a_window_filter_made_before_format_2_keeps_its_slices_growth(
         grown[name] = max(engine._records([0])[0].values())
     assert grown == {"new": 3, "old": 2}  # 100, 100, 400 against 100, 200
     # Opened again as 3, the old one still doubles.
-    again = BloomFilter.open(client, "old", plan, window=window, growth=True).window_engine
+    again = BloomFilter.open(client, "old", plan, window=window, growth=True).engine
     assert again is not None and again.plan_of(1) == sizing.generation(plan, 1)
     client.hset("old:meta", "version", 4)
     with pytest.raises(NewerFilterError, match=r"is of format 4, written by a newer "

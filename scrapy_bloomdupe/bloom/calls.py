@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ..transport.outage import OutageGuard
     from .engine import Engine, Sink
     from .lock import LockCounters, ShardLocks
-    from .window import WindowLuaEngine, WindowNativeEngine
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +112,6 @@ class Calls:
         use_lock: bool
         generations: list[Sizing]
         engine: Engine
-        window_engine: WindowLuaEngine | WindowNativeEngine | None
         locks: ShardLocks
         counters: CallCounters
         outage: OutageGuard | None
@@ -176,8 +174,7 @@ class Calls:
                             else:
                                 results[index] = flag == 49  # ord("1")
                         if grown:
-                            assert self.window_engine is not None
-                            self.window_engine.grew(unit.shard)
+                            self.engine.grew(unit.shard)
                 waited_for = bool(busy or busy_items)  # locks held by others: pause
                 if busy_items or moved:
                     # A call of several shards went ahead on those whose lock it held: the
@@ -352,8 +349,7 @@ class Calls:
 
     def _adopt_slice(self, shard: int, reply: list[Any]) -> None:
         """A script answered STALE_SLICE: Redis's current slice on ``shard`` and its time."""
-        assert self.window_engine is not None
-        self.window_engine.adopt(shard, reply)
+        self.engine.adopt(shard, reply)
 
 
 def _not_local(reply: Any) -> bool:

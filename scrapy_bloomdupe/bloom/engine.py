@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .. import keys
 from . import oplog
+from .info import GenerationInfo
 
 if TYPE_CHECKING:
     from .. import sizing
     from ..transport.link import Link
-    from .info import ShardInfo
+    from .info import FilterInfo, ShardInfo
 
 
 class Sink(Protocol):
@@ -130,6 +131,35 @@ class Engine(Protocol):
     def shard_infos(self) -> list[list[ShardInfo]]:
         """Per generation, each shard's figures."""
 
+    # -- what a recrawl window (bloom/window.py) does its own way --------------------
+
+    def start(self) -> None:
+        """Before a read-only filter's first read: a window's slice clock set from
+        Redis's (nothing to do without a window)."""
+
+    def generation_infos(self) -> list[GenerationInfo]:
+        """Per generation, oldest first, its figures (a window's: of each time slice's
+        generations in Redis)."""
+
+    def missing(self, shards: Sequence[int]) -> str:
+        """What a call on ``shards`` found gone (SHARD_MISSING), for the error."""
+
+    def lost_keys(self) -> list[str]:
+        """The filter's keys that should be in Redis and are not. Reads only."""
+
+    def figures(self, info: FilterInfo) -> dict[str, float]:
+        """A window's figures from the filter's :class:`~.info.FilterInfo`; {} without."""
+
+    def deadline(self, shard: int, new: bool) -> int:
+        """A window's: until when (Redis's clock, ms) an item just answered on ``shard``
+        is sure to be in a live slice."""
+
+    def grew(self, shard: int) -> None:
+        """A window's: a call answered that it made the current slice's next generation."""
+
+    def adopt(self, shard: int, reply: Sequence[Any]) -> None:
+        """A window's: a call answered STALE_SLICE (Redis's current slice, its time)."""
+
 
 class ScriptedEngine:
     """What both engines share: the ``EVALSHA`` of their check-and-add script
@@ -197,3 +227,46 @@ class ScriptedEngine:
     def group_of(self, shard: int) -> Any:
         """Which script call of a batch the items of ``shard`` go in: one a shard."""
         return shard
+
+    # -- without a window (bloom/window.py overrides these) ----------------------------
+
+    def shard_key(self, index: int, generation: int = 0) -> str:
+        raise NotImplementedError
+
+    def shard_infos(self) -> list[list[ShardInfo]]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Nothing to set up without a window."""
+
+    def generation_infos(self) -> list[GenerationInfo]:
+        return [GenerationInfo(g, plan, shards) for g, (plan, shards) in
+                enumerate(zip(self.generations, self.shard_infos(), strict=True))]
+
+    def missing(self, shards: Sequence[int]) -> str:
+        names = [self.shard_key(shard, g) for shard in shards
+                 for g in range(len(self.generations))]
+        if len(shards) > 1:  # a call of several shards: name one gone, count the others
+            there = self.link.calls([("EXISTS", name) for name in names])
+            gone = [name for name, n in zip(names, there, strict=True) if not n] or names
+            more = f" (and {len(gone) - 1} more of its keys)" if len(gone) > 1 else ""
+            return f"{gone[0]} is gone{more}"
+        return " or ".join(names) + " is gone"
+
+    def lost_keys(self) -> list[str]:
+        names = [self.shard_key(i, g) for g in range(len(self.generations))
+                 for i in range(self.shards)]
+        there = self.link.calls([("EXISTS", name) for name in names])
+        return [name for name, n in zip(names, there, strict=True) if not n]
+
+    def figures(self, info: FilterInfo) -> dict[str, float]:
+        return {}
+
+    def deadline(self, shard: int, new: bool) -> int:
+        raise NotImplementedError("a window's: items are cached for good without one")
+
+    def grew(self, shard: int) -> None:
+        raise NotImplementedError("a window's: only its time slices grow in the script")
+
+    def adopt(self, shard: int, reply: Sequence[Any]) -> None:
+        raise NotImplementedError("a window's: only it has time slices")

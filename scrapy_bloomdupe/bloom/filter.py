@@ -41,7 +41,7 @@ from .creation import _new_engine, _refuse_orphans, lost_message
 from .engine import Engine, Sink
 from .forgetting import Forgetting
 from .growth import Growth
-from .info import FilterInfo, GenerationInfo
+from .info import FilterInfo
 from .lock import LockCounters, ShardLocks
 from .lua import (
     LuaEngine,
@@ -139,7 +139,8 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.counters = FilterCounters()
         #: The recrawl window (``BLOOMDUPE_WINDOW``, as stored); None: remember for good.
         self.window = window
-        self.window_engine: WindowLuaEngine | WindowNativeEngine | None = None
+        #: With a window: whether each time slice grows (``BLOOMDUPE_GROWTH``).
+        self.slices_grow = growth and window is not None
         #: The client's master epoch the cache is valid for (a Sentinel failover can
         #: lose what the old master had not passed on: the cache would answer for it).
         self._epoch = master_epoch(client)
@@ -159,11 +160,10 @@ class BloomFilter(Calls, Growth, Forgetting):
             self.engine = ENGINES[engine](self.link, key, plan.shards, self.client_id)
             self.cache = LocalCache(local_cache)
         else:
-            self.window_engine = WINDOW_ENGINES[engine](self.link, key, plan.shards,
-                                                        self.client_id, window, growth,
-                                                        slice_growth)
-            self.engine = self.window_engine
-            self.cache = TimedCache(local_cache, self.window_engine.clock.now)
+            windowed = WINDOW_ENGINES[engine](self.link, key, plan.shards, self.client_id,
+                                              window, growth, slice_growth)
+            self.engine = windowed
+            self.cache = TimedCache(local_cache, windowed.clock.now)
         self.link.knows(*self.engine.scripts())  # loaded again after a NOSCRIPT
         #: Replicas each round trip waits for (``WAIT``; 0: none).
         self.replicas_waited = wait_replicas
@@ -280,8 +280,7 @@ class BloomFilter(Calls, Growth, Forgetting):
             window=meta.stored_window(stored), slice_growth=meta.slice_growth(stored),
         )
         if read_only:
-            if bloom.window_engine is not None:
-                bloom.window_engine.clock.start(bloom.link)
+            bloom.engine.start()
             return bloom
         # Once the first worker has made every shard ("ready"), a missing one is lost.
         ready = bool(stored.get("ready"))
@@ -318,16 +317,7 @@ class BloomFilter(Calls, Growth, Forgetting):
 
     def _missing(self, *shards: int) -> str:
         """What a call on ``shards`` found gone (SHARD_MISSING), for the error."""
-        if self.window_engine is not None:
-            return self.window_engine.missing(shards[0])
-        names = [self.shard_key(shard, g) for shard in shards
-                 for g in range(len(self.generations))]
-        if len(shards) > 1:  # a call of several shards: name one gone, count the others
-            there = self.link.calls([("EXISTS", name) for name in names])
-            gone = [name for name, n in zip(names, there, strict=True) if not n] or names
-            more = f" (and {len(gone) - 1} more of its keys)" if len(gone) > 1 else ""
-            return f"{gone[0]} is gone{more}"
-        return " or ".join(names) + " is gone"
+        return self.engine.missing(shards)
 
     def verify(self) -> None:
         """Raise :class:`FilterLostError` when the filter's metadata in Redis is gone or is
@@ -419,11 +409,9 @@ class BloomFilter(Calls, Growth, Forgetting):
             if self.growth:
                 self._added(sum(results[i] for i in part))
         if isinstance(cache, TimedCache):
-            window = self.window_engine
-            assert window is not None
             for i in asked:
-                cache.put(fingerprints[i],
-                          window.deadline(hashing.shard_of(halves[i][0], shards), results[i]))
+                cache.put(fingerprints[i], self.engine.deadline(
+                    hashing.shard_of(halves[i][0], shards), results[i]))
         else:
             cache.update(fingerprints[i] for i in asked)
         new = sum(results)
@@ -444,21 +432,13 @@ class BloomFilter(Calls, Growth, Forgetting):
     def info(self) -> FilterInfo:
         """Parameters, and per generation and shard the set bits and memory."""
         self._reload()
-        if self.window_engine is not None:  # the time slices in Redis, oldest first
-            window = self.window_engine
-            generations = [GenerationInfo(s, window.plan_of(g), shards, g)
-                           for s, g, shards in window.slice_infos()]
-        else:
-            generations = [GenerationInfo(g, plan, shards) for g, (plan, shards) in
-                           enumerate(zip(self.generations, self.engine.shard_infos(),
-                                         strict=True))]
         return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
-                          generations, self.engine_name)
+                          self.engine.generation_infos(), self.engine_name)
 
     def window_figures(self, info: FilterInfo) -> dict[str, float]:
         """With a window, from :meth:`info`: the time slices in Redis (``slices``) and how
         long ago the oldest of them began (``oldest_slice_age``, seconds); {} without."""
-        return {} if self.window_engine is None else self.window_engine.figures(info)
+        return self.engine.figures(info)
 
     def clear(self, *, finished: bool = False, report_ttl: float = 0) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs,

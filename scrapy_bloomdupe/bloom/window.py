@@ -62,7 +62,7 @@ from .. import hashing, keys, luascript, sizing
 from ..exceptions import ConfigError, FilterLostError
 from . import oplog
 from .engine import ScriptedEngine
-from .info import FilterInfo, ShardInfo
+from .info import FilterInfo, GenerationInfo, ShardInfo
 from .lua import LuaEngine, check_room
 from .native import NativeEngine, _one, item, reserve_of
 
@@ -381,9 +381,19 @@ class _Slices:
             0.0, (self.clock.estimate() - oldest * self.window.slice_ms) / 1000)
         return {"slices": len(made), "oldest_slice_age": round(age, 3)}
 
-    def missing(self, shard: int) -> str:
-        return (f"{keys.slice_record(self.key, shard)} or one of "
-                + ", ".join(self.live_keys(shard)) + " is gone before its time")
+    def missing(self, shards: Sequence[int]) -> str:
+        return (f"{keys.slice_record(self.key, shards[0])} or one of "
+                + ", ".join(self.live_keys(shards[0])) + " is gone before its time")
+
+    def start(self) -> None:
+        """The slice clock set from Redis's (a read-only filter's: a worker's is set by
+        the first call)."""
+        self.clock.start(self.link)
+
+    def generation_infos(self) -> list[GenerationInfo]:
+        """The time slices in Redis, oldest first, each slice's generations."""
+        return [GenerationInfo(s, self.plan_of(g), shards, g)
+                for s, g, shards in self.slice_infos()]
 
 
 class WindowLuaEngine(_Slices, LuaEngine):

@@ -289,11 +289,7 @@ def missing_shards(ctx: Context, bloom: BloomFilter) -> list[str]:
     A worker that opens the filter creates them again, empty: every URL they
     held would be taken for new and fetched again.
     """
-    if bloom.window_engine is not None:  # slices expire on schedule; gone early is lost
-        return bloom.window_engine.lost_keys()
-    names = [bloom.shard_key(i, g) for g in range(len(bloom.generations))
-             for i in range(bloom.sizing.shards)]
-    return [name for name in names if not ctx.client.exists(name)]
+    return bloom.engine.lost_keys()  # with a window: its slices gone before their time
 
 
 def report_missing(ctx: Context, missing: list[str]) -> None:
