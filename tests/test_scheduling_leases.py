@@ -355,3 +355,18 @@ def test_crawl_wide_a_slot_at_its_limit_is_asked_again_by_the_pop_that_acks(
     assert queue._pop_number == pops + 1 and queue.pending_acks() == 0
     (woken,) = setup.engine.crawled
     assert woken.url == "http://a.example/1" and leases.take() is woken
+
+
+def test_crawl_wide_an_ack_is_sent_at_once_not_after_the_ack_delay(
+        redis_url: str, client: redis.Redis) -> None:
+    """A slot's room comes back only with its ack: crawl-wide, the ack's send is called
+    at once (the acks of one turn of the reactor together), not after ACK_DELAY as in
+    "worker" mode (test_a_handed_request_carries_its_lease_until_it_is_acked)."""
+    _, setup = crawl_wide(redis_url, client, per_domain=2, delay=0)
+    leases = setup.leases
+    setup.push(2)
+    first = leases.take()
+    assert first is not None and leases.buffer  # the second, not yet asked for
+    leases.ack(first.meta[LEASE_META])
+    (send,) = [c for c in setup.calls.pending() if c.func == leases._send_acks]
+    assert send.delay == 0
