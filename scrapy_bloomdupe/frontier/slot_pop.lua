@@ -102,10 +102,11 @@ local jitter = tonumber(ARGV[5]) or 0
 -- freed (ARGV[8]), and its share of the other ready slots, split among the shard's
 -- owners (the dead among them until reaped), so that one worker does not take every
 -- slot's room and with it every page's parsing while the others wait for room, and
--- a slot an ack frees does not wait for another worker's pop. When the share stopped it, it says no
--- slot is due (-1): its next pop waits for an ack or the slot poll. (The ready set
--- counts the slots due later too: ZCARD, not ZCOUNT, which the least-privilege ACL
--- does not grant; the share is a little larger then, never smaller.)
+-- a slot an ack frees does not wait for another worker's pop. When the share stopped
+-- it, it says no slot is due (-1): its next pop waits for an ack or the slot poll.
+-- (The ready set counts the slots due later too: ZCARD, not ZCOUNT, which the
+-- least-privilege ACL does not grant; the share is a little larger then, never
+-- smaller.)
 local freed = tonumber(ARGV[8]) or 0
 local share = freed + math.ceil(math.max(0, redis.call('ZCARD', KEYS[1]) - freed)
                                 / math.max(1, redis.call('ZCARD', KEYS[3])))
