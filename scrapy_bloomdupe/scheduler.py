@@ -389,12 +389,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         assert self.end is not None, "made when the scheduler opens"
         return self.end
 
-    def _engine(self) -> ExecutionEngine | None:
-        """The crawler's engine once it runs, else None (a tool, a test)."""
-        try:
-            return self.crawler.engine
-        except RuntimeError:  # "Crawler.engine is not set yet"
-            return None
+    def _engine(self) -> ExecutionEngine:
+        """The crawler's engine (its parts ask only during a crawl: RedisJobs.crawling)."""
+        engine = self.crawler.engine
+        assert engine is not None, "asked during a crawl"
+        return engine
 
 
 _opened: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()

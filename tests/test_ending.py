@@ -40,8 +40,9 @@ class Setup:
         self.queue = PriorityQueue(self.df.bloom.client, self.spider, "demo:requests",
                                    tag=self.tag, lease_timeout=lease_timeout)
         self.clock, self.calls = Clock(), Calls()
-        # No reactor started: the jobs run inline (a test may hold them, see HeldRunner).
-        self.jobs = RedisJobs(self.df.health, later=self.calls)
+        # No reactor started: the jobs run inline (a test may hold them, see HeldRunner);
+        # with an engine, as in a crawl.
+        self.jobs = RedisJobs(self.df.health, later=self.calls, crawling=engine)
         self.path = RequestPath(self.df, self.queue, self.jobs, stats=self.crawler.stats,
                                 spider=self.spider, queued=lambda count: self.end.queued(count),
                                 signals=self.crawler.signals, bloomdupe=self.df)

@@ -41,8 +41,8 @@ class Setup:
         self.spider = self.crawler.spider
         self.queue = queue if queue is not None else PriorityQueue(
             client, self.spider, "demo:requests", tag=TAG, lease_timeout=30)
-        # No reactor started: the jobs run inline.
-        self.jobs = RedisJobs(CrawlHealth(OutageGuard(0, "test")))
+        # No reactor started: the jobs run inline; with an engine, as in a crawl.
+        self.jobs = RedisJobs(CrawlHealth(OutageGuard(0, "test")), crawling=engine)
         assert self.jobs.inline
         self.path = RequestPath(None, self.queue, self.jobs, stats=self.crawler.stats,
                                 spider=self.spider, queued=lambda count: None)

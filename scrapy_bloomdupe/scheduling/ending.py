@@ -66,12 +66,12 @@ class CrawlEnd:
     where the Redis work runs; ``leases`` is this worker's (:class:`.leases.Leases`);
     ``upkeep`` the leased queue's heartbeat and reaps (None on a scrapy-redis queue);
     ``signals`` the crawler's (the idle round it runs, see :meth:`_after_poll`);
-    ``engine`` gives Scrapy's engine once it runs (None: a tool, a test);
+    ``engine`` gives Scrapy's engine (asked only during a crawl);
     ``done_grace`` is the grace period (s).
     ``clock`` and ``later`` are the time and the delayed calls."""
 
     def __init__(self, path: RequestPath, leases: Leases, *, upkeep: LeaseUpkeep | None,
-                 signals: SignalManager, engine: Callable[[], ExecutionEngine | None],
+                 signals: SignalManager, engine: Callable[[], ExecutionEngine],
                  done_grace: float, clock: Callable[[], float] = time.monotonic,
                  later: Later = call_later) -> None:
         self.path = path
@@ -230,7 +230,7 @@ class CrawlEnd:
                    ) -> None:
         """Look at the shared queue again in ``delay`` seconds (by default the idle poll,
         which then backs off; ``at_most``: no later than that)."""
-        if self._wakeup is None and self._engine() is not None:
+        if self._wakeup is None and self.jobs.crawling:
             if delay is None:
                 delay = min(self.idle_poll, at_most)
                 self.idle_poll = min(self.idle_poll * 2, MAX_IDLE_POLL)
@@ -255,8 +255,10 @@ class CrawlEnd:
 
     def _after_poll(self) -> None:
         look, self._look = self._look, None
+        if not self.jobs.crawling or self.jobs.failed():
+            return
         engine = self._engine()
-        if engine is None or engine.spider is None or self.jobs.failed():
+        if engine.spider is None:
             return
         if self.leases.buffer:
             self.idle_poll = IDLE_POLL
@@ -294,8 +296,10 @@ class CrawlEnd:
         if self._wakeup is not None or self.leases.buffer or self.leases.filling \
                 or self.path.enqueuing or self.jobs.failed():
             return
+        if not self.jobs.crawling:
+            return
         engine = self._engine()
-        if engine is None or engine.spider is None:
+        if engine.spider is None:
             return
         with suppress(RuntimeError):  # the engine's slot is gone: it is closing
             if engine.spider_is_idle():

@@ -182,9 +182,16 @@ class RedisJobs:
     ``call_later``; a test's own)."""
 
     def __init__(self, health: CrawlHealth, *,
-                 later: Callable[[float, Callable[[], None]], Any] = call_later) -> None:
+                 later: Callable[[float, Callable[[], None]], Any] = call_later,
+                 crawling: bool = False) -> None:
         self.health = health
         self._later = later
+        #: Whether these jobs serve a crawl: set when the runner starts, and kept once it
+        #: stops at the close (a test models a crawl with ``crawling=True`` and jobs run
+        #: inline). Only then are the engine woken, delayed calls made, and leases
+        #: acked when Scrapy is done with them; outside a crawl (the command line, a
+        #: test of the parts alone) whoever took a request is done with it.
+        self.crawling = crawling
         #: Where the jobs run once the scheduler opens a crawl (see start): the asyncio
         #: loop or the Redis thread; outside a crawl, here and at once.
         self.io: IOThread | IOLoop = IOThread()
@@ -201,6 +208,7 @@ class RedisJobs:
             if on_loop and is_asyncio_reactor_installed():
                 self.io = IOLoop()
             self.io.start(reactor)
+        self.crawling = True
         return True
 
     def stop(self) -> None:

@@ -75,13 +75,13 @@ class Leases:
     ``path`` gives the queue, where the Redis work runs and the stats; ``concurrency`` is
     ``CONCURRENT_REQUESTS``; ``acks_early`` says whether a middleware acks each page once
     its output is queued (else a page's lease is let go when the worker is idle, and
-    :meth:`full` never holds back); ``engine`` gives Scrapy's engine once it runs (None:
-    a tool, a test). ``idle_poll`` and ``idle_missed`` are the crawl's end's: how long
+    :meth:`full` never holds back); ``engine`` gives Scrapy's engine (asked only during
+    a crawl). ``idle_poll`` and ``idle_missed`` are the crawl's end's: how long
     an empty queue is not asked again, and what runs when a fill is over with nothing
     for the engine. ``clock`` and ``later`` are the time and the delayed calls."""
 
     def __init__(self, path: RequestPath, *, frontier: FrontierConfig, concurrency: int,
-                 acks_early: bool, engine: Callable[[], ExecutionEngine | None],
+                 acks_early: bool, engine: Callable[[], ExecutionEngine],
                  idle_poll: Callable[[], float], idle_missed: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic,
                  later: Later = call_later) -> None:
@@ -180,8 +180,10 @@ class Leases:
     def wake_engine(self) -> None:
         """Hand the engine a buffered request (``engine.crawl``, Scrapy's public way to
         make it ask the scheduler's ``next_request`` now), when it runs."""
+        if not self.jobs.crawling or not self.buffer:
+            return
         engine = self._engine()
-        if engine is None or engine.spider is None or not self.buffer:
+        if engine.spider is None:
             return
         request = self.buffer[0].request
         request.meta[WAKE_META] = True
@@ -201,7 +203,7 @@ class Leases:
         if self._start_call is not None:
             self._start_call.cancel()
             self._start_call = None
-        if self.buffer and self._engine() is not None:
+        if self.buffer and self.jobs.crawling:
             wait = max(0.0, self._starts.get(self.buffer[0].field, 0.0) - self._clock())
             self._start_call = self._later(wait, self._start_due)
 
@@ -246,7 +248,7 @@ class Leases:
         those handed out and not done; on a scrapy-redis queue, those downloading."""
         if self.leased:
             return len(self.handed)
-        return len(getattr(getattr(self._engine(), "downloader", None), "active", ()))
+        return len(self._engine().downloader.active) if self.jobs.crawling else 0
 
     def low_water(self) -> int:
         """How few buffered requests make the next pop go out: while the queue is deep, a
@@ -426,7 +428,7 @@ class Leases:
         if self._slot_call is not None:
             self._slot_call.cancel()
             self._slot_call = None
-        if self._engine() is not None:
+        if self.jobs.crawling:
             self._slot_call = self._later(wait, self._slot_due)
 
     def _slot_due(self) -> None:
@@ -493,11 +495,11 @@ class Leases:
     def settle(self, *, idle: bool = False) -> None:
         """Ack every lease handed out when nothing can be working on it any more: Scrapy
         is ``idle`` (spider_idle: nothing downloading or scraping; a lease that no
-        middleware acked, which should not happen, is acked then), or there is no engine
-        (a tool, a test: whoever took a request is done with it)."""
+        middleware acked, which should not happen, is acked then), or outside a crawl
+        (see :attr:`.jobs.RedisJobs.crawling`)."""
         if not self.handed or self.jobs.failed():
             return  # after an error, nothing is acked: what is in hand comes back
-        if not idle and self._engine() is not None:
+        if not idle and self.jobs.crawling:
             return
         done = list(self.handed.values())
         self.handed.clear()
@@ -521,7 +523,7 @@ class Leases:
     def _ack_later(self) -> None:
         """Sent with the next round trip, or after ACK_DELAY at the latest: a worker
         killed meanwhile has only what it holds, and these few, fetched again."""
-        if self._ack_call is None and self._engine() is not None:
+        if self._ack_call is None and self.jobs.crawling:
             self._ack_call = self._later(0.0 if self._crawl_wide else ACK_DELAY,
                                          self._send_acks)
 
