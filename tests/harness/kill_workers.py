@@ -264,11 +264,12 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
              lease_timeout: float = 5.0, done_grace: float = 3.0, concurrency: int = 16,
              kill_window: tuple[float, float] = (0.2, 0.7), rng: random.Random | None = None,
              timeout: float = 300.0, log: Any = None,
-             extra: dict[str, str] | None = None, cluster: bool = False) -> RunResult:
+             extra: dict[str, str] | None = None, cluster: bool = False,
+             exit_slack: float = EXIT_SLACK) -> RunResult:
     """One run: fresh Redis, fresh site, ``workers`` workers started together; at a random
     fraction of the pages fetched (in ``kill_window``) SIGKILL ``kills`` working ones;
-    wait for the live ones to exit on their own (within lease timeout + 30 s of the kill,
-    or ``timeout`` without a kill). ``extra``: more settings of the workers. ``cluster``:
+    wait for the live ones to exit on their own (within lease timeout + ``exit_slack`` of
+    the kill, or ``timeout`` without a kill). ``extra``: more settings of the workers. ``cluster``:
     a local Redis Cluster of 3 masters (AOF on, no replicas) instead of one Redis."""
     from redis.cluster import RedisCluster
 
@@ -301,7 +302,7 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
         started = time.monotonic()
         crew = [start_worker(i, out, settings) for i in range(1, workers + 1)]
         _watch(result, crew, site, client, started=started, lease_timeout=lease_timeout,
-               timeout=timeout, rng=rng)
+               timeout=timeout, rng=rng, exit_slack=exit_slack)
         result.wall_s = time.monotonic() - started
         _tally(result, crew, site)
     except Exception as e:  # a broken run is a failed run, with the reason
@@ -325,7 +326,8 @@ def run_once(out: Path, *, case: str = "", run: int = 1, kills: int = 1, workers
 
 
 def _watch(result: RunResult, crew: list[Worker], site: Site, client: redis.Redis, *,
-           started: float, lease_timeout: float, timeout: float, rng: random.Random) -> None:
+           started: float, lease_timeout: float, timeout: float, rng: random.Random,
+           exit_slack: float) -> None:
     """Until every live worker has exited: kill at the target, follow the dead owners."""
     pages = result.pages
     killed: list[Worker] = []
@@ -367,11 +369,11 @@ def _watch(result: RunResult, crew: list[Worker], site: Site, client: redis.Redi
                     result.kill_after_s = kill_time - started
         if dead is not None and shards is not None:
             dead.observe(client, shards)
-        deadline = (kill_time + lease_timeout + EXIT_SLACK if kill_time is not None
+        deadline = (kill_time + lease_timeout + exit_slack if kill_time is not None
                     else started + timeout)
         if now > deadline:
             stuck = [w for w in live if w.exited_at is None]
-            since = (f"{lease_timeout + EXIT_SLACK:.0f}s after the kill"
+            since = (f"{lease_timeout + exit_slack:.0f}s after the kill"
                      if kill_time is not None else f"{timeout:.0f}s")
             result.problems.append(
                 f"{', '.join(w.name for w in stuck)} still running {since}: stopped\n"
