@@ -63,6 +63,7 @@ ACL_COMMANDS = (
     "hmget", "incrby", "decrby",
     "scan",                                                 # clear: find op logs
     "expire", "xlen",                                       # a finished crawl's report
+    "sadd", "incr",                                         # re-admission at the close
 )
 ACL_KEYS = ("~sec:bloomdupe:*", "~{sec:bloomdupe:*")
 #: The same for the native engine (docs/security.md): the BF.* commands instead of the

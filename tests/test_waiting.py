@@ -8,6 +8,7 @@ test runs them; a real redis-server."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,10 +91,41 @@ def test_a_request_redis_takes_as_new_after_the_crawl_closed_is_re_admitted(
         assert client.keys("*") == [keys.finished(df.bloom.key).encode()]
 
 
+def test_the_least_privilege_acl_grants_the_re_admission(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """docs/security.md's ACL (the Lua engine's line, for the demo spider's key) lets a
+    request Redis takes as new after the close be re-admitted: no ERROR, no denial, and
+    the next check answers it new, once."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    line = next(t for t in doc.splitlines() if t.startswith("ACL SETUSER crawler "))
+    rules = [r.replace("myspider", "demo").replace(">the-password", ">pw")
+             for r in line.split()[3:]]
+    with RedisServer() as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.execute_command("ACL", "SETUSER", "crawler", *rules)
+        df, held, _ = crawling(server.url.replace("redis://", "redis://crawler:pw@"),
+                               SCHEDULER_PERSIST=True)
+        late = Request("http://a.example/late")
+        fp = df.fingerprinter.fingerprint(late)
+        assert df.request_seen(late)
+        df.close("shutdown")
+        held.run_held()
+        with caplog.at_level(logging.ERROR, logger="scrapy_bloomdupe.scheduling.waiting"):
+            assert held.run_held() == 1  # the re-admission
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == []
+        denied = {e[b"object"] for e in admin.execute_command("ACL", "LOG")}
+        assert denied <= {b"config|get"}, denied  # the persistence check's, tolerated
+        bloom = build_from_crawler(RedisBloomDupeFilter, crawler_for(server.url)).bloom
+        assert bloom.add_many([fp]) == [True]
+        assert bloom.add_many([fp]) == [False]
+        bloom.close()
+        admin.close()
+
+
 def test_a_re_admission_the_acl_refuses_is_one_error_naming_the_forget_to_run(
         caplog: pytest.LogCaptureFixture) -> None:
-    """The least-privilege ACL of docs/security.md lacks ``+sadd +incr``: the request is
-    not re-admitted, and one ERROR names it and the ``bloomdupe forget`` that does."""
+    """An ACL without ``+sadd`` (docs/security.md's grants it): the request is not
+    re-admitted, and one ERROR names it and the ``bloomdupe forget`` that does."""
     with RedisServer() as server:
         admin = redis.Redis.from_url(server.url)
         admin.acl_setuser("crawler", enabled=True, passwords=["+pw"], keys=["*"],
