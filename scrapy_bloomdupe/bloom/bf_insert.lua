@@ -1,10 +1,8 @@
--- A block, not a script: check_add_bf.lua and check_add_window_bf.lua include it (luascript.read
--- puts it where their "-- #include bf_insert.lua" line stands).
--- bf_insert(key, items): BF.INSERT NOCREATE of items into the NONSCALING filter key, and
--- a flag an item: 1 added, 0 there before, false refused (the filter is full). Never more
--- new items in one BF.INSERT than the filter has room for: Redis answers an item that a
--- full filter refuses with an error among the flags, but Valkey raises the whole call
--- as that error, the items before it added, and which of them were there before is lost.
+-- A block, not a script: check_add_bf.lua and check_add_window_bf.lua include it.
+-- bf_insert(key, items): BF.INSERT NOCREATE into the NONSCALING filter ``key``; a flag an item:
+-- 1 added, 0 there before, false refused (full). Never more new items in one BF.INSERT than the
+-- filter has room for: Redis answers a refused item with an error among the flags, but Valkey
+-- fails the whole call, the items before it added, and which were there before is lost.
 local function bf_insert(key, items)
   local info, field = redis.call('BF.INFO', key), {}
   for x = 1, #info, 2 do field[info[x].ok or info[x]] = info[x + 1] end  -- names: status replies

@@ -1,44 +1,21 @@
--- Check-and-add, RedisBloom engine (bloom/native.py): is each item in the filter?
--- Add the new ones. Each shard is one NONSCALING RedisBloom filter per generation.
---
--- KEYS[1]      this client's op log for the shard (bloom/oplog.py)
--- KEYS[2]      the shard's generation marker: how many generations it has seen
--- KEYS[3]      the shard's lock (lock mode)
--- KEYS[4]      the shard's forgotten items (`bloomdupe forget`): each answered new once
--- KEYS[5..4+G] the shard's BF keys, oldest generation first
--- KEYS[5+G..9+G] optional: the sink's five keys, a queue shard's (frontier/sink.lua),
---              which queues each new item into its download slot's list
--- ARGV[1]      the lock token, '' in atomic mode
--- ARGV[2]      this call's id (the op id of its first item)
--- ARGV[3]      the ack: calls below it have their answers, the op log may forget them
--- ARGV[4]      the op log's TTL in ms
--- ARGV[5]      G, the generation count
--- ARGV[6]      n, the item count
--- ARGV[7..6+n] the items (the filter's keyed hashes, never the fingerprints)
--- then, with the sink, its arguments (frontier/sink.lua: the slot prefix, then five
--- values an item).
---
--- Returns a string of one character an item: '1' new (now in the newest
--- generation, and queued; a forgotten item is new once), '0' seen before, 'F' not added: the newest
--- generation's shard is full (the caller grows the filter and asks again);
--- or, having written nothing:
---   -1 (LOCK_BUSY)        lock mode, and the lock does not hold this token
---   -2 (STALE_GENERATION) the shard already has more than G generations
---   -3 (SHARD_MISSING)    a generation's key is gone (never re-created empty)
---   a NOPERM error        the ACL does not allow a command of the sink on its keys,
---                         or SREM on KEYS[4] while it holds items
--- A call whose id the op log holds (a retry after a lost reply) returns the
--- answer recorded the first time and changes nothing else.
-
+-- Check-and-add, RedisBloom engine (bloom/native.py): is each item in the filter? Add the new
+-- ones. A shard is one NONSCALING RedisBloom filter a generation.
+-- KEYS[1] this client's op log (bloom/oplog.py); KEYS[2] the shard's generation marker (how many
+-- it has seen); KEYS[3] its lock; KEYS[4] its forgotten items; KEYS[5..4+G] its BF keys, oldest
+-- first; optional KEYS[5+G..9+G] the sink's keys (frontier/sink.lua).
+-- ARGV[1..4] lock token ('' atomic), call id, ack, op log TTL ms (op_log.lua); G; n; the items
+-- (keyed hashes, never the fingerprints); with the sink its arguments.
+-- Returns one character an item: '1' new (added, queued; a forgotten item is new once), '0'
+-- seen, 'F' not added: the newest is full (the caller grows the filter and asks again); or,
+-- having written nothing: -1 LOCK_BUSY, -2 STALE_GENERATION (more than G generations), -3
+-- SHARD_MISSING (a generation's key is gone: never re-created empty), NOPERM (the ACL refuses a
+-- sink's command, or SREM on a non-empty KEYS[4]). A retried call id gets its recorded answer.
 -- #include bf_insert.lua (BF.INSERT's flags, on Redis and on Valkey)
 -- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
-
 -- #include shard_lock.lua (token, held, release)
 -- #include op_log.lua (a retry's recorded answer; answer(reply))
-
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
 if token ~= '' and not held then return -1 end
-
 local G = tonumber(ARGV[5])
 local sunk = KEYS[5 + G] and {unpack(KEYS, 5 + G, 9 + G)}
 if sunk then
@@ -56,18 +33,15 @@ if stored > G then
 elseif stored < G then
   redis.call('SET', KEYS[2], G)
 end
-
 local n = tonumber(ARGV[6])
 local sink_at = 7 + n
--- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
--- and SREM refused by the ACL is an error before any write.
+-- Forgotten items: looked at only when there are some; an ACL-refused SREM errors before writing.
 local forgot = redis.call('EXISTS', KEYS[4]) == 1
 if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
 end
 local out, todo, at, found = {}, {}, {}, {}
-if forgot then
-  -- A forgotten item is new once (added again), whatever the filter says.
+if forgot then  -- a forgotten item is new once (added again), whatever the filter says
   for j = 1, n do
     if redis.call('SREM', KEYS[4], ARGV[6 + j]) == 1 then found[j] = 'forgot' end
   end
@@ -97,7 +71,5 @@ if #todo > 0 then
   end
 end
 local reply = table.concat(out)
-
 if sunk then sink(sunk, sink_at, out) end
-
 return answer(reply)

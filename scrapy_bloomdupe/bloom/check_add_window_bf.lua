@@ -1,80 +1,34 @@
--- Check-and-add with a recrawl window, RedisBloom engine (bloom/window.py): is each
--- item in a live time slice? Add the new ones to the current slice.
--- Time is cut into slices of L ms of Redis's clock (TIME); slice c holds the items
--- added during it, in one NONSCALING RedisBloom filter a generation, and expires
--- (PEXPIREAT, set when it is made) at (c + S + 1) * L, once no call looks at it any
--- more: a call looks at slices c - S .. c.
--- A slice grows as a filter without a window does: once its newest generation holds
--- its share of items (cap), a larger generation is made beside it (at most M).
---
--- KEYS[1]        this client's op log for the shard (bloom/oplog.py)
--- KEYS[2]        the shard's slice record, a hash: 'made' (set when the filter was
---                made: its loss is lost state), '<s>' the generations slice s has,
---                '<s>n' the items in slice s's newest generation
--- KEYS[3]        the shard's lock (lock mode)
--- KEYS[4]        the shard's forgotten items (`bloomdupe forget`): each answered new once
--- KEYS[5..]      the shard's BF keys: for each slice c - S .. c (the current one last),
---                b[s] keys, its generations oldest first; for slice c one more,
---                the generation growth would make next
--- KEYS[last 5]   optional: the sink's five keys, a queue shard's (frontier/sink.lua),
---                which queues each new item into its download slot's list
--- ARGV[1]        the lock token, '' in atomic mode
--- ARGV[2]        this call's id (the op id of its first item)
--- ARGV[3]        the ack: calls below it have their answers, the op log may forget them
--- ARGV[4]        the op log's TTL in ms
--- ARGV[5]        L, a slice's length in ms
--- ARGV[6]        S: a call looks at S + 1 slices
--- ARGV[7]        c, the current slice as the client believes it
--- ARGV[8]        n, the item count
--- ARGV[9]        G, the most generations the client believes a live slice has
--- ARGV[10]       M, the most generations a slice may have (1: no growth)
--- then for each generation 0 .. G: its BF.RESERVE error rate and capacity, and cap
--- (the items it holds before the next is made);
--- then b[c - S] .. b[c], the generations of each slice as the client believes them
--- (1 for a slice it knows nothing of);
--- then the n items (the filter's keyed hashes, never the fingerprints);
--- then, with the sink, its arguments (frontier/sink.lua: the slot prefix, then five
--- values an item).
---
--- Returns a string of one character an item: '1' new (now in the current slice's
--- newest generation, and queued), '0' seen in a live slice, 'F' not added: the
--- newest generation is full and may not grow, 'G' not looked at: the current slice
--- grew in this call and its new generation holds its share too (the client asks
--- again, as a new call); or, having written nothing:
---   -1 (LOCK_BUSY)      lock mode, and the lock does not hold this token
---   -3 (SHARD_MISSING)  the record, or a generation of a slice it holds, is gone
---                       before its time
---   {slice, now, g...}  (STALE_SLICE) Redis's current slice is not c, or a live slice
---                       has other generations than b says: Redis's slice, its time
---                       in ms and the generations of its slices slice - S .. slice
---                       (0: not made); the client asks again with those
---   a NOPERM error      the ACL does not allow a command of the sink, PEXPIREAT on a
---                       generation to make, or SREM on KEYS[4] while it holds items
--- A call whose id the op log holds (a retry after a lost reply) returns the
--- answer recorded the first time and changes nothing else.
-
+-- Check-and-add with a recrawl window, RedisBloom engine (bloom/window.py): is each item in a live
+-- time slice (window_slices.lua)? Add the new ones to the current slice's newest generation.
+-- KEYS[1] this client's op log (bloom/oplog.py); KEYS[2] the slice record (hash: 'made', set with
+-- the filter, so its loss is lost state; '<s>' slice s's generations; '<s>n' items in its newest);
+-- KEYS[3] the lock (lock mode); KEYS[4] forgotten items; KEYS[5..] NONSCALING BF keys: per slice
+-- c - S .. c its b[s] generations, oldest first, and for c the one growth makes next; optional
+-- last 5: the sink's keys (frontier/sink.lua). ARGV[1..4] lock token ('' atomic), call id, ack, op
+-- log TTL ms (op_log.lua); then L (slice ms), S (a call looks at S + 1 slices), c as the client
+-- believes it, n, G (the most generations it believes a live slice has), M (1: no growth); per
+-- generation 0 .. G its BF.RESERVE error rate, capacity and cap; b[c - S] .. b[c] (1: unknown); the
+-- n items (keyed hashes, never the fingerprints); with the sink its arguments.
+-- Returns one character an item: '1' new (added, queued), '0' seen in a live slice, 'F' not added
+-- (the newest is full and may not grow), 'G' not looked at (the slice grew in this call and its new
+-- generation holds its share too: asked again as a new call); or, having written nothing: -1
+-- LOCK_BUSY, -3 SHARD_MISSING (the record or a generation it holds gone early), STALE_SLICE
+-- (window_slices.lua), NOPERM (the ACL refuses a sink's command, PEXPIREAT on a generation to make,
+-- or SREM on a non-empty KEYS[4]). A retried call id gets its recorded answer.
 -- #include bf_insert.lua (BF.INSERT's flags, on Redis and on Valkey)
 -- #include frontier/sink.lua (the push into the slots' lists: sink_refusal, sink)
-
 -- #include shard_lock.lua (token, held, release)
 -- #include op_log.lua (a retry's recorded answer; answer(reply))
-
 -- The fence: a holder paused past the lock's TTL is refused, not trusted.
 if token ~= '' and not held then return -1 end
-
--- A generation's key made, empty (window_slices.lua's make): a NONSCALING filter of the
--- call's shape's error rate and capacity.
-local function reserve(name, rate, capacity)
+local function reserve(name, rate, capacity)  -- a new generation's key (window_slices.lua)
   redis.call('BF.RESERVE', name, rate, capacity, 'NONSCALING')
 end
-
 -- #include window_slices.lua (the slices' check: S, c, slices, gens, mine, ...)
 local newest = KEYS[slices[S + 1] + mine - 1]
-
--- A forgotten item is new once: taken out of the set and answered new (and queued)
--- whatever its insert says, even when the newest generation is full ('F') or the
--- call grew ('G'), so a forget is never lost. Else an item is looked up in every
--- live generation (the newest too: BF.INSERT answers for it).
+-- A forgotten item is new once: out of the set and answered new (and queued) whatever its insert
+-- says, even 'F' or 'G', so a forget is never lost. Else an item is looked up in every live
+-- generation (the newest too: BF.INSERT answers for it).
 local items, forgotten = {}, {}
 for j = 1, n do
   items[j] = ARGV[item_at + j - 1]
@@ -96,9 +50,7 @@ local out, todo, sink_at = {}, {}, item_at + n
 for i = 1, n do
   if found[i] and forgotten[i] ~= 1 then out[i] = '0' else todo[#todo + 1] = i end
 end
-
--- Into the newest generation, no more than its share when it may grow; at most one
--- generation is made in a call (the client sent one key for it).
+-- Into the newest, at most its share when it may grow; one generation made a call (one key sent).
 local grown, added = false, 0
 while #todo > 0 do
   local room = #todo
@@ -149,7 +101,5 @@ for i = 1, n do
 end
 local reply = table.concat(out)
 if added > 0 and M > 1 then redis.call('HSET', KEYS[2], field .. 'n', count) end
-
 if sunk then sink(sunk, sink_at, out) end
-
 return answer(reply)

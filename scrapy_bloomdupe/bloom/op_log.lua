@@ -1,13 +1,7 @@
--- A block, not a script: the four check_add_*.lua include it (luascript.read puts
--- it where their "-- #include op_log.lua" line stands). The op log of a check-and-add
--- call (bloom/oplog.py): KEYS[1] holds "<ack>|<call>:<reply>|<call>:<reply>|...",
--- ARGV[2] is this call's id, ARGV[3] the ack (calls below it have their answers: the
--- log may forget them), ARGV[4] the log's TTL in ms. The script defines release()
--- (frees the locks this call holds) before it.
---
--- A call the log holds (a retry after a lost reply) returns the answer recorded the
--- first time and changes nothing else; any other ends with answer(reply).
-
+-- A block, not a script: the four check_add_*.lua include it after defining release(). The op
+-- log (bloom/oplog.py), KEYS[1]: "<ack>|<call>:<reply>|..."; ARGV[2] the call id, ARGV[3] the ack
+-- (calls below it are forgotten), ARGV[4] its TTL ms. A call it holds (a retry after a lost
+-- reply) returns its recorded answer, changing nothing; any other ends with answer(reply).
 local call, ack = ARGV[2], ARGV[3]
 local log = redis.call('GET', KEYS[1])
 local head = ack .. '|'
@@ -22,9 +16,7 @@ if log and string.sub(log, 1, #head) == head then
 else
   log = head
 end
-
--- The call's end: its reply recorded in the log, its locks freed.
-local function answer(reply)
+local function answer(reply)  -- the call's end: its reply logged, its locks freed
   redis.call('SET', KEYS[1], log .. call .. ':' .. reply .. '|', 'PX', ARGV[4])
   release()
   return reply

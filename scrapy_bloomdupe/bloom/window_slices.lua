@@ -1,22 +1,19 @@
--- A block, not a script: check_add_window_bits.lua and check_add_window_bf.lua
--- include it after their fence. The time slices of a recrawl window's check-and-add
--- (bloom/window.py): the current slice c (ARGV[7]) must be Redis's, the client's
--- generations of slices c - S .. c (from ARGV[believed_at]) the record's (KEYS[2]),
--- and every generation the record holds must exist; the sink's keys and the ACL's
--- refusals are checked before any write. Then generation 0 of the current slice is
--- made if it has none. Leaves: L, S, c, n, G, M, now, record, count, gens, slices,
--- shape_at, item_at, sunk, forgot, mine, cap_of(g), field, and make(g) (generation g
--- of the current slice, its key made by the script's reserve(name, ...), which the
--- script defines before this block); see the scripts' headers.
-
+-- A block, not a script: both check_add_window_*.lua include it after their fence. Time is cut
+-- into slices of L ms of Redis's clock; slice c holds the items added during it (a larger
+-- generation is made beside its newest once that holds its cap, at most M) and expires
+-- (PEXPIREAT, set when made) at (c + S + 1) * L, once no call looks at it: a call looks at
+-- c - S .. c. Before any write: c (ARGV[7]) must be Redis's slice and the client's generations of
+-- c - S .. c (ARGV[believed_at..]) the record's (KEYS[2]), else STALE_SLICE, {Redis's slice, now
+-- ms, the generations of its slices (0: not made)}, for the client to ask again with; each must
+-- exist (else -3); the sink and the ACL are checked. Makes the current slice's generation 0 if
+-- missing. Leaves L, S, c, n, G, M, now, record, count, gens, slices, shape_at, item_at, sunk,
+-- forgot, mine, cap_of(g), field, make(g) (by the script's reserve(name, ...)).
 local L, S, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local n, G, M = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local current = math.floor(now / L)
-
--- The record (HGETALL: a few fields, S + 1 slices at most) and its view of slices
--- current - S .. current: their generations.
+-- The record (HGETALL: S + 1 slices at most) and its generations of slices first .. first + S.
 local record = {}
 local pairs_ = redis.call('HGETALL', KEYS[2])
 for i = 1, #pairs_, 2 do record[pairs_[i]] = pairs_[i + 1] end
@@ -29,7 +26,6 @@ local function stale(gens)
   release()
   return {current, now, unpack(gens)}
 end
-
 if current ~= c then
   local _, _, gens = gens_of(current - S)
   return stale(gens)
@@ -42,8 +38,7 @@ end
 local shape_at = 11
 local believed_at = shape_at + 3 * (G + 1)
 local item_at = believed_at + S + 1
--- The client's generations must be Redis's (a slice not made counts as 1, its key
--- absent); then every generation the record holds must exist.
+-- The client's generations must be Redis's (an unmade slice counts 1, its key absent), and exist.
 local key_at, slices, holds = 5, {}, 0
 for g = 0, S do
   local b, a = tonumber(ARGV[believed_at + g]), gens[g + 1]
@@ -64,13 +59,11 @@ if holds > 0 then
   end
 end
 local sunk = KEYS[key_at] and {unpack(KEYS, key_at, key_at + 4)}
-
 if sunk then
   local refused = sink_refusal(sunk)
   if refused then return refused end
 end
--- Forgotten items (`bloomdupe forget`): looked at only when there are some (EXISTS),
--- and SREM refused by the ACL is an error before any write.
+-- Forgotten items: looked at only when there are some; an ACL-refused SREM errors before writing.
 local forgot = redis.call('EXISTS', KEYS[4]) == 1
 if forgot and redis.acl_check_cmd and not redis.acl_check_cmd('SREM', KEYS[4], 'x') then
   return redis.error_reply("NOPERM this user has no permissions to run the 'srem' command")
@@ -83,10 +76,7 @@ if (mine == 0 or grows) and redis.acl_check_cmd
   return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
 end
 local field = string.format('%d', c)
-
--- Make generation g of the current slice (its key by the script's reserve), expiring
--- with its slice.
-local function make(g)
+local function make(g)  -- the current slice's generation g, expiring with it
   local name = KEYS[slices[S + 1] + g]
   reserve(name, ARGV[shape_at + 3 * g], ARGV[shape_at + 3 * g + 1])
   redis.call('PEXPIREAT', name, (c + S + 1) * L)
@@ -97,8 +87,7 @@ end
 if mine == 0 then
   make(0)
   mine = 1
-  -- Forget the slices no call looks at any more.
-  for f in pairs(record) do
+  for f in pairs(record) do  -- forget the slices no call looks at any more
     local s = tonumber(string.match(f, '^%d+'))
     if s and s < c - S then redis.call('HDEL', KEYS[2], f) end
   end

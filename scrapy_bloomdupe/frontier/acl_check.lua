@@ -1,12 +1,8 @@
--- A block, not a script: slot_acl.lua and the filter's sink (sink.lua) include it.
--- Redis does not undo what a script wrote before a command of it was refused: a
--- slot's list pushed and its place in the ready set not, or a counter not moved,
--- would leave requests no pop finds (a crawl that never ends). So the ACL is asked
--- first whether every command of the slot scripts may run on a shard's keys:
--- acl_refusal(k) is the NOPERM error to answer, having written nothing, when one may
--- not on key ``k`` (nil when all may, or when Redis has no redis.acl_check_cmd).
--- (slot_pop.lua's ZSCORE, of the declared pop a Redis Cluster would need, is not
--- asked: no crawl runs it yet, and the crawler's ACL, docs/security.md, lacks it.)
+-- A block, not a script: slot_acl.lua and sink.lua include it. Redis does not undo a script's
+-- writes before a refused command: a list pushed but its slot not ready, or a counter not moved,
+-- leaves requests no pop finds (a crawl that never ends). So acl_refusal(k) first asks about every
+-- slot-script command on key ``k``: NOPERM, having written nothing, or nil. Not asked: slot_pop's
+-- ZSCORE (a Cluster's declared pop, which no crawl runs yet; the crawler's ACL lacks it).
 local function acl_refusal(k)
   if not redis.acl_check_cmd then return nil end
   for _, c in ipairs({{'TIME'}, {'ZADD', k, '0', 'm'}, {'ZREM', k, 'm'},

@@ -1,17 +1,8 @@
--- The crawl's builds as a starting worker (or `bloomdupe info`) finds them
--- (frontier/builds.py): the state's format record, every worker's recorded build, and
--- the workers alive now, on Redis's clock.
---
--- KEYS[1]  the format record (a string)
--- KEYS[2]  the builds (a hash: owner -> "<version> <format>", written by heartbeat.lua)
--- KEYS[3]  shard 0's owners (a sorted set: owner -> last heartbeat, ms)
--- ARGV[1]  the lease timeout in ms: a worker heard from within it is live
--- ARGV[2]  "1": first delete the records of workers no longer among the owners (a
---          worker that may start does it; a refused one leaves them, to name the newer
---          build); "0": read only
---
--- Returns {format record or false, {owner, build, ...}, {live owner, ...}}.
-
+-- The crawl's builds as a starting worker (or `bloomdupe info`) finds them (frontier/builds.py).
+-- KEYS[1] the format record; KEYS[2] the builds (owner -> "<version> <format>", heartbeat.lua);
+-- KEYS[3] shard 0's owners. ARGV: lease timeout ms (live within it); "1" to delete first the
+-- builds of non-owners (a worker that may start; a refused one leaves them, naming the newer
+-- build), "0" read only. Returns {format record or false, {owner, build, ...}, {live owner, ...}}.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local records = redis.call('HGETALL', KEYS[2])

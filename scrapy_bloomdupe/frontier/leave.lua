@@ -1,12 +1,6 @@
--- A worker leaves the crawl (frontier/queue.py): is it the last one?
---
--- KEYS[1]  shard 0's owners (a sorted set: owner -> last heartbeat, ms)
--- ARGV[1]  this worker (its owner id)
--- ARGV[2]  the lease timeout in ms
---
--- Returns 1 when no other live worker (one that heartbeat within the lease
--- timeout, on Redis's clock) is left, else 0.
-
+-- A worker leaves the crawl (frontier/queue.py): is it the last one? KEYS[1] shard 0's owners
+-- (-> last heartbeat, ms). ARGV: owner id, lease timeout ms. Returns 1 when no other worker
+-- heartbeat within the timeout (Redis's clock), else 0.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])

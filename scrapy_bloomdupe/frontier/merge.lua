@@ -1,19 +1,10 @@
--- Merge a queue's other shards into shard 0 (frontier/queue.py): on one Redis node the
--- queue has one shard; a crawl queued there by an earlier version (one queue shard a
--- filter shard) goes on with what those shards hold.
---
--- KEYS[1]  shard 0's queue (a sorted set)
--- KEYS[2]  shard 0's leases (a hash: "<owner>:<pop>.<j>" -> "<score>|<request>")
--- KEYS[3]  shard 0's owners (a sorted set: owner -> last heartbeat, ms)
--- then, for each other shard, its queue, leases and owners (three keys a shard)
---
--- Every queued request goes into shard 0's queue with its score, every lease into
--- shard 0's leases (the reap gives it back once its owner is dead), every owner into
--- shard 0's owners with its later heartbeat; the other shards' keys are deleted.
--- Written before deleted: a script stopped in between repeats, never loses.
--- Returns how many requests and leases moved (0, having run one EXISTS, when the
--- other shards hold nothing).
-
+-- Merge a queue's other shards into shard 0 (frontier/queue.py): on one node the queue has one
+-- shard; a crawl an earlier version queued there (a queue shard a filter shard) goes on.
+-- KEYS[1] shard 0's queue; KEYS[2] its leases ("<owner>:<pop>.<j>" -> "<score>|<request>");
+-- KEYS[3] its owners (-> last heartbeat, ms); then each other shard's queue, leases and owners.
+-- Requests, leases (the reap gives them back once their owner is dead) and owners (the later
+-- heartbeat) go into shard 0's; then the other keys are deleted: written before deleted, a script
+-- stopped in between repeats, never loses. Returns how many requests and leases moved.
 -- Nothing to move (every start after the first): one EXISTS (one per 999 keys).
 local found = 0
 for i = 4, #KEYS, 999 do
@@ -21,8 +12,7 @@ for i = 4, #KEYS, 999 do
 end
 if found == 0 then return 0 end
 local moved = 0
--- Shard 0's owners and their heartbeats (ZRANGE: the least-privilege ACL has no ZSCORE).
-local beat = {}
+local beat = {}  -- shard 0's heartbeats (ZRANGE: the least-privilege ACL has no ZSCORE)
 local current = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 for j = 1, #current, 2 do beat[current[j]] = tonumber(current[j + 1]) end
 for i = 4, #KEYS, 3 do

@@ -1,18 +1,8 @@
--- Lease requests from a shard's queue (frontier/queue.py), highest priority first.
---
--- KEYS[1]  the shard's queue (a sorted set)
--- KEYS[2]  the shard's leases (a hash)
--- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
--- ARGV[1]  this worker (its owner id)
--- ARGV[2]  its pop number (this worker's, increasing)
--- ARGV[3]  how many requests at most
---
--- Moves up to ARGV[3] requests into the lease hash under the fields
--- "<owner>:<pop number>.<j>" and marks the owner alive (Redis's clock).
--- Returns the leased entries, "<score>|<request>"; a pop that already ran (a
--- retry after a lost reply) returns the same entries again and moves nothing.
--- A NOPERM error, having written nothing, when the ACL does not allow HSET.
-
+-- Lease requests from a shard's queue (frontier/queue.py), highest priority first: into the lease
+-- hash as "<owner>:<pop>.<j>", marking the owner alive (Redis's clock). KEYS[1] the shard's queue;
+-- KEYS[2] its leases; KEYS[3] its owners. ARGV: owner id, pop number (increasing), most requests.
+-- Returns the leased "<score>|<request>"; a pop that already ran (a retry after a lost reply)
+-- returns the same, moving nothing. NOPERM, having written nothing, if the ACL denies HSET.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if redis.acl_check_cmd and not redis.acl_check_cmd('HSET', KEYS[2], 'f', 'v') then

@@ -1,29 +1,16 @@
--- Give back the leases of dead workers (frontier/queue.py): any live worker runs it.
---
--- KEYS[1]  the shard's queue (a sorted set)
--- KEYS[2]  the shard's leases (a hash: "<owner>:<pop>.<j>" -> "<score>|<request>")
--- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
--- ARGV[1]  the lease timeout in ms
--- ARGV[2]  an owner whose leases go back now whatever its heartbeat ('' for
---          none): a worker that closes gives back what it took and did not start
--- ARGV[3]  optional: the shard's count of slot leases (frontier/slots.py), whose
---          "<count>:<owner>" lists hold the owners' slot leases. A dead owner with
---          such a list is not forgotten: slot_reap.lua gives those back (it ran a
---          round trip before, when this owner's heartbeat may have been just short
---          of the timeout; forgotten now, its slot leases would never come back)
---
--- Every lease of an owner with no heartbeat for ARGV[1] ms (or none: forgotten)
--- goes back to the queue with its score and one more requeue counted, and the
--- owner is forgotten; the leases of ARGV[2] go back uncounted. Returns what went back
--- for dead owners, as "<score>|<member queued>" (a pop's entries' shape).
-
+-- Give back the leases of dead workers (frontier/queue.py); any live worker runs it.
+-- KEYS[1] the shard's queue; KEYS[2] its leases ("<owner>:<pop>.<j>" -> "<score>|<request>");
+-- KEYS[3] its owners. ARGV: lease timeout ms; an owner whose leases go back now whatever its
+-- heartbeat ('' none: a closing worker gives back what it did not start); optional: the slot-lease
+-- count key (slots.py): a dead owner with a "<count>:<owner>" list stays known, as slot_reap.lua,
+-- a round trip earlier, may have found it alive: forgotten, its slot leases would never come back.
+-- A silent (or forgotten) owner's leases go back with their score and one more requeue counted,
+-- and it is forgotten; ARGV[2]'s go back uncounted.
+-- Returns what went back for dead owners, as "<score>|<member queued>" (a pop's entries' shape).
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-
--- A lease back in the queue from the lease hash: queued first, so a script stopped
--- in between repeats a request rather than losing it. With "counted" (its lease
--- expired) the member carries one more requeue: NUL "rq" <n> NUL, then the
--- request. Returns "<score>|<member queued>".
+-- A lease back in the queue: queued before its HDEL, so a script stopped in between repeats a
+-- request rather than losing it. "counted" (expired): one more requeue, NUL "rq" <n> NUL first.
 local function requeue(field, entry, counted)
   local bar = string.find(entry, "|", 1, true)
   local member = string.sub(entry, bar + 1)
@@ -41,7 +28,6 @@ local function requeue(field, entry, counted)
   redis.call("HDEL", KEYS[2], field)
   return score .. "|" .. member
 end
-
 local dead = {}
 for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[1]))) do
   dead[owner] = true

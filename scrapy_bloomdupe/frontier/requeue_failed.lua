@@ -1,12 +1,7 @@
 -- Put failed requests back in the queue (frontier/failed.py: bloomdupe failed --requeue).
---
--- KEYS[1]  the failed stream (fields: score, request, url, method, reason)
--- KEYS[2]  shard 0's queue (a sorted set)
--- ARGV     stream ids
---
--- Moves each record's request back into the queue with its score and deletes
--- the record, atomically. Returns how many it moved (ids not found are skipped).
-
+-- KEYS[1] the failed stream (fields: score, request, ...); KEYS[2] shard 0's queue. ARGV: ids.
+-- Moves each record's request back with its score and deletes the record, atomically.
+-- Returns how many it moved (ids not found are skipped).
 local moved = 0
 for _, id in ipairs(ARGV) do
   local found = redis.call('XRANGE', KEYS[1], id, id)[1]

@@ -1,22 +1,10 @@
--- Retire queue entries that cannot be decoded into requests (frontier/queue.py): each
--- goes to the failed requests' record (bloomdupe failed), raw, with its reason, and
--- leaves the lease hash (a popped entry) or the queue (one a reap put back), so that it
--- never comes back by itself. Only where the record and the shard share a slot (one
--- node; shard 0 of a cluster).
---
--- KEYS[1]  the shard's leases (a hash: "<owner>:<pop>.<j>" -> "<score>|<request>")
--- KEYS[2]  the shard's queue (a sorted set)
--- KEYS[3]  the failed requests' stream (fields: score, request, url, method, reason)
--- ARGV[1]  the stream's length limit (XADD MAXLEN ~)
--- ARGV[2..] per entry seven values: 'lease' or 'queued', the lease's field or the
---          queued member, url, method, reason, score, request (the raw bytes)
---
--- An entry is recorded only if this call removed it: a retry after a lost reply, or
--- an entry another worker took or retired meanwhile, records nothing again.
--- Returns, an entry, 1 if this call retired it, else 0 (the caller counts and logs
--- only those: two workers that met one entry, say in an intake both sorted, count it
--- once).
-
+-- Retire queue entries that do not decode into requests (frontier/queue.py): each goes raw, with
+-- its reason, to the failed record (bloomdupe failed) and out of the lease hash or the queue (a
+-- reap put it back), never to come back. Only where record and shard share a slot (shard 0).
+-- KEYS[1] the shard's leases; KEYS[2] its queue; KEYS[3] the failed stream. ARGV: its MAXLEN ~,
+-- then per entry 'lease' or 'queued', the field or member, url, method, reason, score, request.
+-- Returns, an entry, 1 if this call removed and recorded it, else 0: a retry, or two workers that
+-- met one entry, record and count it once.
 local retired = {}
 for i = 2, #ARGV, 7 do
   local removed

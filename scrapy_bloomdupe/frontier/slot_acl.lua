@@ -1,7 +1,5 @@
--- A block, not a script: every slot_*.lua includes it first (luascript.read puts it
--- where its "-- #include slot_acl.lua" line stands), before anything is written: the
--- ACL asked about the shard's keys (acl_check.lua), a NOPERM error answered when it
--- refuses one of the slot scripts' commands.
+-- A block, not a script: every slot_*.lua includes it first, before any write: NOPERM when the
+-- ACL refuses a slot script's command on the shard's keys (acl_check.lua).
 -- #include acl_check.lua
 do
   local refused = acl_refusal(KEYS[1])

@@ -1,24 +1,12 @@
--- Take entries out of a shard's intake for a move into their slots' home shards
--- (``"crawl"`` politeness on a Redis Cluster, frontier/leased.py): each entry
--- still in the intake leaves it for the owner's lease list, as "m|<score>|<entry>",
--- counted with the leases until the move is done (slot_ack.lua takes it out) or,
--- its owner dead, put back in the intake (slot_reap.lua). A request is so always
--- in the intake, in a move, or in its slot: never lost, whatever fails between the
--- move's round trips.
---
--- KEYS[1]  the shard's intake (a sorted set: entry -> score, -priority)
--- KEYS[2]  the shard's count of slot leases (a string); KEYS[2] .. ':' .. owner is
---          the owner's lease list
--- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms): the
---          owner's heartbeat, as a pop's (an owner a reap forgot, back from a pause,
---          is known again before its list holds anything, or its reap would never
---          find the list)
--- ARGV[1]  the owner
--- ARGV[2..] per entry: its score (an integer), the entry's bytes
---
--- Returns every entry the owner's list holds in a move: this call's, and those of
--- a call whose reply was lost (one move at a time: the caller pushes them all).
-
+-- Take entries out of a shard's intake to move them to their slots' home shards ("crawl"
+-- politeness on a Cluster, frontier/leased.py): each still there goes to the owner's lease list as
+-- "m|<score>|<entry>", counted as a lease until the move ends (slot_ack.lua) or, its owner dead,
+-- goes back (slot_reap.lua): in the intake, a move or its slot, a request is never lost. KEYS[1]
+-- the intake (entry -> score, -priority); KEYS[2] the slot-lease count (list KEYS[2]..':'..owner);
+-- KEYS[3] the owners: the heartbeat goes first, so an owner a reap forgot is known again before its
+-- list holds anything (else no reap finds it). ARGV: owner, then per entry its score and bytes.
+-- Returns every entry in a move the list holds: this call's and a lost reply's (one move at a
+-- time: the caller pushes them all).
 -- #include slot_acl.lua (the ACL asked before anything is written)
 local t = redis.call('TIME')
 redis.call('ZADD', KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[1])

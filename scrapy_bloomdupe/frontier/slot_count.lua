@@ -1,25 +1,13 @@
--- What a shard's download slots hold, for the crawl's end: the counters, each checked
--- against the lists it counts where it would keep the crawl open. A counter can
--- disagree with the lists (an entry another program pushed into a slot's list, then
--- popped and retired, leaves the waiting count at -1): a crawl whose end rested on it
--- would never end, or end with requests left.
---
--- KEYS[1]  the shard's ready set (the slots with requests and room)
--- KEYS[2]  the shard's count of requests waiting in its slots
--- KEYS[3]  the shard's count of requests leased from its slots
--- KEYS[4]  the shard's owners (the workers, whose lease lists are ARGV[1] .. owner)
--- KEYS[5]  the shard's intake (a sorted set)
--- KEYS[6]  the shard's lease hash of the sorted-set layout (an earlier build's)
--- ARGV[1]  what a worker's lease list's key starts with ("{K:i}:slotleased:")
--- ARGV[2]  a pattern every slot's list matches, and no other key ("{K:i}:slot:*:*")
---
--- Returns {waiting, leased, elsewhere}: the leased count is the counter's when a lease
--- list holds an entry, else 0 (or 1 when the counter says less); the waiting count is
--- the counter's (at least 1) when a slot is ready; when none is and nothing is leased,
--- the counter's (at least 1) only if a slot's list holds an entry (SCAN: only then,
--- when the crawl may be ending), else 0; with leases out, the counter's (at least 0). ``elsewhere``: the intake's and the lease
--- hash's entries. Reads only (LRANGE ... 0 0 looks at a list: the crawler's ACL,
--- docs/security.md, has no LLEN).
+-- What a shard's download slots hold, for the crawl's end: each counter checked against the lists
+-- it counts where it would keep the crawl open (a counter can be off, e.g. -1 after another
+-- program's entry was pushed, popped and retired: the crawl would never end, or end too soon).
+-- KEYS[1] the shard's ready set; KEYS[2] its waiting count; KEYS[3] its leased count; KEYS[4] its
+-- owners; KEYS[5] its intake; KEYS[6] an earlier build's lease hash. ARGV: a lease list key's
+-- start ("{K:i}:slotleased:"), a pattern all slot lists and no other key match ("{K:i}:slot:*:*").
+-- Returns {waiting, leased, elsewhere}: leased the counter's (at least 1) if a lease list holds an
+-- entry, else 0; waiting the counter's (at least 1) if a slot is ready, else with nothing leased
+-- the same only if a slot's list holds an entry (SCAN, only when ending) or 0, with leases at
+-- least 0; elsewhere: intake and lease hash entries. Reads only (LRANGE 0 0: the ACL has no LLEN).
 local function holds(list)
   return #redis.call('LRANGE', list, 0, 0) > 0
 end

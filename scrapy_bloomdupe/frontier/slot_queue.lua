@@ -1,16 +1,10 @@
--- A block, not a script: slot_push.lua and the filter's sink (sink.lua) include it,
--- after slot_state.lua. queue_in_slots(items, first, ready_key, waiting_key, intake,
--- robots_key) appends requests to their slots' lists: ``items`` from ``first`` on, five
--- values a request (its slot's name, keys.slot_name; its priority as its list's key
--- spells it; the slot's concurrency, 0: no limit, and delay in ms; the entry's bytes).
--- With an ``intake`` (a move), an entry is queued only if this call removes it from
--- there. With ``robots_key`` (the shard's robots.txt delays: slot -> ms), a slot's
--- delay is at least what its robots.txt asked for.
--- Keeps each slot's state (slot_state.lua: prios, and the limits the push sets); a
--- slot with room goes into the ready set ``ready_key`` (one already there keeps its
--- place); ``waiting_key`` counts the requests queued. Returns how many it queued.
--- Grouped by slot, then by priority: one RPUSH a list, one HMGET and at most one HSET
--- a slot, one ZADD for the ready set.
+-- A block, not a script: slot_push.lua and sink.lua include it after slot_state.lua.
+-- queue_in_slots(items, first, ready_key, waiting_key, intake, robots_key) appends ``items``
+-- from ``first`` to their slots' lists, five a request: slot name (keys.slot_name), priority as
+-- its list's key spells it, concurrency (0: none), delay ms (at least the slot's robots.txt one,
+-- ``robots_key``), entry bytes; with an ``intake`` (a move) only those this call removes from it.
+-- Keeps slot state (slot_state.lua); a slot with room joins ``ready_key`` (keeping its place);
+-- ``waiting_key`` counts. Returns how many it queued.
 local function queue_in_slots(items, first, ready_key, waiting_key, intake, robots_key)
   local slots, order = {}, {}
   local queued = 0

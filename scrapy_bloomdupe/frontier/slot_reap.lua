@@ -1,42 +1,22 @@
--- Give back the slot leases of dead workers (frontier/slots.py): any live worker
--- runs it.
---
--- KEYS[1]  the shard's ready set (a sorted set: slot -> when it may go, ms)
--- KEYS[2]  the shard's count of slot leases (a string); KEYS[2] .. ':' .. owner is
---          the owner's leases (a list of "<pop>.<j>|<priority>[@<start>]|<slot>|<entry>",
---          each lease's field "<owner>:<pop>.<j>")
--- KEYS[3]  the shard's owners (a sorted set: owner -> last heartbeat, ms)
--- KEYS[4]  the shard's default limits of a slot (a hash: conc, delay)
--- ARGV[1]  the shard's slot prefix ("{K:i}:slot:")
--- ARGV[2]  the lease timeout in ms
--- KEYS[5]  the shard's count of requests waiting in its slots (a string)
--- KEYS[6]  the shard's intake (a sorted set), where a dead owner's entries in a
---          move (slot_claim.lua: "m|<score>|<entry>" in its list) go back
--- ARGV[3]  an owner whose leases go back now whatever its heartbeat ('' for
---          none): a worker that closes gives back what it took and did not start
--- ARGV[4]  '1' to forget the dead owners (ZREM from KEYS[3]); '0' when the
---          shard's other reap (reap.lua, in the same round trip) does it
--- ARGV[5..] fields of ARGV[3]'s leases that stay (the ones it still holds: a
---          reclaim; "<owner>:m" keeps its entries in a move, one it will end);
---          without any, all of ARGV[3]'s go back
---
--- Every lease of an owner with no heartbeat for ARGV[2] ms goes back to the head
--- of its slot's list of its priority, with one more requeue counted (NUL "rq" <n>
--- NUL before the entry, as frontier/entry.py reads it), frees its room, and the
--- owner is forgotten; the leases of ARGV[3] go back uncounted. Keys touched
--- beyond KEYS: the slots' hashes and lists (the shard's hash tag).
--- Returns {what went back for dead owners, as "<priority>|<slot>|<entry>" (the entry
--- with its requeue count), the fields of ARGV[3]'s leases that went back, how many
--- entries in a move went back to the intake}.
-
+-- Give back the slot leases of dead workers (frontier/slots.py); any live worker runs it.
+-- KEYS[1] the shard's ready set; KEYS[2] its slot-lease count (KEYS[2]..':'..owner: the owner's
+-- list of "<pop>.<j>|<priority>[@<start>]|<slot>|<entry>", field "<owner>:<pop>.<j>"); KEYS[3]
+-- its owners; KEYS[4] its default slot limits; KEYS[5] its waiting count; KEYS[6] its intake,
+-- where a dead owner's moving entries ("m|<score>|<entry>", slot_claim.lua) go back. ARGV: slot
+-- prefix, lease timeout ms, an owner whose leases go back now whatever its heartbeat ('' none: a
+-- closing worker gives back what it did not start), '1' to forget the dead owners ('0': reap.lua
+-- does, in the same round trip), then fields of that owner's leases that stay (a reclaim;
+-- "<owner>:m" keeps its move, one it will end); none: all go back. A silent owner's leases go back
+-- to the head of their slot's priority list, one more requeue counted (NUL "rq" <n> NUL before the
+-- entry, frontier/entry.py); ARGV[3]'s go back uncounted.
+-- Returns {what went back for dead owners, "<priority>|<slot>|<entry>", the fields of ARGV[3]'s
+-- that went back, how many moving entries went back to the intake}.
 -- #include slot_acl.lua (the ACL asked before anything is written)
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local prefix = ARGV[1]
 local defaults_key = KEYS[4]
-
 -- #include slot_state.lua (a slot's state: the same block in every slot_*.lua)
-
 local dead = {}
 for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[2]))) do
   dead[owner] = true
@@ -62,8 +42,7 @@ for owner in pairs(dead) do
       going[#going + 1] = {field, string.sub(e, bar + 1), owner}
     end
   end
-  -- Latest taken first: each goes to its list's head, so they end in the order taken.
-  for j = #going, 1, -1 do gone[#gone + 1] = going[j] end
+  for j = #going, 1, -1 do gone[#gone + 1] = going[j] end  -- LPUSHed: they end in order taken
   if #all > 0 then
     redis.call('DEL', held)
     chunked('RPUSH', held, kept)
@@ -73,8 +52,7 @@ for _, item in ipairs(gone) do
   local field, value, owner = item[1], item[2], item[3]
   local bar = string.find(value, '|', 1, true)
   local second = string.find(value, '|', bar + 1, true)
-  -- A lease claimed ahead has its start after its priority ("<priority>@<start>").
-  local p = string.match(string.sub(value, 1, bar - 1), '^[^@]*')
+  local p = string.match(string.sub(value, 1, bar - 1), '^[^@]*')  -- "<priority>@<start>"
   local name = string.sub(value, bar + 1, second - 1)
   local e = string.sub(value, second + 1)
   if owner == ARGV[3] then

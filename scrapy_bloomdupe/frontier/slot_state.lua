@@ -1,19 +1,13 @@
--- A block, not a script: every slot_*.lua includes it (luascript.read puts it where
--- its "-- #include slot_state.lua" line stands). It reads ``defaults_key`` (the
--- including script's key of the shard's default limits) and defines FIELDS, DEFAULT,
--- read_defaults, load, prios_of, save, chunked, with_priority and place (which also
--- reads ``prefix``, the shard's slot prefix, and KEYS[1], its ready set).
-
--- A slot's state (the same block in every slot_*.lua): its hash holds only what
--- differs from the default (the shard's default limits, else no limit; nothing
--- in flight; no start or back-off ahead), and a slot with nothing else than
--- priority 0 waiting has no hash. A slot with a hash has its priorities in use
--- in "prios" ("" for none); one without has "0" when its list of priority 0
--- exists, else none.
+-- A block, not a script: every slot_*.lua includes it. Reads ``defaults_key`` (the shard's
+-- default limits); defines FIELDS, DEFAULT, read_defaults, load, prios_of, save, chunked,
+-- with_priority and place (which reads ``prefix`` and KEYS[1], the ready set). A slot's hash holds
+-- only what differs from the default (the shard's limits, else none; nothing in flight; no next
+-- start or paused-until ahead, ms on Redis's clock); a slot with only priority 0 waiting has none.
+-- "prios": priorities in use, highest first ("" none); no hash: "0" if the priority-0 list exists.
+-- Slot scripts also touch undeclared slot hashes and lists, all in the shard's hash tag.
 local FIELDS = {'prios', 'flight', 'conc', 'delay', 'next', 'backoff'}
 local DEFAULT
--- Reads DEFAULT from ``defaults_key`` (again: the filter's sink, sink.lua, sets it a
--- shard at a time).
+-- DEFAULT from ``defaults_key`` (read again by the filter's sink, sink.lua, a shard at a time).
 local function read_defaults()
   local d = redis.call('HMGET', defaults_key, 'conc', 'delay')
   DEFAULT = {prios = '0', flight = '0', conc = d[1] or '0', delay = d[2] or '0',
@@ -28,8 +22,7 @@ local function load(h)
   if s.exists and not v[1] then s.prios = '' end
   return s
 end
--- The slot's priorities in use, exactly (an EXISTS for a slot without a hash);
--- kept in ``s`` (whose ``prios`` the caller then keeps exact).
+-- The slot's priorities in use, exactly (an EXISTS without a hash), kept in ``s``.
 local function prios_of(h, s)
   if not s.exists and not s.exact then
     s.exact = true
@@ -37,8 +30,7 @@ local function prios_of(h, s)
   end
   return s.prios
 end
--- Writes what changed (``s.prios`` exact), leaves out what is the default, and
--- deletes the hash of a slot left with nothing but priority 0 (or none).
+-- Writes what changed (``s.prios`` exact) but defaults; deletes a hash left with only priority 0.
 local function save(h, s)
   local set, del, other, had = nil, nil, false, s.had
   for k = 2, #FIELDS do
@@ -68,9 +60,7 @@ local function save(h, s)
   if del then redis.call('HDEL', h, unpack(del)) end
   if set then redis.call('HSET', h, unpack(set)) end
 end
-
--- A command over many arguments, in calls of at most 1,000 (Lua's unpack has a
--- limit); returns the last call's reply.
+-- A command over many arguments in calls of 1,000 at most (unpack's limit); the last reply.
 local function chunked(command, key, items)
   local reply
   for i = 1, #items, 1000 do
@@ -78,9 +68,7 @@ local function chunked(command, key, items)
   end
   return reply
 end
-
--- The priorities in use, highest first, with ``p`` (its own spelling, that of its
--- list's key, compared as a number).
+-- The priorities in use, highest first, with ``p`` (as its list's key spells it) added.
 local function with_priority(prios, p)
   local out, put, n = {}, false, tonumber(p)
   for x in string.gmatch(prios, '[^,]+') do
@@ -91,11 +79,8 @@ local function with_priority(prios, p)
   if not put then out[#out + 1] = p end
   return table.concat(out, ',')
 end
-
--- Writes slot ``name`` 's state ``s`` and puts it in or out of the ready set: in
--- when it has requests and room (one already there keeps its place unless ``moved``,
--- a new back-off), out otherwise; a slot with nothing waiting, nothing in flight
--- and no start or back-off ahead loses its hash.
+-- Writes slot ``name`` 's state ``s``; in the ready set when it has requests and room (keeping
+-- its place unless ``moved``, a new back-off), else out; an idle slot loses its hash.
 local function place(name, s, now, moved)
   local h = prefix .. name
   local flight, conc = tonumber(s.flight), tonumber(s.conc)
