@@ -16,13 +16,9 @@ if TYPE_CHECKING:
 
 
 class BloomDupeAddon:
-    """Sets the scheduler, the dupefilter, the batch middleware, the failed-request
-    middleware, the stats extension and the live figures' (``WorkerMetrics``).
-
-    Values are set at "addon" priority, so a project's own ``settings.py``
-    still wins. With ``BLOOMDUPE_SCHEDULER = False`` Scrapy's own scheduler is
-    kept (one machine, shared filter).
-    """
+    """Sets the scheduler, dupefilter, batch and failed-request middlewares, the stats extension
+    and ``WorkerMetrics``, at "addon" priority so a project's ``settings.py`` still wins. With
+    ``BLOOMDUPE_SCHEDULER = False`` Scrapy's scheduler is kept (one machine, shared filter)."""
 
     def __init__(self, crawler: Crawler | None = None) -> None:
         self.crawler = crawler

@@ -1,23 +1,15 @@
-"""``BLOOMDUPE_POLITENESS = "crawl"``: a site that answers "slow down" is backed off by
-every worker, not only by the one that heard it.
+"""``BLOOMDUPE_POLITENESS = "crawl"``: a site that answers "slow down" is backed off by every
+worker, not only the one that heard it.
 
-A response whose status is in ``BLOOMDUPE_BACKOFF_CODES`` (429 and 503 by default)
-pauses its download slot in Redis (:meth:`~.frontier.leased.LeasedQueue.backoff`):
-no worker takes a request of that slot before the pause ends (Redis's clock). With a
-``Retry-After`` header (seconds, or an HTTP date) the pause is what it asks, at most
-``BLOOMDUPE_BACKOFF_MAX``; without one it doubles with each such answer in a row
-(1 s, 2 s, 4 s, ..., at most ``BLOOMDUPE_BACKOFF_MAX``), and the count is forgotten
-after ``BLOOMDUPE_BACKOFF_MAX`` seconds without one. The response itself goes on
-to Scrapy's ``RetryMiddleware`` (429 and 503 are in ``RETRY_HTTP_CODES``), whose
-retry waits in the slot's queue until the pause is over.
+A status in ``BLOOMDUPE_BACKOFF_CODES`` (429, 503) pauses its download slot in Redis
+(:meth:`~.frontier.leased.LeasedQueue.backoff`, Redis's clock) for what ``Retry-After`` asks,
+else 1 s doubling with each such answer in a row (forgotten after ``BLOOMDUPE_BACKOFF_MAX`` s
+without one); at most ``BLOOMDUPE_BACKOFF_MAX``. The response goes on to ``RetryMiddleware``,
+whose retry waits in the slot until the pause ends. With ``ROBOTSTXT_OBEY``, robots.txt's
+``Crawl-delay`` raises the slot's delay for every worker (same cap).
 
-With ``ROBOTSTXT_OBEY``, a site's robots.txt ``Crawl-delay`` (for
-``ROBOTSTXT_USER_AGENT``, else ``USER_AGENT``) raises its slot's delay for every worker
-(at most ``BLOOMDUPE_BACKOFF_MAX``): the requests of the slot queued from then on
-go at least that far apart.
-
-The add-on enables it (order 560, before ``RetryMiddleware`` sees the response); in
-``"worker"`` politeness it is not configured.
+The add-on enables it at order 560 (before ``RetryMiddleware``); not configured in ``"worker"``
+politeness.
 """
 
 from __future__ import annotations
@@ -49,8 +41,7 @@ FIRST_PAUSE = 1.0
 
 
 def retry_after(value: bytes | str | None, now: float | None = None) -> float | None:
-    """Seconds a ``Retry-After`` header asks for (a number, or an HTTP date), or None
-    when there is none or it cannot be read."""
+    """Seconds a ``Retry-After`` header (a number or HTTP date) asks for, or None."""
     if value is None:
         return None
     text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
@@ -135,8 +126,7 @@ class CrawlBackoffMiddleware:
 
 
 def crawl_delay(body: bytes, agent: str) -> float | None:
-    """The ``Crawl-delay`` a robots.txt ``body`` gives ``agent`` (None: none, or it
-    cannot be read)."""
+    """The ``Crawl-delay`` a robots.txt ``body`` gives ``agent``, or None."""
     try:
         delay = Protego.parse(body.decode("utf-8", errors="replace")).crawl_delay(agent)
     except Exception:  # a robots.txt Protego cannot read: Scrapy's middleware says so
@@ -145,8 +135,8 @@ def crawl_delay(body: bytes, agent: str) -> float | None:
 
 
 def _strike(queue: LeasedQueue, slot: str, now_ms: int, longest: float) -> float:
-    """One more "slow down" for ``slot`` without Retry-After: its pause (s), doubled
-    for each in a row, the count forgotten after ``longest`` seconds without one."""
+    """One more "slow down" for ``slot`` without Retry-After: its pause (s), doubled each
+    time in a row (forgotten after ``longest`` s without one)."""
     name = keys.slot_name(slot)
     strikes = queue.k[queue.home(name)].strikes
     found = queue.link.call("HGET", strikes, name)

@@ -1,8 +1,5 @@
-"""Old home of the scheduler's queue: ``scrapy_bloomdupe.cluster.PriorityQueue``.
-
-Kept so that ``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.cluster.PriorityQueue"``
-in existing settings keeps working; the class lives in
-:mod:`scrapy_bloomdupe.frontier.queue`.
+"""Old home of ``PriorityQueue``, kept so existing ``SCHEDULER_QUEUE_CLASS`` settings naming
+``scrapy_bloomdupe.cluster.PriorityQueue`` work; it lives in :mod:`scrapy_bloomdupe.frontier.queue`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """One Redis client per crawler, shared by the scheduler, the dupefilter and the stats.
 
-Settings, as in scrapy-redis: ``REDIS_URL`` (overridden by
-``BLOOMDUPE_REDIS_URL``), ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``, and
-``REDIS_PARAMS`` (keyword arguments for the client, ``redis_cls`` included);
-``BLOOMDUPE_REDIS_CLUSTER = True`` for Redis Cluster. They are parsed by
-:class:`~scrapy_bloomdupe.settings.RedisSettings`, and the client is built by
-:mod:`scrapy_bloomdupe.transport.client`.
+Settings as in scrapy-redis (``BLOOMDUPE_REDIS_URL`` overrides ``REDIS_URL``): see
+:class:`~scrapy_bloomdupe.settings.RedisSettings` and :mod:`scrapy_bloomdupe.transport.client`.
 
-Also how a crawl that cannot start says so: one line. A setting that cannot
-work, a Redis that cannot be used or a dependency below its floor raises a
-:class:`~scrapy_bloomdupe.exceptions.BloomDupeError` from one of the package's
-components while Scrapy builds it. Scrapy then marks the crawl failed (``scrapy
-crawl`` exits with status 1), and asyncio reports the crawl's task with a
-traceback, often chained to a second one of Scrapy's own ("Engine slot not
-assigned"). :class:`StartErrorFilter`, installed on asyncio's logger when this
-module is imported (every component imports it), turns that report into one
-CRITICAL line: the error's message, which names the setting and the fix.
+A :class:`~scrapy_bloomdupe.exceptions.BloomDupeError` while Scrapy builds a component fails
+the crawl, and :class:`StartErrorFilter` (installed on import) turns the logged traceback(s)
+into one CRITICAL line, the message naming the setting and fix.
 """
 
 from __future__ import annotations
@@ -72,18 +62,16 @@ def close_client(crawler: Crawler) -> None:
 
 
 def from_settings(settings: BaseSettings) -> Redis | RedisCluster:
-    """A new client built from Scrapy ``settings`` (for tools and tests; a crawl shares
-    :func:`get_client`'s). Every component and tool builds its client here, so this is
-    where a dependency below its floor stops the worker (:mod:`.versions`)."""
+    """A new client from Scrapy ``settings`` (a crawl shares :func:`get_client`'s). Every
+    client is built here, so a dependency below its floor stops the worker here."""
     check_installed()
     return client_module.build(RedisSettings.from_settings(settings))
 
 
 # -- a crawl that cannot start: one line ------------------------------------------------
 
-#: Loggers that report an exception nobody caught (asyncio: "Task exception was never
-#: retrieved", the crawl's task under ``scrapy crawl``; Twisted: "Unhandled error in
-#: Deferred", the same under a non-asyncio reactor).
+#: Loggers that report uncaught exceptions ("Task exception was never retrieved",
+#: "Unhandled error in Deferred").
 UNHANDLED_LOGGERS = ("asyncio", "twisted")
 #: The logger name the one line is shown under.
 LOGGER_NAME = "scrapy_bloomdupe"
@@ -95,10 +83,8 @@ def start_error_line(error: BaseException) -> str:
 
 
 def mark_failed(crawler: Crawler | None, error: BloomDupeError) -> None:
-    """Fail the crawl of ``crawler`` on ``error`` (``scrapy crawl`` exits with status 1),
-    if it is crawling: Scrapy before 2.19 marks a crawl failed only when its crawler has
-    no spider at the end (CrawlerProcess's ``bootstrap_failed``), whatever the error;
-    there is no public way. A tool's or a test's crawler (not crawling) is left alone."""
+    """Fail ``crawler``'s crawl on ``error`` (exit status 1) if it is crawling. Scrapy before
+    2.19 fails a crawl only when its crawler has no spider at the end; no public way."""
     if crawler is not None and getattr(crawler, "crawling", False):
         crawler.spider = None
         _START_ERRORS.append(start_error_line(error))
@@ -107,12 +93,8 @@ def mark_failed(crawler: Crawler | None, error: BloomDupeError) -> None:
 
 
 def _twisted_to_logging_only() -> None:
-    """Under a non-asyncio reactor Twisted reports the failed start ("Unhandled error in
-    Deferred", Scrapy's "Engine slot not assigned") through logging, where
-    :class:`StartErrorFilter` shows it as the one line, and also raw to stderr: Twisted
-    prints critical events there until logging is begun, which Scrapy never does. The
-    crawl is failing: logging is begun now (to Scrapy's observer alone, once a process),
-    so that the raw copy, a traceback, is not printed."""
+    """Begin Twisted's logging (once): until then Twisted also prints critical events raw
+    to stderr (Scrapy never begins it), a traceback beside :class:`StartErrorFilter`'s line."""
     global _twisted_begun
     if not _twisted_begun:
         _twisted_begun = True
@@ -122,17 +104,13 @@ def _twisted_to_logging_only() -> None:
 _twisted_begun = False
 
 
-#: The lines of the start errors of crawls of this process (:func:`mark_failed`), for
-#: Twisted's report of the failed start. Lines, not the errors: an error kept would keep
-#: its traceback's frames, and with them the failed Deferred that Twisted reports when
-#: it is collected.
+#: Start error lines (:func:`mark_failed`) for Twisted's report. Not the errors: their
+#: frames would keep the failed Deferred, which Twisted reports when collected.
 _START_ERRORS: list[str] = []
 
 
 def fails_the_crawl(build: Callable[P, R]) -> Callable[P, R]:
-    """Decorates a component's ``from_crawler(cls, crawler)`` (under ``@classmethod``):
-    an error of ours while building it fails the crawl (:func:`mark_failed`), and
-    :class:`StartErrorFilter` shows it in one line."""
+    """Decorates ``from_crawler`` (under ``@classmethod``): our errors fail the crawl."""
     @functools.wraps(build)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -145,17 +123,11 @@ def fails_the_crawl(build: Callable[P, R]) -> Callable[P, R]:
 
 
 class StartErrorFilter(logging.Filter):
-    """Shows an uncaught :class:`BloomDupeError` (also one chained under another
-    exception) as one CRITICAL line, its message, without the traceback.
+    """Shows an uncaught :class:`BloomDupeError` (even chained) as one CRITICAL line.
 
-    Only reports of exceptions nobody caught pass through the loggers it is
-    put on, so a traceback the user asked for (a caught error logged with
-    ``exc_info``) is left alone. Any other exception keeps its traceback.
-    Under a non-asyncio reactor Twisted reports the failed start twice, as
-    text: first "Unhandled error in Deferred" with Scrapy's "Engine slot not
-    assigned" (the error :func:`mark_failed` recorded is shown instead), then
-    the whole chain (ours in it: dropped, shown already).
-    """
+    Its loggers carry only uncaught exceptions: a caught one logged with ``exc_info``, or any
+    other exception, keeps its traceback. Twisted reports a failed start twice, as text:
+    "Unhandled error in Deferred" (shown as the recorded error), then the chain (dropped)."""
 
     def __init__(self) -> None:
         super().__init__()

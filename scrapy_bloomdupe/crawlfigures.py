@@ -1,14 +1,8 @@
-"""A running crawl's figures, read from Redis at once: what ``bloomdupe metrics`` serves
-to Prometheus and ``bloomdupe top`` shows.
-
-Read-only, and no ``KEYS`` or ``SCAN``: the crawl-wide counters (``K:stats``), the
-filter's fill and false-positive rate (``BITCOUNT`` or ``BF.INFO`` of every shard:
-O(filter size), so read at most every ``filter_every`` seconds), the queue's waiting
-and leased requests, the failed requests kept, the live workers (those that
-heartbeat in shard 0's owner set within the lease timeout, by Redis's clock), the
-busiest download slots of a crawl with ``BLOOMDUPE_POLITENESS = "crawl"``
-(:func:`~.frontier.busiest.busiest_slots`: bounded, whatever the number of slots)
-and each running worker's own figures (:func:`crawlstats.read_live`).
+"""A running crawl's figures, read from Redis at once, for ``bloomdupe metrics`` (Prometheus)
+and ``bloomdupe top``. Read-only, no ``KEYS`` or ``SCAN``: crawl-wide counters, the filter's
+fill (O(filter size), so at most every ``filter_every`` s), queue and failed counts, live
+workers (heartbeat within the lease timeout, Redis's clock), the busiest download slots
+(:func:`~.frontier.busiest.busiest_slots`) and each worker's own figures.
 """
 
 from __future__ import annotations
@@ -100,9 +94,8 @@ class CrawlFigures:
 
 
 class CrawlReader:
-    """Reads the figures of the crawl at ``key``; the filter's fill at most every
-    ``filter_every`` seconds (in between, the last one read), and its ``slots`` busiest
-    download slots."""
+    """Reads the figures of the crawl at ``key``: the fill at most every ``filter_every``
+    seconds (else the last read), and its ``slots`` busiest download slots."""
 
     def __init__(self, client: Redis | RedisCluster, key: str, *,
                  lease_timeout: float = LEASE_TIMEOUT, filter_every: float = FILTER_EVERY,

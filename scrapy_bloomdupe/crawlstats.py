@@ -1,25 +1,14 @@
 """Crawl-wide counters in Redis: every worker's figures added up, one command away.
 
-Each worker adds the growth of its counters since its last flush to the hash
-``K:stats`` (``HINCRBY``, atomic across workers) and writes its own line to the
-hash ``K:workers`` (host, pid, when it started and was last seen, its own
-totals). The dupefilter flushes every ``BLOOMDUPE_STATS_INTERVAL`` seconds and
-at close, and puts the crawl-wide totals it reads back into the worker's Scrapy
-stats as ``bloomdupe/crawl/<name>``.
+Each worker adds its counters' growth since its last flush to hash ``K:stats`` (``HINCRBY``,
+atomic across workers) and writes its own line (host, pid, times, totals) to ``K:workers``;
+the dupefilter flushes every ``BLOOMDUPE_STATS_INTERVAL`` s and at close, and puts the totals in
+Scrapy stats as ``bloomdupe/crawl/<name>``. ``WorkerMetrics`` writes live figures (expiring
+``K:live:<worker>``, indexed in ``K:live``; :func:`write_live`, :func:`read_live`).
 
-While it runs, a worker also writes its own figures (pages, pages a second,
-requests in flight, ...) as JSON to ``K:live:<worker>``, which expires a few
-write intervals after its last write, and lists itself in the sorted set
-``K:live``; with them it adds its pages, leases put back and failed requests
-to ``K:stats`` (:func:`write_live`; the ``WorkerMetrics`` extension does it).
-``bloomdupe top`` and ``bloomdupe metrics`` read them (:func:`read_live`).
-
-A flush adds what grew since the last one, so a flush that a failover loses (written
-to the old master after the replica was promoted, ``BLOOMDUPE_WAIT_REPLICAS`` 0) would
-lose up to ``BLOOMDUPE_STATS_INTERVAL`` seconds of counts for good: in a test, 90% of
-the crawl's ``new``. After the master changed, a worker first reads its own line back
-from the new master (written after its counters, so it holds what reached it) and
-adds what is missing.
+A flush a failover loses (written to the old master) would lose its deltas for good, so after
+the master changed a worker reads its own line back from the new one (written after its
+counters, so it holds what reached it) and adds what is missing.
 """
 
 from __future__ import annotations
@@ -46,11 +35,9 @@ logger = logging.getLogger(__name__)
 #: The counters added up across workers.
 COUNTERS = ("checked", "new", "duplicates", "local_hits", "lock_acquired", "lock_waits",
             "lock_timeouts", "lock_lost", "redis_errors")
-#: The crawl-wide counters :func:`write_live` adds to (beside :data:`COUNTERS`): pages
-#: fetched (responses received), leases put back in the queue, requests failed for good.
+#: What :func:`write_live` adds to: pages fetched, leases put back, requests failed for good.
 LIVE_COUNTERS = ("pages", "requeued", "failed")
-#: A worker's entry in ``K:live`` is dropped this many times its line's TTL after its
-#: last write (a worker killed without a word); its line itself expired long before.
+#: A silent (killed) worker's ``K:live`` entry is dropped this many line TTLs after its last write.
 PRUNE_AFTER_TTLS = 10
 
 
@@ -73,8 +60,7 @@ class CrawlStats:
         self._failovers = Failovers()
 
     def flush(self, counters: dict[str, int], closed: str | None = None) -> dict[str, int]:
-        """Add what grew since the last flush (after a failover, since the last flush the
-        new master holds); return the crawl-wide totals."""
+        """Add what grew since the last flush the master holds; return the crawl-wide totals."""
         line = {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
                 "last_seen": time.time(), "closed": closed,
                 **{name: counters.get(name, 0) for name in COUNTERS}}
@@ -97,8 +83,7 @@ class CrawlStats:
 
 
 class Failovers:
-    """Whether the master changed (a Sentinel failover) since the last look: then a
-    worker reads its own line back from the new master (see the module's docstring)."""
+    """Whether the master changed (Sentinel failover) since the last look (see the module)."""
 
     def __init__(self) -> None:
         #: The master's epoch at the last look; None before the first.
@@ -112,8 +97,7 @@ class Failovers:
 
 
 def _counters(found: Any, names: tuple[str, ...]) -> dict[str, int]:
-    """The counters ``names`` in a worker's JSON line (``found``; None: no line), as that
-    master has them: what this worker's writes that reached it added."""
+    """The counters ``names`` in a worker's JSON line ``found`` (None: no line)."""
     line = json.loads(found) if found else {}
     return {name: int(line[name]) for name in names if name in line}
 
@@ -132,16 +116,11 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
 def write_live(client: Redis | RedisCluster | Link, key: str, worker: str,
                figures: dict[str, Any], deltas: dict[str, int], ttl: float, *,
                prune: bool = False) -> tuple[list[str], Exception | None]:
-    """One pipelined write: ``worker``'s figures (JSON, expiring after ``ttl`` seconds),
-    its entry in the index of running workers, and the growth of its
-    :data:`LIVE_COUNTERS` (``deltas``) added to the crawl-wide ones. With ``prune``,
-    entries of workers silent for :data:`PRUNE_AFTER_TTLS` TTLs leave the index too
-    (one more round trip when there are some). ``client``: a crawl's link (see
-    :class:`CrawlStats`), or a client.
-
-    Only commands a crawl's least-privilege ACL user has (docs/security.md). Returns
-    the counters added, and the first error (the rest of the write is done): a
-    counter is added once, whatever else failed."""
+    """One pipelined write: ``worker``'s figures (JSON, expiring after ``ttl`` s), its index
+    entry, and its :data:`LIVE_COUNTERS` ``deltas``; with ``prune``, also drop entries silent
+    for :data:`PRUNE_AFTER_TTLS` TTLs. Uses only the crawl ACL's commands (docs/security.md).
+    Returns the counters added and the first error (the rest is still written), so a counter
+    is added once whatever else failed."""
     now = time.time()
     index = keys.live(key)
     names = [name for name, delta in deltas.items() if delta]
@@ -164,8 +143,7 @@ def write_live(client: Redis | RedisCluster | Link, key: str, worker: str,
 
 def recorded_live(client: Redis | RedisCluster | Link, key: str, worker: str
                   ) -> dict[str, int]:
-    """``worker``'s :data:`LIVE_COUNTERS` as its line on this master has them; none if its
-    line has expired (nothing is re-added)."""
+    """``worker``'s :data:`LIVE_COUNTERS` in its line on this master (none if expired)."""
     with link_to(client) as link:
         return _counters(link.call("GET", keys.live_worker(key, worker)), LIVE_COUNTERS)
 
@@ -183,8 +161,7 @@ def live_workers(client: Redis | RedisCluster, key: str) -> list[str]:
 
 
 def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, Any]]:
-    """Each running worker's figures, by worker; workers whose line has expired are
-    left out. Two round trips."""
+    """Each running worker's figures (expired lines left out). Two round trips."""
     workers = live_workers(client, key)
     if not workers:
         return {}
@@ -197,18 +174,15 @@ def read_live(client: Redis | RedisCluster, key: str) -> dict[str, dict[str, Any
 
 
 def summary(target: Redis | RedisCluster | Link, key: str, ttl: float) -> str:
-    """The line the last worker of a finished crawl logs as it deletes the crawl's state
-    (``SCHEDULER_PERSIST`` off): the crawl-wide counters (pages, from the workers' live
-    figures), the failed requests recorded, and what is kept for ``ttl`` seconds
-    (``BLOOMDUPE_REPORT_TTL``). One round trip."""
+    """The line the last worker logs as it deletes a finished crawl (``SCHEDULER_PERSIST``
+    off): counters, failed requests, and what is kept for ``ttl`` s. One round trip."""
     with link_to(target) as link:
         found = link.call("HGETALL", keys.stats(key))
         if isinstance(found, dict):
             found = [x for kv in found.items() for x in kv]
         totals = {_text(name): int(value) for name, value in zip(found[::2], found[1::2],
                                                                   strict=True)}
-        # The workers' own count (the WorkerMetrics extension's), else the records kept
-        # (XLEN, where the ACL grants it).
+        # WorkerMetrics' count, else the records kept (XLEN, if the ACL grants it).
         failed: Any = totals.get("failed")
         if failed is None:
             try:

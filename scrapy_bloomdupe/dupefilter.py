@@ -1,11 +1,7 @@
-"""``DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"``.
-
-A thin Scrapy component: it turns requests into fingerprints (the crawler's
-``request_fingerprinter`` by default, so ``REQUEST_FINGERPRINTER_CLASS`` is
-honoured; see :mod:`scrapy_bloomdupe.fingerprint`) and asks the shared
-:class:`~scrapy_bloomdupe.bloom.filter.BloomFilter`, through the outage guard.
-Works under Scrapy's own scheduler (one machine) and under
-:class:`scrapy_bloomdupe.scheduler.Scheduler` (many workers).
+"""``DUPEFILTER_CLASS = "scrapy_bloomdupe.dupefilter.RedisBloomDupeFilter"``: turns requests
+into fingerprints (the crawler's ``request_fingerprinter``, see :mod:`scrapy_bloomdupe.fingerprint`)
+and asks the shared :class:`~scrapy_bloomdupe.bloom.filter.BloomFilter` through the outage guard.
+Works under Scrapy's scheduler and :class:`scrapy_bloomdupe.scheduler.Scheduler` (many workers).
 """
 
 from __future__ import annotations
@@ -60,7 +56,6 @@ T = TypeVar("T")
 
 #: ``request.meta`` key of the batch middleware's mark: the fingerprint it checked.
 CHECKED_META = "_bloomdupe_checked"
-#: The close reasons (:mod:`.scheduling.health`, where the crawl's health is), here too.
 __all__ = ["CHECKED_META", "CLOSE_REASON", "FINISHED", "FULL_REASON", "LOST_REASON",
            "REFUSED_REASON", "RedisBloomDupeFilter"]
 
@@ -91,21 +86,17 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.base_fingerprinter = fingerprinter
         self.debug = debug
         self.persist = persist
-        #: The dupefilter alone without JOBDIR (:mod:`.persistence`): a crawl that stops
-        #: before its end deletes the filter, lest its queued requests be skipped.
+        #: Alone without JOBDIR (:mod:`.persistence`): a crawl stopped early deletes the
+        #: filter, lest its queued requests be skipped next run.
         self.keep_if_finished = False
         self.stats = stats
-        #: The crawl's health (the scheduler's, when it runs one), which this filter
-        #: reports to and which says why the crawl stopped; its own without a crawl.
+        #: The crawl's health (the scheduler's, else its own): says why the crawl stopped.
         self.health = health or CrawlHealth(outage or OutageGuard(0, describe(bloom.client)),
                                             on_outage=on_outage, crawler=crawler)
         self.health.explain = self._explain
-        # The filter waits outages out around each round trip, so that a retry
-        # replays the same call (same ids) and a lost reply loses no URL.
+        # Outages waited out per round trip: a retry replays the same ids, no URL lost.
         bloom.outage = self.health.outage
-        #: Where this filter's own checks run (Scrapy's scheduler or scrapy-redis's ask
-        #: it; this package's scheduler runs them on its own): on Scrapy's loop once
-        #: the crawl asks during a crawl, else here and at once (a tool, a test).
+        #: Runs checks Scrapy's or scrapy-redis's scheduler asks for (on the loop in a crawl).
         self.jobs = RedisJobs(self.health)
         #: The requests that wait for Redis's answer meanwhile.
         self.waiting = Waiting(self.jobs, self._check_in_job, crawler=crawler,
@@ -120,9 +111,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         #: Set by :meth:`close_now` when it deleted the filter.
         self.cleared = False
         self._warned_full = False
-        #: The ``bloomdupe/*`` figures last copied into Scrapy's stats: what the log
-        #: lines show, never read back from the stats (scrapy-redis's
-        #: ``RedisStatsCollector`` reads every value back as an int, and fails on a rate).
+        #: ``bloomdupe/*`` figures last copied to the stats, for the log; never read back
+        #: (scrapy-redis's ``RedisStatsCollector`` reads values back as ints: a rate fails).
         self.figures: dict[str, float] = {}
         self._next_flush = time.monotonic() + stats_interval
 
@@ -228,16 +218,13 @@ class RedisBloomDupeFilter(BaseDupeFilter):
     # -- checking -------------------------------------------------------------
 
     def request_fingerprint(self, request: Request) -> str:
-        """``request``'s fingerprint as a hex string, as scrapy-redis's ``RFPDupeFilter``
-        has it. A subclass may override it (returning a str or bytes); the filter
-        then uses the override's fingerprints."""
+        """``request``'s fingerprint in hex, as scrapy-redis's ``RFPDupeFilter`` has it; a
+        subclass's override (returning str or bytes) is used instead."""
         return self.base_fingerprinter.fingerprint(request).hex()
 
     def request_seen(self, request: Request) -> bool:
-        """Scrapy's scheduler's question. During a crawl never a round trip here: the
-        request is held while Redis is asked, in a job (it is seen for now; crawled
-        again once Redis answers new: see :mod:`.scheduling.waiting`). Outside one (a
-        tool, a test), Redis answers now."""
+        """Scrapy's scheduler's question. In a crawl the request is held (seen for now) and
+        re-crawled if Redis answers new (:mod:`.scheduling.waiting`); else Redis answers now."""
         fp = self.fingerprinter.fingerprint(request)
         if request.meta.get(CHECKED_META) == fp:
             # Checked, and new, by the batch middleware: let it through once.
@@ -251,9 +238,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return True
 
     def check_later(self, requests: Sequence[Request]) -> Deferred[list[bool]]:
-        """:meth:`requests_seen` as a job (the batch middleware's, under another
-        scheduler): whether each was seen before, the new ones marked. Fails with
-        :class:`~.scheduling.jobs.Stopped` once the crawl stopped on an error."""
+        """:meth:`requests_seen` as a job (the batch middleware's, under another scheduler).
+        Fails with :class:`~.scheduling.jobs.Stopped` once the crawl stopped on an error."""
         self._runner()
         fps = [self.fingerprinter.fingerprint(r) for r in requests]
 
@@ -265,9 +251,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return self.waiting.ask(fps).addCallback(marked)
 
     def _runner(self) -> bool:
-        """Whether this filter's checks run on a runner (a crawl runs): started on the
-        reactor's loop at the first, when the links have ``redis.asyncio`` twins, else
-        on a thread of its own; outside a crawl, none."""
+        """Whether checks run on a runner (a crawl runs), started at the first: on the
+        reactor's loop with ``redis.asyncio`` links, else on its own thread."""
         return self.jobs.start(on_loop=self.bloom.link.asynchronous)
 
     def _check_in_job(self, fps: list[bytes]) -> list[bool]:
@@ -289,11 +274,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.log(request, spider)
 
     def requests_seen(self, requests: Sequence[Request]) -> list[bool]:
-        """Check-and-add many requests in one round trip; mark the new ones.
-
-        The mark (the fingerprint in ``request.meta``) makes :meth:`request_seen`
-        pass that request once without checking it again.
-        """
+        """Check-and-add many requests in one round trip; mark the new ones, so that
+        :meth:`request_seen` passes each once without checking again."""
         fps = [self.fingerprinter.fingerprint(r) for r in requests]
         new = self._guarded(lambda: self.bloom.add_many(fps), requests)
         for request, fp, is_new in zip(requests, fps, new, strict=True):
@@ -304,14 +286,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
 
     def check_and_queue(self, fingerprints: Sequence[bytes], queue: PriorityQueue | None,
                         entries: Sequence[Sequence[Any]]) -> list[bool]:
-        """Check ``fingerprints`` and queue the new ones into ``queue`` in the same script
-        (see :meth:`BloomFilter.add_many`), as ``entries`` (each one's score and
-        serialized bytes, :meth:`PriorityQueue.entry`): no crash can leave a request
-        in the filter and in no queue. Returns, in order, whether each was new.
-        Without a ``queue`` (a scrapy-redis queue class) it only checks.
-
-        Runs in the scheduler's jobs, so errors are raised, not acted on: the caller
-        passes them to the crawl's health (:meth:`CrawlHealth.fail`)."""
+        """Check ``fingerprints`` and queue the new ones' ``entries`` into ``queue`` (if any) in
+        one script, so no crash leaves a request in the filter and no queue; whether each was
+        new. Errors are raised, for the caller to hand to :meth:`CrawlHealth.fail`."""
         new = self.bloom.add_many(fingerprints, queue,
                                   None if queue is None else entries.__getitem__)
         self._maybe_flush()
@@ -319,19 +296,14 @@ class RedisBloomDupeFilter(BaseDupeFilter):
 
     def _guarded(self, check: Callable[[], list[bool]], requests: Sequence[Request]
                  ) -> list[bool]:
-        """Run ``check`` (the filter waits outages out); when Redis stays away, never drop.
-
-        Requests that could not be checked are reported new (unchecked), so
-        they are scheduled rather than lost; with ``BLOOMDUPE_ON_OUTAGE =
-        "close"`` the crawl is then stopped.
-        """
+        """Run ``check``; if Redis stays away, report every request new (unchecked), so it
+        is scheduled, not lost (``BLOOMDUPE_ON_OUTAGE = "close"`` then stops the crawl)."""
         new = self._call(check, unchecked=len(requests))
         return [True] * len(requests) if new is None else new
 
     def _call(self, check: Callable[[], list[bool]], unchecked: int = 0) -> list[bool] | None:
-        """``check``'s answer; None when Redis failed (the crawl's health acts on it and
-        counts the ``unchecked`` requests). Once this worker has stopped the crawl on an
-        error, nothing more is asked of Redis."""
+        """``check``'s answer, or None if Redis failed (the health counts ``unchecked``).
+        Once this worker stopped the crawl on an error, Redis is not asked again."""
         if self.health.failed():
             self.health.unchecked += unchecked
             return None
@@ -361,9 +333,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return self.health.redis_errors
 
     def _explain(self, error: Exception) -> tuple[str, str]:
-        """``error`` of this filter as a close reason and what to do (the crawl's
-        health asks). A lost filter that the crawl's last worker deleted at the crawl's
-        end is no error: this worker was away, and the others fetched what it held."""
+        """``error`` as a close reason and advice. A filter lost because the last worker
+        deleted it at the crawl's end is no error: the others fetched what this one held."""
         if isinstance(error, FilterLostError):
             if self._cleared_when_finished():
                 return FINISHED, (
@@ -385,8 +356,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             return False
 
     def _refusal(self, error: Exception) -> str:
-        """What to say of a refused command; for a command denied inside a script (Redis
-        does not name it), the start-up check of the ACL is run again to name it."""
+        """What to say of a refused command; one denied inside a script (Redis does not
+        name it) is named by running the start-up ACL probe again."""
         client = self.bloom.client
         message = refusal(describe(client), error)
         if isinstance(error, redis.exceptions.NoPermissionError) or \
@@ -429,8 +400,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "redis_errors": self.redis_errors}
 
     def flush_crawl_stats_due(self) -> None:
-        """Add this worker's counters to the crawl-wide ones when ``BLOOMDUPE_STATS_INTERVAL``
-        has passed since the last time."""
+        """:meth:`flush_crawl_stats` if ``BLOOMDUPE_STATS_INTERVAL`` has passed since last."""
         self._maybe_flush()
 
     def _maybe_flush(self) -> None:
@@ -453,8 +423,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 self.stats.set_value(f"bloomdupe/crawl/{name}", value)
 
     def update_stats(self, *, with_fill: bool = False, info: FilterInfo | None = None) -> None:
-        """Copy the counters into Scrapy's stats; with ``with_fill``, read the fill from Redis
-        (or take it from ``info``, read already)."""
+        """Copy the counters into Scrapy's stats; the fill too with ``with_fill`` or ``info``."""
         if self.stats is None:
             return
         counters = self.bloom.counters
@@ -501,8 +470,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
             self.stats.set_value(name, value)
 
     def _warn_if_full(self, info: FilterInfo) -> None:
-        """Once: the filter (or, with a window, the current time slice) holds more than
-        its capacity and cannot grow, so its false-positive rate climbs."""
+        """Warn once if the filter (or window slice) is past capacity and cannot grow."""
         if self.bloom.window is None:
             if self.bloom.growth or info.estimated_items <= info.capacity:
                 return
@@ -556,9 +524,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return closed
 
     def close_now(self, reason: str = "", *, clear: bool | None = None) -> None:
-        """Write the final figures; delete the filter when ``clear`` (by default, as
-        :mod:`.persistence` says: the scheduler decides for a shared crawl, in its
-        last job)."""
+        """Write the final figures; delete the filter when ``clear`` (default: as
+        :mod:`.persistence` says; the scheduler decides for a shared crawl)."""
         self.closed = True
         ended = clear is not None or reason == FINISHED  # the scheduler saw it done
         if clear is None:

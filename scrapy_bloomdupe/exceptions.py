@@ -12,12 +12,9 @@ class BloomDupeError(Exception):
 
 
 class ConfigError(BloomDupeError, ValueError):
-    """A setting has a value that cannot work; the message names both.
-
-    Of a setting that may hold a password, the value is shown redacted (a URL)
-    or not at all (client arguments, a password: the reason names the key):
-    :func:`~.redaction.shown`. ``value`` keeps only what the message shows.
-    """
+    """A setting has a value that cannot work; the message names both. A value that may hold
+    a password is redacted or left out (:func:`~.redaction.shown`); ``value`` keeps only what
+    the message shows."""
 
     def __init__(self, setting: str, value: object, reason: str) -> None:
         self.setting = setting
@@ -58,13 +55,13 @@ class NewerFilterError(BloomDupeError):
 
 
 class BuildError(BloomDupeError):
-    """This worker's build cannot run on the crawl's state, or beside its live workers'
-    builds (:func:`scrapy_bloomdupe.versions.refusal` says which and what to do)."""
+    """This build cannot run on the crawl's state or beside its live workers' builds
+    (see :func:`scrapy_bloomdupe.versions.refusal`)."""
 
 
 class FilterFullError(BloomDupeError):
-    """The native engine's newest generation refused items (a shard is past its headroom),
-    and the filter may not grow; ``reason`` is the setting that stops it, if any."""
+    """The newest generation refused items (a shard past its headroom) and the filter may not
+    grow; ``reason`` is what stops it, if any."""
 
     def __init__(self, key: str, capacity: int, growth: bool, reason: str | None) -> None:
         self.key = key
@@ -79,13 +76,13 @@ class FilterFullError(BloomDupeError):
 
 
 class FilterLostError(BloomDupeError):
-    """The filter's state in Redis is gone or was replaced under the crawl (deleted,
-    evicted, flushed, a restart without persistence): the crawl cannot go on with it."""
+    """The filter's state in Redis is gone or replaced (deleted, evicted, flushed, restart
+    without persistence): the crawl cannot go on."""
 
 
 class DependencyVersionError(BloomDupeError):
-    """An installed dependency is outside the versions this package declares and is
-    tested with; ``problems`` says which, one entry each, ``requirements`` what to install."""
+    """Installed dependencies outside the tested versions: ``problems`` (one entry each) and
+    ``requirements`` (what to install)."""
 
     def __init__(self, problems: list[str], requirements: list[str]) -> None:
         self.problems = list(problems)

@@ -1,10 +1,7 @@
 """Scrapy stats and a periodic log line for the Bloom filter.
 
-``EXTENSIONS = {"scrapy_bloomdupe.extension.BloomDupeStats": 500}`` (the add-on
-does it). Every ``BLOOMDUPE_LOG_INTERVAL`` seconds it copies the dupefilter's
-counters into the stats, reads the filter's fill from Redis, and logs one line;
-at close it writes the final figures. ``BLOOMDUPE_LOG_INTERVAL = 0`` keeps the
-final figures and drops the periodic line.
+Enabled by the add-on. Every ``BLOOMDUPE_LOG_INTERVAL`` seconds (0: never) it copies the
+dupefilter's counters into the stats, reads the filter's fill and logs one line.
 """
 
 from __future__ import annotations
@@ -108,8 +105,7 @@ class BloomDupeStats:
 
 
 def _is_bloom_dupefilter(path: object) -> bool:
-    """Whether ``DUPEFILTER_CLASS`` is :class:`RedisBloomDupeFilter` or a subclass of it
-    (a project's own, overriding ``request_fingerprint()`` for example)."""
+    """Whether ``DUPEFILTER_CLASS`` is :class:`RedisBloomDupeFilter` or a subclass."""
     try:
         cls = load_object(path) if isinstance(path, str) else path
     except (ImportError, AttributeError, NameError, ValueError):

@@ -1,27 +1,18 @@
 """Requests that fail for good are recorded in Redis, not lost.
 
-``DOWNLOADER_MIDDLEWARES = {"scrapy_bloomdupe.failures.FailedRequestMiddleware": 50}``
-(the add-on does it). At order 50 it sees a download's outcome after every
-built-in downloader middleware, RetryMiddleware (550) and RedirectMiddleware
-(600) included: an exception that reaches it has used up its retries, and a
-response that reaches it is final. It records (see
-:mod:`scrapy_bloomdupe.frontier.failed`):
+``DOWNLOADER_MIDDLEWARES = {"scrapy_bloomdupe.failures.FailedRequestMiddleware": 50}`` (the
+add-on does it). At order 50 it sees a download's outcome after every built-in downloader
+middleware, RetryMiddleware (550) and RedirectMiddleware (600) included, so an exception that
+reaches it has used up its retries and a response is final. It records
+(:mod:`scrapy_bloomdupe.frontier.failed`):
 
-* an exception, unless it is an ``IgnoreRequest`` (a request dropped on
-  purpose: robots.txt, offsite);
-* a response that Scrapy's HttpErrorMiddleware will drop (a status the spider
-  does not handle), when that middleware is enabled; its own rules decide.
+* an exception, unless an ``IgnoreRequest`` (dropped on purpose: robots.txt, offsite);
+* a response that Scrapy's HttpErrorMiddleware, when enabled, will drop (its rules decide).
 
-Only a request this package's scheduler handed out (it carries its lease) is
-recorded: one that did not come from the scheduler (robots.txt, a media
-pipeline's download, ``engine.download``) was never in the filter or the queue,
-and its owner handles its failure. Recording never raises into Scrapy's
-download chain: a request that cannot be recorded gets one ERROR line.
-
-Recording happens before the request's lease is acked (here, for a download
-that failed; for a response, once its output is queued), so a worker killed in
-between loses nothing: the request is fetched again. Counted as
-``bloomdupe/failed``.
+Only a request this package's scheduler handed out (it carries its lease) is recorded; others
+(robots.txt, a media pipeline, ``engine.download``) are their owner's. Recording never raises
+into Scrapy's download chain (one ERROR line instead), and happens before the lease is acked,
+so a worker killed in between loses nothing. Counted as ``bloomdupe/failed``.
 """
 
 from __future__ import annotations
@@ -76,17 +67,14 @@ class FailedRequestMiddleware:
                           spider: Spider | None = None) -> Any:
         if not isinstance(exception, IgnoreRequest):
             self._record(request, f"{type(exception).__name__}: {exception}".rstrip(": "))
-        # Failed for good and recorded, or dropped on purpose: done (an errback's output
-        # does not pass the spider middlewares, so their ack would never come).
+        # Recorded or dropped on purpose: done (an errback's output skips the spider middlewares).
         scheduler = scheduler_module.for_crawler(self.crawler)
         if scheduler is not None:
             scheduler.done(request)
         return None
 
     def _record(self, request: Request, reason: str) -> None:
-        # Under another scheduler (Scrapy's own) there is no shared queue to record into;
-        # a request without a lease did not come from the scheduler (robots.txt, a media
-        # pipeline, engine.download): nothing of the crawl's to keep.
+        # No shared queue under another scheduler; a request without a lease is not the crawl's.
         scheduler = scheduler_module.for_crawler(self.crawler)
         if scheduler is None or LEASE_META not in request.meta:
             return

@@ -1,12 +1,9 @@
 """Which fingerprint of a request goes into the filter (``BLOOMDUPE_FINGERPRINT``).
 
-* ``"scrapy"`` (default): the crawler's ``request_fingerprinter``, so
-  ``REQUEST_FINGERPRINTER_CLASS`` is honoured, and fingerprints match Scrapy's
-  ``JOBDIR/requests.seen``.
-* ``"scrapy-redis"``: scrapy-redis's own fingerprint (sha1 of a JSON of method,
-  canonical URL and body, as 40 hex characters), as stored in its dupefilter
-  SET. Choose it to migrate a running scrapy-redis crawl: imported SET members
-  then match the requests the new crawl makes.
+* ``"scrapy"`` (default): the crawler's ``request_fingerprinter`` (honours
+  ``REQUEST_FINGERPRINTER_CLASS``; matches ``JOBDIR/requests.seen``).
+* ``"scrapy-redis"``: scrapy-redis's 40-hex sha1, as in its dupefilter SET: to migrate a
+  scrapy-redis crawl, whose imported SET members then match.
 """
 
 from __future__ import annotations
@@ -26,14 +23,8 @@ if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
 
 class MethodFingerprinter:
-    """The fingerprints of a dupefilter subclass's own ``request_fingerprint(request)``.
-
-    scrapy-redis projects override that method (for example for scrapy-splash);
-    it returns a hex string as scrapy-redis's does, or bytes. A hex string is
-    read back into its bytes, so an override that returns its parent's answer
-    (``super().request_fingerprint(request)``) puts the same item in the filter
-    as no override at all.
-    """
+    """Fingerprints from a dupefilter subclass's ``request_fingerprint(request)``; hex is read
+    back into bytes, so returning ``super()``'s answer equals no override."""
 
     def __init__(self, method: Callable[[Request], object], owner: str) -> None:
         self.method = method
@@ -67,9 +58,7 @@ def for_crawler(crawler: Crawler, mode: str) -> RequestFingerprinterProtocol:
 
 
 def for_tool(crawler: Crawler | None, mode: str) -> RequestFingerprinterProtocol:
-    """As :func:`for_crawler`, for a tool whose crawler never crawls (so has no
-    ``request_fingerprinter`` yet): the project's ``REQUEST_FINGERPRINTER_CLASS``
-    built from ``crawler``; without a crawler, Scrapy's default fingerprinter."""
+    """:func:`for_crawler` for a tool's idle crawler (or none: Scrapy's default fingerprinter)."""
     if parse_fingerprint(mode) == "scrapy-redis":
         return ScrapyRedisFingerprinter()
     if crawler is not None:

@@ -1,7 +1,6 @@
 """Every Redis key this package writes, spelled once.
 
-For a filter whose key is ``K`` (``BLOOMDUPE_KEY``), shard ``i`` and
-generation ``g``:
+For a filter whose key is ``K`` (``BLOOMDUPE_KEY``), shard ``i`` and generation ``g``:
 
 ==============================  =====================================================
 ``K:meta``                      hash: the parameters every worker must share
@@ -9,59 +8,46 @@ generation ``g``:
 ``K:stats``, ``K:workers``      hashes: crawl-wide counters, one line per worker
 ``K:live``                      sorted set: running workers, by their last write
 ``K:live:<worker>``             string: a running worker's figures, JSON (expires)
-``{K:i}:bits``, ``{K:i}:bits:g`` strings: shard ``i``'s bits, generation 0 and ``g``
-                                (the Lua engine)
-``{K:i}:bf``, ``{K:i}:bf:g``    RedisBloom filters: the same, for the native engine
-``{K:i}:bits:s<n>``             with a window (``BLOOMDUPE_WINDOW``): shard ``i`` of
-                                time slice ``n`` (expires on schedule); ``:g<g>``
-                                after it, the slice's generation ``g`` once it grew
+``{K:i}:bits[:g]``              strings: shard ``i``'s bits, generation 0 (or ``g``), Lua engine
+``{K:i}:bf[:g]``                RedisBloom filters: the same, for the native engine
+``{K:i}:bits:s<n>``             with a window: shard ``i`` of time slice ``n`` (expires on
+                                schedule); ``:g<g>`` after it, the slice's generation ``g``
 ``{K:i}:bf:s<n>``               the same, for the native engine
 ``{K:i}:slices``                hash: with a window, the live slices and their generations
 ``{K:i}:forgot``                set: items ``bloomdupe forget`` re-admits, once each
-``K:forgets``                   string: how many forgets were done (workers drop their
-                                local caches when it changes)
+``K:forgets``                   string: forget count (workers drop local caches on a change)
 ``{K:i}:lock``                  string: shard ``i``'s lock (lock mode)
 ``{K:i}:gen``                   string: generations shard ``i`` has seen in use
 ``{K:i}:ops:<client>``          string: a client's op log on shard ``i``
 ``{K:0}:probe:*``               for a moment at start: the check of the ACL
 ==============================  =====================================================
 
-and for the crawl's shared request queue (the frontier), sharded like the
-filter:
+and for the crawl's shared request queue (the frontier), sharded like the filter, with the
+per-slot layout (``frontier/slots.py``; ``<slot>`` as :func:`slot_name` writes it):
 
 ==============================  =====================================================
 ``{K:i}:queue``                 sorted set: requests waiting (score: -priority)
 ``{K:i}:leases``                hash: requests taken by a worker, until it is done
 ``{K:i}:owners``                sorted set: workers holding leases, by last heartbeat
 ``{K:i}:push:<client>``         string: a client's last unfiltered push
-``{K:0}:failed``                 stream: requests that failed for good
-``{K:0}:format``                 string: the format of the crawl's state (its entries and layout)
-``{K:0}:builds``                 hash: each worker's build, ``<version> <format>``, by its
-                                owner id (written with its heartbeat)
+``{K:0}:failed``                stream: requests that failed for good
+``{K:0}:format``                string: the format of the crawl's state (its entries and layout)
+``{K:0}:builds``                hash: each worker's ``<version> <format>``, by owner id
+``{K:i}:slot:<slot>``           hash: a slot's state that is not the default (priorities,
+                                in flight, limits, next start, back-off)
+``{K:i}:slot:<slot>:<p>``       list: the slot's waiting entries of priority ``p``
+``{K:i}:ready``                 sorted set: slots with room, by when each may go next
+``{K:i}:slotleased``            string: how many requests are taken from the slots
+``{K:i}:slotleased:<owner>``    list: what a worker took from the slots, until acked
+``{K:i}:slotpush:<client>``     string: a client's last push into the slots
+``{K:i}:slotdefaults``          hash: the crawl's default limits of a slot
+``{K:i}:slotwaiting``           string: how many requests wait in the slots' lists
+``{K:i}:slotstrikes``           hash: a slot's back-offs in a row, and the last
+``{K:i}:slotrobots``            hash: a slot's robots.txt ``Crawl-delay`` (ms)
 ==============================  =====================================================
 
-and for the per-slot layout (``frontier/slots.py``), ``<slot>`` a download slot's
-name as :func:`slot_name` writes it:
-
-==============================  =====================================================
-``{K:i}:slot:<slot>``            hash: what of a slot's state is not the default
-                                (priorities in use, in flight, limits, next allowed
-                                start, back-off); none for a slot all default
-``{K:i}:slot:<slot>:<p>``        list: the slot's waiting entries of priority ``p``
-``{K:i}:ready``                  sorted set: slots with room, by when each may go next
-``{K:i}:slotleased``             string: how many requests are taken from the slots
-``{K:i}:slotleased:<owner>``     list: what a worker took from the slots, until acked
-``{K:i}:slotpush:<client>``      string: a client's last push into the slots
-``{K:i}:slotdefaults``           hash: the crawl's default limits of a slot
-``{K:i}:slotwaiting``            string: how many requests wait in the slots' lists
-``{K:i}:slotstrikes``            hash: a slot's back-offs in a row, and the last
-``{K:i}:slotrobots``             hash: a slot's robots.txt ``Crawl-delay`` (ms)
-==============================  =====================================================
-
-The hash tag ``{K:i}`` puts all of shard ``i`` in one Redis Cluster slot, so
-its check-and-add script, and the push into the queue that goes with it, is
-single-slot, while different shards land on different slots and so spread over
-the masters.
+The hash tag ``{K:i}`` keeps shard ``i`` in one Redis Cluster slot, so its check-and-add and
+queue push are single-slot scripts, while shards spread over the masters.
 """
 
 from __future__ import annotations
@@ -103,20 +89,17 @@ def workers(key: str) -> str:
 
 
 def live(key: str) -> str:
-    """The running workers (by the time of their last write): the index of their
-    :func:`live_worker` hashes, so that tools find them without a ``SCAN``."""
+    """Running workers by last write: the index of :func:`live_worker` keys (no ``SCAN``)."""
     return f"{key}:live"
 
 
 def live_worker(key: str, worker: str) -> str:
-    """A running worker's own figures (``bloomdupe top``, ``bloomdupe metrics``); it
-    expires a few write intervals after the worker stops writing."""
+    """A running worker's figures (``bloomdupe top``); expires soon after it stops writing."""
     return f"{key}:live:{worker}"
 
 
 def finished(key: str) -> str:
-    """Left by the last worker of a finished crawl that deleted its state
-    (``SCHEDULER_PERSIST`` off): which filter that was."""
+    """Left by a finished crawl's last worker that deleted its state (no ``SCHEDULER_PERSIST``)."""
     return f"{key}:finished"
 
 
@@ -146,22 +129,18 @@ def later_bloom_pattern(key: str, index: int) -> str:
 
 
 def slice_bits(key: str, index: int, slice_id: int, generation: int = 0) -> str:
-    """Shard ``index``'s bits in time slice ``slice_id`` (a window, the Lua engine), of
-    the slice's ``generation`` (it grows as a filter without a window does)."""
+    """Shard ``index``'s bits in time slice ``slice_id`` and its ``generation`` (Lua engine)."""
     return f"{_shard(key, index)}:bits:s{slice_id}" + (f":g{generation}" if generation else "")
 
 
 def slice_bloom(key: str, index: int, slice_id: int, generation: int = 0) -> str:
-    """Shard ``index``'s RedisBloom filter in time slice ``slice_id`` (a window), of the
-    slice's ``generation``."""
+    """Shard ``index``'s RedisBloom filter in time slice ``slice_id``, its ``generation``."""
     return f"{_shard(key, index)}:bf:s{slice_id}" + (f":g{generation}" if generation else "")
 
 
 def slice_record(key: str, index: int) -> str:
-    """With a window: shard ``index``'s record of its live slices (a hash: ``made``,
-    set with the filter; ``<slice>``, the slice's generations; ``<slice>n``, the items
-    in its newest): a slice it holds missing while live is lost state, and so is the
-    record itself."""
+    """Shard ``index``'s hash of live slices (``made``; ``<slice>``: generations;
+    ``<slice>n``: items in its newest). A listed slice missing, or this, is lost state."""
     return f"{_shard(key, index)}:slices"
 
 
@@ -171,8 +150,7 @@ def forgotten(key: str, index: int) -> str:
 
 
 def forgets(key: str) -> str:
-    """A counter ``bloomdupe forget`` raises: workers drop their local caches when it
-    changes."""
+    """Raised by ``bloomdupe forget``: workers drop their local caches when it changes."""
     return f"{key}:forgets"
 
 
@@ -204,8 +182,7 @@ def escape_pattern(text: str) -> str:
 
 
 def shards_pattern(key: str) -> str:
-    """``SCAN MATCH`` pattern of every per-shard key of a filter and its queue (to be
-    narrowed by :func:`belongs`: it also matches a key such as ``{K:1x:0}:bits``)."""
+    """``SCAN MATCH`` pattern of per-shard keys (too wide: narrow with :func:`belongs`)."""
     return f"{{{escape_pattern(key)}:[0-9]*}}:*"
 
 
@@ -215,8 +192,7 @@ UNSHARDED = ("meta", "growlock", "stats", "workers", "finished", "live", "live:.
 
 
 def belongs(key: str, name: str) -> bool:
-    """Whether the Redis key ``name`` is one of filter ``key``'s (or its queue's), by
-    its name alone: for clearing a filter whose metadata is gone or damaged."""
+    """Whether ``name`` is filter ``key``'s or its queue's, by name (to clear a lost filter)."""
     return re.fullmatch(
         rf"\{{{re.escape(key)}:\d+\}}:.+|{re.escape(key)}:(?:{'|'.join(UNSHARDED)})",
         name, re.DOTALL) is not None
@@ -248,9 +224,8 @@ def push_record(key: str, index: int, client: str) -> str:
 
 
 def slot_name(slot: str) -> str:
-    """A download slot's name as its keys and leases spell it: ``%``, ``:`` and ``|``
-    percent-escaped, so that a slot's hash never names another slot's list and a
-    lease's fields split on ``|``."""
+    """A slot's name in keys and leases: ``%``, ``:``, ``|`` percent-escaped, so a slot's
+    hash never names another slot's list and lease fields split on ``|``."""
     return slot.replace("%", "%25").replace(":", "%3A").replace("|", "%7C")
 
 
@@ -260,8 +235,7 @@ def slot_from_name(name: str) -> str:
 
 
 def slot_prefix(key: str, index: int) -> str:
-    """What every slot hash of shard ``index`` starts with (the scripts add the
-    slot's name, and ``:<priority>`` for its lists)."""
+    """Prefix of shard ``index``'s slot hashes (then the name, and ``:<priority>`` for lists)."""
     return f"{_shard(key, index)}:slot:"
 
 
@@ -281,20 +255,17 @@ def ready(key: str, index: int) -> str:
 
 
 def slot_leased(key: str, index: int) -> str:
-    """Shard ``index``'s count of requests taken from its slots; a worker's leases are
-    the list :func:`slot_held` names."""
+    """Shard ``index``'s count of requests taken from its slots (leases: :func:`slot_held`)."""
     return f"{_shard(key, index)}:slotleased"
 
 
 def slot_held(key: str, index: int, owner: str) -> str:
-    """The leases worker ``owner`` holds of shard ``index``'s slots (a list, in the
-    order taken: ``<pop>.<j>|<priority>[@<start>]|<slot>|<entry>``)."""
+    """Worker ``owner``'s slot leases: ``<pop>.<j>|<priority>[@<start>]|<slot>|<entry>``."""
     return f"{slot_leased(key, index)}:{owner}"
 
 
 def slot_defaults(key: str, index: int) -> str:
-    """Shard ``index``'s default limits of a slot (``conc``, ``delay``): a slot's hash
-    holds only what differs from them."""
+    """Shard ``index``'s default slot limits (``conc``, ``delay``); slot hashes hold the rest."""
     return f"{_shard(key, index)}:slotdefaults"
 
 
@@ -323,8 +294,7 @@ def queue_format(key: str) -> str:
 
 
 def builds(key: str) -> str:
-    """Each worker's build (its package version and the state format it writes), by its
-    owner id, beside the owners and the format record (shard 0's slot)."""
+    """Each worker's version and state format, by owner id (shard 0's slot)."""
     return f"{_shard(key, 0)}:builds"
 
 
@@ -382,8 +352,7 @@ _SHARDED = [
 
 
 def what_is(key: str, name: str) -> tuple[int, str] | None:
-    """(shard, what it holds) when ``name`` is one of the keys of filter ``key`` (shard
-    -1 for the keys of the whole filter; see :func:`belongs`); None when it is not."""
+    """(shard, what it holds) if ``name`` is filter ``key``'s (shard -1: unsharded), else None."""
     prefix = f"{key}:"
     if name.startswith(prefix) and name[len(prefix):] in _PLAIN:
         return -1, _PLAIN[name[len(prefix):]]

@@ -1,21 +1,9 @@
 """Fingerprints this worker knows are in the filter: answered "seen" without Redis.
 
-A Bloom filter only ever gains items, so once Redis has answered for an item
-(new, now added; or seen) every later check of it will answer "seen". A crawl
-meets the same links again and again (menus, pagination, "related" blocks), and
-most of those repeats come back to the worker that met them first: each of them
-saves a round trip. ``BLOOMDUPE_LOCAL_CACHE`` bounds the entries (about 100
-bytes each for Scrapy's 20-byte fingerprints, measured with tracemalloc); 0
-turns the cache off.
-
-Bounded in the simplest way that keeps hot items: two sets, the younger filled
-until it holds half the size, then it becomes the older and the older is
-dropped. A hit in the older set moves the item to the younger.
-
-What it changes: nothing in what is answered (the filter in Redis would give
-the same answer), only where. A filter cleared in Redis while workers run
-(``bloomdupe clear``, a worker with ``SCHEDULER_FLUSH_ON_START``) is not seen
-by the caches of the others until they restart: that was never safe anyway.
+A Bloom filter only gains items, so once Redis answered for one, every later check is "seen"
+and repeated links cost no round trip (a filter cleared while workers run is missed until
+they restart). ``BLOOMDUPE_LOCAL_CACHE`` bounds it (0: off). Two sets keep hot items: the
+younger fills to half the size, then replaces the older; a hit in the older moves it back.
 """
 
 from __future__ import annotations
@@ -62,9 +50,8 @@ class LocalCache:
 
 
 class TimedCache:
-    """A :class:`LocalCache` for a filter with a recrawl window: each item carries until
-    when (``clock()``'s time) it may be answered "seen"; past that, the window may have
-    let it go, and Redis is asked again. Same bounds and halves as :class:`LocalCache`."""
+    """A :class:`LocalCache` for a recrawl window: each item is "seen" until its deadline
+    (``clock()``'s time), then Redis is asked again (the window may have let it go)."""
 
     def __init__(self, size: int, clock: Callable[[], float]) -> None:
         if size < 0:

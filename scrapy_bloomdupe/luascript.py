@@ -1,11 +1,7 @@
 """The package's Lua scripts, each a ``.lua`` file beside the module that calls it.
 
-Every file is a whole script, headed by its ``KEYS``, ``ARGV`` and what it
-returns (but for a block several scripts share, which a ``-- #include`` line
-names), so it reads on its own and a test can call it directly
-(``tests/test_scripts.py``). The module that packs a script's keys and
-arguments loads it with :func:`read` and runs it with ``EVALSHA`` (loading it
-after a ``NOSCRIPT``).
+Each is a whole script headed by its ``KEYS``, ``ARGV`` and reply (shared blocks come in by
+``-- #include``), so tests call it directly; callers :func:`read` it and run it by ``EVALSHA``.
 """
 
 from __future__ import annotations
@@ -13,9 +9,8 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-#: A line that stands for another file, whole (a block several scripts share:
-#: ``frontier/slot_state.lua``): of the same package, or, spelled ``<folder>/<file>``,
-#: of a folder of this package (the filter's scripts queue with ``frontier/sink.lua``).
+#: A line replaced by another file, whole: of the same package, or ``<folder>/<file>`` of a
+#: folder of this package (e.g. the filter's scripts include ``frontier/sink.lua``).
 INCLUDE = "-- #include "
 
 

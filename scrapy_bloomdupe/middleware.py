@@ -1,31 +1,22 @@
-"""Batched dedup: check (and queue) all requests of one callback in one Redis round trip,
-and tell the scheduler when a page's output is queued.
+"""Batched dedup: check (and queue) all requests of one callback in one Redis round trip, and
+tell the scheduler when a page's output is queued.
 
-``SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}``
-(the add-on does it; the scheduler's leased queue needs it). Scrapy asks the
-dupefilter one request at a time, each a full Redis round trip. This middleware
-collects the requests a callback produced (in chunks of ``BLOOMDUPE_BATCH_SIZE``;
-one at a time with ``BLOOMDUPE_BATCH = False``), checks them all with one
-pipelined call and drops the duplicates. Under this package's scheduler with its
-leased queue, the same call also queues the new ones (one script checks and
-queues, so no crash leaves a request in the filter and in no queue), and
-``dont_filter`` ones are queued past the filter; the scheduler only counts them.
-Once the whole output is queued (or the callback raised, after what it yielded
-before is queued), the page's own lease is acked (:meth:`Scheduler.done`): no
-crash can fall between a page's ack and the queueing of its links. With a
-scrapy-redis queue class the scheduler checks and then pushes the new ones the
-same way, a job on its runner (without one script: see
-:meth:`~.scheduling.requestpath.RequestPath.check_and_push`; the middleware reaches
-it through the scheduler's ``path``). Under another scheduler the new requests
-are marked with their fingerprint, and the dupefilter lets a marked request
-through once without a second check.
+``SPIDER_MIDDLEWARES = {"scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware": 10}`` (the
+add-on does it; the leased queue needs it). Rather than a round trip a request, it checks a
+callback's requests in chunks of ``BLOOMDUPE_BATCH_SIZE`` (one at a time with
+``BLOOMDUPE_BATCH = False``) with one pipelined call and drops the duplicates. Under this
+package's scheduler with its leased queue the same script queues the new ones (no crash leaves
+a request in the filter and in no queue), ``dont_filter`` ones past the filter; once the whole
+output is queued (or the callback raised), the page's lease is acked (:meth:`Scheduler.done`),
+so no crash falls between a page's ack and the queueing of its links. With a scrapy-redis queue
+class the scheduler checks, then pushes
+(:meth:`~.scheduling.requestpath.RequestPath.check_and_push`); under another scheduler the new
+requests are marked with their fingerprint, and the dupefilter lets them through once unchecked.
 
-It sits at order 10, closest to the engine, so it sees a request only after
-every other spider middleware (depth, URL length) has had the chance to drop it: a
-request dropped after being added would never be crawled. Off-site requests, which
-Scrapy drops only when they are scheduled (its ``OffsiteMiddleware`` is a downloader
-middleware), are dropped here first, by that middleware (:mod:`.scheduling.offsite`).
-Output order is kept.
+At order 10, closest to the engine, it sees a request only after every other spider middleware
+(depth, URL length) could drop it: a request dropped after being added would never be crawled.
+Off-site requests (Scrapy drops them only when scheduled) are dropped here first
+(:mod:`.scheduling.offsite`). Output order is kept.
 """
 
 from __future__ import annotations
@@ -57,9 +48,8 @@ logger = logging.getLogger(__name__)
 
 
 def _warn_if_not_last(crawler: Crawler) -> None:
-    """One WARNING when a spider middleware sees a callback's output after this one: what
-    it drops or changes (DepthMiddleware's ``DEPTH_LIMIT``, the Referer, a URL too long)
-    was queued, and is crawled, as it came from the callback."""
+    """One WARNING when a spider middleware sees a callback's output after this one: what it
+    drops or changes (``DEPTH_LIMIT``, Referer, a long URL) is crawled as the callback made it."""
     order = build_component_list(crawler.settings.getwithbase("SPIDER_MIDDLEWARES"))
     ours = [i for i, c in enumerate(order) if _is_this(c)]
     if not ours or ours[0] == 0:
@@ -90,15 +80,13 @@ class BloomDupeBatchMiddleware:
     @connection.fails_the_crawl
     def from_crawler(cls, crawler: Crawler) -> Self:
         _warn_if_not_last(crawler)
-        # BLOOMDUPE_BATCH off: each request checked on its own, as scrapy-redis does; the
-        # middleware still queues them and tells the scheduler when a page is done.
+        # BLOOMDUPE_BATCH off: one request a check, still queued here and the page acked.
         return cls(crawler, batch_size(crawler.settings) or 1)
 
     async def process_spider_output(self, response: Response | None,
                                     result: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        # Scrapy 2.16 and later hand every callback's output here as an async iterable
-        # (a sync callback's too): each chunk's Redis round trip runs as one of the
-        # scheduler's Redis jobs, awaited here, and the reactor goes on meanwhile.
+        # Scrapy 2.16+ hands every callback's output here as an async iterable: each chunk's
+        # round trip is one of the scheduler's Redis jobs, awaited while the reactor goes on.
         chunk: list[Any] = []
         try:
             async for o in result:
@@ -117,8 +105,7 @@ class BloomDupeBatchMiddleware:
         self._done(response)
 
     async def _filter_async(self, outputs: list[Any]) -> list[Any]:
-        # Off-site requests never reach the filter nor the queue (Scrapy would drop them
-        # when scheduled, after this middleware had queued them).
+        # Off-site requests reach neither filter nor queue (Scrapy drops them only when scheduled).
         outputs = self.offsite.kept(outputs)
         scheduler = scheduler_module.for_crawler(self.crawler)
         df = scheduler_module.dupefilter_for(self.crawler)
@@ -144,9 +131,8 @@ class BloomDupeBatchMiddleware:
 
     async def _filter(self, outputs: list[Any], df: RedisBloomDupeFilter | None
                       ) -> list[Any]:
-        """Under another scheduler: the requests checked by a job on the dupefilter's
-        runner (marked for the dupefilter's own check), ``dont_filter`` ones left alone;
-        once the crawl stopped on an error, none passed on."""
+        """Under another scheduler: requests checked by a job on the dupefilter's runner (marked
+        for its own check), ``dont_filter`` ones left alone; none passed on after a stop."""
         requests = [o for o in outputs if isinstance(o, Request) and not o.dont_filter]
         if df is None or not requests:
             return outputs
@@ -161,9 +147,8 @@ class BloomDupeBatchMiddleware:
     def _drop(self, outputs: list[Any], requests: list[Request],
               outcomes: Sequence[bool | None], df: RedisBloomDupeFilter, *,
               leased: bool) -> list[Any]:
-        """``outputs`` less the requests not to pass on: duplicates (logged, as Scrapy's
-        dupefilter does) and those not queued (None: said why already); under the leased
-        queue, the queued ones are marked so the scheduler does not queue them again."""
+        """``outputs`` less duplicates (logged, as Scrapy's dupefilter does) and requests not
+        queued (None); under the leased queue the queued ones are marked so as not to requeue."""
         if leased:
             for request, outcome in zip(requests, outcomes, strict=True):
                 if outcome is False:

@@ -1,27 +1,15 @@
-"""Import the fingerprints a crawl has already seen into a Bloom filter.
+"""Import the fingerprints a crawl has already seen into a Bloom filter, from:
 
-Two sources, each holding fingerprints of one kind (``BLOOMDUPE_FINGERPRINT``):
+* scrapy-redis's dupefilter SET (``SCHEDULER_DUPEFILTER_KEY``): 40 lowercase hex characters,
+  for a ``"scrapy-redis"`` filter; read with ``SSCAN`` so a crawl may keep writing to it.
+* Scrapy's ``JOBDIR/requests.seen``: the ``request_fingerprinter``'s, for a ``"scrapy"``
+  filter; binary (2-byte big-endian length + bytes) or, from older Scrapy, hex lines, told
+  apart by the first byte (a hex digit, or a length's high byte: 0 under 256 bytes).
 
-* scrapy-redis's dupefilter SET (``SCHEDULER_DUPEFILTER_KEY``, by default
-  ``%(spider)s:dupefilter``): members are scrapy-redis's fingerprints, 40
-  lowercase hex characters (sha1 of a JSON of method, canonical URL and body),
-  so the filter must use ``"scrapy-redis"`` fingerprints. Read with ``SSCAN``,
-  in batches, so a crawl may go on writing to it meanwhile.
-* Scrapy's ``JOBDIR/requests.seen`` (written by Scrapy's default
-  ``RFPDupeFilter`` when ``JOBDIR`` is set): fingerprints of the crawler's
-  ``request_fingerprinter``, so the filter must use ``"scrapy"`` fingerprints.
-  Current Scrapy writes each as a 2-byte big-endian length and the raw bytes;
-  older versions wrote one hex fingerprint a line. Both are read, the format
-  detected from the first byte (a hex digit starts a text file; a binary one
-  starts with a length's high byte, 0 for any fingerprint under 256 bytes).
-
-The fingerprints of two kinds are hashes of different things and cannot be
-converted into each other: imported into a filter of the other kind they would
-match no request, and every page they stand for would be fetched again. So a
-mismatch is refused (:class:`MigrationError`) before anything is written.
-
-Each batch goes through :meth:`BloomFilter.add_many`, the workers' own
-race-free check-and-add: an import may run while workers crawl.
+Fingerprints of the two kinds hash different things and cannot be converted: in the wrong
+filter they match nothing and every page is fetched again, so a mismatch is refused
+(:class:`MigrationError`) before any write. Batches go through :meth:`BloomFilter.add_many`,
+the workers' race-free check-and-add, so an import may run while workers crawl.
 """
 
 from __future__ import annotations
@@ -66,8 +54,7 @@ class MigrationError(BloomDupeError):
 
 @dataclass
 class ImportCounts:
-    """What an import did. ``read`` counts every item read from the source,
-    ``skipped`` those that were not fingerprints of the source's kind."""
+    """What an import did; ``skipped`` counts items read that were not fingerprints."""
 
     read: int = 0
     added: int = 0
@@ -80,8 +67,7 @@ class ImportCounts:
 
 @dataclass
 class Source:
-    """Where fingerprints come from. :meth:`batches` yields lists of fingerprints
-    (as the filter stores them) and how many items of the batch were skipped."""
+    """Where fingerprints come from; :meth:`batches` yields (fingerprints, skipped count)."""
 
     kind: str  # "set" or "jobdir"
     name: str  # the SET's key or the file's path
@@ -219,11 +205,8 @@ class JobdirSource(Source):
                     yield None
 
     def _binary_items(self) -> Iterator[bytes | None]:
-        """The same reading as Scrapy's ``_read_fingerprints``, a chunk at a time.
-
-        A record cut short at the end (an unclean shutdown) is dropped, as
-        Scrapy drops it; a note says how much was left.
-        """
+        """Scrapy's ``_read_fingerprints``, a chunk at a time; a record cut short at the end
+        (unclean shutdown) is dropped, as Scrapy does, with a note."""
         buffer = b""
         with self.path.open("rb") as f:
             while True:
@@ -279,9 +262,8 @@ def filter_exists(client: Redis | RedisCluster, key: str) -> bool:
 
 def open_target(client: Redis | RedisCluster, key: str, config: BloomDupeConfig,
                 source: Source, *, setting_hint: str) -> tuple[BloomFilter, bool]:
-    """Join the filter at ``key``, or create it from ``config``; returns it and whether it
-    was created. Refuses (before creating or writing anything) a filter whose fingerprint
-    mode is not the source's."""
+    """Join the filter at ``key`` or create it from ``config``: (filter, created). Refuses,
+    before writing anything, a fingerprint mode that is not the source's."""
     options: dict[str, Any] = {"use_lock": config.lock, "lock_ttl": config.lock_ttl,
                                "lock_wait": config.lock_wait}
     if filter_exists(client, key):

@@ -1,8 +1,6 @@
-"""The optional ``prometheus-client`` (``pip install scrapy-bloomdupe[metrics]``), and
-what the crawl's exporter (``bloomdupe metrics``) and each worker's
-(``BLOOMDUPE_METRICS_PORT``) share: metric families built from figures read at
-scrape time (prometheus-client's custom-collector API, no global gauges), the
-server that serves them, and one clear error when the package is missing.
+"""What ``bloomdupe metrics`` and each worker's exporter (``BLOOMDUPE_METRICS_PORT``) share, on
+the optional ``prometheus-client``: metric families built at scrape time (custom collector, no
+global gauges), their server, and one clear error when the package is missing.
 """
 
 from __future__ import annotations
@@ -76,7 +74,7 @@ def registry(collect: Callable[[], Iterable[Metric]]) -> CollectorRegistry:
 
 
 def serve(registry: CollectorRegistry, port: int, host: str) -> WSGIServer:
-    """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread; the
-    server's ``server_port`` is the port taken (``port`` 0: any free one)."""
+    """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread (``port`` 0:
+    any free one, see ``server_port``)."""
     server, _thread = start_http_server(port, host, registry)
     return server

@@ -1,12 +1,8 @@
 """What an error or a log line may show of a setting that can hold a password.
 
-:func:`redacted` hides the password of a Redis URL, whatever characters it
-holds; :func:`shown` is what a :class:`~.exceptions.ConfigError` prints of a
-setting's value: the value itself for most settings, the URL redacted for the
-ones that name a Redis (``REDIS_URL``, ``BLOOMDUPE_REDIS_URL``, ``REDIS_HOST``,
-``BLOOMDUPE_SENTINELS``), nothing for the ones that hold client arguments or a
-password (``REDIS_PARAMS``, ``BLOOMDUPE_SENTINEL_PARAMS``,
-``BLOOMDUPE_SENTINEL_PASSWORD``). Their errors name the offending key instead.
+:func:`redacted` hides a Redis URL's password, whatever characters it holds; :func:`shown` is what
+a :class:`~.exceptions.ConfigError` prints: the value, the URL redacted for settings naming a Redis
+(:data:`URL_SETTINGS`), nothing for client arguments or passwords (:data:`HIDDEN_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -14,8 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: Settings whose value is never shown: client arguments (a ``password`` among them)
-#: or a password. Any setting named like one of :data:`_HIDDEN_MARKS` is hidden too.
+#: Settings never shown (client arguments or a password), as is any named like _HIDDEN_MARKS.
 HIDDEN_SETTINGS = frozenset({"REDIS_PARAMS", "BLOOMDUPE_SENTINEL_PARAMS",
                              "BLOOMDUPE_SENTINEL_PASSWORD"})
 #: Settings that name a Redis, shown with :func:`redacted` (a URL's password hidden).
@@ -42,8 +37,7 @@ def may_hold_secret(setting: str) -> bool:
 
 
 def safe_value(setting: str, value: Any) -> Any:
-    """What may be kept or shown of ``setting``'s ``value``: the value, redacted for a
-    setting that names a Redis, None for a hidden one."""
+    """``value`` as it may be kept or shown: redacted if it names a Redis, None if hidden."""
     if is_hidden(setting):
         return None
     return _redacted_value(value) if may_hold_secret(setting) else value
@@ -65,8 +59,7 @@ def _redacted_value(value: Any) -> Any:
 
 
 def scrub(text: str, *secrets: object) -> str:
-    """``text`` with every non-empty ``secrets`` string in it replaced by ``***``: for the
-    text of an error raised by redis-py or the system, which this package does not write."""
+    """``text`` (an error from redis-py or the system) with each non-empty secret masked."""
     for secret in secrets:
         if isinstance(secret, bytes):
             secret = secret.decode(errors="replace")
@@ -76,10 +69,8 @@ def scrub(text: str, *secrets: object) -> str:
 
 
 def split_userinfo(url: str) -> tuple[str, str | None, str]:
-    """``url`` as ``scheme://``, user info, the rest, reading the user info up to the
-    *last* ``@``: what a person who wrote a password with ``/``, ``?`` or ``#`` in it
-    meant (a URL parser, redis-py's included, stops the authority at the first of
-    them). User info None when there is no ``@``."""
+    """``url`` as (``scheme://``, user info or None, rest), up to the *last* ``@`` (a
+    password may hold ``/?#``, where a URL parser stops)."""
     match = _SCHEME.fullmatch(url)
     prefix, body = match.groups() if match else ("", url)
     if "@" not in body:
@@ -89,12 +80,8 @@ def split_userinfo(url: str) -> tuple[str, str | None, str]:
 
 
 def _redact_query(rest: str) -> str:
-    """``rest`` (host, path, query, fragment) with a ``?password=`` value and everything
-    after it, and any fragment, replaced by ``***``.
-
-    Everything after the value goes too: a password holding ``&`` or ``#`` ends
-    up, in part, in the next parameter or the fragment.
-    """
+    """``rest`` (host, path, query, fragment) with a ``?password=`` value and all after it
+    masked (a password with ``&`` or ``#`` spills into what follows), and any fragment."""
     head, sep, query = rest.partition("?")
     if sep:
         params = query.split("&")
@@ -109,13 +96,8 @@ def _redact_query(rest: str) -> str:
 
 
 def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, whatever characters it holds.
-
-    The password is what lies between the user name's ``:`` and the last
-    ``@`` (so an unencoded ``#``, ``/``, ``?`` or ``@`` in it is hidden too, as
-    much as any URL parser would show), or a ``?password=`` value to the end of
-    the URL. A fragment (``#...``) is hidden too.
-    """
+    """``url`` with any password replaced by ``***``: from the user's ``:`` to the last ``@``
+    (unencoded ``#/?@`` included), or a ``?password=`` value to the end; a fragment too."""
     prefix, userinfo, rest = split_userinfo(url)
     rest = _redact_query(rest)
     if userinfo is None:

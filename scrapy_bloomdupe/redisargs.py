@@ -1,14 +1,10 @@
-"""What redis-py's constructors take: ``REDIS_PARAMS`` and ``BLOOMDUPE_SENTINEL_PARAMS``
-checked at start, before anything connects.
+"""``REDIS_PARAMS`` and ``BLOOMDUPE_SENTINEL_PARAMS`` checked at start, before anything connects.
 
-redis-py takes an unknown key, or a value of the wrong type, without a word, and
-fails on the first connection: a ``TypeError`` deep in a socket call, under the
-crawl's task, with a second traceback of Scrapy's. Here each key is checked
-against the signature of the installed redis-py's constructor it is passed to
-(:class:`Target`: ``redis.Redis``, the connections of a URL's pool, a
-``RedisCluster``, a Sentinel master's or the sentinels' connections), and each
-value against the annotation (or the default) of that argument. An error names
-the setting and the key, never the value: it may be a password.
+redis-py takes an unknown key or a wrongly typed value silently and fails on the first
+connection, deep in a socket call. Here each key is checked against the signature of the
+installed redis-py's constructor it goes to (:class:`Target`), and each value against that
+argument's annotation (or default). An error names the setting and the key, never the value
+(it may be a password).
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ class Target:
 #: Arguments that are numbers of items or an index: a fraction cannot work.
 _WHOLE = frozenset({"port", "db", "max_connections", "socket_read_size", "protocol",
                     "cluster_error_retry_attempts", "reinitialize_steps"})
-#: Arguments redis-py formats into an address or a command: a string of digits works
-#: (what ``-s REDIS_PORT=6380`` gives).
+#: Arguments formatted into an address or command: digits in a string work (``-s REDIS_PORT=``).
 _DIGITS_OK = frozenset({"port", "db"})
 #: Credentials a number works for (redis-py encodes it): ``{"password": 123456}`` in JSON.
 _NUMBER_OK = frozenset({"password", "username"})
@@ -58,8 +53,7 @@ _SIMPLE_TEXT = {"int": int, "float": float, "bool": bool, "str": str, "bytes": b
 
 
 def _inits(cls: type) -> list[Any]:
-    """The ``__init__`` of every class in ``cls``'s MRO that defines one (the arguments a
-    cooperative ``super().__init__(**kwargs)`` chain takes)."""
+    """The ``__init__`` of every class in ``cls``'s MRO that defines one (a cooperative chain)."""
     return [klass.__dict__["__init__"] for klass in cls.__mro__
             if "__init__" in klass.__dict__ and klass is not object]
 
@@ -86,10 +80,8 @@ def _keys(*classes: type, functions: tuple[Any, ...] = (), extra: tuple[str, ...
 
 
 def _takes_any_key(cls: type) -> bool:
-    """A class of the user's whose ``__init__`` takes ``**kwargs``: it may use keys no
-    signature names. That ``__init__`` is the first in the MRO, the class's own or one
-    it inherits from a class of the user's (redis-py's, whose signatures are read,
-    and ``object``'s do not count)."""
+    """A class of the user's whose first ``__init__`` in the MRO that is not redis-py's or
+    ``object``'s takes ``**kwargs``: it may use keys no signature names."""
     for klass in cls.__mro__:
         if klass is object or klass.__module__.partition(".")[0] == "redis":
             return False
@@ -117,8 +109,7 @@ def client(redis_cls: Any = None) -> Target:
 
 
 def from_url(url: str) -> Target:
-    """``Redis.from_url(url, **params)``: the arguments go to the URL's connection pool
-    and, through it, to each connection (of the class the URL's scheme names)."""
+    """``Redis.from_url(url, **params)``: to the URL's pool and its connections (by scheme)."""
     scheme = url.partition("://")[0].lower() if "://" in url else "redis"
     connection: type = {"rediss": redis.connection.SSLConnection,
                         "unix": redis.connection.UnixDomainSocketConnection
@@ -131,9 +122,8 @@ def from_url(url: str) -> Target:
 
 
 def cluster() -> Target:
-    """``RedisCluster(**params)``: its own arguments and those it gives its nodes'
-    clients (the others it drops). ``db``, ``health_check_interval`` and the like are
-    the client module's to drop or refuse, with its own message."""
+    """``RedisCluster(**params)``: its own arguments and those it gives its nodes' clients.
+    ``db``, ``health_check_interval`` and the like are the client module's to refuse."""
     allowed = getattr(redis.cluster, "REDIS_ALLOWED_KEYS", ())
     keys = _keys(redis.cluster.RedisCluster, extra=(
         *allowed, "health_check_interval", "retry_on_error", "path", "db"))
@@ -141,8 +131,8 @@ def cluster() -> Target:
 
 
 def sentinel_master() -> Target:
-    """The Sentinel master's connections (``Sentinel(..., **params).master_for()``).
-    Where the master is (``host``, ``port``...) is the client module's to refuse."""
+    """The Sentinel master's connections (``Sentinel(..., **params).master_for()``); its
+    address (``host``, ``port``...) is the client module's to refuse."""
     keys = _keys(redis.sentinel.SentinelManagedSSLConnection,
                  redis.sentinel.SentinelConnectionPool,
                  extra=("ssl", "host", "port", "unix_socket_path", "path", "connection_pool"))
@@ -159,10 +149,8 @@ def sentinels() -> Target:
 
 
 def _annotations() -> dict[str, list[inspect.Parameter]]:
-    """Every argument redis-py's constructors name, with each constructor's parameter of
-    that name (``redis.Redis``'s first: its annotations are the fullest). A value any of
-    them takes passes: ``retry=None`` is no ``Retry`` to ``redis.Redis`` but is to a
-    connection."""
+    """Every argument redis-py's constructors name, with each one's parameter of that name
+    (``redis.Redis``'s first: the fullest annotations). A value any of them takes passes."""
     classes = (redis.Redis, redis.connection.SSLConnection,
                redis.connection.UnixDomainSocketConnection, redis.connection.ConnectionPool,
                redis.cluster.RedisCluster, redis.sentinel.SentinelConnectionPool)
@@ -250,8 +238,8 @@ def _describe(key: str, kinds: list[Any]) -> str:
 
 
 def check(setting: str, params: dict[str, Any], target: Target) -> None:
-    """Raise a :class:`ConfigError` naming ``setting`` and the first key of ``params``
-    that ``target`` does not take, or whose value has a type its argument cannot take."""
+    """Raise a :class:`ConfigError` naming ``setting`` and the first key of ``params`` that
+    ``target`` does not take, or whose value's type its argument cannot take."""
     for key, value in params.items():
         if not isinstance(key, str):
             raise ConfigError(setting, None, f"its keys must be argument names (strings), "

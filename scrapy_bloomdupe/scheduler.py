@@ -1,32 +1,19 @@
 """``SCHEDULER = "scrapy_bloomdupe.scheduler.Scheduler"``: scrapy-redis's scheduler, deduplicated
 by the Bloom filter, with a leased shared queue.
 
-It keeps everything of scrapy-redis's :class:`scrapy_redis.scheduler.Scheduler`
-(the shared request queue and its classes, ``SCHEDULER_PERSIST``,
-``SCHEDULER_FLUSH_ON_START``, ``SCHEDULER_IDLE_BEFORE_CLOSE``,
-``SCHEDULER_SERIALIZER``) and changes what Scrapy and a shared crawl need: it is
-built from the crawler, shares the crawler's one Redis client with the
-dupefilter, counts stats without the deprecated ``spider=`` argument, and
-closes the dupefilter so its figures reach the stats.
+It keeps scrapy-redis's settings and queue classes (``SCHEDULER_PERSIST``, ``_FLUSH_ON_START``,
+``_IDLE_BEFORE_CLOSE``, ``_SERIALIZER``), is built from the crawler, shares its one Redis client
+with the dupefilter, and closes the dupefilter so its figures reach the stats. With its default
+queue (:class:`scrapy_bloomdupe.frontier.leased.LeasedQueue`) a dying worker loses nothing. This
+module is Scrapy's adapter; the parts (:mod:`.scheduling`) are made when it opens:
 
-With its default queue (:class:`scrapy_bloomdupe.frontier.leased.LeasedQueue`)
-it also makes the crawl lose nothing when a worker dies. This module is Scrapy's
-adapter; the parts, one module each in :mod:`.scheduling`, are made when it opens:
-
-* :attr:`Scheduler.path` (:mod:`.scheduling.requestpath`): the dupefilter, the queue and
-  where their Redis work runs (:mod:`.scheduling.jobs`: the reactor's loop with
-  ``redis.asyncio``, or a thread of its own, never blocking Scrapy's reactor); a new
-  request is checked against the filter and queued by one script.
-* :attr:`Scheduler.leases` (:mod:`.scheduling.leases`): the lease's whole life, from
-  the pop to the ack. A request handed to Scrapy stays leased until Scrapy is done
-  with it (:meth:`Scheduler.done`, called by this package's middlewares, and
-  ``spider_idle``); :attr:`Scheduler.upkeep` (:mod:`.scheduling.upkeep`) heartbeats,
-  and puts back the leases of workers that stopped heartbeating.
-* :attr:`Scheduler.end` (:mod:`.scheduling.ending`): a worker stays open while the
-  shared queue has requests or any worker holds a lease, and closes ("finished") once
-  the queue has been empty with no lease held for ``BLOOMDUPE_DONE_GRACE`` seconds.
-  Only such a worker clears the queue and the filter when ``SCHEDULER_PERSIST`` is
-  off (:mod:`.scheduling.shared`); one that leaves early never does.
+* :attr:`Scheduler.path`: the dupefilter, the queue and where their Redis work runs (the loop
+  or a thread of its own, never blocking the reactor: :mod:`.scheduling.jobs`).
+* :attr:`Scheduler.leases`: a lease from pop to ack; a request stays leased until Scrapy is done
+  with it (:meth:`Scheduler.done`). :attr:`Scheduler.upkeep` heartbeats and puts back dead
+  workers' leases.
+* :attr:`Scheduler.end`: a worker closes once the queue has been empty with no lease held for
+  ``BLOOMDUPE_DONE_GRACE`` s; only such a worker clears the crawl when not persisting.
 """
 
 from __future__ import annotations
@@ -79,23 +66,19 @@ MIDDLEWARE = "scrapy_bloomdupe.middleware.BloomDupeBatchMiddleware"
 
 
 def for_crawler(crawler: Crawler) -> Scheduler | None:
-    """The crawler's scheduler while it is open, if it is this package's (or a subclass):
-    what the middlewares and extensions reach the request path through."""
+    """The crawler's open scheduler if it is this package's (how middlewares reach it)."""
     scheduler = _scheduler_of(crawler)
     return scheduler if isinstance(scheduler, Scheduler) else None
 
 
 def dupefilter_for(crawler: Crawler) -> RedisBloomDupeFilter | None:
-    """The crawl's dupefilter, if it is this package's: its scheduler's ``df`` (this
-    package's scheduler, scrapy-redis's and Scrapy's own all keep it there)."""
+    """The crawl's dupefilter (its scheduler's ``df``), if it is this package's."""
     df = getattr(_scheduler_of(crawler), "df", None)
     return df if isinstance(df, RedisBloomDupeFilter) else None
 
 
 def _scheduler_of(crawler: Crawler) -> BaseScheduler | None:
-    """Scrapy's public ``engine.scheduler`` (Scrapy 2.19 and later); without it (an
-    older Scrapy, or no engine: a tool, a test), the scheduler of this package that
-    opened for ``crawler``, if any."""
+    """Scrapy's ``engine.scheduler`` (2.19+), else this package's one opened for ``crawler``."""
     try:
         engine = crawler.engine
     except RuntimeError:  # Scrapy's answer when the crawler is not crawling
@@ -118,22 +101,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         self.frontier = frontier or FrontierConfig.from_settings(Settings())
         #: CONCURRENT_REQUESTS: how many requests a worker can have in flight.
         self._concurrency = 1
-        #: Whether a middleware acks each page once its output is queued (else a page's
-        #: lease is let go when this worker is idle, and ``Leases.full`` never holds back).
+        #: Whether a middleware acks each page once its output is queued (else when idle).
         self._acks_early = False
         #: The heartbeat and its company, on the leased queue (see open).
         self.upkeep: LeaseUpkeep | None = None
         #: The crawl's health (failure, outage, stop), which the dupefilter reports to.
         self.health = health or CrawlHealth(OutageGuard(0, describe(self.server)))
-        #: Where the Redis work of the filter and the queue runs: on the reactor's loop
-        #: or a thread of its own during the crawl (so that Scrapy's reactor never waits
-        #: for Redis), one call at a time.
+        #: Runs the filter's and queue's Redis work, one call at a time, off the reactor.
         self.jobs = RedisJobs(self.health)
-        #: The request path's owner: the dupefilter, the queue and their Redis work
-        #: (see open).
+        #: The request path: the dupefilter, the queue and their Redis work (see open).
         self.path: RequestPath | None = None
-        #: This worker's leases, from the pop to the ack (:mod:`.scheduling.leases`), and
-        #: its view of the crawl's end (:mod:`.scheduling.ending`): made when it opens.
+        #: This worker's leases and its view of the crawl's end, made when it opens.
         self.leases: Leases | None = None
         self.end: CrawlEnd | None = None
         #: Requests that failed for good, recorded in Redis (the leased queue; see open).
@@ -155,8 +133,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or QUEUE_CLASS,
             "dupefilter_cls": DUPEFILTER_CLASS,
         }
-        # Scrapy's default DUPEFILTER_CLASS is in-memory, one per worker: it would
-        # let every worker fetch every page. Only a dupefilter the user chose wins.
+        # Scrapy's default, in-memory, lets every worker fetch every page; a user's choice wins.
         if settings.getpriority("DUPEFILTER_CLASS") not in (None, 0):
             kwargs["dupefilter_cls"] = settings["DUPEFILTER_CLASS"]
         if settings.get("SCHEDULER_DUPEFILTER_KEY"):
@@ -189,8 +166,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         instance.stats = crawler.stats
         instance._concurrency = settings.getint("CONCURRENT_REQUESTS")
         instance._acks_early = acks_early
-        # Open the filter now, before the engine has a slot: an error here (a filter made
-        # with other settings, damaged metadata) is then the only thing Scrapy reports.
+        # Open the filter before the engine has a slot, so its error is all Scrapy reports.
         dupefilter_cls = load_object(instance.dupefilter_cls)
         ours = dupefilter_cls if isinstance(dupefilter_cls, type) and issubclass(
             dupefilter_cls, RedisBloomDupeFilter) else None
@@ -199,8 +175,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return instance
 
     def flush(self) -> None:
-        """scrapy-redis's ``flush`` (``SCHEDULER_FLUSH_ON_START``), also with a dupefilter
-        that keeps nothing in Redis (Scrapy's own has no ``clear``)."""
+        """scrapy-redis's ``flush``, also for a dupefilter without ``clear`` (Scrapy's)."""
         df = self.df
         if df is not None and hasattr(df, "clear"):
             df.clear()
@@ -251,9 +226,7 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
                             done_grace=self.done_grace)
         # What a stop on an error says becomes of the requests in progress.
         self.health.held = HELD if self.leased else NOT_HELD
-        # During a crawl, the runner, chosen once (see .scheduling.jobs): on the loop when
-        # every round trip of the jobs has a redis.asyncio twin, the filter's and the
-        # leased queue's (scrapy-redis's queues use the client).
+        # On the loop only if every round trip has a redis.asyncio twin (see .scheduling.jobs).
         self.jobs.start(on_loop=self.leased and bloom is not None and bloom.link.asynchronous)
         _opened[self.crawler] = self  # for an older Scrapy (see _scheduler_of)
         self.crawler.signals.connect(self.end.spider_idle, signal=signals.spider_idle)
@@ -296,13 +269,11 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
             clear = shared.close(persist=persist, done_now=end.done_now, settle=leases.settle)
             leases.report_retired()  # what the closing reap could not decode
             if isinstance(df, RedisBloomDupeFilter):
-                # The scheduler's persist decides, also when set on the instance after
-                # SCHEDULER_PERSIST was read (as scrapy-redis's close() honours it).
+                # The instance's persist wins, even if set after the setting was read.
                 df.persist = persist
                 df.close_now(reason, clear=clear)  # writes the final stats
             elif clear and df is not None and hasattr(df, "clear"):
-                # As scrapy-redis does (its close() would clear even when persisting);
-                # Scrapy's own dupefilters keep nothing in Redis to clear.
+                # As scrapy-redis does (its close() would clear even when persisting).
                 df.clear()
 
         def stopped(result: Any) -> Any:
@@ -322,18 +293,15 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         leases = self._leases()
 
         def done() -> None:
-            # A copy of a request handed out here (a redirect, a retry, an errback's): its
-            # work goes on in the copy, now queued (or dropped).
+            # A copy (redirect, retry) of a leased request carries its work on: ack the parent.
             if parent is not None:
                 leases.ack(parent)
 
         return leases.path.enqueue(request, done=done, over=self._end().idle_missed)
 
     def next_request(self) -> Request | None:
-        # From the buffer that a fill (a job) tops up: never a round trip here, and never
-        # scrapy-redis's blocking pop (BRPOP for SCHEDULER_IDLE_BEFORE_CLOSE), which
-        # would freeze the reactor. An idle worker polls instead (CrawlEnd.spider_idle),
-        # and waits SCHEDULER_IDLE_BEFORE_CLOSE seconds for work before it closes.
+        # From the buffer a job tops up: never a round trip, never scrapy-redis's BRPOP,
+        # which would freeze the reactor; an idle worker polls (CrawlEnd.spider_idle).
         leases = self._leases()
         request = leases.take()
         if request is not None:
@@ -344,10 +312,8 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
         return request
 
     def done(self, request: Request) -> None:
-        """Scrapy is done with ``request`` (its callback's output is queued, it failed for
-        good and was recorded, or it was dropped): its lease is acked, with the next
-        round trip. Called by this package's middlewares; a request this scheduler did
-        not hand out is ignored."""
+        """Scrapy is done with ``request`` (output queued, failure recorded, or dropped): ack
+        its lease with the next round trip. A request not handed out here is ignored."""
         field = request.meta.get(LEASE_META)
         if field is not None:
             self._leases().ack(field)
@@ -365,20 +331,17 @@ class Scheduler(RedisScheduler):  # type: ignore[misc]
 
     @property
     def crawl_done(self) -> bool:
-        """True while this worker sees the crawl done: the queue empty, no lease held,
-        for the grace period of its current idle spell (see :mod:`.scheduling.ending`)."""
+        """True while this worker sees the crawl done (see :mod:`.scheduling.ending`)."""
         return self.end is not None and self.end.crawl_done
 
     @property
     def done_grace(self) -> float:
-        """Seconds the shared queue must stay empty, with no lease held, before this
-        worker closes: ``BLOOMDUPE_DONE_GRACE``, or scrapy-redis's
-        ``SCHEDULER_IDLE_BEFORE_CLOSE`` when it is longer."""
+        """Seconds the queue must stay empty, no lease held, before this worker closes: the
+        longer of ``BLOOMDUPE_DONE_GRACE`` and ``SCHEDULER_IDLE_BEFORE_CLOSE``."""
         return max(self.frontier.done_grace, float(self.idle_before_close or 0))
 
     def silence(self) -> float:
-        """Seconds since this worker's last heartbeat went through (0 before the first,
-        and on a scrapy-redis queue class, which has none)."""
+        """Seconds since this worker's last heartbeat went through (0 before one, or none)."""
         return 0.0 if self.upkeep is None else self.upkeep.silence()
 
     def _leases(self) -> Leases:

@@ -1,12 +1,7 @@
-"""Every setting this package reads, its default, and the objects built from them.
-
-Every ``BLOOMDUPE_*`` setting (and scrapy-redis's ``REDIS_*`` ones) is parsed
-here and nowhere else, once, at start; each error names the setting and the
-value it got (the parsers of a kind of value, which know no setting, are in
-:mod:`.settingvalues`). :class:`BloomDupeConfig` is the filter's,
-:class:`RedisSettings` the client's, :func:`batch_size` the batch middleware's and
-:func:`use_scheduler` the add-on's.
-"""
+"""Every setting this package reads (``BLOOMDUPE_*``, scrapy-redis's ``REDIS_*``), its default,
+and the objects built from them, parsed once at start; each error names the setting and value
+(setting-agnostic parsers: :mod:`.settingvalues`). :class:`BloomDupeConfig` is the filter's,
+:class:`RedisSettings` the client's."""
 
 from __future__ import annotations
 
@@ -82,8 +77,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 OUTAGE_ACTIONS = ("close", "allow")
-#: ``BLOOMDUPE_POLITENESS`` values: Scrapy's per-process limits, or the crawl's
-#: (``frontier/leased.py``).
+#: ``BLOOMDUPE_POLITENESS``: Scrapy's per-process limits, or the crawl's (frontier/leased.py).
 POLITENESS = ("worker", "crawl")
 #: ``BLOOMDUPE_ENGINE`` values: ``"auto"`` picks ``"redisbloom"`` for a new filter on a
 #: server with the BF.* commands, ``"lua"`` otherwise; a stored filter keeps its own.
@@ -104,9 +98,7 @@ logger = logging.getLogger(__name__)
 
 
 def unknown_names(settings: BaseSettings) -> list[tuple[str, str | None]]:
-    """The ``BLOOMDUPE_*`` settings set that this package does not know (a misspelt
-    name is otherwise silent: the default is used), each with the nearest known name
-    (None when none is near)."""
+    """Unknown ``BLOOMDUPE_*`` settings set (a typo is otherwise silent), with nearest names."""
     prefix = "BLOOMDUPE_"
     known = sorted(name[len(prefix):] for name in DEFAULTS)  # the prefix would match all
     found = []
@@ -118,8 +110,7 @@ def unknown_names(settings: BaseSettings) -> list[tuple[str, str | None]]:
 
 
 def warn_unknown_names(settings: BaseSettings) -> None:
-    """One WARNING naming the unknown ``BLOOMDUPE_*`` settings (see :func:`unknown_names`),
-    if any."""
+    """One WARNING naming any unknown ``BLOOMDUPE_*`` settings (:func:`unknown_names`)."""
     found = unknown_names(settings)
     if found:
         logger.warning("Unknown setting%s, not used (the default applies): %s. The settings "
@@ -205,8 +196,7 @@ class BloomDupeConfig:
         window = parse_window(_get(settings, "BLOOMDUPE_WINDOW"))
         try:
             if window is not None:
-                # Cut into the slices that take the least memory; a slice grows as a
-                # filter without a window does (BLOOMDUPE_GROWTH).
+                # Least-memory slices; each grows as a windowless filter does.
                 window, plan = sizing.fit_window(window.window_ms, capacity, error_rate,
                                                  shards, max_shard_bytes, max_bytes,
                                                  max_shards)
@@ -227,8 +217,7 @@ class BloomDupeConfig:
 
 
 def replaced_dupefilter_key(settings: BaseSettings) -> str | None:
-    """scrapy-redis's ``SCHEDULER_DUPEFILTER_KEY`` when a user set it: the Bloom filter
-    does not use it (``BLOOMDUPE_KEY`` names its keys), and says so at start."""
+    """scrapy-redis's ``SCHEDULER_DUPEFILTER_KEY`` if set: unused (``BLOOMDUPE_KEY`` is)."""
     value = settings.get("SCHEDULER_DUPEFILTER_KEY")
     return None if is_unset(value) else str(value)
 
@@ -257,9 +246,8 @@ def parse_engine(engine: object) -> str:
 
 
 def report_ttl(settings: BaseSettings) -> float:
-    """``BLOOMDUPE_REPORT_TTL``: seconds a finished crawl's report (its failed requests
-    and crawl-wide counters) is kept after its last worker deleted the rest of its state
-    (``SCHEDULER_PERSIST`` off); 0: deleted with it."""
+    """``BLOOMDUPE_REPORT_TTL``: seconds a finished crawl's report (failed requests, counters)
+    outlives the rest of its state (``SCHEDULER_PERSIST`` off); 0: deleted with it."""
     return parse_float("BLOOMDUPE_REPORT_TTL", _get(settings, "BLOOMDUPE_REPORT_TTL"),
                        low=0, high=366 * 86_400)
 
@@ -281,16 +269,13 @@ class FrontierConfig:
     done_grace: float
     #: Failed requests kept (the oldest go first).
     failed_limit: int
-    #: Times a request's lease may expire (its holder stopped heartbeating) before the
-    #: request is recorded as failed instead of being handed out again.
+    #: Lease expiries a request may have before it is recorded as failed, not handed out.
     max_requeues: int = 3
-    #: "crawl" politeness (docs/politeness.md): whose limits hold, the codes that back a
-    #: site off, and the longest back-off.
+    #: "crawl" politeness (docs/politeness.md): whose limits, back-off codes, longest back-off.
     politeness: str = "worker"
     backoff_codes: tuple[int, ...] = (429, 503)
     backoff_max: float = 300.0
-    #: A start request is fetched once a crawl (not once a worker): checked against the
-    #: crawl's filter though ``dont_filter``.
+    #: Fetch a start request once a crawl, not once a worker (filtered despite dont_filter).
     start_once: bool = True
 
     @classmethod
@@ -321,9 +306,8 @@ def use_scheduler(settings: BaseSettings) -> bool:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """A worker's own figures: written to Redis for ``bloomdupe top`` and ``bloomdupe
-    metrics`` every ``live_interval`` seconds, and served to Prometheus on a port of
-    ``ports`` (``BLOOMDUPE_METRICS_PORT``) when it is set."""
+    """A worker's figures: written to Redis every ``live_interval`` s (``bloomdupe top``), and
+    served to Prometheus on a port of ``ports`` when ``BLOOMDUPE_METRICS_PORT`` is set."""
 
     #: First and last port to try (``(0, 0)``: any free port); None: no server.
     ports: tuple[int, int] | None
@@ -342,8 +326,7 @@ class MetricsConfig:
 
 
 def parse_metrics_port(value: Any) -> tuple[int, int] | None:
-    """``BLOOMDUPE_METRICS_PORT``: None (off), a port, a range ``"A-B"`` (the first free
-    one is taken: several workers on one host), or 0 (any free port)."""
+    """``BLOOMDUPE_METRICS_PORT``: None (off), a port, ``"A-B"`` (first free), or 0 (any)."""
     if is_unset(value):
         return None
     bad = ConfigError("BLOOMDUPE_METRICS_PORT", value, "is not a port, a range 'A-B' or 0")
@@ -374,15 +357,10 @@ def parse_metrics_port(value: Any) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class RedisSettings:
-    """Where and how to connect, from scrapy-redis's settings and ours.
-
-    ``REDIS_URL`` (overridden by ``BLOOMDUPE_REDIS_URL``),
-    ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``, ``REDIS_PARAMS`` (keyword
-    arguments for the client; its ``redis_cls`` is taken out into
-    :attr:`redis_cls`), ``BLOOMDUPE_REDIS_CLUSTER`` and
-    ``BLOOMDUPE_WAIT_REPLICAS``. :mod:`scrapy_bloomdupe.transport.client`
-    builds the client from it.
-    """
+    """Where and how to connect: ``REDIS_URL`` (or ``BLOOMDUPE_REDIS_URL``),
+    ``REDIS_HOST``/``PORT``/``DB``, ``REDIS_PARAMS`` (client kwargs; ``redis_cls`` taken out),
+    the cluster, replica and Sentinel settings. :mod:`scrapy_bloomdupe.transport.client`
+    builds the client."""
 
     url: str | None
     #: The user's client arguments (``REDIS_PARAMS`` with ``REDIS_HOST``/``PORT``/``DB``).
@@ -390,13 +368,11 @@ class RedisSettings:
     redis_cls: Any = None
     cluster: bool = False
     wait_replicas: int | None = None
-    #: Redis Sentinel (``BLOOMDUPE_SENTINELS``): the sentinels' (host, port); empty
-    #: for a single node or a cluster.
+    #: ``BLOOMDUPE_SENTINELS``: the sentinels' (host, port); empty without Sentinel.
     sentinels: tuple[tuple[str, int], ...] = ()
     #: ``BLOOMDUPE_SENTINEL_MASTER``: the master's name, as the sentinels know it.
     sentinel_master: str | None = None
-    #: Arguments of the connections to the sentinels themselves
-    #: (``BLOOMDUPE_SENTINEL_PARAMS``, with ``BLOOMDUPE_SENTINEL_PASSWORD``).
+    #: Connection kwargs for the sentinels (``BLOOMDUPE_SENTINEL_PARAMS`` and ``_PASSWORD``).
     sentinel_params: dict[str, Any] = field(default_factory=dict)
     #: The setting ``url`` came from, for errors: ``BLOOMDUPE_REDIS_URL`` or ``REDIS_URL``.
     url_setting: str = "REDIS_URL"
@@ -467,9 +443,8 @@ def _address(settings: BaseSettings) -> dict[str, Any]:
 
 
 def parse_sentinels(value: Any) -> tuple[tuple[str, int], ...]:
-    """``BLOOMDUPE_SENTINELS``: a list of ``"host:port"`` (or ``(host, port)``), or one
-    string of them separated by commas (``-s BLOOMDUPE_SENTINELS=h1:26379,h2:26379``),
-    or a JSON list. Empty when unset."""
+    """``BLOOMDUPE_SENTINELS``: a list of ``"host:port"`` or ``(host, port)``, a string
+    ``"h1:26379,h2:26379"`` or a JSON list. Empty when unset."""
     if is_unset(value):
         return ()
     if isinstance(value, str):
@@ -535,11 +510,8 @@ def wait_replicas(settings: BaseSettings) -> int | None:
 
 
 def cluster_mode(settings: BaseSettings, redis_cls: Any = None) -> bool:
-    """Whether ``settings`` ask for a Redis Cluster client.
-
-    ``BLOOMDUPE_REDIS_CLUSTER`` (a bool) decides; unset, a ``redis_cls`` in
-    ``REDIS_PARAMS`` that is a ``RedisCluster`` means yes.
-    """
+    """Whether to use a Redis Cluster client: ``BLOOMDUPE_REDIS_CLUSTER``, or when unset,
+    whether ``REDIS_PARAMS``'s ``redis_cls`` is a ``RedisCluster``."""
     if redis_cls is None:
         redis_cls = _load_class(redis_params(settings).get("redis_cls"))
     is_cluster_cls = isinstance(redis_cls, type) and issubclass(redis_cls, RedisCluster)

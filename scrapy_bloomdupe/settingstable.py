@@ -1,14 +1,8 @@
-"""Every setting this package reads, in one table: its kind of value and the parser
-that reads it at start.
+"""Every setting this package reads, in one table: its kind of value and its parser.
 
-A row's parser is the very function a component calls while Scrapy builds it
-(the filter's :meth:`~.settings.BloomDupeConfig.from_settings`, the queue's
-:class:`~.settings.FrontierConfig`, the client's
-:class:`~.settings.RedisSettings`, ...), so :func:`check` fails on a bad value
-exactly as a crawl does: one :class:`~.exceptions.ConfigError` naming the
-setting (never the value of one that may hold a password:
-:mod:`.redaction`). ``docs/settings.md`` documents every row; the defaults are
-:data:`~.settings.DEFAULTS` (scrapy-redis's ``REDIS_*`` have theirs).
+A row's parser is the one a component calls while Scrapy builds it, so :func:`check` fails
+as a crawl does: one :class:`~.exceptions.ConfigError` naming the setting (passwords hidden:
+:mod:`.redaction`). Defaults: :data:`~.settings.DEFAULTS`; docs: ``docs/settings.md``.
 """
 
 from __future__ import annotations
@@ -42,8 +36,7 @@ class Setting:
 
     name: str
     kind: str
-    #: Reads the setting from Scrapy's settings as the crawl does (with the others it is
-    #: read with); raises a ConfigError naming it when its value cannot work.
+    #: Reads it (with its group) as the crawl does; raises a ConfigError on a bad value.
     parse: Callable[[BaseSettings], Any]
 
     @property
@@ -113,7 +106,6 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
 
 
 def check(settings: BaseSettings) -> None:
-    """Parse every setting of the table as the crawl does; the first bad one raises its
-    ConfigError. Reads settings only: nothing connects."""
+    """Parse every setting as a crawl does; the first bad one raises its ConfigError (no I/O)."""
     for parse in dict.fromkeys(s.parse for s in SETTINGS.values()):
         parse(settings)

@@ -1,9 +1,5 @@
-"""Setting values as they come, parsed: Python objects from a settings.py, or strings
-from ``-s NAME=VALUE`` on the command line.
-
-The parsers of :mod:`.settings` (which knows every setting's name, default and
-meaning) take a setting's name only to put it in the :class:`ConfigError` they raise.
-"""
+"""Parsers of setting values: Python objects from settings.py, or strings from ``-s NAME=VALUE``.
+A setting's name is taken only for the :class:`ConfigError` raised (see :mod:`.settings`)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from .exceptions import ConfigError
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-#: What ``-s NAME=...`` gives for a setting meant as Python's ``None`` (a string, from the
-#: command line): it means the same as ``NAME = None`` in settings.py, the default.
+#: ``-s NAME=none`` means ``NAME = None`` in settings.py: the default.
 _NONE = {"none", "null"}
 
 
@@ -100,8 +95,7 @@ def parse_codes(name: str, value: Any) -> tuple[int, ...]:
 
 
 def parse_dict(name: str, value: Any) -> dict[str, Any]:
-    """A dict setting, as Scrapy's ``getdict`` reads it: a dict, or a JSON object in a
-    string (what ``-s 'REDIS_PARAMS={"socket_timeout": 30}'`` gives)."""
+    """A dict setting as Scrapy's ``getdict`` reads it: a dict, or a JSON object string."""
     if is_unset(value):
         return {}
     if isinstance(value, str):

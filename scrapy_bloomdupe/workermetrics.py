@@ -1,18 +1,11 @@
-"""A worker's own figures, live: in Redis for ``bloomdupe top`` and ``bloomdupe
-metrics``, and served to Prometheus with ``BLOOMDUPE_METRICS_PORT``.
+"""A worker's own live figures: in Redis for ``bloomdupe top`` and ``bloomdupe metrics``, and
+served to Prometheus with ``BLOOMDUPE_METRICS_PORT``.
 
-``EXTENSIONS = {"scrapy_bloomdupe.workermetrics.WorkerMetrics": 510}`` (the add-on
-does it). Every ``BLOOMDUPE_LIVE_INTERVAL`` seconds it writes, in one pipelined
-round trip, this worker's figures (pages and pages a second, items, responses by
-status, requests in flight, checks, leases put back, failed requests) to
-``K:live:<host:pid>`` (expiring), and adds its pages, leases put back and failed
-requests to the crawl-wide counters (:func:`crawlstats.write_live`). At close it
-adds the last of them and deletes its line.
-
-With ``BLOOMDUPE_METRICS_PORT`` (a port, a range ``"A-B"`` of which the first free
-one is taken, or ``0`` for any) it also serves ``/metrics`` (prometheus-client's
-server, in a thread), read from the worker's memory at each scrape, never from
-Redis: the metric list is in docs/metrics.md.
+``EXTENSIONS = {"scrapy_bloomdupe.workermetrics.WorkerMetrics": 510}`` (the add-on sets it). Every
+``BLOOMDUPE_LIVE_INTERVAL`` s it writes this worker's figures to ``K:live:<host:pid>`` (expiring)
+and adds its counters to the crawl-wide ones (:func:`crawlstats.write_live`), in one round trip; at
+close, the last of them, and deletes its line. ``BLOOMDUPE_METRICS_PORT`` (a port, a range
+``"A-B"``, or ``0``) serves ``/metrics`` from memory (list: docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -47,8 +40,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: A line expires after this many write intervals without a write (and never sooner
-#: than :data:`MIN_TTL` seconds).
+#: A line expires after this many write intervals unwritten (at least :data:`MIN_TTL` s).
 TTL_INTERVALS = 3
 MIN_TTL = 15.0
 #: Stale entries of the index of running workers are dropped every this many writes.
@@ -109,9 +101,8 @@ class WorkerMetrics:
         self._writing = False
         #: Whether the crawl closed here (spider_closed): no job writes after that.
         self.closed = False
-        #: Whether this worker left the crawl (its scheduler's closing job ran
-        #: :meth:`write_last`): a write job in line after that one would put its live
-        #: line back once spider_closed has removed it (its jobs run in order).
+        #: Set by :meth:`write_last` (the scheduler's closing job): a write queued after it
+        #: would put the live line back once spider_closed removed it.
         self.left = False
         self._failovers = crawlstats.Failovers()
 
@@ -140,8 +131,7 @@ class WorkerMetrics:
         self.task.start(self.config.live_interval, now=True)
         sched = scheduler.for_crawler(self.crawler)
         if sched is not None and sched.shared is not None:
-            # The last counters go in before this worker leaves the crawl (see
-            # SharedCrawl.before_leaving): the last worker's summary line counts them.
+            # Last counters in before leaving, so the last worker's summary counts them.
             sched.shared.before_leaving.append(self.write_last)
         if self.config.ports is not None:
             self.listen(*self.config.ports)
@@ -157,24 +147,21 @@ class WorkerMetrics:
         if self.client is None:
             return
         try:
-            # The crawl's state may be gone (the last worker of a crawl without
-            # SCHEDULER_PERSIST clears it): then nothing is written back. The crawl's
-            # runner is done: the last figures go in a round trip of their own.
+            # The crawl's state may be gone (cleared by the last worker): write nothing
+            # then. The runner is done: the last figures go in a round trip of their own.
             if self.client.exists(keys.meta(self.key)):
                 self.write(final=True)
                 if not any(self.client.exists(name) for name in (  # (two cluster slots)
                         keys.meta(self.key), keys.finished(self.key))):
-                    # The crawl's state went between the check and the write, and not at
-                    # a finished crawl's end (whose report stays): the counters this
-                    # write made again would be left behind.
+                    # State cleared (not a finished crawl's report) between check and
+                    # write: delete the counters this write recreated.
                     self.client.delete(keys.stats(self.key))
             crawlstats.forget_live(self.client, self.key, self.worker)
         except redis.RedisError as e:
             logger.debug("Could not remove this worker's live figures from Redis: %s", e)
 
     def write_last(self) -> None:
-        """This worker's last counters, in the scheduler's closing job (on its link),
-        before it leaves the crawl; :meth:`spider_closed` then has none left to add."""
+        """This worker's last counters, in the scheduler's closing job before it leaves."""
         self.left = True
         df = scheduler.dupefilter_for(self.crawler)
         if self.client is None or self._writing or df is None:
@@ -217,9 +204,8 @@ class WorkerMetrics:
         return len(engine.downloader.active) if engine is not None else 0
 
     def write(self, *, final: bool = False) -> None:
-        """Write this worker's figures to Redis (one round trip); skipped while Redis is
-        away (the dupefilter says so). ``final``: the last, at close (its caller has
-        checked that the crawl's keys are there), on this thread."""
+        """Write this worker's figures to Redis in one round trip, skipped while Redis is away.
+        ``final``: the last, at close, on this thread (the caller checked the keys exist)."""
         if self.client is None:
             return
         now = time.monotonic()
@@ -233,27 +219,24 @@ class WorkerMetrics:
             self._written(self._send(self.client, now, figures, prune=False), figures, now)
             return
         if df is not None and (df.failure is not None or df.closed):
-            # Stopped (an error, the crawl over), or closed (its keys maybe deleted by
-            # now, SCHEDULER_PERSIST off): nothing more to Redis but the final write.
+            # Stopped or closed (keys maybe deleted): only the final write goes.
             return
         sched = scheduler.for_crawler(self.crawler)
         if sched is not None and sched.silence() > sched.frontier.lease_timeout / 2:
-            # Back from a silence (a paused process, a blocked reactor): the crawl may be
-            # over and its keys deleted. The scheduler's heartbeat, which comes first,
-            # finds out; until it has gone through, nothing is written.
+            # Back from a silence (paused process): the crawl may be over and its keys
+            # deleted; write nothing until the scheduler's heartbeat has found out.
             return
         if self._writing:
             return
         figures = self.figures()
         self._writes += 1
-        # The filter's link during a crawl (it carries the crawl's commands), else a client.
         client: Redis | RedisCluster | Link = self.client if df is None else df.bloom.link
         prune = self._writes % PRUNE_EVERY == 1
         jobs = sched.jobs if sched is not None else df.jobs if df is not None else None
         if jobs is None:
             self._written(self._send(client, now, figures, prune), figures, now)
             return
-        # During a crawl in a job of the crawl's runner: Scrapy's reactor never waits.
+        # In a job of the crawl's runner: Scrapy's reactor never waits.
         self._writing = True
         jobs.run(lambda: self._send_unless_closed(client, now, figures, prune),
                  quiet=True).addCallback(self._written, figures, now)
@@ -261,9 +244,8 @@ class WorkerMetrics:
     def _send_unless_closed(self, client: Redis | RedisCluster | Link, now: float,
                             figures: dict[str, Any], prune: bool
                             ) -> tuple[list[str], Exception | None]:
-        """A write's job: nothing once this worker has closed (a job that waited for the
-        runner would write its live line again after :meth:`spider_closed` removed it);
-        a write that was on its way when it closed removes the line again."""
+        """A write's job: none once closed (it would recreate the line :meth:`spider_closed`
+        removed); one under way at close removes the line again."""
         if self.closed or self.left:
             return [], None
         answer = self._send(client, now, figures, prune)
@@ -279,8 +261,7 @@ class WorkerMetrics:
                 "pages_per_second": round(rate, 3), **figures}
         try:
             if self._failovers.since_last(client):
-                # What of this worker's counters the new master holds (its line, written
-                # after them), lest a write the failover lost be missing for good.
+                # Reread what the new master holds, lest a write the failover lost stay lost.
                 self._added.update(crawlstats.recorded_live(client, self.key, self.worker))
             deltas = {name: figures[name] - self._added[name]
                       for name in crawlstats.LIVE_COUNTERS}

@@ -1,19 +1,12 @@
-"""A check-and-add batch's script calls: grouped, sent in one round trip with the
-shard locks, their replies sorted out.
+"""A check-and-add batch's script calls: grouped, sent in one round trip with the shard locks,
+replies sorted out (:class:`Calls`, mixed into :class:`~.filter.BloomFilter`).
 
-The items of a batch are grouped into one call per shard, or, on an engine whose
-calls carry several shards (the Lua engine: its sections), one call for all those of
-one node (every shard on one Redis, a master's on a Redis Cluster;
-at most :data:`MAX_ITEMS_PER_SCRIPT` items a call), each with an op id so
-that a retry after a lost reply is answered from the op log (:mod:`.oplog`); one
-round trip takes each shard's lock (``SET NX PX``, :mod:`.lock`) and runs the calls;
-a call refused because its lock was busy waits and goes again (a section whose lock
-was busy: its items, as a new call), one refused for a stale generation or time
-slice is redone with the new ones, one a full shard refused is redone after
-growth, as new calls, and one a cluster master refused because a slot of its shards
-had moved (it wrote nothing) is redone a call a shard.
-
-:class:`Calls` is mixed into :class:`~.filter.BloomFilter`, whose state it uses.
+Items go in one call per shard, or per node on engines whose calls carry several shards (Lua's
+sections), at most :data:`MAX_ITEMS_PER_SCRIPT` a call, each with an op id so a retry after a
+lost reply is answered from the op log (:mod:`.oplog`). One round trip takes each shard's lock
+(``SET NX PX``, :mod:`.lock`) and runs the calls. Redone: a call or section whose lock was busy,
+after a pause; one refused for a stale generation or slice, with the new ones; a full shard's,
+after growth; one a cluster master refused for a moved slot (nothing written), a call a shard.
 """
 
 from __future__ import annotations
@@ -43,8 +36,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Most items in one script call: about a millisecond of Redis time (Lua
-#: scripts block every other client of the server while they run).
+#: Most items in one script call: about 1 ms of Redis time (a script blocks every client).
 MAX_ITEMS_PER_SCRIPT = 256
 #: Round trips in a row whose every call was told STALE_SLICE before one is a fault.
 MAX_STALE_ROUNDS = 20
@@ -52,8 +44,7 @@ MAX_STALE_ROUNDS = 20
 _FULL = 70  # ord("F")
 #: A window's slice grew in the call, which did not look at the item: asked again.
 _GROWN = 71  # ord("G")
-#: The item's shard lock did not hold the call's token (a call of several shards):
-#: not looked at, asked again after a pause.
+#: A multi-shard call lacked this item's shard lock: not looked at, asked again after a pause.
 _BUSY = 66  # ord("B")
 #: A call's reply: its master no longer holds one of its shards (see _not_local).
 _NOT_LOCAL = object()
@@ -61,8 +52,7 @@ _NOT_LOCAL = object()
 
 @dataclass
 class _Unit:
-    """One script call of a batch: the items of one shard (or, on an engine whose calls
-    carry several, of several: its sections), with the lock token it uses."""
+    """One script call of a batch: one shard's items (or several shards' sections), its token."""
 
     token: bytes
     call: int
@@ -177,12 +167,9 @@ class Calls:
                             self.engine.grew(unit.shard)
                 waited_for = bool(busy or busy_items)  # locks held by others: pause
                 if busy_items or moved:
-                    # A call of several shards went ahead on those whose lock it held: the
-                    # others' items go again as new calls (the reply is in the op log
-                    # under this call's id). A call of a master that no longer holds
-                    # one of its shards (a slot moved; it wrote nothing) goes again as
-                    # a call a shard, each routed by its own keys, with the slot map
-                    # reloaded.
+                    # A multi-shard call went ahead on shards whose lock it held (reply in the
+                    # op log): the rest go again as new calls; a moved slot's call (nothing
+                    # written) goes again a call a shard, routes reloaded.
                     first = self._next_op
                     self._next_op += max(busy_items + moved) + 1
                     busy.extend(self._group(halves, busy_items, first, entry))
@@ -206,10 +193,8 @@ class Calls:
                 self.counters.stale_generation += 1
                 self._guarded(self._reload)
             if stale:
-                # A new time slice has started, or a slice grew: redo those items with
-                # Redis's view (same op ids: the script wrote nothing, not even the op
-                # log). Each such answer brings that view, so a handful suffice; an
-                # endless run of them is a fault, not a race, and is not waited out.
+                # New or grown slice: redo with Redis's view, same op ids (nothing written).
+                # Each answer brings that view, so an endless run is a fault, not a race.
                 self.counters.stale_slice += 1
                 stale_rounds = stale_rounds + 1 if len(stale) == len(remaining) else 0
                 if stale_rounds > MAX_STALE_ROUNDS:
@@ -220,14 +205,13 @@ class Calls:
                         "filter. Stop the crawl and check the workers' versions")
                 refused.extend(stale)
             if full:
-                # The newest generation's shard is full: redo them in a new one, as
-                # new calls (the refusals are in the op log, under the old calls' ids).
+                # Newest shard full: redo in a new generation as new calls (the old ids'
+                # op log holds the refusals).
                 self.counters.full += 1
                 self._grow_for_full(generations)
                 refused.extend(full)
             if regrow:
-                # A slice grew in the call (a window): redo the items it did not look
-                # at with the new generation, as new calls (as after a full shard).
+                # A window's slice grew in the call: redo the unlooked items, as after full.
                 self.counters.slice_growths += 1
                 refused.extend(regrow)
             if full or regrow:
@@ -242,14 +226,10 @@ class Calls:
     def _group(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
                first_op: int, entry: Callable[[int, int], Sequence[Any]] | None = None, *,
                tokens: Mapping[int, bytes] | None = None) -> list[_Unit]:
-        """Script calls for these items under the current generations: per shard (or, on
-        an engine whose calls carry several shards, for all those of one node: see
-        ``group_of``), in chunks of at most ``MAX_ITEMS_PER_SCRIPT`` items. With
-        ``tokens`` (a shard's lock token), a call a shard, with that token.
-
-        An item's op id is ``first_op`` plus its index, and a call's id is its
-        first item's: the same on every retry.
-        """
+        """Script calls for these items under the current generations: per shard (or per
+        ``group_of``), at most ``MAX_ITEMS_PER_SCRIPT`` items each; with ``tokens``, a call a
+        shard using its lock token. An item's op id is ``first_op`` plus its index, a call's
+        its first item's: the same on every retry."""
         shards = self.sizing.shards
         engine = self.engine
         groups: dict[int, Any] = {}
@@ -281,15 +261,10 @@ class Calls:
 
     def _round_trip(self, units: list[_Unit], ack: int, use_lock: bool,
                     sink: Sink | None = None) -> list[Any]:
-        """One round trip: per unit (the shard lock's SET NX PX and) the script.
-
-        Returns one reply per unit (see the engine's script). Scripts flushed
-        from Redis (a restart, a replica promoted by a failover) are loaded
-        again, on the connection that missed them, and the round trip repeated
-        with the same tokens and op ids: it is idempotent. A sink's waiting
-        commands (the queue's acks) ride along where they cost no round trip
-        of their own (on a cluster: to the masters the scripts go to).
-        """
+        """One round trip: per unit (the shard locks' SET NX PX and) the script; one reply a
+        unit. Scripts flushed from Redis (restart, failover) are reloaded and the round trip
+        repeated with the same tokens and op ids (idempotent). A sink's waiting commands (the
+        queue's acks) ride along where free (on a cluster, to the scripts' masters)."""
         ttl_ms = self.locks.ttl_ms
         engine = self.engine
         commands: list[tuple[Any, ...]] = []
@@ -306,8 +281,7 @@ class Calls:
             self.link.knows(*riding.rider_scripts())
 
         def with_riders() -> tuple[list[tuple[Any, ...]], int | None]:
-            # Built for each attempt: an outage's retry, or a new master, may leave out
-            # acks the last one carried.
+            # Built each attempt: a retry or a new master may leave out acks the last carried.
             assert riding is not None
             riders, built_for = riding.riders(self.link.reaches(commands))
             return [*commands, *riders], built_for
@@ -353,16 +327,14 @@ class Calls:
 
 
 def _not_local(reply: Any) -> bool:
-    """Whether ``reply`` is a cluster master's refusal of a call that reached a key of a
-    slot it no longer holds (the slot moved); the call read every key before its first
-    write, so it wrote nothing."""
+    """Whether ``reply`` is a cluster master's refusal for a key of a slot it no longer holds
+    (the call reads every key before writing, so it wrote nothing)."""
     return isinstance(reply, ResponseError) and "non local key" in str(reply)
 
 
 def _refusals_raised(replies: list[Any]) -> list[Any]:
-    """``replies``, or the first one that is a passing refusal (a full Redis's OOM, a
-    READONLY replica) raised, inside the outage guard: the guard then sends the same
-    commands again, which is safe (op ids), as after a lost connection."""
+    """``replies``, or the first passing refusal (OOM, READONLY) raised for the outage guard,
+    which resends the same commands: safe (op ids), as after a lost connection."""
     for reply in replies:
         if isinstance(reply, TRANSIENT):
             raise reply

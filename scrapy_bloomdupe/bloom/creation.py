@@ -38,10 +38,9 @@ def lost_message(key: str, what: str) -> str:
 
 
 def _refuse_orphans(client: Redis | RedisCluster, key: str, shards: int) -> None:
-    """Refuse to create a filter's metadata over keys a filter left at ``key``: its
-    shards or its queue without their metadata (deleted or evicted). A new seed over old
-    bits would make every answer wrong. Looks at shards ``0..shards-1`` (one EXISTS each);
-    a worker that made the metadata in the meantime is joined, not refused."""
+    """Refuse to create metadata over a lost filter's shards or queue at ``key`` (a new seed
+    over old bits would make every answer wrong). Looks at shards ``0..shards-1``; a worker
+    that made the metadata in the meantime is joined, not refused."""
     names = [n for i in range(shards)
              for n in (keys.bits(key, i), keys.bloom(key, i), keys.queue(key, i),
                        keys.leases(key, i), keys.slice_record(key, i))]

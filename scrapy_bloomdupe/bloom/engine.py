@@ -1,14 +1,8 @@
-"""What the engine-neutral front (:mod:`.filter`) asks of an engine.
-
-An engine holds a filter's bits and runs its check-and-add script: :mod:`.lua`
-(``BITFIELD`` on plain strings) and :mod:`.native` (RedisBloom's ``BF.*``).
-Both scripts (``check_add_bits.lua``, ``check_add_bf.lua``) share their first
-KEYS and ARGV (the Lua engine's takes several shards' keys in a call on one node:
-its :attr:`~Engine.sections`) and their steps (the op log's replay and record, :mod:`.oplog`;
-the lock's fence, :mod:`.lock`; the generation check; the forgotten items of
-``bloomdupe forget``, each answered new once; an optional sink) around
-their own body; the reply is one character an item (``'1'`` new, ``'0'`` seen,
-``'F'`` refused by a full shard) or ``LOCK_BUSY`` / ``STALE_GENERATION`` /
+"""What the engine-neutral front (:mod:`.filter`) asks of an engine: :mod:`.lua` (``BITFIELD``)
+or :mod:`.native` (RedisBloom's ``BF.*``). Both check-and-add scripts share their first KEYS and
+ARGV and their steps around their own body (op log, :mod:`.oplog`; lock fence, :mod:`.lock`;
+generation check; ``bloomdupe forget``'s items; an optional sink). Reply: one character an item
+(``'1'`` new, ``'0'`` seen, ``'F'`` full shard) or ``LOCK_BUSY`` / ``STALE_GENERATION`` /
 ``SHARD_MISSING``.
 """
 
@@ -29,11 +23,9 @@ if TYPE_CHECKING:
 
 
 class Sink(Protocol):
-    """Where a check-and-add also puts the items it found new, in the same script: the
-    crawl's queue, whose block of Lua (``frontier/sink.lua``) every check-and-add
-    script includes. A call's section of ``shard`` carries :meth:`sink_keys` (they
-    must share the shard's hash tag on a cluster), :meth:`sink_prefix`, and each
-    item's :meth:`sink_item`; the script queues the items it found new."""
+    """The crawl's queue, where a check-and-add script queues the items it found new
+    (``frontier/sink.lua``). A section of ``shard`` carries :meth:`sink_keys` (same hash tag
+    as the shard), :meth:`sink_prefix` and each item's :meth:`sink_item`."""
 
     def sink_keys(self, shard: int) -> Sequence[str]:
         """The five keys of the queue shard that filter shard ``shard`` 's items go to."""
@@ -42,34 +34,28 @@ class Sink(Protocol):
         """What that queue shard's download slots' keys start with."""
 
     def sink_item(self, shard: int, entry: Any) -> Sequence[Any]:
-        """An item's five sink arguments, from its ``entry`` (what the caller of
-        ``add_many`` gave for it), when its fingerprint is of filter shard ``shard``."""
+        """An item's five sink arguments from its ``add_many`` ``entry``, on shard ``shard``."""
 
 
 @runtime_checkable
 class RidingSink(Sink, Protocol):
-    """A sink with commands of its own waiting to be sent (the queue's acks), which may
-    ride on a check-and-add's round trip instead of taking one of their own."""
+    """A sink whose waiting commands (the queue's acks) may ride a check-and-add's round trip."""
 
     def riders(self, reached: Callable[[tuple[Any, ...]], bool]
                ) -> tuple[list[tuple[Any, ...]], int | None]:
-        """The waiting commands that ``reached`` says cost no round trip of their own,
-        and the Sentinel master epoch they were built for (None: any master); they
-        are built again when :class:`~..transport.sentinel.MasterChanged` says the
-        client moved on."""
+        """Waiting commands that ``reached`` says cost no extra round trip, and their Sentinel
+        epoch (None: any); rebuilt on :class:`~..transport.sentinel.MasterChanged`."""
 
     def riders_sent(self) -> None:
         """The last :meth:`riders` went through: they are not sent again."""
 
     def rider_scripts(self) -> tuple[str, ...]:
-        """The text of every script a rider may run (``EVALSHA``): the round trip that
-        carries them loads one again where Redis lost it (a restart)."""
+        """Every script a rider may run, for reloading where Redis lost it."""
 
 
 @dataclass
 class Section:
-    """The items of one shard in a call: their arguments (``item_args``), their sink
-    arguments, and their places in the batch."""
+    """One shard's items in a call: arguments, sink arguments, places in the batch."""
 
     shard: int
     args: list[Any] = field(default_factory=list)
@@ -95,15 +81,12 @@ class Engine(Protocol):
     sections: bool
 
     def group_of(self, shard: int) -> Any:
-        """Which script call of a batch the items of ``shard`` go in (the shard itself
-        without :attr:`sections`; with them, one for every shard on one node, one a
-        master on a Redis Cluster)."""
+        """The batch's call for ``shard``'s items: the shard, or (:attr:`sections`) a master."""
 
     def check_add_command(self, token: bytes, call: int, ack: int,
                           sections: Sequence[Section], sink: Sink | None = None
                           ) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call, for a round trip: one section, or several when
-        :attr:`sections` allows."""
+        """The ``EVALSHA`` of one call: one section, or several if :attr:`sections`."""
 
     def run(self, command: tuple[Any, ...]) -> Any:
         """One :meth:`check_add_command` on its own (loading the script if Redis lacks it)."""
@@ -134,12 +117,10 @@ class Engine(Protocol):
     # -- what a recrawl window (bloom/window.py) does its own way --------------------
 
     def start(self) -> None:
-        """Before a read-only filter's first read: a window's slice clock set from
-        Redis's (nothing to do without a window)."""
+        """Before a read-only filter's first read: set a window's slice clock from Redis."""
 
     def generation_infos(self) -> list[GenerationInfo]:
-        """Per generation, oldest first, its figures (a window's: of each time slice's
-        generations in Redis)."""
+        """Each generation's figures, oldest first (a window's: every slice's)."""
 
     def missing(self, shards: Sequence[int]) -> str:
         """What a call on ``shards`` found gone (SHARD_MISSING), for the error."""
@@ -151,8 +132,7 @@ class Engine(Protocol):
         """A window's figures from the filter's :class:`~.info.FilterInfo`; {} without."""
 
     def deadline(self, shard: int, new: bool) -> int:
-        """A window's: until when (Redis's clock, ms) an item just answered on ``shard``
-        is sure to be in a live slice."""
+        """A window's: until when (Redis ms) an item just answered stays in a live slice."""
 
     def grew(self, shard: int) -> None:
         """A window's: a call answered that it made the current slice's next generation."""
@@ -162,12 +142,8 @@ class Engine(Protocol):
 
 
 class ScriptedEngine:
-    """What both engines share: the ``EVALSHA`` of their check-and-add script
-    (``CHECK_ADD_SCRIPT``, a ``.lua`` file beside the engine that reads it: the op
-    log's replay and record, the lock's fence, the generation check, the engine's
-    body and the optional sink, with the same KEYS and first ARGV). An engine gives
-    ``CHECK_ADD_SCRIPT``, :meth:`_script_keys` and, in ``_gen_args``, the arguments
-    about its generations that every call carries."""
+    """Both engines' ``EVALSHA`` of their ``CHECK_ADD_SCRIPT``. An engine gives the script,
+    :meth:`_script_keys` and ``_gen_args`` (its generations' arguments, in every call)."""
 
     CHECK_ADD_SCRIPT: ClassVar[str]
     #: One shard a call: its script's KEYS are those of one shard.

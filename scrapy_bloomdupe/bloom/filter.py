@@ -1,21 +1,12 @@
 """The sharded Bloom filter in Redis: open or join, check-and-add in batches, growth, clear.
 
-The engine-neutral front. It turns fingerprints into hashes (a per-filter
-random seed, :mod:`scrapy_bloomdupe.hashing`), groups a batch into script calls
-(one a shard, or with the Lua engine one for every shard on one node, one a master
-on a cluster; at most
-``MAX_ITEMS_PER_SCRIPT`` items each), gives each call
-an op id so a retry after a lost reply is answered from the op log
-(:mod:`.oplog`), takes the shard locks in the same round trip (:mod:`.lock`),
-answers repeats from this worker's memory (:mod:`scrapy_bloomdupe.localcache`),
-counts, and adds a generation when the newest one is full. What is stored and
-how bits are set is the engine's: :mod:`.lua` (``BITFIELD`` on plain strings)
-or :mod:`.native` (RedisBloom's ``BF.*``), chosen by ``BLOOMDUPE_ENGINE`` for a
-new filter and stored in its metadata; the stored parameters are
-:mod:`.meta`'s; every key name is in :mod:`scrapy_bloomdupe.keys`. A batch's
-script calls (grouping, the round trip, the replies) are :mod:`.calls`'s, growth
-:mod:`.growth`'s, re-admitting items :mod:`.forgetting`'s, time slices
-:mod:`.window`'s.
+The engine-neutral front: it hashes fingerprints (a per-filter seed), groups a batch into
+script calls of at most ``MAX_ITEMS_PER_SCRIPT`` items, gives each call an op id so a retry
+after a lost reply is answered from the op log (:mod:`.oplog`), takes the shard locks in the
+same round trip (:mod:`.lock`), answers repeats from the local cache, counts, and grows. The
+engine (``BLOOMDUPE_ENGINE``, stored in :mod:`.meta`) holds the bits: :mod:`.lua`
+(``BITFIELD``) or :mod:`.native` (RedisBloom). See also :mod:`.calls`, :mod:`.growth`,
+:mod:`.forgetting` and :mod:`.window`.
 """
 
 from __future__ import annotations
@@ -84,8 +75,7 @@ class FilterCounters:
     full: int = 0
     #: Calls in which a window's current slice grew a generation (items redone in it).
     slice_growths: int = 0
-    #: Calls of several shards refused by a cluster master that no longer held one of
-    #: them (a slot moved), redone a call a shard.
+    #: Multi-shard calls refused by a master that lost one (a slot moved), redone a call a shard.
     regrouped: int = 0
     generations_added: int = 0
     lock: LockCounters = field(default_factory=LockCounters)
@@ -94,9 +84,7 @@ class FilterCounters:
 class BloomFilter(Calls, Growth, Forgetting):
     """A sharded, optionally growing Bloom filter in Redis, shared by every worker.
 
-    Build it with :meth:`open`. Not thread-safe: use one instance per thread
-    (Scrapy runs every component on one thread).
-    """
+    Build it with :meth:`open`. Not thread-safe: one instance per thread (as Scrapy runs)."""
 
     counters: FilterCounters
 
@@ -122,8 +110,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         slice_growth: int = sizing.SLICE_GROWTH_BY_ITEMS,
     ) -> None:
         self.client = client
-        #: Waits out Redis outages around each round trip (retrying the very same
-        #: commands, so a reply lost in the outage is answered from the op log).
+        #: Waits out Redis outages around each round trip (the same commands retried: op log).
         self.outage = outage
         self.key = key
         self.sizing = plan
@@ -131,8 +118,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.created = created
         #: Whether this worker made the filter (found no metadata at its key).
         self.fresh = False
-        #: Generations added to the whole filter; with a window each slice grows instead
-        #: (in its script, :mod:`.window`).
+        #: Whether the whole filter grows (with a window each slice grows: :mod:`.window`).
         self.growth = growth and window is None
         self.fingerprint = fingerprint
         self.use_lock = use_lock
@@ -141,11 +127,9 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.window = window
         #: With a window: whether each time slice grows (``BLOOMDUPE_GROWTH``).
         self.slices_grow = growth and window is not None
-        #: The client's master epoch the cache is valid for (a Sentinel failover can
-        #: lose what the old master had not passed on: the cache would answer for it).
+        #: The master epoch the cache is valid for (a failover may lose what it answers for).
         self._epoch = master_epoch(client)
-        #: Carries the filter's commands (:mod:`..transport.link`): the check-and-adds and,
-        #: during a crawl, every read and write of the filter's (none through the client).
+        #: Carries all the filter's commands during a crawl (:mod:`..transport.link`).
         self.link = Link(client, wait_replicas=wait_replicas)
         self.locks = ShardLocks(self.link, lock_ttl, lock_wait, counters=self.counters.lock)
         self.client_id = secrets.token_hex(6)
@@ -153,8 +137,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         #: The engine's name (``BLOOMDUPE_ENGINE``, as stored with the filter).
         self.engine_name = engine
         self.engine: Engine
-        #: Items Redis has answered for (in the filter for good, or with a window until
-        #: when they are sure to be in a live slice); see localcache.
+        #: Items Redis has answered for (with a window: until sure to be in a live slice).
         self.cache: LocalCache | TimedCache
         if window is None:
             self.engine = ENGINES[engine](self.link, key, plan.shards, self.client_id)
@@ -169,8 +152,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.replicas_waited = wait_replicas
         self._lock_keys = [keys.lock(key, i) for i in range(plan.shards)]
         self._new_since_grow_check = 0
-        #: ``keys.forgets`` as last read, and when (``time.monotonic()``, as the read began)
-        #: it was last read successfully; None: never (see .forgetting).
+        #: ``keys.forgets`` as last read, and when (monotonic, at the read's start; None: never).
         self._forgets: bytes | None = None
         self._forgets_read_at: float | None = None
         #: Why the filter last could not grow (warned once per reason).
@@ -181,24 +163,19 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.generations = [sizing.generation(self.sizing, g) for g in range(count)]
         self.engine.set_generations(self.generations)
         newest = self.generations[-1]
-        # Each worker looks at the fill every 0.1% of the capacity it adds, so
-        # N workers overfill a generation by about N * 0.1% before it grows.
-        # BITCOUNT scans 1.8 bytes an item, so this costs ~2 KB of scan per item.
+        # Each worker looks at the fill (a BITCOUNT scan) every 0.1% of the capacity it adds,
+        # so N workers overfill a generation by about N * 0.1% before it grows.
         self._grow_check_every = max(16, newest.capacity // 1000)
         #: The smallest part a batch is sent in while the newest generation is full.
         self._part_floor = max(1, newest.capacity // 1000)
-        #: Items the newest generation still takes, as of the last look at its fill
-        #: less what this worker added since; 0 until looked at (unknown). A batch
-        #: is sent in parts of at most max(room, _grow_check_every) items, the fill
-        #: looked at between them, so a batch overfills a generation no more than
-        #: single check-and-adds would (by _grow_check_every items at most).
+        #: Items the newest generation still takes (last look at its fill less this worker's adds
+        #: since; 0: unknown): a batch goes in parts this size, overfilling no more than adds.
         self._room = 0
 
     # -- keys ---------------------------------------------------------------
 
     def shard_key(self, index: int, generation: int = 0) -> str:
-        """The key of shard ``index``'s bits in ``generation`` (a string or a BF key,
-        by engine)."""
+        """The key of shard ``index``'s bits in ``generation`` (a string or a BF key, by engine)."""
         return self.engine.shard_key(index, generation)
 
     # -- creation -----------------------------------------------------------
@@ -223,26 +200,15 @@ class BloomFilter(Calls, Growth, Forgetting):
     ) -> BloomFilter:
         """Create the filter at ``key``, or join the one there.
 
-        ``plan`` is the first generation's sizing; with ``growth`` larger
-        generations are added as it fills. With ``plan`` None the stored filter
-        is joined whatever its parameters (for tools); otherwise a stored
-        filter with other parameters raises :class:`FilterMismatchError`.
-
-        With ``read_only`` (``plan`` must be None) nothing is written: missing
-        shards are not created and the script is not loaded (for tools that
-        only read, such as ``contains_many`` and ``info``).
-
-        ``engine`` (``BLOOMDUPE_ENGINE``) holds a new filter's bits: ``"lua"``,
-        ``"redisbloom"`` (a :class:`ConfigError` when the server lacks the
-        ``BF.*`` commands), or ``"auto"``: ``"redisbloom"`` when the server has
-        them, else ``"lua"``. A stored filter keeps the engine it was made
-        with; an explicit other one is a mismatch.
-
-        ``window`` (``BLOOMDUPE_WINDOW``) makes a filter that forgets (:mod:`.window`);
-        ``plan`` is then one time slice's (:func:`sizing.window_plan`) and ``growth``
-        does not apply. A stored filter with another window (or none) is a mismatch;
-        with ``plan`` None the stored window is used.
-        """
+        ``plan``: the first generation's sizing (with ``growth``, larger ones are added as it
+        fills); a stored filter with other parameters raises :class:`FilterMismatchError`, and
+        ``plan`` None joins it whatever they are (with ``read_only``, writing nothing: tools).
+        ``engine`` (``BLOOMDUPE_ENGINE``): ``"lua"``, ``"redisbloom"`` (:class:`ConfigError`
+        without ``BF.*``) or ``"auto"`` (``"redisbloom"`` when there); a stored filter keeps its
+        own, an explicit other one is a mismatch. ``window`` (``BLOOMDUPE_WINDOW``): a filter
+        that forgets (:mod:`.window`), ``plan`` one slice's (:func:`sizing.window_plan`) and
+        ``growth`` not applying; another stored window (or none) is a mismatch, and ``plan``
+        None uses the stored one."""
         if read_only and plan is not None:
             raise ValueError("read_only opens an existing filter: give plan=None")
         keys.validate_key(key)
@@ -292,8 +258,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         if not ready:
             meta.mark_ready(client, key)
         if fresh:
-            # A new crawl at the key of a finished one starts afresh: the report the
-            # finished one kept (BLOOMDUPE_REPORT_TTL) is not this crawl's.
+            # A new crawl at a finished one's key: the report it kept is not this crawl's.
             for name in (keys.stats(key), keys.workers(key)):  # (two slots on a cluster)
                 client.delete(name)
         bloom.fresh = fresh
@@ -303,15 +268,13 @@ class BloomFilter(Calls, Growth, Forgetting):
     @staticmethod
     def engine_for(client: Redis | RedisCluster, key: str, engine: str = "auto") -> str:
         """The engine of the filter at ``key``: the stored one, or for a new filter the one
-        ``engine`` (``BLOOMDUPE_ENGINE``) gives on this server (a :class:`ConfigError`
-        for ``"redisbloom"`` without the ``BF.*`` commands). Writes nothing; for what must
-        be known before :meth:`open` (the start-up check of the ACL)."""
+        ``engine`` gives on this server (:class:`ConfigError` for ``"redisbloom"`` without
+        ``BF.*``). Writes nothing; for checks before :meth:`open` (the start-up ACL check)."""
         stored = meta.read(client, key)
         return meta.engine_of(stored) if stored else _new_engine(client, key, engine)
 
     def _lost(self, what: str) -> FilterLostError:
-        """The error for a filter whose state in Redis is gone: this worker's memory of it
-        (the local cache) is forgotten, so nothing answers for it any more."""
+        """The error for a filter whose state in Redis is gone; the local cache is forgotten."""
         self.cache.clear()
         return FilterLostError(lost_message(self.key, what))
 
@@ -321,9 +284,8 @@ class BloomFilter(Calls, Growth, Forgetting):
 
     def verify(self) -> None:
         """Raise :class:`FilterLostError` when the filter's metadata in Redis is gone or is
-        another filter's (a new seed): deleted, evicted, flushed, or Redis restarted
-        empty. One ``HGETALL`` (of a dozen fields); the scheduler calls it every few
-        seconds and before it calls a crawl done."""
+        another filter's (a new seed): deleted, evicted, flushed, or Redis restarted empty. One
+        ``HGETALL``; the scheduler calls it every few seconds and before it calls a crawl done."""
         stored = self._stored()
         if not stored:
             raise self._lost(f"its metadata {keys.meta(self.key)} is gone")
@@ -349,19 +311,13 @@ class BloomFilter(Calls, Growth, Forgetting):
 
     def add_many(self, fingerprints: Sequence[bytes], sink: Sink | None = None,
                  entry: Callable[[int], Sequence[Any]] | None = None) -> list[bool]:
-        """Check-and-add many items in one pipelined round trip (per lock wait).
+        """Check-and-add many items in one pipelined round trip (per lock wait); returns, in
+        order, True for each item that was new (an item twice in the batch is new at most once).
+        A script call carries at most ``MAX_ITEMS_PER_SCRIPT`` items, so none blocks Redis long.
 
-        Returns, in order, True for each item that was new. An item twice in
-        the batch is new at most once. Each script call carries at most
-        ``MAX_ITEMS_PER_SCRIPT`` items, so no call blocks Redis for long.
-
-        With a ``sink`` (the crawl's queue), the script that finds an item new
-        also queues ``entry(i)`` (its serialized request and where it goes, as the
-        sink reads it: :meth:`~.engine.Sink.sink_item`), atomically: an item is never
-        added without being queued.
-        ``entry`` is called only for the items sent to Redis (not for those the
-        local cache answers).
-        """
+        With a ``sink`` (the crawl's queue), the script that finds an item new also queues
+        ``entry(i)`` (as :meth:`~.engine.Sink.sink_item` reads it), atomically: an item is never
+        added without being queued. ``entry`` is called only for the items sent to Redis."""
         if not fingerprints:
             return []
         count = len(fingerprints)
@@ -395,11 +351,8 @@ class BloomFilter(Calls, Growth, Forgetting):
         if sink is not None and entry is not None:
             def item(index: int, shard: int) -> Sequence[Any]:
                 return sink.sink_item(shard, entry(index))
-        # With growth, in parts no larger than the room left in the newest
-        # generation (at least _grow_check_every items), looking at the fill
-        # between them: a batch fills a generation no further than single adds
-        # would. Every part keeps the batch's op ids (first op + index) and ack,
-        # so a retry is still answered from the op log.
+        # With growth, in parts of at most the room (see _room). Every part keeps the batch's op
+        # ids (first op + index) and ack: a retry is answered from the op log.
         start = 0
         while start < len(asked):
             size = max(self._room, self._part_floor) if self.growth else len(asked)
@@ -436,21 +389,17 @@ class BloomFilter(Calls, Growth, Forgetting):
                           self.engine.generation_infos(), self.engine_name)
 
     def window_figures(self, info: FilterInfo) -> dict[str, float]:
-        """With a window, from :meth:`info`: the time slices in Redis (``slices``) and how
-        long ago the oldest of them began (``oldest_slice_age``, seconds); {} without."""
+        """From :meth:`info`: the time slices in Redis (``slices``) and how long ago the oldest
+        began (``oldest_slice_age``, seconds); {} without a window."""
         return self.engine.figures(info)
 
     def clear(self, *, finished: bool = False, report_ttl: float = 0) -> None:
-        """Delete the filter: metadata, every generation's shards, locks, markers, op logs,
-        and the crawl-wide stats (``crawlstats``).
-
-        With ``finished`` (the last worker of a finished crawl, ``SCHEDULER_PERSIST``
-        off) a mark naming this filter is left first, for :data:`FINISHED_TTL` (or
-        ``report_ttl`` when longer): a worker of the crawl that comes back later
-        (paused past its end) then finds its state deleted on purpose
-        (:meth:`cleared_when_finished`), not lost. With ``report_ttl`` too, the
-        crawl-wide stats are kept that many seconds (``BLOOMDUPE_REPORT_TTL``), then
-        expire; a new filter at this key deletes them (:meth:`open`)."""
+        """Delete the filter: metadata, every generation's shards, locks, markers, op logs, and
+        the crawl-wide stats (``crawlstats``). With ``finished`` (the last worker of a finished
+        crawl, ``SCHEDULER_PERSIST`` off) a mark is left first, for :data:`FINISHED_TTL` (or the
+        longer ``report_ttl``), so a worker of the crawl coming back later finds its state
+        deleted on purpose (:meth:`cleared_when_finished`), not lost; with ``report_ttl`` the
+        stats are kept that long (``BLOOMDUPE_REPORT_TTL``; a new filter here deletes them)."""
         kept = [keys.stats(self.key), keys.workers(self.key)] if finished and report_ttl \
             else []
         if finished:
@@ -459,7 +408,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         if kept:
             try:
                 self.link.calls([("EXPIRE", name, math.ceil(report_ttl)) for name in kept])
-            except NoPermissionError as e:  # an ACL from before the report: as then
+            except NoPermissionError as e:  # an ACL without +expire: delete them all
                 logger.warning("Could not keep the crawl's report (BLOOMDUPE_REPORT_TTL): "
                                "%s. Add +expire to its ACL (docs/security.md); deleted with "
                                "the rest", e)
@@ -475,8 +424,7 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.cache.clear()
 
     def cleared_when_finished(self) -> bool:
-        """Whether the last worker of this filter's finished crawl deleted it (see
-        :meth:`clear`)."""
+        """Whether the last worker of this filter's finished crawl deleted it (:meth:`clear`)."""
         found = self.link.call("GET", keys.finished(self.key))
         return found in (self._identity(), self._identity().encode())
 

@@ -1,23 +1,17 @@
 """``bloomdupe forget``: re-admitting items a Bloom filter cannot delete.
 
-Each forgotten item's keyed hash goes into its shard's forgotten set
-(``keys.forgotten``); every check-and-add script looks there first, takes the
-item out, answers it new and adds it again, atomically: the next check of it,
-on any worker, is new, once. ``keys.forgets`` counts forgets: a worker with a
-local cache reads it and drops the cache when it changed.
+Each forgotten item's keyed hash goes into its shard's forgotten set (``keys.forgotten``); every
+check-and-add script looks there first, takes the item out, answers it new and adds it again,
+atomically: the next check of it, on any worker, is new, once. ``keys.forgets`` counts forgets;
+a worker with a local cache reads it and drops the cache when it changed.
 
-The local cache answers only while the last *successful* read of the counter
-began less than :data:`FORGET_CHECK_EVERY` seconds ago (this worker's monotonic
-clock), judged after the lookup, so a pause between the read and the lookup
-cannot stretch it; otherwise (a failed read too) the items go to Redis, which
-answers for them. :meth:`Forgetting.forget_many` returns only
-:data:`FORGET_SETTLE` seconds after the reply to its ``INCR``. A read that began
-before the ``INCR`` ran lets the cache answer until at most
-:data:`FORGET_CHECK_EVERY` after it began, so before then; a read that began
-later sees the new count and drops the cache. So once ``forget_many`` has
-returned, no worker's cache answers for a forgotten item. :data:`FORGET_MARGIN`
-covers a worker's clock running slower than this one's (a difference of rate:
-monotonic clocks share no origin, and their rates differ by far less).
+The local cache answers only while the last *successful* read of the counter began less than
+:data:`FORGET_CHECK_EVERY` ago (monotonic clock), judged after the lookup so that a pause cannot
+stretch it; otherwise Redis answers. :meth:`Forgetting.forget_many` returns
+:data:`FORGET_SETTLE` after the reply to its ``INCR``: a read begun before the ``INCR`` lets its
+cache answer only until before then, one begun later sees the new count, so once it returns no
+worker's cache answers for a forgotten item. :data:`FORGET_MARGIN` covers a worker's monotonic
+clock running slower than this one's.
 
 :class:`Forgetting` is mixed into :class:`~.filter.BloomFilter`, whose state it uses.
 """
@@ -46,12 +40,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: How long (seconds) a successful read of the forget counter (``keys.forgets``) lets a
-#: worker's local cache answer: at most this often it reads the counter again, and drops
-#: its cache if the counter changed.
+#: How long (s) a successful read of the forget counter (``keys.forgets``) lets the local cache
+#: answer; the counter is read again at most this often, the cache dropped if it changed.
 FORGET_CHECK_EVERY = 1.0
-#: What :meth:`Forgetting.forget_many` waits beyond :data:`FORGET_CHECK_EVERY` after its
-#: ``INCR`` (seconds): room for a worker's clock running slower than this one's.
+#: Added to :data:`FORGET_CHECK_EVERY` (s): room for a worker's clock running slower than ours.
 FORGET_MARGIN = 0.5
 #: How long after its ``INCR`` :meth:`Forgetting.forget_many` returns (seconds).
 FORGET_SETTLE = FORGET_CHECK_EVERY + FORGET_MARGIN
@@ -61,7 +53,7 @@ FORGET_WAIT_MS = 1000
 
 def _has_replicas(client: Redis) -> bool:
     """Whether ``client``'s server has a connected replica (False when its ACL or provider
-    denies ``INFO``: the forget is then sent as before, without ``WAIT``)."""
+    denies ``INFO``: the forget is then sent without ``WAIT``)."""
     try:
         return int(client.info("replication").get("connected_slaves", 0)) > 0
     except RedisError as e:
@@ -70,8 +62,7 @@ def _has_replicas(client: Redis) -> bool:
 
 
 class Forgetting:
-    """Re-admits items, and keeps the local cache from answering for them (see the
-    module's docstring)."""
+    """Re-admits items, and keeps the local cache from answering for them (see the module)."""
 
     if TYPE_CHECKING:
         client: Redis | RedisCluster
@@ -84,15 +75,13 @@ class Forgetting:
         _forgets_read_at: float | None
 
     def _cache_may_answer(self) -> bool:
-        """Whether the last successful read of the forget counter is recent enough
-        (:data:`FORGET_CHECK_EVERY`) for the local cache to answer."""
+        """Whether the counter's last successful read is recent enough for the cache to answer."""
         read_at = self._forgets_read_at
         return read_at is not None and time.monotonic() - read_at < FORGET_CHECK_EVERY
 
     def _check_forgets(self) -> None:
-        """Read the forget counter; drop the local cache when ``bloomdupe forget`` ran
-        since the last read (a forgotten item must reach Redis, which answers it new,
-        once). A failed read leaves the cache unable to answer until a read succeeds."""
+        """Read the forget counter and drop the local cache if it changed (a forgotten item must
+        reach Redis); a failed read leaves the cache unable to answer until a read succeeds."""
         started = time.monotonic()  # the read may see the counter as of any later moment
         try:
             now: Any = self.link.call("GET", keys.forgets(self.key))
@@ -106,13 +95,9 @@ class Forgetting:
         self._forgets_read_at = started
 
     def forget_many(self, fingerprints: Sequence[bytes]) -> int:
-        """Re-admit these items: the next check of each, by any worker, answers new (once),
-        and adds it again. A Bloom filter cannot delete, so each item's keyed hash goes
-        into its shard's forgotten set, which the check-and-add script looks at first;
-        the forget counter tells workers to drop their local caches. It sleeps until
-        :data:`FORGET_SETTLE` seconds after raising the counter, when no worker's cache
-        can answer for these items any more (see the module's docstring), then returns
-        how many were not already waiting to be re-admitted."""
+        """Re-admit these items (see the module docstring): the next check of each, by any
+        worker, answers new, once. Returns, :data:`FORGET_SETTLE` after raising the counter, how
+        many were not already waiting to be re-admitted."""
         added = self._write_forget(self._forget_commands(fingerprints))
         settled = time.monotonic() + FORGET_SETTLE
         self.cache.clear()
@@ -121,16 +106,13 @@ class Forgetting:
         return sum(int(n) for n in added)
 
     def readmit(self, fingerprints: Sequence[bytes]) -> None:
-        """:meth:`forget_many`'s writes, without its wait: for items this worker added but
-        could not queue (its crawl had closed). Nobody waits on the re-admission: a
-        later check of an item answers it new, once, on any worker whose local cache
-        does not answer for it (each drops its cache within :data:`FORGET_SETTLE`)."""
+        """:meth:`forget_many`'s writes without its wait, for items this worker added but could
+        not queue (its crawl had closed); caches drop them within :data:`FORGET_SETTLE`."""
         self.link.calls(self._forget_commands(fingerprints))
         self.cache.clear()
 
     def _forget_commands(self, fingerprints: Sequence[bytes]) -> list[tuple[Any, ...]]:
-        """A forget's writes: each item's keyed hash into its shard's forgotten set (a
-        ``SADD`` a shard), then the forget counter's ``INCR``."""
+        """A forget's writes: a ``SADD`` of keyed hashes a shard, then the counter's ``INCR``."""
         shards = self.sizing.shards
         by_shard: dict[int, list[bytes]] = {}
         for fp in dict.fromkeys(fingerprints):
@@ -144,11 +126,9 @@ class Forgetting:
         return commands
 
     def _write_forget(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Send a forget's writes (``SADD`` s, then the counter's ``INCR``), per master;
-        where that master has replicas, followed by ``WAIT 1`` on the same connection:
-        a failover right after a forget then promotes a replica that holds it. One
-        that does not within :data:`FORGET_WAIT_MS` is warned about. Returns the
-        ``SADD`` replies."""
+        """Send a forget's writes per master, then ``WAIT 1`` where it has replicas, so a
+        failover right after a forget promotes a replica that holds it (warned when none does
+        within :data:`FORGET_WAIT_MS`). Returns the ``SADD`` replies."""
         groups: list[tuple[Redis, list[tuple[Any, ...]]]] = []
         if is_cluster(self.client):
             cluster: Any = self.client

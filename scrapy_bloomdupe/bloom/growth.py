@@ -1,16 +1,10 @@
-"""The Bloom filter's growth: a larger generation once the newest one is full.
+"""The Bloom filter's growth (:class:`Growth`, mixed into :class:`~.filter.BloomFilter`).
 
-Growth: when the newest generation reaches its capacity, a worker adds a larger
-one under ``keys.growlock`` (shards first, then the count in the metadata). A
-worker that still writes with the old count is refused by the shard's
-generation marker, reloads the metadata and retries, so no item is ever added
-to a generation that is no longer the newest. A batch larger than the room left
-in the newest generation is sent in parts, the fill looked at between them, so
-a generation is not overfilled whatever the batch size. The filter does not
-grow past its ``max_bytes`` (``BLOOMDUPE_MAX_BYTES``), nor past what the
-server's ``maxmemory`` can hold.
-
-:class:`Growth` is mixed into :class:`~.filter.BloomFilter`, whose state it uses.
+When the newest generation is full, a worker adds a larger one under ``keys.growlock`` (shards
+first, then the count in the metadata). A worker still using the old count is refused by the
+shard's generation marker, reloads and retries, so no item goes into an old generation. A batch
+larger than the room left is sent in parts, so no generation is overfilled. The filter does not
+grow past ``BLOOMDUPE_MAX_BYTES`` nor Redis's ``maxmemory``.
 """
 
 from __future__ import annotations
@@ -76,8 +70,8 @@ class Growth:
         def _set_generations(self, count: int) -> None: ...
 
     def _added(self, new: int) -> None:
-        """Count ``new`` items added; look at the fill (and grow) every
-        ``_grow_check_every`` of them, and when the room left runs out."""
+        """Count ``new`` items; check the fill (and grow) every ``_grow_check_every`` of
+        them and when the room left runs out."""
         if not new:
             return
         before = self._room
@@ -93,9 +87,8 @@ class Growth:
                                self.key, e)
 
     def _grow_for_full(self, used: int) -> None:
-        """A shard of the newest of ``used`` generations refused items (it is full): add
-        a generation, unless another worker has (or wait for the one adding it). Raises
-        :class:`FilterFullError` when the filter may not grow."""
+        """A full shard of the newest of ``used`` generations refused items: add a generation
+        unless another worker has (or wait for it). :class:`FilterFullError` if it may not."""
         deadline = time.monotonic() + FULL_WAIT
         while True:
             self._guarded(self._reload)
@@ -111,15 +104,9 @@ class Growth:
             pause(0.05)  # another worker holds the grow lock
 
     def _maybe_grow(self, full: int | None = None) -> None:
-        """Add a generation when the newest one has reached its capacity (or, with
-        ``full``, the count of generations whose newest has a full shard, at once,
-        unless the filter has grown since).
-
-        Looks at the newest generation's fill (and so at the room left in it).
-        A generation that would take the filter past ``max_bytes``
-        (``BLOOMDUPE_MAX_BYTES``) or not fit in Redis's ``maxmemory`` is not
-        added: one warning, and the newest generation fills on.
-        """
+        """Add a generation if the newest reached its capacity (with ``full``, the count of
+        generations whose newest has a full shard: at once, unless grown since); updates the
+        room left. Past ``max_bytes`` or ``maxmemory``: one warning, the newest fills on."""
         self._reload()
         newest = len(self.generations) - 1
         if full is not None and newest + 1 != full:
@@ -141,8 +128,7 @@ class Growth:
             try:
                 following = sizing.generation(self.sizing, newest + 1)
                 self._within_max_bytes(newest + 1)
-                # Shards first, then the count: no worker may use a generation
-                # before all of its shards exist.
+                # Shards first, then the count: none is used before all its shards exist.
                 self.engine.create_shards(newest + 1, following)
             except ConfigError as e:
                 self._room = _NO_LIMIT  # no use sending batches in parts
@@ -166,8 +152,7 @@ class Growth:
             self.locks.release(lock, token)
 
     def _within_max_bytes(self, generation: int) -> None:
-        """Refuse (:class:`ConfigError`) a generation that takes the filter past its
-        ``max_bytes``."""
+        """:class:`ConfigError` if ``generation`` takes the filter past ``max_bytes``."""
         limit = self.sizing.max_bytes
         if limit is None:
             return

@@ -102,8 +102,7 @@ class FilterInfo:
 
     @property
     def estimated_false_positive_rate(self) -> float:
-        """1 - prod(1 - p_g) over the generations, computed so that rates far below
-        float precision of 1 (a fresh filter's) are kept, not rounded to 0."""
+        """1 - prod(1 - p_g) over generations; tiny rates (a fresh filter's) kept, not 0."""
         rates = [g.estimated_false_positive_rate for g in self.generations]
         if max(rates) >= 1:
             return 1.0

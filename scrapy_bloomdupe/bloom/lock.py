@@ -1,12 +1,9 @@
 """Per-shard locks: ``SET <lock> <token> NX PX <ttl>``, released by token, bounded waits.
 
-The filter sends the ``SET ... NX PX`` and its fenced write (a script that first
-checks the token is still there) in one pipeline, so an uncontended lock costs
-no extra round trip. This module holds what is about the lock itself: tokens,
-the acquire arguments, the compare-and-delete release, and the bounded wait
-with its counters. Waits are short, capped by ``BLOOMDUPE_LOCK_WAIT`` and
-counted; during a crawl they run inside one of the scheduler's Redis jobs
-(``scheduling/jobs.py``), and a pause holds up that job, not Scrapy's reactor.
+The filter pipelines the ``SET ... NX PX`` with its fenced write (a script that first checks
+the token), so an uncontended lock costs no extra round trip. Here: tokens, the
+compare-and-delete release, and the bounded wait (``BLOOMDUPE_LOCK_WAIT``) with its counters;
+during a crawl a pause holds up one of the scheduler's Redis jobs, not Scrapy's reactor.
 """
 
 from __future__ import annotations
@@ -70,11 +67,8 @@ class ShardLocks:
         return bool(self.link.call("EVALSHA", self._release, 1, name, token))
 
     def pauses(self) -> Iterator[float]:
-        """Yield after each pause while the wait budget lasts; count the waiting.
-
-        The caller retries once per value yielded. When the budget is spent the
-        iterator ends and a timeout is counted.
-        """
+        """Yield after each pause while the wait budget lasts, counting the waiting; the caller
+        retries once per value. When the budget is spent it ends and a timeout is counted."""
         deadline = self._clock() + self.wait
         pause = FIRST_PAUSE
         while True:

@@ -1,19 +1,11 @@
 """The Lua engine: the filter's bits are plain Redis strings, checked and set with BITFIELD.
 
-Each shard's bits are one string per generation (``keys.bits``), created at
-full size so Redis never grows (and never over-allocates) it while bits
-arrive. A shard is created by a script that extends a missing key to its size
-(a zero at its last bit, as ``SETRANGE key size-1 "\\0"`` would), so its bytes
-are never sent and Redis allocates it once, and a filter
-that would not fit in the server's ``maxmemory`` is refused before anything
-is written (:func:`check_room`). All k bits of an item are in one shard, so one script call checks
-every generation and sets the item's bits in the newest, reporting whether it
-was new, atomically: the script ``check_add_bits.lua``, beside this module.
-
-The client computes the offsets (:mod:`scrapy_bloomdupe.hashing`), and one
-``BITFIELD`` sets an item's k bits; every argument is a string (Redis converts
-a Lua number to text first). Where Redis's time goes in a call
-(``benchmarks/redis_cpu.py``): docs/benchmarks.md, "Where the time goes".
+Each shard's bits are one string per generation (``keys.bits``), created at full size by a
+script (as ``SETRANGE key size-1 "\\0"``: no bytes sent, allocated once, never regrown); a filter
+that would not fit in ``maxmemory`` is refused before anything is written (:func:`check_room`).
+An item's k bits are in one shard, so one call of ``check_add_bits.lua`` (beside this module)
+atomically checks every generation and sets the bits in the newest. The client computes the
+offsets (:mod:`scrapy_bloomdupe.hashing`); one ``BITFIELD`` sets an item's k bits.
 """
 
 from __future__ import annotations
@@ -50,13 +42,11 @@ SHARD_MISSING = -3
 CREATE_SHARD_SCRIPT = luascript.read(__package__, "create_shard.lua")
 #: Commands in one pipeline when looking at or creating many shards.
 PIPELINE_CHUNK = 256
-#: Share of a server's ``maxmemory`` a new generation must leave free: for the
-#: queue, op logs, client buffers and the allocator's rounding.
+#: Share of ``maxmemory`` a new generation must leave free (queue, op logs, buffers).
 MEMORY_HEADROOM = 0.1
 
 
-#: The script's first line on a Redis Cluster: it may reach keys of other slots of its
-#: master (Redis 7.0 and later), which it is given in ARGV.
+#: Script's first line on a cluster: it reaches its master's other slots' keys (Redis 7.0+).
 CROSS_SLOT = "#!lua flags=allow-cross-slot-keys\n"
 
 
@@ -71,11 +61,9 @@ class LuaEngine(ScriptedEngine):
         super().__init__(link, key, shards, client_id)
         client = link.client
         self.bits_keys: list[list[str]] = []
-        #: One call carries the items of every shard on one node, and on a Redis Cluster
-        #: of every shard on one master (its keys but the op log in ARGV: declared keys
-        #: must share a slot there; script flags, Redis 7.0, which every worker needs):
-        #: the calls' fixed part (the op log, the fence, the checks before writing) is
-        #: paid once a call, not once a shard.
+        #: One call carries every shard of one node (on a cluster: of one master, its keys
+        #: but the op log in ARGV, as declared keys must share a slot; Redis 7.0 script
+        #: flags), so a call's fixed cost is paid once a call, not once a shard.
         self.cluster = is_cluster(client)
         self.sections = self.SECTIONS
         if self.cluster and self.sections:
@@ -84,10 +72,8 @@ class LuaEngine(ScriptedEngine):
             self._slots = [key_slot(keys.bits(key, i).encode()) for i in range(shards)]
 
     def group_of(self, shard: int) -> Any:
-        """Which call a batch's items of ``shard`` go in: one for all on one node, one a
-        master on a cluster (by the slot map known now), one a shard without sections
-        or while the slot has no known master (mid-failover: that call is routed, and
-        retried, on its own)."""
+        """Which call a batch's items of ``shard`` go in: one a node, one a master on a cluster,
+        one a shard without sections or while its slot has no known master (mid-failover)."""
         if not self.sections:
             return shard
         if not self.cluster:
@@ -112,8 +98,7 @@ class LuaEngine(ScriptedEngine):
     # -- check-and-add ------------------------------------------------------
 
     def item_args(self, shard: int, h1: int, h2: int) -> list[int | bytes]:
-        """An item's part of a call: its keyed hash (the forgotten set's member), then its
-        offsets in every generation, oldest first."""
+        """An item's call arguments: keyed hash, then offsets per generation, oldest first."""
         args: list[int | bytes] = [hashing.keyed_item(h1, h2)]
         for plan in self.generations:
             m = plan.modulus
@@ -127,9 +112,8 @@ class LuaEngine(ScriptedEngine):
     def check_add_command(self, token: bytes, call: int, ack: int,
                           sections: Sequence[Section], sink: Sink | None = None
                           ) -> tuple[Any, ...]:
-        """The ``EVALSHA`` of one call of ``check_add_bits.lua``: the op log of its first
-        section's shard, then each section's keys (marker, lock, forgotten set, bits and
-        the sink's keys), then each section's item count and arguments (and the sink's)."""
+        """The ``EVALSHA`` of one ``check_add_bits.lua`` call: the first section's op log, each
+        section's keys (marker, lock, forgotten, bits, sink's), then item counts and args."""
         script_keys: list[Any] = [self._fixed_keys[sections[0].shard][0]]
         args: list[Any] = [token, call, ack, oplog.OP_LOG_TTL_MS, *self._gen_args,
                            "1" if sink is not None else "0"]
@@ -153,15 +137,10 @@ class LuaEngine(ScriptedEngine):
 
     def create_shards(self, generation: int, plan: sizing.Sizing, *,
                       existing: bool = False) -> None:
-        """Create generation ``generation``'s missing shards at full size; refuse shards
-        of another size (:class:`FilterMismatchError`), and new ones that would not fit
-        in the server's ``maxmemory`` (:class:`ConfigError`, see :func:`check_room`).
-        With ``existing`` every shard must be there already: a missing one is lost
-        state (:class:`FilterLostError`), never made again empty.
-
-        Each missing shard is made by :data:`CREATE_SHARD_SCRIPT` (only if absent:
-        never overwrites bits), so it costs its size once, in Redis only.
-        """
+        """Create ``generation``'s missing shards at full size (never overwriting bits). Raises
+        :class:`FilterMismatchError` for a shard of another size, :class:`ConfigError` if new
+        ones would not fit (:func:`check_room`), and with ``existing``,
+        :class:`FilterLostError` for a missing shard (lost state, never remade empty)."""
         names = generation_names(self.key, generation, plan.shards)
         size = plan.bytes_per_shard
         lengths = self.link.calls([("STRLEN", n) for n in names])
@@ -181,9 +160,7 @@ class LuaEngine(ScriptedEngine):
                 raise FilterMismatchError(self.key, {f"length of {name}": (got, size)})
 
     def _create(self, names: Sequence[str], size: int) -> list[int]:
-        """Run :data:`CREATE_SHARD_SCRIPT` on each of ``names``: their lengths after.
-        ``EVALSHA`` only (no ``EVAL``, ``SCRIPT EXISTS``: the least-privilege ACL); the
-        link loads the script where Redis lacks it (creating is idempotent)."""
+        """Run :data:`CREATE_SHARD_SCRIPT` on ``names`` (EVALSHA only: least-privilege ACL)."""
         (sha,) = self.link.knows(CREATE_SHARD_SCRIPT)
         replies: list[int] = []
         for start in range(0, len(names), PIPELINE_CHUNK):
@@ -229,8 +206,7 @@ class LuaEngine(ScriptedEngine):
         ]
 
     def shard_infos(self) -> list[list[ShardInfo]]:
-        """Per generation, each shard's set bits and memory (``BITCOUNT``: O(shard size),
-        a few milliseconds for 64 MiB)."""
+        """Per generation, each shard's set bits and memory (``BITCOUNT``: O(shard size))."""
         raw = iter(self.link.calls([
             command for g in range(len(self.generations)) for bits in self.bits_keys
             for command in (("BITCOUNT", bits[g]), ("MEMORY USAGE", bits[g], "SAMPLES", 0))]))
@@ -262,16 +238,10 @@ def _pipelined(client: Redis | RedisCluster, commands: Sequence[tuple[Any, ...]]
 
 def check_room(client: Redis | RedisCluster | Link, key: str, generation: int,
                plan: sizing.Sizing, lengths: Sequence[int] | None = None) -> None:
-    """Refuse, with a :class:`ConfigError`, shards that would not fit in Redis's memory.
-
-    The shards of ``generation`` that do not exist yet (``lengths``: each one's
-    ``STRLEN``, looked up when not given) must fit, on each server that would
-    hold them, in its ``maxmemory`` less :data:`MEMORY_HEADROOM` of it, less
-    what it already uses (also under an ``allkeys-*`` eviction policy: the room
-    it would make may be the filter's own). A server without ``maxmemory``, or
-    whose ACL (or provider) denies ``CONFIG GET``, is not checked. Writes
-    nothing.
-    """
+    """Raise :class:`ConfigError` if ``generation``'s missing shards (``lengths``: their
+    ``STRLEN``, looked up if None) would not fit on their server in ``maxmemory`` less
+    :data:`MEMORY_HEADROOM` less what is used (even under ``allkeys-*`` eviction: the room
+    made may be the filter's own). Unchecked without ``maxmemory`` or ``CONFIG GET``."""
     names = generation_names(key, generation, plan.shards)
     needs: dict[str, list[int]] = {}  # where -> [bytes, shards]
     with link_to(client) as link:
@@ -304,9 +274,7 @@ def check_room(client: Redis | RedisCluster | Link, key: str, generation: int,
 
 
 def _memory_limits(link: Link) -> dict[str, tuple[int, int]]:
-    """``maxmemory`` and the memory in use of each master with a ``maxmemory``, by where
-    it is (:meth:`~..transport.link.Link.on_masters`); none when not allowed to look (an
-    ACL without ``CONFIG GET`` or ``INFO``, a provider that renamed them)."""
+    """``maxmemory`` and memory used of each master with one; empty if we may not look."""
     try:
         limits = {where: int(config.get("maxmemory") or 0)
                   for where, config in link.on_masters("CONFIG GET", "maxmemory")}

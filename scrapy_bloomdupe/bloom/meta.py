@@ -1,12 +1,8 @@
 """A filter's stored parameters (``keys.meta``): created once, joined by every other worker.
 
-The hash holds what every worker must share (format version, capacity, error
-rate, shards, bits per shard, hashes, seed, growth, fingerprint mode,
-generations, creation time, engine). The first worker creates it atomically; the
-others read it, and a worker configured otherwise is refused with a
-:class:`~scrapy_bloomdupe.exceptions.FilterMismatchError` naming each
-difference by its setting.
-"""
+The hash holds what every worker must share (format, sizes, seed, growth, fingerprint mode,
+generations, engine, ...), created atomically by the first; a worker configured otherwise
+gets a :class:`~scrapy_bloomdupe.exceptions.FilterMismatchError` naming each setting."""
 
 from __future__ import annotations
 
@@ -21,14 +17,9 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
-#: The newest format this release reads and writes. 2: a recrawl window whose slices grow
-#: (``BLOOMDUPE_WINDOW`` with ``BLOOMDUPE_GROWTH``) by the items they hold
-#: (:func:`~scrapy_bloomdupe.sizing.slice_generation`); a release that knows only 1 would
-#: size those generations otherwise, so it is refused. 3 (0.2.0): the filter of a crawl
-#: whose workers record their builds (frontier/builds.py); the builds before 0.2.0, which
-#: record none and cannot read its state, refuse it at start (they read 1 or up to 2) with
-#: one line. A filter of 1 or 2 is joined and written as 3 (:func:`fence`); one of 1 keeps
-#: its slices' doubling in ``slice_growth``.
+#: The newest format this release reads and writes. 2: window slices grow by items
+#: (:func:`~scrapy_bloomdupe.sizing.slice_generation`); 3: workers record their builds
+#: (frontier/builds.py), so older builds refuse it. 1 or 2 is written as 3 (:func:`fence`).
 FORMAT_VERSION = 3
 
 
@@ -38,8 +29,7 @@ def format_version(window: sizing.Window | None, growth: bool) -> int:
 
 
 def slice_growth(stored: dict[str, Any]) -> int:
-    """How a stored window's slices grow: as ``slice_growth`` says (a filter of format 1
-    written as 3), else by its format version (1: before 2 existed)."""
+    """How a stored window's slices grow: ``slice_growth`` if set, else by format version."""
     if "slice_growth" in stored:
         return int(stored["slice_growth"])
     return (sizing.SLICE_GROWTH_BY_ITEMS if int(stored.get("version", 1)) >= 2
@@ -47,9 +37,8 @@ def slice_growth(stored: dict[str, Any]) -> int:
 
 
 def fence(client: Redis | RedisCluster, key: str, stored: dict[str, Any]) -> None:
-    """Write a joined filter of an earlier format as :data:`FORMAT_VERSION`, so that the
-    builds before 0.2.0 refuse the crawl (their check of the stored parameters stops them
-    with one line) once a worker of this one has joined it; ``stored`` is updated."""
+    """Write a joined filter of an earlier format as :data:`FORMAT_VERSION`, so older builds
+    refuse the crawl from now on; ``stored`` is updated."""
     version = int(stored.get("version", 1))
     if version >= FORMAT_VERSION:
         return
@@ -92,8 +81,7 @@ def read(client: Redis | RedisCluster, key: str) -> dict[str, Any]:
 
 
 def engine_of(stored: dict[str, Any]) -> str:
-    """The engine that holds a stored filter's bits (``"lua"`` for filters older than
-    the field)."""
+    """The engine holding a stored filter's bits (``"lua"`` if older than the field)."""
     return str(stored.get("engine", DEFAULT_ENGINE))
 
 
@@ -101,11 +89,9 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
                    growth: bool, fingerprint: str, engine: str = DEFAULT_ENGINE,
                    requested: str = "auto", window: sizing.Window | None = None
                    ) -> dict[str, Any]:
-    """Store a new filter's fields (with a fresh random seed, and ``engine``) unless one
-    is there; return the stored fields. Raises :class:`FilterMismatchError` when they
-    differ from ours, or when the stored engine is not the ``requested`` one (``"auto"``
-    joins either). With a ``window`` (``BLOOMDUPE_WINDOW``) ``plan`` is one slice's, and
-    the window and its slices are stored too (a filter without them has no window)."""
+    """Store a new filter's fields (fresh seed) unless one is there; return the stored ones.
+    Raises :class:`FilterMismatchError` if they differ from ours or the engine is not
+    ``requested`` (``"auto"``: either). With a ``window``, ``plan`` is one slice's."""
     ours: dict[str, Any] = {
         "version": format_version(window, growth),
         "capacity": plan.capacity,
@@ -146,14 +132,12 @@ def create_or_join(client: Redis | RedisCluster, key: str, plan: sizing.Sizing, 
 
 
 def mark_ready(client: Redis | RedisCluster, key: str) -> None:
-    """Record that every shard of the first generations exists (``ready``): from then
-    on a missing shard is lost state, not one still being made."""
+    """Mark the first shards made (``ready``): a missing shard is lost state from then on."""
     client.hset(keys.meta(key), "ready", 1)
 
 
 def stored_plan(stored: dict[str, Any], max_bytes: int | None = None) -> sizing.Sizing:
-    """The first generation's sizing, as stored, with this worker's limit on the whole
-    filter's size (``BLOOMDUPE_MAX_BYTES``, not stored: None is no limit)."""
+    """The first generation's sizing as stored, with this worker's ``BLOOMDUPE_MAX_BYTES``."""
     return sizing.Sizing(
         capacity=stored["capacity"],
         error_rate=stored["error_rate"],

@@ -1,40 +1,20 @@
 """The native engine: each shard is a RedisBloom filter, checked and added with ``BF.*``.
 
-For servers with the Bloom commands (Redis 8, Redis Stack, RedisBloom loaded
-with ``--loadmodule``, managed services). One ``BF`` key per shard and
-generation (``keys.bloom``), with the shard's hash tag, so a call is
-single-slot on Redis Cluster as with the Lua engine. The guarantees are kept by
-running the commands inside the same kind of script (a script may call module
-commands): the op log's replay (:mod:`.oplog`), the lock's fence
-(:mod:`.lock`), this engine's body, then the op log's record.
+For servers with the Bloom commands (Redis 8, Redis Stack, RedisBloom loaded). One ``BF`` key
+per shard and generation (``keys.bloom``) in the shard's hash tag, run inside the same kind
+of script as the Lua engine: op log replay (:mod:`.oplog`), fence (:mod:`.lock`), body, record.
 
-* **Keyed items.** ``BF.*`` hashes with a fixed seed, so a public fingerprint
-  would let a hostile site aim at chosen bits. The item given to ``BF.INSERT``
-  is the 16 bytes of the filter's seeded mmh3 hash of the fingerprint (the
-  hash the Lua engine takes its positions from), never the fingerprint.
-* **A missing shard is lost state,** never re-created: the script checks that
-  every generation's key exists (``SHARD_MISSING``, then
-  :class:`~scrapy_bloomdupe.exceptions.FilterLostError`), and
-  ``BF.INSERT ... NOCREATE`` would refuse too.
-* **Growth** is this package's generations (same sizes and error rates as the
-  Lua engine, see :func:`scrapy_bloomdupe.sizing.generation`), each shard a
-  ``NONSCALING`` filter, not RedisBloom's own scaling (``EXPANSION``): that one
-  reserves its first layer at half the error rate, so that its layers sum to
-  it, and takes 1.978 bytes a URL at 1,000,000 URLs and p = 0.001 against the
-  generations' 1.825 (measured: docs/benchmarks.md, section g).
-* **Headroom.** A ``NONSCALING`` filter refuses items past its capacity. Each
-  shard is reserved for :data:`HEADROOM` more items than its share (shards fill
-  unevenly, and workers add a little past capacity before one grows the
-  filter), at the error rate that gives the same number of bits as the Lua
-  engine's shard: same memory, the same false-positive rate at capacity, and an
-  item past the headroom is refused (``'F'``) instead of raising the rate
-  further; the front then grows the filter, or stops with an error.
-* **Hashing** is RedisBloom's own: plain double hashing (``a + i*b mod m``,
-  m a multiple of 64), with the floor :mod:`scrapy_bloomdupe.hashing` describes
-  (about one false positive per m probes on a full shard), far below the
-  configured rate at real shard sizes; visible only on tiny shards with tiny
-  rates (tests/faults/test_race.py's growing race).
-"""
+* **Keyed items.** ``BF.*`` hashes with a fixed seed, so the item is the 16-byte seeded mmh3
+  hash of the fingerprint, never the fingerprint (a hostile site could aim at chosen bits).
+* **A missing shard is lost state,** never re-created (``SHARD_MISSING``, then
+  :class:`~scrapy_bloomdupe.exceptions.FilterLostError`).
+* **Growth** is this package's generations, each shard ``NONSCALING``: RedisBloom's own
+  scaling reserves its first layer at half the error rate, taking more memory.
+* **Headroom.** Each shard is reserved for :data:`HEADROOM` more items than its share (shards
+  fill unevenly), at the rate that gives the Lua engine's bits; an item past it is refused
+  (``'F'``) rather than raising the rate, and the front grows the filter.
+* **Hashing** is RedisBloom's double hashing, whose floor (:mod:`scrapy_bloomdupe.hashing`)
+  is far below the configured rate at real shard sizes."""
 
 from __future__ import annotations
 
@@ -71,8 +51,7 @@ _LN2 = math.log(2)
 
 @dataclass(frozen=True)
 class Reserve:
-    """A shard's ``BF.RESERVE``: its capacity and error rate, and what RedisBloom makes
-    of them (bits and hashes, by its own formulas)."""
+    """A shard's ``BF.RESERVE`` (capacity, error rate) and RedisBloom's bits and hashes."""
 
     capacity: int
     error_rate: float
@@ -94,10 +73,8 @@ item = hashing.keyed_item
 
 
 def available(client: Redis | RedisCluster, key: str, *, required: bool = False) -> bool:
-    """Whether the server (the one holding ``key``'s shard 0) has the ``BF.*`` commands
-    and this user may run them (a read of a key that need not exist). With
-    ``required`` (``BLOOMDUPE_ENGINE = "redisbloom"``), an ACL that denies them is a
-    :class:`ConfigError` naming the rule to add."""
+    """Whether the server of ``key``'s shard 0 has ``BF.*`` and this user may run them. With
+    ``required``, an ACL denying them is a :class:`ConfigError` naming the rule to add."""
     server: Any = client
     try:
         server.execute_command("BF.EXISTS", keys.bloom(key, 0), b"probe")
@@ -118,8 +95,7 @@ def available(client: Redis | RedisCluster, key: str, *, required: bool = False)
             return True
         raise
     except RedisError as e:
-        # redis-py's cluster client looks the command up in the server's COMMAND list
-        # to route it, and refuses one the server lacks before sending it.
+        # redis-py's cluster client refuses a command missing from the server's COMMAND.
         if "doesn't exist" in str(e) and not isinstance(e, (RedisConnectionError,
                                                           RedisTimeoutError)):
             return False
@@ -138,8 +114,7 @@ def unavailable_error(client: Redis | RedisCluster, why: str) -> ConfigError:
 
 
 def _one(reply: Any) -> int:
-    """The value of a one-field ``BF.INFO`` reply (redis-py parses it into a dict, or not,
-    by version and protocol)."""
+    """The value of a one-field ``BF.INFO`` reply (a dict or not, by redis-py and protocol)."""
     if isinstance(reply, dict):
         (reply,) = reply.values()
     elif isinstance(reply, list):
@@ -149,17 +124,14 @@ def _one(reply: Any) -> int:
 
 def first_shards_present(client: Redis | RedisCluster, key: str, plan: sizing.Sizing
                          ) -> list[int]:
-    """Per shard of the first generation, 1 when either engine's key for it exists (the
-    filter is there to join), else 0: what :func:`~.lua.check_room` needs to know which
-    shards a new filter would add, before the stored engine is known."""
+    """Per first shard, 1 if either engine's key exists, else 0 (for :func:`~.lua.check_room`)."""
     names = [name for i in range(plan.shards) for name in (keys.bits(key, i), keys.bloom(key, i))]
     there = _pipelined(client, [("EXISTS", n) for n in names])
     return [int(bool(bits or bf)) for bits, bf in zip(there[::2], there[1::2], strict=True)]
 
 
 class NativeEngine(ScriptedEngine):
-    """The RedisBloom filters of one filter, every generation, and the script that checks
-    and adds to them. Same interface as :class:`~.lua.LuaEngine`."""
+    """A filter's RedisBloom shards and check-and-add script (as :class:`~.lua.LuaEngine`)."""
 
     name = NAME
 
@@ -192,12 +164,9 @@ class NativeEngine(ScriptedEngine):
 
     def create_shards(self, generation: int, plan: sizing.Sizing, *,
                       existing: bool = False) -> None:
-        """Reserve generation ``generation``'s missing shards (``BF.RESERVE ... NONSCALING``,
-        allocated at once); refuse shards reserved otherwise (:class:`FilterMismatchError`)
-        and new ones that would not fit in the server's ``maxmemory`` (:class:`ConfigError`,
-        see :func:`~.lua.check_room`). With ``existing`` every shard must be there
-        already: a missing one is lost state (:class:`FilterLostError`), never made again
-        empty."""
+        """Reserve ``generation``'s missing shards (``BF.RESERVE ... NONSCALING``); refuse ones
+        reserved otherwise (:class:`FilterMismatchError`) or past ``maxmemory``. With
+        ``existing``, a missing shard is lost state (:class:`FilterLostError`), never remade."""
         reserve = reserve_of(plan)
         names = [keys.bloom(self.key, i, generation) for i in range(plan.shards)]
         present = self.link.calls([("EXISTS", n) for n in names])
@@ -234,8 +203,7 @@ class NativeEngine(ScriptedEngine):
     # -- reading ------------------------------------------------------------
 
     def inserted(self, generation: int) -> list[int]:
-        """Items added to each shard of ``generation`` (``BF.INFO ... ITEMS``: exact); 0 for
-        a missing shard (``info`` reports those, and the check-and-add refuses them)."""
+        """Items added to each shard of ``generation`` (``BF.INFO``: exact; 0 if missing)."""
         counts = []
         for reply in self.link.execute([("BF.INFO", bf_keys[generation], "ITEMS")
                                         for bf_keys in self.bf_keys]):
@@ -259,9 +227,8 @@ class NativeEngine(ScriptedEngine):
         return [any(replies[i * count:(i + 1) * count]) for i in range(len(halves))]
 
     def shard_infos(self) -> list[list[ShardInfo]]:
-        """Per generation, each shard's figures. RedisBloom counts items, not bits: the set
-        bits are the expected count for that many items (the fill and false-positive rate
-        estimates of :mod:`.info` then come out of the item count)."""
+        """Per generation, each shard's figures; RedisBloom counts items, not bits, so the set
+        bits are those expected for that many items."""
         infos = []
         for g, (plan, reserve) in enumerate(zip(self.generations, self.reserves, strict=True)):
             counts = self.inserted(g)

@@ -1,8 +1,7 @@
 """Where a filter's shards live: their keys, their Redis Cluster slots, their masters.
 
-Every key of shard ``i`` carries the hash tag ``{K:i}`` (see
-:mod:`scrapy_bloomdupe.keys`), so each shard lives in one slot on one master;
-different shards hash to different slots and so spread over the masters.
+Shard ``i``'s keys carry the hash tag ``{K:i}`` (:mod:`scrapy_bloomdupe.keys`): one slot
+on one master a shard, the shards spread over the masters.
 """
 
 from __future__ import annotations
@@ -28,11 +27,8 @@ def shard_slots(bloom: BloomFilter) -> list[int]:
 
 
 def shard_nodes(client: Redis | RedisCluster, bloom: BloomFilter) -> dict[str, list[int]]:
-    """Which master holds which shards: ``{"host:port": [shard index, ...]}``.
-
-    Masters that hold no shard are listed with an empty list, so an uneven
-    spread shows. A single-node client gives one entry with every shard.
-    """
+    """Which master holds which shards: ``{"host:port": [shard index, ...]}``, empty
+    masters included (an uneven spread shows); one entry on a single node."""
     shards = range(bloom.sizing.shards)
     if not is_cluster(client):
         return {describe(client): list(shards)}

@@ -1,54 +1,22 @@
 """A recrawl window (``BLOOMDUPE_WINDOW``): the filter as a ring of time slices.
 
-Time, on Redis's clock (``TIME`` in the script, never the workers'), is cut into
-slices of ``window / S`` (:class:`~scrapy_bloomdupe.sizing.Window`, S = 8 to 12). Each
-shard has one filter a slice (``keys.slice_bits`` or ``keys.slice_bloom``, with
-the shard's hash tag). A check looks an item up in the live slices (the current
-one and the S before it, which overlap the window) and adds a new one to the
-current slice, in one script on one shard, as the generations of a filter without
-a window are checked and added to. The script makes the current slice when it is
-missing and sets it to expire (``PEXPIREAT``) when it stops being live, so the
-filter forgets without a sweeper: an item is new again between one window and one
-window plus one slice after it was added, and never before.
+Redis's clock (``TIME`` in the script, never the workers') cuts a window into S = 8 to 12 slices
+(:class:`~scrapy_bloomdupe.sizing.Window`); each shard has one filter a slice. One script on one
+shard looks an item up in the live slices (the current one and the S before it) and adds a new
+one to the current slice, which it makes when missing and sets to expire (``PEXPIREAT``) when no
+longer live: the filter forgets without a sweeper, an item being new again between one window
+and one window plus one slice after it was added, never before. A script whose slice or
+generations differ from Redis's answers :data:`STALE_SLICE` (Redis's, nothing written) and the
+client asks again. A slice the shard's record (``keys.slice_record``, made with the filter)
+holds that is gone before its time is lost state (``SHARD_MISSING``); an expired one is not.
 
-The client sends the keys of the slices it believes live; the script compares
-its slice with Redis's ``TIME`` and answers :data:`STALE_SLICE` (Redis's slice
-and time, having written nothing) when another slice has started; the client
-moves on and asks again. A slice that expired on schedule is not lost state; one
-the shard's slice record (``keys.slice_record``) holds that is gone before its
-time is (``SHARD_MISSING``).
-
-Sizing (:func:`~scrapy_bloomdupe.sizing.fit_window`): the window is cut into the 8
-to 12 slices whose shards Redis allocates the least; each slice holds
-``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)`` (its first
-generation at ``1 - TIGHTENING`` of that), so the false positives of every live slice
-add up to the configured rate: about 21.5 bits per fingerprint added within a window
-at p = 0.001, at most 24 once the allocator has rounded each string, while fingerprints
-arrive steadily (a slice that gets more than its share grows, and costs more).
-
-Growth: a slice grows by generations as a filter without a window does (``BLOOMDUPE_GROWTH``), in
-its script, per shard: the shard's record (``keys.slice_record``, a hash) holds each
-live slice's generation count and the items in the current slice's newest generation;
-once those reach its share, the script makes the next generation
-(:func:`~scrapy_bloomdupe.sizing.slice_generation`: one share more, then 4, 8, ...
-shares, each at half the rate of the one before, out of what the first leaves; a
-filter stored before format 2: twice the items at a tenth of the rate), which expires
-with its slice. A client sends each live slice's generations as it believes them, and
-the keys and offsets that go with them; a script that finds others answers
-:data:`STALE_SLICE` with Redis's, having written nothing. A call makes at most one
-generation (the client sends its key); the Lua engine's items past it, which lack its
-offsets, are answered ``G`` and asked again. With growth off (or at
-:data:`MAX_SLICE_GENERATIONS`, or ``BLOOMDUPE_MAX_BYTES``) a slice past its share fills
-on (Lua engine: its false-positive rate climbs) or refuses items
-(RedisBloom: :class:`~scrapy_bloomdupe.exceptions.FilterFullError`).
-
-The record is made with the filter (``made``), so a deleted one is lost state, not a
-shard whose slices were never made.
-
-The worker's local cache keeps, with each item, until when (on Redis's clock) the
-item is sure to be in a live slice: the end of the current slice for one found
-seen, the end of its slice's life for one just added; it answers only before
-then, less a margin for the drift of this machine's clock (:meth:`SliceClock.now`).
+Each slice holds ``BLOOMDUPE_CAPACITY / S`` items at ``BLOOMDUPE_ERROR_RATE / (S + 1)``, so all
+live slices add up to the configured rate (:func:`~scrapy_bloomdupe.sizing.fit_window`). With
+``BLOOMDUPE_GROWTH`` the script grows the current slice by a generation once it holds its share
+(at most one a call: the Lua engine's items past it are answered ``G`` and asked again);
+otherwise a full slice fills on (Lua) or refuses items (RedisBloom:
+:class:`~scrapy_bloomdupe.exceptions.FilterFullError`). The local cache answers for an item
+only until it is sure to be in a live slice, less a drift margin (:meth:`SliceClock.now`).
 """
 
 from __future__ import annotations
@@ -72,16 +40,14 @@ if TYPE_CHECKING:
 
     from ..transport.link import Link
 
-#: How far this machine's clock may be from Redis's: 1 s, plus 0.1% of the time
-#: since it was last compared (clocks drift, NTP slews).
+#: How far this machine's clock may be from Redis's: 1 s plus 0.1% of the time since synced.
 CLOCK_MARGIN_MS = 1000.0
 CLOCK_DRIFT = 0.001
 
 
 class SliceClock:
-    """Redis's time as this worker reckons it (its monotonic clock, set by each
-    ``TIME`` and each :data:`STALE_SLICE` reply), and each shard's current slice as
-    the scripts last told it."""
+    """Redis's time as this worker reckons it (its monotonic clock, set by each ``TIME`` and each
+    :data:`STALE_SLICE` reply), and each shard's current slice as the scripts last told it."""
 
     def __init__(self, window: sizing.Window, shards: int) -> None:
         self.window = window
@@ -122,8 +88,8 @@ MAX_SLICE_GENERATIONS = 8
 
 
 class _Slices:
-    """What both windowed engines share: the slice keys of a call, its arguments, and
-    the generations of each live slice as the scripts last told them."""
+    """What both windowed engines share: a call's slice keys and arguments, and the live
+    slices' generations as the scripts last told them."""
 
     key: str
     shards: int
@@ -148,18 +114,16 @@ class _Slices:
              keys.lock(self.key, i), keys.forgotten(self.key, i))
             for i in range(self.shards)
         ]
-        #: Per shard, the generations of its live slices (slice id: count) as the
-        #: scripts last told; a slice not in it has one (or is not made).
+        #: Per shard, its live slices' generations (slice id: count) as the scripts last told;
+        #: a slice not in it has one (or is not made).
         self.slice_gens: list[dict[int, int]] = [{} for _ in range(self.shards)]
         self._shapes: dict[int, list[Any]] = {}
         self._plans: list[sizing.Sizing] = []
         self._max_gens = 1
 
     def set_generations(self, generations: list[sizing.Sizing]) -> None:
-        """The first generation of a slice (its share of a window); the later ones a slice
-        may grow to follow from it (:func:`sizing.slice_generation`), up to
-        :data:`MAX_SLICE_GENERATIONS` and ``BLOOMDUPE_MAX_BYTES`` for every live slice at
-        its largest."""
+        """The first generation of a slice (its share of a window); later ones follow from it
+        (:func:`sizing.slice_generation`), up to :data:`MAX_SLICE_GENERATIONS` and the bytes cap."""
         super().set_generations(generations[:1])  # type: ignore[misc]
         first = generations[0]
         plans = [first]
@@ -194,8 +158,7 @@ class _Slices:
         return max(self._believed(shard))
 
     def live_keys(self, shard: int) -> list[str]:
-        """Shard ``shard``'s keys a call looks at: each live slice's generations, oldest
-        slice first."""
+        """Shard ``shard``'s keys a call looks at: each live slice's generations, oldest first."""
         c = self.clock.current[shard]
         return [self.slice_key(shard, s, g)
                 for s, count in zip(range(c - self.window.slices, c + 1),
@@ -215,10 +178,8 @@ class _Slices:
                 *(x for g in range(most + 1) for x in self._shape_args(g)), *believed]
 
     def _shape_args(self, generation: int) -> list[Any]:
-        """A slice generation's shape in a call: what its script needs to make it, and
-        the items it holds before the next is made. Any generation a live slice has
-        (another worker, with a larger ``BLOOMDUPE_MAX_BYTES``, may have grown it past
-        this worker's own limit), and the next."""
+        """A generation's shape in a call (what its script needs to make it, then the items it
+        holds before the next); any a live slice has, maybe grown past our limits by another."""
         shape = self._shapes.get(generation)
         if shape is None:
             plan = self.plan_of(generation)
@@ -227,8 +188,7 @@ class _Slices:
         return shape
 
     def adopt(self, shard: int, reply: Sequence[Any]) -> None:
-        """A STALE_SLICE reply: Redis's current slice, its time, and the generations of
-        its live slices (0: not made)."""
+        """A STALE_SLICE reply: Redis's slice, its time, its live slices' generations (0: none)."""
         current = int(reply[0])
         self.clock.adopt(shard, current, float(reply[1]))
         first = current - self.window.slices
@@ -244,23 +204,20 @@ class _Slices:
             del gens[s]
 
     def newest_items(self) -> float:
-        """Not asked with a window: a slice grows in its script, never by the filter's
-        growth check (which reads this)."""
+        """Not asked with a window: a slice grows in its script, not by the growth check."""
         raise NotImplementedError("a window's slices grow in their check-and-add script")
 
     def deadline(self, shard: int, new: bool) -> int:
-        """Until when (Redis's clock, ms) an item just answered on ``shard`` is sure to
-        be in a live slice: one added, until its slice expires; one seen, until the
-        current slice ends (the oldest live slice may hold it)."""
+        """Until when (Redis's clock, ms) an item just answered on ``shard`` is sure to be in a
+        live slice: one added, until its slice expires; one seen, until the current slice ends."""
         c = self.clock.current[shard]
         return self.window.expires_at(c) if new else (c + 1) * self.window.slice_ms
 
     def create_shards(self, generation: int, plan: sizing.Sizing, *,
                       existing: bool = False) -> None:
-        """No slice is made at start (each is made by the script that first adds to it),
-        but each shard's record: ``made``, so that the record's loss is lost state (with
-        ``existing`` a missing record is :class:`FilterLostError`). The live slices must
-        fit in the server's ``maxmemory``."""
+        """No slice is made here (the script that first adds to one makes it), only each shard's
+        record (``made``: its loss is lost state; with ``existing`` a missing one raises
+        :class:`FilterLostError`). The live slices must fit in the server's ``maxmemory``."""
         self.clock.start(self.link)
         records = [keys.slice_record(self.key, i) for i in range(self.shards)]
         if existing:
@@ -306,8 +263,7 @@ class _Slices:
         return sorted({s for s, _, _ in self._existing()})
 
     def _existing(self) -> list[tuple[int, int, list[str]]]:
-        """(slice, shard, keys of its generations) of every slice shard in Redis, oldest
-        slice first."""
+        """(slice, shard, keys of its generations) of every slice shard in Redis, oldest first."""
         records = self._records(range(self.shards))
         found = sorted((s, i, [self.slice_key(i, s, g) for g in range(gens)])
                        for i, record in records.items() for s, gens in record.items())
@@ -316,8 +272,7 @@ class _Slices:
         return [f for f, is_there in zip(found, there, strict=True) if is_there]
 
     def lost_keys(self) -> list[str]:
-        """Slice keys the records hold that are gone before their time, and records that
-        are gone (lost state). Reads only."""
+        """Slice keys the records hold that are gone before their time, and lost records."""
         seconds, micros = max(reply for _, reply in self.link.on_masters("TIME"))
         current = self.window.slice_of(seconds * 1000 + micros // 1000)
         records = [keys.slice_record(self.key, i) for i in range(self.shards)]
@@ -336,8 +291,7 @@ class _Slices:
         raise NotImplementedError
 
     def plan_of(self, generation: int) -> sizing.Sizing:
-        """The sizing of a slice's generation ``generation``
-        (:func:`sizing.slice_generation`)."""
+        """The sizing of a slice's generation ``generation`` (:func:`sizing.slice_generation`)."""
         if generation < len(self._plans):
             return self._plans[generation]
         try:
@@ -346,9 +300,8 @@ class _Slices:
             return self._plans[-1]
 
     def slice_infos(self) -> list[tuple[int, int, list[ShardInfo]]]:
-        """(slice, generation, every shard's figures) of each slice generation in Redis
-        and the current slice's first, oldest first; a shard the slice generation lacks
-        (no item of that shard arrived while it was current) has no set bits."""
+        """(slice, generation, every shard's figures) of each slice generation in Redis and the
+        current slice's first, oldest first; a shard no item reached has no set bits."""
         found = self._existing()
         names = [name for _, _, group in found for name in group]
         figures = iter(self._figures(names, [g for _, _, group in found
@@ -386,8 +339,7 @@ class _Slices:
                 + ", ".join(self.live_keys(shards[0])) + " is gone before its time")
 
     def start(self) -> None:
-        """The slice clock set from Redis's (a read-only filter's: a worker's is set by
-        the first call)."""
+        """Set the slice clock from Redis's (a worker's is set by its first call)."""
         self.clock.start(self.link)
 
     def generation_infos(self) -> list[GenerationInfo]:
@@ -420,9 +372,8 @@ class WindowLuaEngine(_Slices, LuaEngine):
         return [plan.bytes_per_shard, plan.hashes]
 
     def item_args(self, shard: int, h1: int, h2: int) -> list[Any]:
-        """An item's part of a call: its keyed hash (for the forgotten set), then its
-        offsets in each generation a live slice of ``shard`` has (every slice has the
-        same sizes, so the same offsets)."""
+        """An item's part of a call: its keyed hash (for the forgotten set), then its offsets in
+        each generation a live slice of ``shard`` has (all slices share offsets)."""
         args: list[Any] = [item(h1, h2)]
         for plan in map(self.plan_of, range(self.offsets_for(shard))):
             m = plan.modulus
@@ -439,10 +390,8 @@ class WindowLuaEngine(_Slices, LuaEngine):
                 for g in range(count)]
 
     def contains_many(self, halves: Sequence[tuple[int, int]]) -> list[bool]:
-        """Whether each item is in a live slice (read from Redis's records first). One
-        ``EXISTS`` a live generation first, then bits read only where one exists: most
-        of a window's slices are empty or gone, and asking each of them for every item
-        cost 20,000 probes 460,000 commands (11 s) on a 30-slice window."""
+        """Whether each item is in a live slice. ``EXISTS`` first, then bits read only where a
+        live generation exists: most of a window's slices are empty or gone."""
         shards = [hashing.shard_of(h1, self.shards) for h1, _ in halves]
         self.refresh(shards)
         live = {shard: self._live_by_generation(shard) for shard in set(shards)}

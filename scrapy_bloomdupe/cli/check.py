@@ -34,8 +34,7 @@ def _request(url: str, opts: argparse.Namespace) -> Request:
 
 
 def requests_for(urls: list[str], opts: argparse.Namespace) -> list[Request]:
-    """One request a URL, as ``check`` and ``forget`` fingerprint them; every bad URL
-    named in one usage error."""
+    """One request a URL, as ``check`` and ``forget`` fingerprint them; bad URLs: one error."""
     requests = []
     bad = []
     for url in urls:

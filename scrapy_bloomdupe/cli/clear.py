@@ -1,11 +1,7 @@
-"""``bloomdupe clear``: delete a crawl's state at a key (its filter, its request queue,
-failed-request records and crawl stats), once the key is typed back (or ``--yes``).
-
-It finds the keys by their names (``keys.belongs``), not from the filter's metadata,
-so it can always clear a filter, whatever state Redis left it in: metadata deleted,
-evicted or damaged, shards without metadata, a Redis that is out of memory (``SCAN``
-and ``DEL`` are allowed then), thousands of shards.
-"""
+"""``bloomdupe clear``: delete a crawl's state at a key (filter, queue, failed-request records,
+crawl stats) once the key is typed back (or ``--yes``). Keys are found by name
+(``keys.belongs``), not from the metadata, so any state clears: metadata gone or damaged, a
+Redis out of memory (``SCAN`` and ``DEL`` still run), thousands of shards."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """What every ``bloomdupe`` command works on: Redis, the filter's key, where output goes.
 
-Two front ends make one: the console script ``bloomdupe COMMAND ...``
-(:func:`standalone_context`, no Scrapy project needed) and the Scrapy command
-``scrapy bloomdupe COMMAND SPIDER ...`` (:func:`project_context`, the
-project's settings with the spider's ``custom_settings`` and the add-ons).
+Made by ``bloomdupe COMMAND`` (:func:`standalone_context`, no project needed) or by
+``scrapy bloomdupe COMMAND SPIDER`` (:func:`project_context`, the project's settings).
 """
 
 from __future__ import annotations
@@ -147,8 +145,7 @@ def standalone_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Co
 
 def project_context(settings: Settings, spider: str | None, key: str | None,
                     json_out: bool, out: TextIO, err: TextIO) -> Context:
-    """The context of ``scrapy bloomdupe``: the project's settings, with the spider's
-    ``custom_settings`` and the add-ons applied as a crawl would apply them."""
+    """``scrapy bloomdupe``'s context: project settings with the spider's and add-ons' applied."""
     spidercls: type[Spider] | None = None
     if spider is not None:
         loader = get_spider_loader(settings)
@@ -212,9 +209,8 @@ def _scan_filters(client: redis.Redis | RedisCluster, limit: int, scans: int) ->
 
 
 def open_existing(ctx: Context) -> BloomFilter:
-    """The filter at ``ctx.key``, opened read-only: nothing is written, not even a missing
-    shard (see :func:`missing_shards`). Raises :class:`FilterAbsent` when there is none,
-    :class:`DamagedFilter` when its metadata cannot be read."""
+    """Open ``ctx.key``'s filter, writing nothing; raises :class:`FilterAbsent` or
+    :class:`DamagedFilter`."""
     if not migrate.filter_exists(ctx.client, ctx.key):
         others = other_filters(ctx.client)
         hint = (f" Filters there: {', '.join(repr(k) for k in others)}." if others
@@ -238,8 +234,7 @@ _POSITIVE_FIELDS = {"capacity": 1, "shards": 1, "bits_per_shard": 8, "hashes": 1
 
 
 def check_meta(ctx: Context) -> dict[str, Any]:
-    """The filter's stored parameters, decoded; :class:`DamagedFilter` naming every
-    field that is missing or cannot be right (reads only)."""
+    """The filter's decoded parameters; :class:`DamagedFilter` names every bad field."""
     raw = ctx.client.hgetall(keys.meta(ctx.key))
     fields: dict[str, Any] = {}
     problems: list[str] = []
@@ -284,11 +279,8 @@ def _text(value: bytes | str) -> str:
 
 
 def missing_shards(ctx: Context, bloom: BloomFilter) -> list[str]:
-    """Keys of the filter's shards (every generation) that are not in Redis (reads only).
-
-    A worker that opens the filter creates them again, empty: every URL they
-    held would be taken for new and fetched again.
-    """
+    """Keys of the filter's shards missing from Redis (reads only). A worker would recreate
+    them empty, and fetch again every URL they held."""
     return bloom.engine.lost_keys()  # with a window: its slices gone before their time
 
 

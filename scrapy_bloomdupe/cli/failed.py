@@ -1,5 +1,4 @@
-"""``bloomdupe failed``: the requests of a crawl that failed for good (after their
-retries, or with an HTTP error status), and ``--requeue`` to fetch them again."""
+"""``bloomdupe failed``: a crawl's requests that failed for good; ``--requeue`` refetches them."""
 
 from __future__ import annotations
 

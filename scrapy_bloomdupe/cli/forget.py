@@ -1,8 +1,7 @@
-"""``bloomdupe forget URL... [--file FILE]``: re-admit URLs. The next request for each
-counts as new exactly once, on every worker (local caches included), with or without a
-recrawl window; fingerprinted as ``check`` fingerprints them. It returns
-``FORGET_SETTLE`` (1.5) seconds after raising the forget counter: from then on no
-worker's local cache answers for these URLs (see :mod:`..bloom.forgetting`)."""
+"""``bloomdupe forget URL... [--file FILE]``: the next request for each URL counts as new exactly
+once, on every worker (local caches included; fingerprinted as ``check`` does). Returns
+``FORGET_SETTLE`` s after raising the forget counter, when no local cache answers for them
+(see :mod:`..bloom.forgetting`)."""
 
 from __future__ import annotations
 

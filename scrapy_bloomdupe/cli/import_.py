@@ -83,9 +83,8 @@ def _import_config(ctx: Context, opts: argparse.Namespace, source: migrate.Sourc
 
 
 def _queue_next(ctx: Context) -> str:
-    """What the first worker does with scrapy-redis's request queue (``SCHEDULER_QUEUE_KEY``
-    of the spider, when it is known): it moves the requests waiting there into the leased
-    queue (``scheduling/shared.py``), unless a scrapy-redis queue class keeps it."""
+    """What the first worker does with scrapy-redis's queue (``SCHEDULER_QUEUE_KEY``): moves
+    it into the leased queue (``scheduling/shared.py``), unless a scrapy-redis class keeps it."""
     queue_cls = str(ctx.settings.get("SCHEDULER_QUEUE_CLASS") or "")
     if queue_cls.startswith("scrapy_redis."):
         return (f"SCHEDULER_QUEUE_CLASS = {queue_cls!r} keeps scrapy-redis's request queue "

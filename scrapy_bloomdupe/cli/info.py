@@ -1,8 +1,6 @@
-"""``bloomdupe info``: the filter's parameters, fill per generation and shard, estimated
-items, false-positive rate, memory, the shared queue (waiting and leased requests per
-shard), the format of the crawl's state and each live worker's version, on a cluster
-which master holds which shard, and with crawl-wide politeness the busiest download
-slots."""
+"""``bloomdupe info``: the filter's parameters, fill, estimated items and false-positive rate,
+memory, the queue per shard, the state's format and live workers' versions, shards per
+cluster master, and with crawl-wide politeness the busiest download slots."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """``bloomdupe keys``: every Redis key of a crawl, with what it holds. Reads only.
 
-The filter's shards and the queue's carry a hash tag (``{K:i}:bits``) that puts
-each shard in its own Redis Cluster slot, so they do not start with the
-filter's key: a cleanup by prefix (``SCAN MATCH K*``) misses them. This lists
-them all, found by name as ``bloomdupe clear`` finds them (so orphans too,
-whatever the metadata says), and scrapy-redis's own keys of the spider.
+Shard keys start with a hash tag (``{K:i}:bits``), so a cleanup by prefix misses them; this
+lists them as ``bloomdupe clear`` finds them (orphans too), and the spider's scrapy-redis keys.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ SCRAPY_REDIS_KEYS = (
 
 
 def find(ctx: Context) -> list[dict[str, Any]]:
-    """Every key of ``ctx.key``'s crawl that exists (found as ``bloomdupe clear`` finds
-    them): key, type, shard, what it holds."""
+    """Every existing key of ``ctx.key``'s crawl: key, type, shard, what it holds."""
     found: dict[str, tuple[int, str]] = {}
     for name in crawl_keys(ctx.client, ctx.key):
         found[name] = keys.what_is(ctx.key, name) or (-1, "")

@@ -1,8 +1,6 @@
-"""``bloomdupe metrics``: a Prometheus exporter of one crawl, or of several (``--spider
-a --spider b``): ``/metrics`` read from Redis at each scrape
-(:class:`~scrapy_bloomdupe.crawlfigures.CrawlReader`: read-only, no ``KEYS``), with a
-``crawl`` label (the filter's key). Runs until stopped (Ctrl-C). The metric list is
-in docs/metrics.md."""
+"""``bloomdupe metrics``: a Prometheus exporter of one or more crawls (``--spider a --spider
+b``), reading Redis at each scrape (:class:`~scrapy_bloomdupe.crawlfigures.CrawlReader`:
+read-only, no ``KEYS``), labelled ``crawl`` (the filter's key). Metrics: docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -65,8 +63,7 @@ FILTER_GAUGES: tuple[tuple[str, str, Callable[[FilterFigures], float]], ...] = (
      lambda f: f.generations),
 )
 
-#: The busiest download slots' gauges (crawl-wide politeness; at most
-#: :data:`~..frontier.busiest.BUSIEST` slots a crawl): (name, help, value).
+#: Busiest download slots' gauges (crawl-wide politeness): (name, help, value).
 SLOT_GAUGES: tuple[tuple[str, str, Callable[[SlotFigures], float]], ...] = (
     ("bloomdupe_slot_requests_in_flight", "Requests of one of the busiest download slots in "
      "flight, crawl-wide (leased by a worker, not yet done).", lambda s: s.in_flight),

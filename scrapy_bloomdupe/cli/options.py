@@ -1,5 +1,4 @@
-"""The ``bloomdupe`` command line: the console script's parser, and the options
-``scrapy bloomdupe`` adds to Scrapy's own."""
+"""The ``bloomdupe`` parser, and the options ``scrapy bloomdupe`` adds to Scrapy's own."""
 
 from __future__ import annotations
 
@@ -16,13 +15,8 @@ from .metrics import DEFAULT_HOST
 
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool, several: bool = False
                 ) -> None:
-    """``--redis-url``, ``--key``/``--spider``, ``--key-template``, ``--cluster``,
-    ``--sentinels``/``--sentinel-master``, ``--json``.
-
-    Given to the main parser and to every command's (so they may come before
-    or after the command), with ``SUPPRESS`` defaults so neither overwrites the
-    other; :func:`standalone_defaults` fills them in.
-    """
+    """The Redis, key and ``--json`` options, on the main parser and each command's, with
+    ``SUPPRESS`` defaults (neither overwrites the other; :func:`standalone_defaults`)."""
     default = argparse.SUPPRESS if suppress else None
     group = parser.add_argument_group("Redis and filter")
     group.add_argument("--redis-url", metavar="URL", default=default,

@@ -1,6 +1,5 @@
-"""Running a ``bloomdupe`` command: the console script's :func:`main`, the Scrapy
-command's :func:`run_project_command`, and one line on stderr for every failure a
-user can fix (exit status 0 done, 1 failed, 2 bad usage, 130 interrupted)."""
+"""Running a ``bloomdupe`` command (:func:`main`, or Scrapy's :func:`run_project_command`): one
+stderr line for a failure a user can fix (exit 0 done, 1 failed, 2 bad usage, 130 interrupted)."""
 
 from __future__ import annotations
 
@@ -95,10 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_project_command(settings: Settings, args: list[str], opts: argparse.Namespace,
                         out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """``scrapy bloomdupe COMMAND [SPIDER] [URL...]``; returns the exit status.
-
-    Raises :class:`UsageProblem` for a bad command line (the caller shows usage).
-    """
+    """``scrapy bloomdupe COMMAND [SPIDER] [URL...]``; returns the exit status. Raises
+    :class:`UsageProblem` for a bad command line (the caller shows usage)."""
     out = out or sys.stdout
     err = err or sys.stderr
     if not args:

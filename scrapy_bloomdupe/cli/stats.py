@@ -1,5 +1,4 @@
-"""``bloomdupe stats``: crawl-wide counters (checked, new, duplicates, hit rate) and each
-worker's line, with when it was last seen."""
+"""``bloomdupe stats``: crawl-wide counters (checked, new, duplicates) and each worker's line."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``bloomdupe top``: a live view of one crawl in the terminal, refreshed every second
-(``--interval``): workers alive and each running worker's pages a second, the queue,
-leases put back, the filter's fill and estimated false-positive rate, failed
-requests, and with crawl-wide politeness the busiest download slots. ``--once`` prints
-one frame (``--json``: its figures) and exits. Reads only
-(:class:`~scrapy_bloomdupe.crawlfigures.CrawlReader`)."""
+"""``bloomdupe top``: a live, read-only view of one crawl (``--interval``, default 1 s): workers
+and their pages a second, the queue, leases put back, the filter's fill and estimated FPR,
+failed requests, the busiest download slots. ``--once`` prints one frame (``--json``: figures)."""
 
 from __future__ import annotations
 

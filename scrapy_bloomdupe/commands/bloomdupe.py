@@ -1,10 +1,7 @@
-"""``scrapy bloomdupe COMMAND SPIDER ...``: the ``bloomdupe`` tool with a project's settings.
-
-The filter's key is the project's ``BLOOMDUPE_KEY`` with the spider's name (or
-``--key KEY``); Redis, ``REQUEST_FINGERPRINTER_CLASS`` and every
-``BLOOMDUPE_*`` setting come from the project's settings, the spider's
-``custom_settings`` and add-ons, and Scrapy's ``-s NAME=VALUE``. See
-:mod:`scrapy_bloomdupe.cli` for the commands; the exit status is the same.
+"""``scrapy bloomdupe COMMAND SPIDER ...``: the ``bloomdupe`` tool with a project's settings
+(the key is ``BLOOMDUPE_KEY`` with the spider's name, or ``--key``; Redis, the fingerprinter and
+``BLOOMDUPE_*`` come from settings, ``custom_settings``, add-ons and ``-s``). Commands and exit
+status: :mod:`scrapy_bloomdupe.cli`.
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ if TYPE_CHECKING:
 
 
 class Command(ScrapyCommand):
-    # It works outside a project too (settings from -s); inside one it uses the
-    # project's settings and spiders.
+    # Works outside a project too (settings from -s).
     requires_project = False
     requires_crawler_process = False
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}

@@ -1,8 +1,6 @@
-"""A crawl moving over from scrapy-redis: the requests waiting in its queue (its
-priority queue, a sorted set of the same serialized requests, or its FIFO and LIFO
-lists) taken over by the leased queue, past the filter (the crawl's filter accepted
-them already). Every command goes through the queue's link, so that at a crawl's start,
-a job on the scheduler's runner, none bypasses it."""
+"""A crawl moving over from scrapy-redis: its queue's requests (a sorted set, or FIFO/LIFO
+lists) taken over by the leased queue past the filter, which accepted them already. Every
+command goes through the queue's link (a job on the scheduler's runner)."""
 
 from __future__ import annotations
 
@@ -17,10 +15,9 @@ if TYPE_CHECKING:
 
 def take_over(link: Link, legacy: str, queue: Callable[[list[tuple[int, Any]]], None],
               batch: int = 500) -> int:
-    """Move what waits at ``legacy`` in batches of ``batch``, each given to ``queue`` as
-    (score, member) pairs before it is removed there, so a crash in between repeats
-    requests rather than losing them. Returns how many moved (0 when the ACL gives no
-    access to that key: nothing to take over then)."""
+    """Move what waits at ``legacy`` in batches, each given to ``queue`` as (score, member)
+    pairs before it is removed (a crash repeats requests, never loses them). Returns how many
+    moved (0 when the ACL denies that key)."""
     try:
         kind = link.call("TYPE", legacy)
     except NoPermissionError:  # a least-privilege user of a crawl that never had one

@@ -1,12 +1,10 @@
-"""The builds on one crawl: each worker records its own in its heartbeat, and a worker
-that starts looks at them first (with the state's format record) to know whether it may
-run beside them (:func:`~scrapy_bloomdupe.versions.refusal`).
+"""The builds on one crawl: each worker records its own in its heartbeat, and a starting worker
+looks at them (and the state's format record) to know whether it may run beside them
+(:func:`~scrapy_bloomdupe.versions.refusal`).
 
-A worker's build is its package version and the format of the crawl's state it writes
-(:data:`~.entry.STATE_FORMAT`, recorded in ``keys.queue_format`` by every worker that
-starts). ``heartbeat.lua`` writes it into ``keys.builds`` with the worker's heartbeat,
-in one step, so a worker is never among the owners without its build: an owner with
-none is a worker of a build before 0.2.0, which records none.
+A build is the package version and the state format it writes (:data:`~.entry.STATE_FORMAT`).
+``heartbeat.lua`` writes it into ``keys.builds`` in the same step as the heartbeat, so an owner
+without a build is a worker of a build before 0.2.0, which records none.
 """
 
 from __future__ import annotations
@@ -48,8 +46,8 @@ def _text(value: bytes | str) -> str:
 
 def look(client: Redis | RedisCluster, tag: str, lease_timeout_ms: int, *,
          prune: bool = False) -> Builds:
-    """The builds on the crawl ``tag`` (one script, on Redis's clock); ``prune``: first
-    forget the records of workers no longer among its owners."""
+    """The builds on the crawl ``tag`` (one script, Redis's clock); ``prune``: first forget the
+    records of workers no longer among its owners."""
     script = client.register_script(LOOK_SCRIPT)
     state, flat, live = script(
         keys=[keys.queue_format(tag), keys.builds(tag), keys.owners(tag, 0)],

@@ -1,28 +1,16 @@
-"""The busiest download slots of a crawl with ``BLOOMDUPE_POLITENESS = "crawl"``, read
-for ``bloomdupe top``, ``bloomdupe info`` and ``bloomdupe metrics`` (issue 38).
+"""The busiest download slots of a ``BLOOMDUPE_POLITENESS = "crawl"`` crawl, for ``bloomdupe
+top``, ``info`` and ``metrics``. Read-only, at most four round trips however many slots (a crawl
+can have 100,000, so not every hash is read). The slots looked at:
 
-Read-only, in at most four round trips whatever the number of slots (a crawl can
-have 100,000: their hashes are not all read). The slots looked at are:
+* those with requests in flight, counted from the workers' lease lists (bounded by concurrency);
+  past :data:`IN_FLIGHT`, those with the most (ties in lease order);
+* the first and last :data:`READY_ENDS` of the ready set: the soonest to go, and the last, where a
+  backed-off slot sits (scored by its back-off's end).
 
-* every slot with requests in flight, counted from the workers' lease lists (as
-  many leases as the crawl has requests leased, so bounded by the workers'
-  concurrency); past :data:`IN_FLIGHT` such slots, those with the most in flight
-  (ties broken in the leases' order, so a broad crawl of many workers may
-  miss the one of them with the most waiting);
-* the first and the last :data:`READY_ENDS` of the ready set: the slots that may go
-  soonest (or waited longest for a worker) and those that may go last, which is
-  where a backed-off slot with requests waiting sits (scored by its back-off's end).
-
-Of those, the busiest come first: by requests in flight, then requests waiting
-(the lengths of its lists), then name. A slot with requests waiting, none in
-flight and room, in the middle of a long ready set, is not looked at: "busiest"
-means most in flight, and among the slots with room, the ends of the queue of
-slots. On a Redis Cluster, every shard's (a slot is on its home shard; in
-``"worker"`` mode, where every shard has a slot ``*``, shard 0's is read).
-
-The first round trip has only commands of the crawler's least-privilege ACL
-(docs/security.md), so a crawl without slots reads as it did; the slots are read
-with ``LRANGE``, ``HMGET`` and ``LLEN`` as well.
+Busiest first: by in flight, then waiting, then name; a slot with room in the middle of a long
+ready set is not seen. On a cluster every shard's (a slot on its home shard; ``"worker"`` mode's
+slot ``*``: shard 0's). The first round trip uses only the crawler's least-privilege ACL
+(docs/security.md); reading slots needs ``LRANGE``, ``HMGET`` and ``LLEN`` too.
 """
 
 from __future__ import annotations
@@ -80,22 +68,17 @@ class BusySlots:
     slots: list[SlotFigures]
     #: Slots with requests in flight.
     in_flight_slots: int
-    #: Slots in the ready set: requests waiting and room, now or later (a delay, a
-    #: back-off).
+    #: Slots in the ready set: requests waiting and room, now or after a delay or back-off.
     ready_slots: int
 
 
 def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BUSIEST,
                   shards: int = 1) -> BusySlots | None:
-    """The ``limit`` busiest download slots of the crawl tagged ``tag`` (the filter's
-    key, of ``shards`` shards: a cluster's queue has as many, one node's one), or None
-    when the crawl keeps no download slots (nothing was queued in them yet). Reads
-    only; each step one round trip over every shard."""
+    """The ``limit`` busiest download slots of crawl ``tag``, or None when it has none yet."""
     with link_to(target) as link:
         single = not is_cluster(link.client)
         indexes = [0] if single else list(range(shards))
-        # The first round trip only with commands of the crawler's least-privilege ACL
-        # (docs/security.md): a crawl without slots is read as before.
+        # Only least-privilege ACL commands here (docs/security.md): a slotless crawl reads.
         first_trip = link.calls([command for i in indexes for command in (
             ("EXISTS", keys.ready(tag, i), keys.slot_leased(tag, i), keys.slot_defaults(tag, i),
              keys.slot_waiting(tag, i)),
@@ -116,8 +99,7 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
         names = list(dict.fromkeys([*(name for name, _ in flight.most_common(IN_FLIGHT)),
                                     *homes]))
         shard_of = {name: homes.get(name, _home(name, len(indexes))) for name in names}
-        # What is read of each slot: its home shard's; ``"worker"`` mode's one slot is
-        # every shard's (each queue shard keeps its own), its waiting summed.
+        # Each slot on its home shard; "worker" mode's one slot on every shard, summed.
         one = keys.slot_name(ONE_SLOT)
         reads = [(name, shard) for name in names
                  for shard in (indexes if name == one else [shard_of[name]])]
@@ -150,8 +132,7 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
             counted[name] += length
         states = [state_of[name] for name in names]
         waiting = [counted[name] for name in names]
-    # Each shard's default limits (a slot keeps only its own), or any shard's where a
-    # shard has none yet (every worker writes the same).
+    # Each shard's default limits, or any shard's if it has none yet (all are the same).
     limits = {i: {_text(k): _text(v) for k, v in found[5].items()}
               for i, found in zip(indexes, per, strict=True)}
     anywhere = next((found for found in limits.values() if found), {})
@@ -172,14 +153,12 @@ def busiest_slots(target: Redis | RedisCluster | Link, tag: str, limit: int = BU
 
 
 def _home(name: str, shards: int) -> int:
-    """A slot's home shard (:func:`.slots.home_shard`); ``"worker"`` mode's slot ``*``
-    is on every shard (its limits: shard 0's)."""
+    """A slot's home shard (:func:`.slots.home_shard`); 0 for ``"worker"`` mode's ``*``."""
     return home_shard(name, shards) if name != keys.slot_name(ONE_SLOT) else 0
 
 
 def _lease_slot(lease: bytes | str) -> str:
-    """The slot's name in a lease, ``<pop>.<j>|<priority>|<slot>|<entry>`` (the
-    entry's bytes need not be text)."""
+    """The slot's name in a lease ``<pop>.<j>|<priority>|<slot>|<entry>`` (entry: any bytes)."""
     if isinstance(lease, str):
         return lease.split("|", 3)[2]
     return lease.split(b"|", 3)[2].decode()
@@ -190,11 +169,9 @@ def _text(value: Any) -> str:
 
 
 def slot_status(target: Redis | RedisCluster | Link, tag: str) -> tuple[str, int, int, int]:
-    """The politeness mode whose workers last filled the download slots of the crawl
-    tagged ``tag`` (shard 0's record; "" when none did), the requests waiting and
-    leased in them, and those in the queue's other keys (the intake, where the filter
-    queues them before a pop moves them into the slots, and the lease hash of a queue
-    left by an earlier release): every shard of a cluster's, as many as its filter has."""
+    """(politeness mode that last filled the slots of crawl ``tag`` or "", requests waiting
+    and leased in slots, requests in the queue's other keys: intake and old lease hash),
+    summed over every shard."""
     with link_to(target) as link:
         mode, shards = link.calls([("HGET", keys.slot_defaults(tag, 0), "mode"),
                                    ("HGET", keys.meta(tag), "shards")])

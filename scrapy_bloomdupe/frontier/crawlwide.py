@@ -1,7 +1,5 @@
-"""Old home of the scheduler's queue, ``CrawlWideQueue``, now
-:class:`~.leased.LeasedQueue` (it runs both politeness modes): kept so that
-``SCHEDULER_QUEUE_CLASS = "scrapy_bloomdupe.frontier.crawlwide.CrawlWideQueue"`` in
-existing settings keeps working."""
+"""``CrawlWideQueue``, an alias of :class:`~.leased.LeasedQueue`, so that settings naming
+``scrapy_bloomdupe.frontier.crawlwide.CrawlWideQueue`` keep working."""
 
 from __future__ import annotations
 

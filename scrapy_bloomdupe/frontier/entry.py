@@ -4,29 +4,16 @@ An entry of format 1 is::
 
     \\x01 URL [ \\x00 CALLBACK [ \\x00 REST ] ]
 
-the format byte, the URL's own bytes, then, only when the request has them,
-its callback's name (a method of the spider, as ``Request.to_dict`` finds it)
-and ``REST``: a dict of every other field that differs from a request of its
-class made with the URL alone, written by ``SCHEDULER_SERIALIZER``'s ``dumps``
-(pickle by default), so that the spider's serializer still decides how meta
-values are written. A request with only a URL costs the URL and one byte; one
-with a callback, that name and one more. ``REST`` names Request's own fields by
-one letter (:data:`SHORT`), a subclass's own attributes (``attributes``, e.g.
-JsonRequest's ``dumps_kwargs``) by their names, and the class (``"_"``) by its
-path when it is not ``scrapy.Request``. A serializer other than pickle gets the
-headers and the body (bytes in Scrapy) as text, each byte one character (Latin-1),
-so that ``"json"`` can write them (every followed link has a ``Referer``, every
-form's POST and JsonRequest a body); they are bytes again when read. Decoding is
-Scrapy's ``request_from_dict`` of the URL, the callback and ``REST``.
+the format byte, the URL, then when needed the callback's name (a spider method) and ``REST``:
+a dict of every other field that differs from a request of its class made with the URL alone,
+written by ``SCHEDULER_SERIALIZER``'s ``dumps`` (pickle by default), which thus still decides
+how meta is written. ``REST`` names Request's own fields by one letter (:data:`SHORT`), others by
+name. A serializer other than pickle gets headers and body as Latin-1 text (for ``"json"``).
 
-Entries written before format 1 (the serializer's ``to_dict`` dict, which starts
-with no byte below 0x20: pickle's ``\\x80``, JSON's ``{``) are read as they
-were. The bytes 0x01-0x1f are kept for this format and later ones: an entry of
-a format this release does not know was written by a newer release, and cannot
-be read here (:class:`NewerFormatError`; the queue retires it). The queue's
-format is recorded in Redis (``keys.queue_format``) by every worker that
-starts (:func:`claim_format`), and a worker that finds one it does not know
-there does not start.
+Entries from before format 1 (the serializer's ``to_dict`` dict, starting with no byte below
+0x20) are read as they were. Bytes 0x01-0x1f are kept for formats: an unknown one is a newer
+release's (:class:`NewerFormatError`; the queue retires it). Each worker records the queue's
+format at its start (:func:`claim_format`) and does not start on one it does not know.
 """
 
 from __future__ import annotations
@@ -54,22 +41,16 @@ if TYPE_CHECKING:
 
 #: The newest entry format this release writes.
 FORMAT = 2
-#: The queue's state format, recorded at ``{K:0}:format`` (keys.queue_format) by each
-#: worker at its start: an older release, which cannot read it, does not join the crawl.
-#: 3: the filter queues straight into the download slots (issue 48); 2: through the
-#: intake (sorted sets a pop moved into the slots); none: the sorted-set layout of
-#: 2026-11-27. A worker meeting 2 or none migrates at its start (LeasedQueue.migrate).
+#: The queue's state format, recorded (keys.queue_format) by each worker at its start so an
+#: older release, which cannot read it, does not join. 3: the filter queues into the download
+#: slots; a worker meeting 2 or none migrates the queue at its start (LeasedQueue.migrate).
 STATE_FORMAT = 3
-#: Format 1: ``\x01``, the URL, then (NUL-separated, when there are any) the callback's
-#: name and the other fields, written by the serializer (a pickle without its frame).
-#: Format 2: the same, the other fields deflated (raw ``zlib``, :data:`ZDICT` as the
-#: preset dictionary): written when that is shorter. This release reads both.
+#: Format 1 (see the module docstring; a pickle is written without its frame); format 2: the
+#: same, ``REST`` deflated (raw ``zlib``, :data:`ZDICT` preset) when shorter. Both are read.
 PLAIN, DEFLATED = 1, 2
-#: The preset dictionary of format 2 (before the entry's own URL, which follows it, so
-#: that a ``Referer`` that shares the URL's start costs little): the pickles and JSON of
-#: typical requests' other fields (a CrawlSpider's meta, whose link text is lxml's
-#: ``str`` subclass, its errback and ``Referer``; redirects, retries, a form request).
-#: Fixed: a change is a new format.
+#: Format 2's preset dictionary (the entry's URL follows it, so a ``Referer`` sharing the URL's
+#: start costs little): pickles and JSON of typical requests' other fields (CrawlSpider meta,
+#: redirects, retries, a form request). Fixed: a change is a new format.
 ZDICT = (
     b'{"m": {"depth": 2, "download_slot": "", '
     b'"retry_times": 1, "redirect_times": 1, "'
@@ -108,8 +89,7 @@ LONG = {short: name for name, short in SHORT.items()}
 REQUEUED = b"\x00rq"
 #: Before a subclass's own attribute whose name is one of :data:`SHORT`'s keys.
 ESCAPE = "."
-#: Serializers whose ``loads`` is :func:`pickle.loads` (scrapy-redis's default, and
-#: pickle's own module): a one-frame pickle is written without its frame's header.
+#: Serializers whose ``loads`` is :func:`pickle.loads`: a one-frame pickle is written unframed.
 PICKLES = (picklecompat, pickle)
 #: A pickle's opening (PROTO 4 or 5) and FRAME opcode, and the frame's 8-byte length.
 FRAMED = (b"\x80\x04\x95", b"\x80\x05\x95")
@@ -122,8 +102,7 @@ URL_FREE_DEFAULTS = (Request, FormRequest, JsonRequest)
 SCORE_LIMIT = 2**63 - 2**10
 
 
-#: One entry that cannot be decoded: its lease's field (or its member in the queue), its
-#: score, the member, and the error that decoding it raised.
+#: An entry that cannot be decoded: (its lease field or queue member, score, member, error).
 Bad = tuple[str | bytes, int, bytes, Exception]
 
 
@@ -153,8 +132,7 @@ class Codec:
         self.spider = spider
         self._defaults: dict[type[Request], dict[str, Any]] = {}
         self._unframe = serializer in PICKLES
-        #: Whether the headers and the body go to the serializer as text (see the
-        #: module's docstring).
+        #: Whether headers and body go to the serializer as text (see the module docstring).
         self._text_bytes = serializer not in PICKLES
 
     def encode(self, request: Request) -> bytes:
@@ -198,10 +176,9 @@ class Codec:
         return SEPARATOR.join(parts)
 
     def decode(self, payload: bytes) -> Request:
-        """The request of an entry of any format this release reads. An entry's first
-        byte says its format; one of the bytes kept for formats (:data:`FORMATS`) that is
-        also an older entry (a serializer's output may start with any byte) is read as
-        one when it cannot be read as that format."""
+        """The request of an entry of any format this release reads. An entry whose first byte
+        is in :data:`FORMATS` but cannot be read as that format is tried as an older entry (a
+        serializer's output may start with any byte)."""
         first = payload[0] if payload else -1
         if first not in FORMATS:
             return self.decode_legacy(payload)
@@ -217,10 +194,9 @@ class Codec:
 
     def decode_replies(self, replies: Sequence[bytes], idents: Sequence[str] | None = None
                        ) -> tuple[list[tuple[str | bytes, int, Request]], list[Bad]]:
-        """The scripts' ``score|member`` replies decoded, each on its own (one that cannot
-        be costs only itself): (ident, requeue count, request) for each that decodes, and
-        those that do not (:data:`Bad`). ``idents``: their lease fields; by default each
-        is named by its member (an entry back in the queue)."""
+        """The scripts' ``score|member`` replies decoded each on its own (a bad one costs only
+        itself): (ident, requeue count, request) for each that decodes, and the :data:`Bad`
+        ones. ``idents``: their lease fields; by default each is named by its member."""
         decoded: list[tuple[str | bytes, int, Request]] = []
         bad: list[Bad] = []
         for j, reply in enumerate(replies):
@@ -238,8 +214,7 @@ class Codec:
         return request_from_dict(self.serializer.loads(payload), spider=self.spider)
 
     def fields(self, payload: bytes) -> dict[str, Any]:
-        """The ``to_dict`` fields a format-1 or format-2 entry holds (the URL first; the
-        defaults of its class left out)."""
+        """The ``to_dict`` fields a format-1 or 2 entry holds (its class's defaults left out)."""
         parts = payload[1:].split(SEPARATOR, 2)
         fields: dict[str, Any] = {"url": parts[0].decode("utf-8")}
         if len(parts) > 1 and parts[1]:
@@ -260,14 +235,12 @@ class Codec:
         return fields
 
     def _default(self, cls: type[Request], url: str) -> dict[str, Any]:
-        """The fields of a request of class ``cls`` made with ``url`` alone ({} when the
-        class cannot be made so: every field is written then)."""
+        """The fields of a ``cls`` made with ``url`` alone ({} if it cannot be: all are written)."""
         cached = self._defaults.get(cls)
         if cached is not None:
             return cached
         try:
-            with warnings.catch_warnings():  # Scrapy 2.16-2.18 deprecate FormRequest: the
-                # user's own request of that class has said so already
+            with warnings.catch_warnings():  # Scrapy 2.16-18 deprecate FormRequest: already warned
                 warnings.simplefilter("ignore", ScrapyDeprecationWarning)
                 default = cls(url=url).to_dict()
         except Exception:  # a user's class that needs more than a URL
@@ -278,16 +251,14 @@ class Codec:
 
 
 def _unframed(data: bytes) -> bytes:
-    """A pickle of one frame without the frame's header (9 bytes; framing is optional
-    to the unpickler, PEP 3154); any other, as it is."""
+    """A one-frame pickle without its frame header (optional, PEP 3154); any other as it is."""
     if data[:3] in FRAMED and int.from_bytes(data[3:11], "little") == len(data) - 11:
         return data[:2] + data[11:]
     return data
 
 
 def _headers(headers: dict[Any, Any], convert: Callable[[Any], Any]) -> dict[Any, Any]:
-    """``headers`` (``to_dict``'s: a name to a list of values) with every name and value
-    converted."""
+    """``headers`` (``to_dict``'s: name to list of values) with every name and value converted."""
     return {convert(name): [convert(v) for v in values] if isinstance(values, list)
             else convert(values) for name, values in headers.items()}
 
@@ -297,8 +268,7 @@ def _as_text(value: Any) -> Any:
 
 
 def _as_bytes(value: Any) -> Any:
-    """A header's text back to its bytes (as it is when it is not text of Latin-1's
-    characters: Scrapy's ``Headers`` encodes it then)."""
+    """A header's text back to bytes (as is if not Latin-1: Scrapy's ``Headers`` encodes it)."""
     if isinstance(value, str):
         try:
             return value.encode("latin-1")
@@ -308,11 +278,9 @@ def _as_bytes(value: Any) -> Any:
 
 
 def score(request: Request) -> int:
-    """``request`` 's score in the queue: its priority negated (the lowest score comes
-    out first), held within :data:`SCORE_LIMIT` (Scrapy allows any int; Redis refused
-    a priority of 10**400, and the worker stopped; one of 2**63 or more came out last
-    in the download slots). Beyond 2**53 a score keeps the order only roughly, as a
-    double does; the entry keeps the priority itself."""
+    """``request`` 's score in the queue: its priority negated (the lowest comes out first),
+    held within :data:`SCORE_LIMIT` (Scrapy allows any int; Redis and the slot scripts do not).
+    Beyond 2**53 the order is only rough, as a double's; the entry keeps the priority."""
     return max(-SCORE_LIMIT, min(SCORE_LIMIT, -request.priority))
 
 
@@ -344,9 +312,8 @@ def _inflate(data: bytes, url: bytes) -> bytes:
 
 
 def peek(serializer: Any, payload: bytes) -> tuple[str, str] | None:
-    """The URL and method of a format-1 or format-2 entry, as far as they can be read
-    without the spider (the method ``""`` when its fields cannot be read); None for
-    another format."""
+    """The URL and method of a format-1 or 2 entry, as far as read without the spider (method
+    ``""`` when its fields cannot be read); None for another format."""
     if not payload or payload[0] not in (PLAIN, DEFLATED):
         return None
     parts = payload[1:].split(SEPARATOR, 2)
@@ -373,10 +340,9 @@ def found_format(client: Redis | RedisCluster, tag: str) -> int | None:
 
 
 def claim_format(client: Redis | RedisCluster, tag: str, *, write: bool = True) -> bool:
-    """Record that the queue of the crawl ``tag`` holds entries of this release's format
-    (at a worker's start, before it queues anything; ``write`` False: only look);
-    whether it is recorded now. Raises :class:`QueueFormatError` when a newer release's
-    worker recorded one this release does not know."""
+    """Record that crawl ``tag``'s queue holds this release's format (at a worker's start,
+    before it queues anything; ``write`` False: only look); whether it is recorded now. Raises
+    :class:`QueueFormatError` when a newer release recorded one this release does not know."""
     name = keys.queue_format(tag)
     try:
         found = client.get(name)

@@ -1,14 +1,9 @@
 """Requests that failed for good, kept in a Redis stream instead of lost.
 
-A request whose download failed after RetryMiddleware's retries (a timeout, a
-DNS error, a refused connection), or whose response HttpErrorMiddleware drops
-(a 500 after the retries, a 404), has been accepted by the filter: no later
-run would fetch it. So it is recorded here, with its URL, method, reason and
-the serialized request (as the queue holds it), in the stream
-``keys.failed(K)``, capped at a number of records (``XADD MAXLEN ~``, the
-oldest go first). ``bloomdupe failed`` lists them; ``--requeue`` puts them
-back in the queue, past the filter, so the next run (or the running one)
-fetches them again.
+A request that failed after RetryMiddleware's retries, or whose response HttpErrorMiddleware
+drops, is in the filter already: no later run would fetch it. So it is recorded (URL, method,
+reason, serialized request) in the capped stream ``keys.failed(K)`` (``XADD MAXLEN ~``).
+``bloomdupe failed`` lists them; ``--requeue`` queues them again, past the filter.
 """
 
 from __future__ import annotations

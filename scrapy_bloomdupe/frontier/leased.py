@@ -1,37 +1,14 @@
-"""The scheduler's shared queue (:class:`LeasedQueue`): leased, in download slots, in
-both politeness modes. With ``BLOOMDUPE_POLITENESS = "crawl"`` it holds Scrapy's
-per-site limits for the whole crawl, whatever the number of workers; with
-``"worker"`` (the default) every request waits in one slot, ``*``, without limits.
+"""The scheduler's shared queue (:class:`LeasedQueue`): leased, in download slots (layout and
+scripts: :mod:`.slots`). With ``BLOOMDUPE_POLITENESS = "crawl"`` it holds Scrapy's per-site
+limits crawl-wide; with ``"worker"`` (the default) every request waits in one slot, ``*``.
+A pop takes only slots that have room and may go within :data:`CLAIM_AHEAD`, so a full or
+backed-off slot holds no other back; a request taken ahead carries its start
+(:attr:`~.queue.Lease.start_in`) and goes to Scrapy no sooner.
 
-The requests wait in their download slots' lists, a list per slot and priority in
-use, and a slot's state (its requests in flight crawl-wide, its concurrency and
-delay, its next allowed start, its back-off) is a hash beside them, on Redis's clock
-(:mod:`.slots`: the layout and its scripts). A pop takes only from the slots that may
-go now or within :data:`CLAIM_AHEAD` (a sorted set of slots scored by when), one
-request a slot with a delay, no more than the slot's room: a slot at its limit or
-backed off is not walked past, and does not hold the others back. A request taken
-ahead carries when it may start (:attr:`~.queue.Lease.start_in`), and the worker
-hands it to Scrapy no sooner (``scheduling/leases.py``). A request stays in flight
-until its lease is acked (Scrapy is done with it) or put back (its worker died): the
-slot's room comes back then.
-
-Where a request enters: the filter's check-and-queue script pushes each new request
-straight into its slot's list (``sink.lua``, with the slot's name and limits the
-worker computed: :meth:`LeasedQueue.sink_entry`), so that a request is never in
-the filter without being queued, whatever the engine. The shard's sorted set (the
-*intake*) holds only what a Redis Cluster in ``"crawl"`` mode queues on a shard that
-is not its slot's home, and what an earlier layout left there: a worker's pop moves
-it into the slots (:meth:`LeasedQueue.sort`: decodes each entry, asks Scrapy's
-downloader for its slot, and one script moves it, only if it is still in the intake:
-safe to repeat, and two workers never move one twice).
-
-On a Redis Cluster every queue shard (a filter shard's hash tag) has its own slots,
-ready set and leases, and a worker pops from the shards in turn, as the default
-queue does: in ``"worker"`` mode (one slot, ``*``, a shard) a request stays on the
-shard that queued it. In ``"crawl"`` mode a slot lives on its home shard
-(:meth:`LeasedQueue.home`), and the worker that sorts an intake moves its entries
-there (:meth:`LeasedQueue._move`).
-"""
+The filter's script pushes each new request straight into its slot (``sink.lua``), so none is
+in the filter unqueued. The shard's sorted set (the *intake*) holds only what a cluster in
+``"crawl"`` mode queues off its slot's home shard, and what an earlier layout left: a pop
+moves it into the slots (:meth:`LeasedQueue.sort`). On a cluster each shard is popped in turn."""
 
 from __future__ import annotations
 
@@ -53,24 +30,20 @@ if TYPE_CHECKING:
 
     from .politeness import SlotPolicy
 
-#: How many intake entries one move takes (a script call each).
+#: Intake entries one move takes (a script call each).
 SORT_BATCH = 500
 #: How many batches one pop moves at most before it pops (the rest: the next pops).
 SORT_BATCHES = 20
-#: A lease timeout no heartbeat reaches (ms): a reclaim puts back this worker's own
-#: leases only; the dead workers' are the reap's, which counts and logs them.
+#: A lease timeout no heartbeat reaches (ms): a reclaim puts back only this worker's leases.
 NEVER_MS = 10**15
-#: How far ahead a pop takes the slots about to go (s), at least: each lease starts when
-#: its slot may go, so a worker pops about once this long while work is due instead of
-#: once a slot's start, and workers do not race for the same start. A crawl with longer
-#: delays looks as far ahead as its longest (see :func:`claim_horizon`).
+#: How far ahead a pop takes slots about to go (s, at least; see :func:`claim_horizon`): a
+#: worker pops about once this long, not once a slot's start, and workers do not race.
 CLAIM_AHEAD = 0.2
 
 
 @dataclass(frozen=True)
 class Migrated:
-    """What :meth:`LeasedQueue.migrate` did: how many waiting requests it moved into the
-    slots, how many leases of stopped workers it put back."""
+    """What :meth:`LeasedQueue.migrate` did: requests moved, stopped workers' leases put back."""
 
     moved: int
     leases_back: int
@@ -88,8 +61,7 @@ class ShardKeys:
     prefix: str
     robots: str
     strikes: str
-    #: This worker's record of its pushes into the slots (slot_push.lua; a move from
-    #: the intake and a ``take`` keep none: the intake's ZREM makes them safe to repeat).
+    #: This worker's record of its slot pushes (moves from the intake need none: its ZREM).
     slot_push_record: str
     owners: str
 
@@ -103,12 +75,9 @@ class ShardKeys:
 
 
 class LeasedQueue(PriorityQueue):
-    """The scheduler's queue (``SCHEDULER_QUEUE_CLASS``'s default; the old paths
-    ``scrapy_bloomdupe.frontier.queue.PriorityQueue``, ``scrapy_bloomdupe.cluster.PriorityQueue``
-    and ``scrapy_bloomdupe.frontier.crawlwide.CrawlWideQueue`` name it too): leases,
-    heartbeats, reaps, failed requests and retry-safe calls (:class:`~.queue.PriorityQueue`),
-    with its requests in download slots (see the module's docstring). ``policy`` names
-    a request's slot and its limits (:class:`~.politeness.OneSlot` in ``"worker"`` mode)."""
+    """The scheduler's queue (``SCHEDULER_QUEUE_CLASS``'s default, also by its old paths):
+    :class:`~.queue.PriorityQueue`'s leases and retry-safe calls, in download slots.
+    ``policy`` names a request's slot and limits (``"worker"``: :class:`~.politeness.OneSlot`)."""
 
     SLOT_SCRIPTS = (("slot_push", slots.PUSH_SCRIPT), ("slot_pop", slots.POP_SCRIPT),
                     ("slot_ack", slots.ACK_SCRIPT), ("slot_reap", slots.REAP_SCRIPT),
@@ -122,10 +91,8 @@ class LeasedQueue(PriorityQueue):
         for name, text in self.SLOT_SCRIPTS:
             self._scripts[name] = server.register_script(text)
             self.link.knows(text)
-        #: Each shard's keys.
         self.k = [ShardKeys.of(self.tag, shard, self.owner) for shard in range(self.shards)]
-        #: Each lease taken and not yet known acked, as its owner's list in Redis holds
-        #: it (an ack names it so: ``slot_ack.lua``), by its field.
+        #: Unacked leases by field, as the owner's list in Redis holds them (an ack names them).
         self._held: dict[str, bytes] = {}
         #: Whether each shard's intake may hold requests (the last look found some).
         self._intake_seen = [True] * self.shards
@@ -135,33 +102,28 @@ class LeasedQueue(PriorityQueue):
         #: slot_pop.lua's pairs of a slot's name and its own jitter (DOWNLOAD_SLOTS).
         self._jitters = [value for slot, jitter in policy.jitters().items()
                          for value in (keys.slot_name(slot), repr(jitter))]
-        #: After each shard's last pop: when (time.monotonic()) its next slot comes
-        #: within the horizon (None: none has requests and room), and whether requests
-        #: wait in its slots (see next_due and slots_waiting).
+        #: After each shard's last pop: when (monotonic) its next slot is within the horizon
+        #: (None: none has requests and room), and whether requests wait in its slots.
         self._due: list[float | None] = [None] * self.shards
         self._slots_wait = [False] * self.shards
         #: After each shard's last pop: the requests waiting there (intake and slots).
         self._waiting_seen: list[int | None] = [None] * self.shards
-        #: A move from an intake into the slots' home shards (a cluster's, crawl-wide)
-        #: whose pushes or whose end may not have run: its shard, pushes and entries,
-        #: sent again (the same push numbers) before the next move.
+        #: A cluster's intake move whose pushes or end may not have run: (shard, pushes,
+        #: entries), sent again with the same push numbers before the next move.
         self._unfinished_move: tuple[int, list[tuple[Any, ...]], list[bytes]] | None = None
-        #: An unfiltered push whose reply did not come (see push_many): its entries, and
-        #: their arguments by home shard.
+        #: An unfiltered push whose reply did not come (push_many): entries, args by home.
         self._unanswered_slot_push: tuple[list[Any], dict[int, list[Any]]] | None = None
         self._move_number = 0
 
     @property
     def next_due(self) -> float | None:
-        """Seconds until a pop may take more, the next slot (of any shard) being then
-        within the horizon; None: no slot has requests and room, as the last pops saw."""
+        """Seconds until the next slot is within the horizon; None: none has work and room."""
         dues = [due for due in self._due if due is not None]
         return max(0.0, min(dues) - time.monotonic()) if dues else None
 
     @property
     def waiting_seen(self) -> int | None:
-        """Requests waiting in the queue (not leased), as the last pops saw each shard;
-        None before the first pop has answered."""
+        """Requests waiting (not leased) as the last pops saw each shard; None before any."""
         seen = [n for n in self._waiting_seen if n is not None]
         return sum(seen) if seen else None
 
@@ -171,24 +133,20 @@ class LeasedQueue(PriorityQueue):
         return any(self._slots_wait)
 
     def home(self, name: str) -> int:
-        """The shard that keeps download slot ``name`` (keys.slot_name): its requests,
-        state and leases (a cluster's shards spread the slots; one node: shard 0)."""
+        """The shard keeping slot ``name`` 's requests, state and leases (0 unless crawl-wide)."""
         return slots.home_shard(name, self.shards) if self.policy.crawl_wide else 0
 
     # -- the filter's side: its check-and-add queues into the slots ----------------------
 
     def sink_entry(self, request: Request) -> tuple[int, bytes, str, int, int]:
-        """What the filter's script queues for ``request`` (frontier/sink.lua): its score
-        and bytes, its download slot's name and limits (asked of Scrapy's downloader
-        here, on the reactor's thread, as Scrapy's own scheduler would)."""
+        """What sink.lua queues for ``request``: score, bytes, slot name and limits (asked of
+        Scrapy's downloader here, on the reactor's thread, as Scrapy's scheduler would)."""
         score, member = self.entry(request)
         limits = self.policy.of(request)
         return score, member, keys.slot_name(limits.slot), limits.concurrency, limits.delay_ms
 
     def sink_item(self, shard: int, entry: Any) -> tuple[Any, ...]:
-        """Straight into the slot's list; into the intake only on a Redis Cluster in
-        ``"crawl"`` mode when the slot's home is not filter shard ``shard`` (a pop
-        moves it there: :meth:`sort`)."""
+        """Into the slot's list, or the intake if :attr:`moves` and its home is not ``shard``."""
         score, member, name, concurrency, delay = entry
         if self.moves and self.home(name) != shard:
             return ("", score, "", "", member)
@@ -196,17 +154,14 @@ class LeasedQueue(PriorityQueue):
 
     @property
     def moves(self) -> bool:
-        """Whether the filter's script may queue into an intake (a Redis Cluster in
-        ``"crawl"`` mode), which a pop then moves into the slots' home shards."""
+        """Whether the filter may queue into an intake (a cluster in ``"crawl"`` mode)."""
         return self.policy.crawl_wide and self.shards > 1
 
     # -- the intake into the slots ------------------------------------------------------
 
     def sort(self, batches: int = SORT_BATCHES, shard: int = 0) -> int:
-        """Move up to ``batches`` batches of ``shard`` 's intake into its slots
-        (highest priority first); returns how many this call moved (another worker's
-        move of the same entries moves none of them twice). An entry that does not
-        decode is retired (``bloomdupe failed``), as a pop's is."""
+        """Move up to ``batches`` batches of ``shard`` 's intake into its slots, best first;
+        returns how many moved (none twice). Undecodable entries are retired."""
         if self.moves:
             return self._move(batches, shard)
         k, looked, moved = self.k[shard], 0, 0
@@ -233,9 +188,8 @@ class LeasedQueue(PriorityQueue):
 
     def _slot_args(self, pairs: list[tuple[bytes, int]], robots: list[dict[Any, Any]]
                    ) -> tuple[dict[int, list[Any]], list[Bad]]:
-        """slot_push.lua's arguments for intake entries (``(entry, score)`` s), by the
-        home shard of each one's slot (its delay at least its robots.txt Crawl-delay,
-        from each shard's ``robots``); and those that do not decode."""
+        """slot_push.lua's arguments for ``(entry, score)`` s by home shard (delay at least the
+        slot's robots.txt Crawl-delay), and the entries that do not decode."""
         by_home: dict[int, list[Any]] = {}
         bad: list[Bad] = []
         for member, score in pairs:
@@ -253,13 +207,10 @@ class LeasedQueue(PriorityQueue):
         return by_home, bad
 
     def _move(self, batches: int, shard: int) -> int:
-        """A cluster's move of ``shard`` 's intake into the slots' home shards, three
-        round trips a batch: ``slot_claim.lua`` takes the entries out of the intake
-        into this worker's lease list (counted as leased: a dead worker's go back to
-        the intake with its leases), ``slot_push.lua`` pushes each home's share (a
-        push number each: a retry pushes nothing twice), and ``slot_ack.lua`` ends the
-        move. A worker killed between a push and the end leaves its entries to be
-        moved again (fetched twice, never lost)."""
+        """A cluster's move of ``shard`` 's intake to the slots' home shards: ``slot_claim.lua``
+        leases a batch to this worker (back to the intake if it dies), ``slot_push.lua`` pushes
+        each home's share (numbered: never twice), ``slot_ack.lua`` ends the move. A kill in
+        between moves them again, never loses them."""
         self._finish_move()
         k, looked, moved = self.k[shard], 0, 0
         robots: list[dict[Any, Any]] = []
@@ -309,14 +260,9 @@ class LeasedQueue(PriorityQueue):
     # -- a layout an earlier build left ------------------------------------------------
 
     def migrate(self) -> Migrated:
-        """One-shot, at a worker's start: move what an earlier build left where this one
-        does not queue into the download slots. The sorted-set layout (2026-11-27):
-        the leases in each shard's lease hash of workers stopped for the lease timeout
-        go back (``reap.lua``; a live one's stay, given back when it stops), then its
-        requests, pickled, wait in the shards' sorted sets; the intake layout (format
-        2): requests wait in the same sorted sets. Each is moved into its slot
-        (:meth:`sort`: safe to repeat, and two workers never move one twice); one that
-        does not decode is retired (``bloomdupe failed``)."""
+        """One-shot, at a worker's start: move into the slots what an earlier layout left:
+        stopped workers' leases in the old lease hash (``reap.lua``; a live one's when it
+        stops), then the shards' sorted sets (:meth:`sort`)."""
         back, moved = 0, 0
         for shard, k in enumerate(self.k):
             if self.link.call("HLEN", self._leases[shard]):
@@ -332,10 +278,8 @@ class LeasedQueue(PriorityQueue):
     # -- popping -------------------------------------------------------------------------
 
     def _pop_from(self, shard: int, count: int) -> list[Lease]:
-        """Lease up to ``count`` requests from ``shard`` 's slots that may go now
-        (moving its intake's first), sending the pending acks of its master in the same
-        round trip. Sets :attr:`next_due` and :attr:`slots_waiting`. (The shard is the
-        next in turn: :meth:`~.queue.PriorityQueue.pop_leases`.)"""
+        """Lease up to ``count`` requests from ``shard`` 's slots (its intake moved first),
+        with its master's pending acks. Sets :attr:`next_due` and :attr:`slots_waiting`."""
         leases: list[Lease] = []
         for _ in range(2):
             if self._intake_seen[shard]:
@@ -363,8 +307,7 @@ class LeasedQueue(PriorityQueue):
                k.defaults, k.waiting, self.owner, number, count, k.prefix,
                repr(self.policy.jitter), seed, round(self.horizon * 1000), freed,
                *self._jitters)
-        # The acks of other masters of a cluster wait for a round trip that goes there.
-        commands = self._ack_commands(self.link.reaches([pop]))
+        commands = self._ack_commands(self.link.reaches([pop]))  # acks bound for this master only
         if not self._defaults_sent[shard]:
             defaults = self.policy.defaults()
             commands.append(("HSET", k.defaults, "conc", defaults.concurrency,
@@ -402,8 +345,7 @@ class LeasedQueue(PriorityQueue):
         return leases
 
     def _retire_leased(self, shard: int, bad: list[Bad]) -> None:
-        """Entries a pop took that do not decode: recorded as failed, then acked (their
-        slots' room comes back). A crash in between records one twice, never loses it."""
+        """Record undecodable leased entries as failed, then ack them (a crash repeats one)."""
         retired, round_trips = undecodable.retire_round_trips(
             serializer=self.serializer, tag=self.tag, shard=shard, same_slot=False,
             script=self._scripts["retire"].sha, limit=self.failed_limit, where="lease",
@@ -415,9 +357,8 @@ class LeasedQueue(PriorityQueue):
             self._retired.extend(retired)
 
     def status(self) -> tuple[int, int]:
-        """(requests waiting, requests leased) over every shard, in one round trip, each
-        counter checked against the lists it counts where it would keep the crawl open
-        (``slot_count.lua``): the crawl's end rests on this."""
+        """(requests waiting, requests leased) over every shard, each counter checked against
+        its lists (``slot_count.lua``): the crawl's end rests on this."""
         replies = self.link.calls([
             ("EVALSHA", self._scripts["slot_count"].sha, 6, k.ready, k.waiting, k.leased,
              k.owners, k.intake, self._leases[i], keys.slot_held(self.tag, i, ""),
@@ -426,15 +367,11 @@ class LeasedQueue(PriorityQueue):
                 sum(int(leased) for _, leased, _ in replies))
 
     def rider_scripts(self) -> tuple[str, ...]:
-        """An ack is ``slot_ack.lua``: a check-and-queue's round trip that carries acks
-        loads it again where Redis lost it (the filter's link does not know the
-        queue's scripts otherwise)."""
+        """``slot_ack.lua``, which a check-and-queue carrying acks reloads where Redis lost it."""
         return (slots.ACK_SCRIPT,)
 
     def _ack_command(self, shard: int, fields: list[str]) -> tuple[Any, ...]:
-        # A field not held (none: every lease acked came from a pop) stays leased in
-        # Redis, and a reclaim puts it back: fetched twice at worst, never lost. (Called
-        # with the acks' lock held, too: lookups only.)
+        # A field not held stays leased until a reclaim (fetched twice, never lost). Lookups only.
         held = [self._held[field] for field in fields if field in self._held]
         k = self.k[shard]
         return ("EVALSHA", self._scripts["slot_ack"].sha, 3, k.ready, k.leased, k.defaults,
@@ -460,8 +397,7 @@ class LeasedQueue(PriorityQueue):
                                   k.prefix + name, k.defaults, k.prefix, name, until_ms))
 
     def robots_delay(self, slot: str, delay_ms: int) -> None:
-        """robots.txt asks for ``delay_ms`` between two requests of ``slot``: its
-        requests queued from now on get at least that delay, for every worker."""
+        """robots.txt's Crawl-delay ``delay_ms`` for ``slot``, for requests queued from now."""
         name = keys.slot_name(slot)
         self.link.call("HSET", self.k[self.home(name)].robots, name, int(delay_ms))
 
@@ -474,18 +410,14 @@ class LeasedQueue(PriorityQueue):
 
     def _slot_reap(self, shard: int, own: str, keep: list[str], *, dead: bool = True
                    ) -> tuple[Any, ...]:
-        """slot_reap.lua on ``shard``: the dead owners' leases (unless not ``dead``: a
-        timeout no heartbeat is that old) and ``own`` 's but ``keep``."""
+        """slot_reap.lua on ``shard``: the dead's leases (if ``dead``), ``own`` 's but ``keep``."""
         timeout, k = self.lease_timeout_ms if dead else NEVER_MS, self.k[shard]
         return ("EVALSHA", self._scripts["slot_reap"].sha, 6, k.ready, k.leased, k.owners,
                 k.defaults, k.waiting, k.intake, k.prefix, timeout, own, int(dead), *keep)
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
-        """As the default queue's, for the slots' leases (back at the head of their
-        slots' lists; the dead owners forgotten). The lease hash of the sorted-set layout
-        holds an earlier build's leases, given back by :meth:`migrate` at the start: a
-        worker of that build still live then has its own given back here (``reap.lua``)
-        once it stops, only where the hash holds any."""
+        """As the default queue's, for the slots' leases (back at their lists' head); an earlier
+        build's leases in the old lease hash come back once their worker stops (``reap.lua``)."""
         own = self.owner if release_own else ""
         commands = self._ack_commands()
         commands += [self._slot_reap(shard, own, []) for shard in range(self.shards)]
@@ -528,11 +460,9 @@ class LeasedQueue(PriorityQueue):
         return self._reclaimed([f for _, own, _ in replies for f in own])
 
     def push_many(self, requests: Any) -> None:
-        """Queue ``requests`` past the filter (``dont_filter``, a requeue) straight into
-        their slots' lists, one ``slot_push.lua`` a home shard (in ``"worker"`` mode
-        on a cluster, the shards in turn), retry-safe: called again with the same
-        requests after a failure, it reuses the push number, so a push that ran but
-        whose reply was lost is not done twice."""
+        """Queue ``requests`` past the filter (``dont_filter``, a requeue) into their slots,
+        one ``slot_push.lua`` a home shard. Retry-safe: called again with the same requests,
+        it reuses the push number, so a push whose reply was lost is not done twice."""
         entries = [self.sink_entry(request) for request in requests]
         if self._unanswered_slot_push is None or self._unanswered_slot_push[0] != entries:
             self._push_number += 1
@@ -559,11 +489,9 @@ class LeasedQueue(PriorityQueue):
 
 
 def claim_horizon(policy: SlotPolicy) -> float:
-    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the crawl's longest gap between
-    two starts of a slot (its delay, up to 1.5 times it with a jitter of 0.5), so that
-    the worker whose ack gives a slot its room back takes the slot's next request in the
-    same pop, whenever it may start (else every worker would wake to race for that
-    start)."""
+    """How far ahead a pop takes: :data:`CLAIM_AHEAD`, or the longest gap between a slot's
+    starts (delay times 1 + jitter), so the worker whose ack frees a slot takes its next
+    request in the same pop (else every worker would wake to race for it)."""
     if not policy.crawl_wide:
         return 0.0  # one slot without limits: everything it takes may start now
     limits = [policy.defaults(), *(policy.limits(slot) for slot in policy.per_slot)]
@@ -585,9 +513,7 @@ def _moving(element: bytes) -> tuple[bytes, int]:
 
 
 def _as_queued(value: bytes) -> bytes:
-    """A slot lease's value, ``<priority>[@<start>]|<slot>|<entry>``, in the default
-    queue's reply shape, ``<score>|<entry>`` (what :meth:`~.entry.Codec.decode_replies`
-    reads)."""
+    """A slot lease's ``<priority>[@<start>]|<slot>|<entry>`` as ``<score>|<entry>``."""
     head, _, rest = value.partition(b"|")
     entry = rest.partition(b"|")[2]
     return b"%d|%s" % (-int(head.partition(b"@")[0]), entry)

@@ -1,19 +1,12 @@
-"""Which download slot a request belongs to, and that slot's limits, as Scrapy's
-downloader reads them: what ``BLOOMDUPE_POLITENESS = "crawl"`` holds for the whole
-crawl (:mod:`.leased`).
+"""A request's download slot and its limits, as Scrapy's downloader reads them: what
+``BLOOMDUPE_POLITENESS = "crawl"`` holds crawl-wide (:mod:`.leased`).
 
-The slot key is Scrapy's own (``Downloader.get_slot_key``: the ``download_slot``
-meta, else the hostname; with ``CONCURRENT_REQUESTS_PER_IP`` the IP once Scrapy's DNS
-cache knows it), asked of the crawl's downloader when it runs. The limits are those a
-new slot of Scrapy's downloader gets: ``DOWNLOAD_SLOTS[key]``'s ``concurrency`` and
-``delay``, else ``CONCURRENT_REQUESTS_PER_IP`` (when set) or
-``CONCURRENT_REQUESTS_PER_DOMAIN``, and ``DOWNLOAD_DELAY`` (a spider's
-``download_delay`` attribute wins, as in Scrapy). Each delay varies at random by its
-jitter, as Scrapy's downloader varies it: ``DOWNLOAD_DELAY_JITTER`` (Scrapy 2.19; ``0.5``,
-Scrapy's default: 0.5x-1.5x), or ``RANDOMIZE_DOWNLOAD_DELAY`` (±50% or none) where it wins
-(set at a higher priority, or a Scrapy before 2.19), and a ``DOWNLOAD_SLOTS`` entry's own
-``jitter`` or ``randomize_delay``.
-"""
+The key is Scrapy's own (``Downloader.get_slot_key``: ``download_slot`` meta, the hostname,
+or the IP). Limits are a new Scrapy slot's: ``DOWNLOAD_SLOTS[key]``, else
+``CONCURRENT_REQUESTS_PER_IP`` or ``_PER_DOMAIN`` and ``DOWNLOAD_DELAY`` (the spider's
+``download_delay`` wins). The jitter is ``DOWNLOAD_DELAY_JITTER`` (Scrapy 2.19+), or
+``RANDOMIZE_DOWNLOAD_DELAY`` (±50% or none) where it wins by priority or on older Scrapy,
+or a ``DOWNLOAD_SLOTS`` entry's ``jitter`` or ``randomize_delay``."""
 
 from __future__ import annotations
 
@@ -29,16 +22,14 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
-#: Whether the installed Scrapy has ``DOWNLOAD_DELAY_JITTER`` (2.19 and later), and reads a
-#: ``DOWNLOAD_SLOTS`` entry's ``jitter``.
+#: Whether Scrapy has ``DOWNLOAD_DELAY_JITTER`` and a ``DOWNLOAD_SLOTS`` ``jitter`` (2.19+).
 SCRAPY_JITTER = hasattr(default_settings, "DOWNLOAD_DELAY_JITTER")
 
 
 @dataclass(frozen=True)
 class SlotLimits:
-    """A download slot's name and limits: requests in flight crawl-wide (0: none),
-    milliseconds between two starts, and how much each gap varies at random (0.5: the
-    delay times 0.5-1.5)."""
+    """A download slot's name and limits: requests in flight crawl-wide (0: no limit), ms
+    between two starts, and the random jitter of each gap (0.5: the delay times 0.5-1.5)."""
 
     slot: str
     concurrency: int
@@ -47,8 +38,7 @@ class SlotLimits:
 
 
 def default_jitter(settings: BaseSettings) -> float:
-    """The jitter of a slot that sets none, as Scrapy's downloader reads it: see the
-    module's docstring."""
+    """The jitter of a slot that sets none, as Scrapy reads it (see the module)."""
     randomize = settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0
     if not SCRAPY_JITTER or randomize > (settings.getpriority("DOWNLOAD_DELAY_JITTER") or 0):
         return 0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True) else 0.0
@@ -57,8 +47,7 @@ def default_jitter(settings: BaseSettings) -> float:
 
 
 def slot_jitter(own: dict[str, Any], default: float) -> float:
-    """A ``DOWNLOAD_SLOTS`` entry's jitter: its ``jitter`` (Scrapy 2.19), its
-    ``randomize_delay`` (±50% or none), else ``default``."""
+    """A ``DOWNLOAD_SLOTS`` entry's ``jitter``, or ``randomize_delay`` (±50%), or ``default``."""
     if SCRAPY_JITTER and "jitter" in own:
         return abs(float(own["jitter"]))
     if "randomize_delay" in own:
@@ -67,10 +56,8 @@ def slot_jitter(own: dict[str, Any], default: float) -> float:
 
 
 def per_site_limits(settings: BaseSettings, spider: Spider | None = None) -> list[str]:
-    """The per-site limits set (``NAME = value``): ``CONCURRENT_REQUESTS_PER_DOMAIN`` below
-    Scrapy's default, ``CONCURRENT_REQUESTS_PER_IP``, a ``DOWNLOAD_DELAY`` (or the
-    spider's ``download_delay``), ``DOWNLOAD_SLOTS``. Scrapy's downloader holds them in
-    one process: with ``BLOOMDUPE_POLITENESS = "worker"``, each worker on its own."""
+    """The per-site limits set (``NAME = value``), which in ``"worker"`` mode each worker holds
+    alone: a low ``CONCURRENT_REQUESTS_PER_DOMAIN``, ``_PER_IP``, a delay, ``DOWNLOAD_SLOTS``."""
     found = []
     domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
     if domain < default_settings.CONCURRENT_REQUESTS_PER_DOMAIN:
@@ -91,8 +78,7 @@ def per_site_limits(settings: BaseSettings, spider: Spider | None = None) -> lis
 class SlotPolicy:
     """Scrapy's slot key and limits for a request (see the module's docstring)."""
 
-    #: Whether the limits hold crawl-wide (``"crawl"``), or each worker's downloader
-    #: keeps them (``"worker"``: :class:`OneSlot`).
+    #: Whether the limits hold crawl-wide, or each worker's downloader has them (:class:`OneSlot`).
     crawl_wide = True
 
     def __init__(self, settings: BaseSettings, spider: Spider | None = None) -> None:
@@ -148,8 +134,8 @@ class SlotPolicy:
 
 
 class OneSlot(SlotPolicy):
-    """``BLOOMDUPE_POLITENESS = "worker"``: every request in one slot, :data:`ONE_SLOT`,
-    without limits (each worker's downloader keeps Scrapy's, as Scrapy alone does)."""
+    """``BLOOMDUPE_POLITENESS = "worker"``: every request in :data:`ONE_SLOT`, without limits
+    (each worker's downloader keeps Scrapy's)."""
 
     crawl_wide = False
 

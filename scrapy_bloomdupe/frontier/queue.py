@@ -1,24 +1,12 @@
 """The crawl's shared request queue: leased, sharded like the filter, safe to retry.
 
-A worker that takes a request from the queue does not remove it from Redis: it
-moves it into the shard's lease hash under its own name (its *owner* id), and
-deletes it from there (an *ack*) only once the work it started is safe (the
-scheduler decides when: the request's callback output is queued, or the
-request failed for good and was recorded). Each worker marks itself alive in
-every shard's owner set (a heartbeat, Redis's own clock); a worker that has
-not done so for ``lease_timeout`` seconds is dead, and any live worker puts
-its leases back in the queue (:meth:`PriorityQueue.reap`), without a second
-filter check. So a worker killed mid-crawl (OOM, preemption, ``kill -9``)
-loses nothing: what it held is fetched again by the others.
-
-Shards: on a Redis Cluster the queue is sharded like the filter (hash tags), so every
-master carries part of the pushes and pops; on one node (or a Sentinel master) it
-has one shard, 0. This class keeps its requests in sorted sets (the layout of
-2026-11-27, and the intake of :class:`~.leased.LeasedQueue`, the scheduler's queue,
-which keeps them in download slots' lists). A new request is queued by the script
-that checks it against the filter (``frontier/sink.lua``). Every call is safe to
-repeat after a lost reply: a pop carries this worker's pop number, an unfiltered
-push a push number; acks and heartbeats are idempotent.
+A pop moves a request into the shard's lease hash under this worker's *owner* id; an *ack*
+deletes it once its work is safe (output queued, or failure recorded). Workers heartbeat in
+every shard's owner set; one silent for ``lease_timeout`` seconds is dead and any live worker
+requeues its leases (:meth:`PriorityQueue.reap`), so a killed worker loses nothing. Sharded
+by hash tag on a cluster, one shard on one node; requests sit in sorted sets (the intake of
+:class:`~.leased.LeasedQueue`), queued by ``frontier/sink.lua``. Every call is safe to repeat
+after a lost reply: pops and pushes carry numbers, acks and heartbeats are idempotent.
 """
 
 from __future__ import annotations
@@ -61,23 +49,20 @@ class Lease:
     shard: int
     field: str
     request: Request
-    #: The client's master epoch when it was taken (:func:`~..transport.sentinel.master_epoch`):
-    #: a lease taken before a failover is not acked after it (its work may be lost
-    #: with the old master); :meth:`PriorityQueue.reclaim` puts it back instead.
+    #: Master epoch when taken (:func:`~..transport.sentinel.master_epoch`): a lease from
+    #: before a failover is not acked but requeued (:meth:`PriorityQueue.reclaim`).
     epoch: int = 0
-    #: How often this request's lease expired before (its holder stopped heartbeating).
+    #: How often this request's lease expired before.
     requeues: int = 0
-    #: Seconds after the pop's answer before it may start (crawl-wide politeness takes
-    #: a slot's next request ahead of its start: frontier/leased.py); 0: at once.
+    #: Seconds after the pop before it may start (crawl-wide politeness: frontier/leased.py).
     start_in: float = 0.0
 
 
 @dataclass(frozen=True)
 class Reclaimed:
-    """What :meth:`PriorityQueue.reclaim` put back in the queue, by why this worker no
-    longer held it."""
+    """What :meth:`PriorityQueue.reclaim` put back, by why this worker no longer held it."""
 
-    #: Acks dropped: the master changed (its epoch) since the lease was taken.
+    #: Acks dropped: the master changed since the lease was taken.
     failover: int = 0
     #: Leases of pops whose replies this worker never read (an error on the way).
     lost_pops: int = 0
@@ -90,13 +75,9 @@ class Reclaimed:
 
 
 class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
-    """scrapy-redis's priority queue, with leases, shards and retry-safe calls: the base
-    of the scheduler's :class:`~.leased.LeasedQueue`, and the sorted-set layout of the
-    queue an earlier build left. ``SCHEDULER_QUEUE_CLASS`` naming this class (or
-    ``scrapy_bloomdupe.cluster.PriorityQueue``, its old name) gets the scheduler's
-    :class:`~.leased.LeasedQueue`. ``tag`` is the filter's key (the shards'
-    hash tags), ``shards`` the filter's shard count; ``key`` (scrapy-redis's
-    ``SCHEDULER_QUEUE_KEY``) is used only when no ``tag`` is given."""
+    """scrapy-redis's priority queue with leases, shards and retry-safe calls; base of (and,
+    named in ``SCHEDULER_QUEUE_CLASS``, replaced by) :class:`~.leased.LeasedQueue`. ``tag``:
+    the filter's key; ``shards``: its shard count; ``key`` is used only without a ``tag``."""
 
     #: The queue's scripts, each a file in this package headed by its KEYS and ARGV.
     PUSH_SCRIPT = luascript.read(__package__, "push.lua")
@@ -113,11 +94,10 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                  lease_timeout: float = LEASE_TIMEOUT, wait_replicas: int = 0,
                  failed_limit: int = FAILED_LIMIT) -> None:
         super().__init__(server, spider, key, serializer)
-        #: What an entry of the queue is (frontier/entry.py): written and read by it.
+        #: Encodes and decodes the queue's entries (frontier/entry.py).
         self.codec = entry.Codec(self.serializer, spider)
         self.tag = tag or self.key
-        #: The filter's shard count; the queue's (:attr:`shards`) is the same on a
-        #: cluster and 1 on one node (see the module's docstring).
+        #: The filter's shard count; :attr:`shards` is the same on a cluster, 1 on one node.
         self.filter_shards = shards
         self.shards = shards if is_cluster(server) else 1
         self.lease_timeout_ms = max(1, round(lease_timeout * 1000))
@@ -126,7 +106,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.failed_limit = failed_limit
         #: This worker, as its leases name it.
         self.owner = secrets.token_hex(6)
-        #: The queue's round trips (and its WAIT): see :class:`~..transport.link.Link`.
+        #: The queue's round trips (and WAIT): :class:`~..transport.link.Link`.
         self.link = Link(server, wait_replicas=wait_replicas)
         self._scripts = {name: server.register_script(text) for name, text in (
             ("push", self.PUSH_SCRIPT), ("pop", self.POP_SCRIPT),
@@ -149,22 +129,18 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._waiting: list[int] = []
         #: Acks not yet sent, per shard: (field, epoch), sent with the next round trip.
         self._acks: dict[int, list[tuple[str, int]]] = {}
-        #: How many acks of each shard the last round trip carried (see _acks_sent), how
-        #: many of those were stale (dropped), how many ``HDEL`` s lead the round trip,
-        #: and the master epoch they were built for.
+        #: Acks per shard the last round trip carried, how many were stale (dropped), and
+        #: (leading ``HDEL`` count, master epoch they were built for).
         self._acks_carried: dict[int, int] = {}
         self._acks_stale = 0
         self._acks_built: tuple[int, int | None] = (0, None)
-        #: Acks are added from Scrapy's reactor while the calls run on the scheduler's
-        #: Redis thread (scheduling/jobs.py).
+        #: Acks come from Scrapy's reactor; calls run on the Redis thread (scheduling/jobs.py).
         self._acks_lock = threading.Lock()
-        #: Leases this worker's pops took (their replies came) and not acked since: the
-        #: field and its shard (see reclaim).
+        #: Leases taken by answered pops and not acked since: field -> shard (see reclaim).
         self._taken: dict[str, int] = {}
         #: Acks not sent because the master changed since their lease was taken.
         self.stale = 0
-        #: Their fields (until a reclaim puts them back), and those of the last round
-        #: trip's acks (see _ack_commands).
+        #: Their fields until a reclaim, and those of the last round trip (_ack_commands).
         self._stale_fields: set[str] = set()
         self._stale_built: list[str] = []
         #: Numbers of pops sent whose replies this worker never read (see reclaim).
@@ -175,8 +151,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     # -- the filter's side: the sink of its check-and-add ---------------------------
 
     def sink_keys(self, shard: int) -> list[str]:
-        """The keys of the queue shard (shard 0's on one node) where the filter's script
-        queues the new requests of filter shard ``shard`` (``frontier/sink.lua``)."""
+        """Keys of the queue shard where ``frontier/sink.lua`` queues filter shard ``shard``'s."""
         q = shard % self.shards
         return [self._queues[q], keys.ready(self.tag, q), keys.slot_defaults(self.tag, q),
                 keys.slot_waiting(self.tag, q), keys.slot_robots(self.tag, q)]
@@ -192,9 +167,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return ("", entry[0], "", "", entry[1])  # into the sorted set, by its score
 
     def merge_shards(self) -> int:
-        """On one node, move what the queue's other shards hold (a crawl queued by an
-        earlier version, one queue shard a filter shard) into shard 0; one script call,
-        at the worker's start. Returns how many requests and leases moved."""
+        """On one node, move other queue shards' entries (old layout) to shard 0; returns count."""
         if self.shards == self.filter_shards:
             return 0
         others = [name for i in range(1, self.filter_shards) for name in (
@@ -215,9 +188,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.push_many([request])  # without a filter check (dont_filter, a requeue)
 
     def push_many(self, requests: Sequence[Request]) -> None:
-        """Queue ``requests`` on one shard in one round trip, retry-safe: called again
-        with the same requests after a failure, it reuses the push number, so a push
-        that ran but whose reply was lost is not done twice."""
+        """Queue ``requests`` on one shard in one round trip. A retry with the same requests
+        reuses the push number, so a push whose reply was lost is not done twice."""
         args: list[Any] = []
         for request in requests:
             args.extend(self.entry(request))
@@ -235,12 +207,9 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return next((lease.request for lease in self.pop_leases(1)), None)
 
     def pop_leases(self, count: int) -> list[Lease]:
-        """Lease up to ``count`` requests from the next shard in turn, sending the pending
-        acks in the same round trip. When that shard is empty (a shallow queue), one
-        round trip of ``ZCARD`` s finds the shards that have requests, and only those
-        are tried, now and by the next pops until none is left: an idle worker costs
-        Redis one command a shard now and then, not a script call and a round trip a
-        shard."""
+        """Lease up to ``count`` requests from the next shard in turn, with the pending acks.
+        When it is empty, one round trip of ``ZCARD`` s finds the non-empty shards, which
+        this and later pops try first: an idle worker costs one cheap command a shard."""
         if self._pop_shard is not None:
             first = self._pop_shard
         elif self._waiting:
@@ -291,19 +260,15 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     # -- leases ----------------------------------------------------------------------
 
     def ack(self, leases: Iterable[Lease]) -> None:
-        """The work of these leases is safe: forget them (with the next round trip).
-
-        Not a lease taken before the master changed (a Sentinel failover): what its
-        work wrote may have gone to the old master, and be lost. It stays leased,
-        and :meth:`reclaim` puts it back in the queue (:attr:`stale` counts them)."""
+        """Their work is safe: delete the leases with the next round trip. One taken before a
+        failover (work maybe lost) is left for :meth:`reclaim` (:attr:`stale` counts them)."""
         with self._acks_lock:
             for lease in leases:
                 self._acks.setdefault(lease.shard, []).append((lease.field, lease.epoch))
                 self._taken.pop(lease.field, None)
 
     def pending_acks(self) -> int:
-        """Acks not yet known to be in Redis (waiting, or on their way): their leases
-        still count as this worker's if it dies now."""
+        """Acks not yet known to be in Redis: their leases are still this worker's."""
         with self._acks_lock:
             return sum(len(acks) for acks in self._acks.values())
 
@@ -315,8 +280,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._acks_sent()
 
     def heartbeat(self) -> None:
-        """Mark this worker alive in every shard, and send the pending acks; the replies
-        count the other live workers (:attr:`others_live`)."""
+        """Mark this worker alive in every shard, send pending acks; sets :attr:`others_live`."""
         commands = self._ack_commands()
         for shard, owners in enumerate(self._owners):  # shard 0's records the build too
             named = (owners, keys.builds(self.tag))[:2 if shard == 0 else 1]
@@ -327,10 +291,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.others_live = max(int(n) for n in replies[len(replies) - len(self._owners):])
 
     def reap(self, *, release_own: bool = False) -> list[tuple[int, Request]]:
-        """Put the leases of dead workers back in the queue (with ``release_own``, this
-        worker's own too: what it took and is giving back, not counted as a requeue).
-        Returns the dead workers' requests put back, each with how often its lease
-        has expired now."""
+        """Requeue dead workers' leases (with ``release_own`` this worker's too, not counted
+        as requeues). Returns the dead workers' requests, each with its expiry count."""
         own = self.owner if release_own else ""
         commands = self._ack_commands()
         for shard in range(self.shards):
@@ -348,17 +310,14 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return back
 
     def leave(self) -> bool:
-        """Leave the crawl (stop counting as one of its live workers); True when no other
-        live worker is left: then this one is the last, and may clear what is shared."""
+        """Stop counting as live; True when no other is left (then it may clear what is shared)."""
         (last,) = self._execute([("EVALSHA", self._scripts["leave"].sha, 1, self._owners[0],
                                   self.owner, self.lease_timeout_ms)])
         return bool(last)
 
     def reclaim(self, held: Iterable[Lease] = ()) -> Reclaimed:
-        """Put back in the queue this worker's leases in Redis that it does not hold
-        (neither taken by a pop whose reply came and not acked since, nor in ``held``):
-        after a failover, or a pop that failed on its way back; unclaimed, they would
-        keep the crawl open for ever. Returns how many went back, by why."""
+        """Requeue this worker's leases it does not hold (not from an answered pop, nor in
+        ``held``), which would keep the crawl open for ever. Returns counts by cause."""
         fields: dict[int, list[str]] = {}
         with self._acks_lock:
             taken = dict(self._taken)
@@ -375,8 +334,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
                                 for raw in reply])
 
     def _reclaimed(self, fields: list[Any]) -> Reclaimed:
-        """What a reclaim put back (its leases' ``fields``), by why this worker no longer
-        held each; the stale acks and unanswered pops it settled are forgotten."""
+        """Count a reclaim's ``fields`` by cause; forget the stale acks and lost pops."""
         failover = lost_pops = lost_acks = 0
         with self._acks_lock:
             for raw in fields:
@@ -417,11 +375,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def riders(self, reached: Callable[[tuple[Any, ...]], bool]
                ) -> tuple[list[tuple[Any, ...]], int | None]:
-        """The pending acks that ``reached`` says go where a check-and-queue's round trip
-        goes anyway (the filter sends them with it; see :class:`~..bloom.engine.RidingSink`),
-        and the master epoch they were built for. Only acks already pending ride: a page
-        is acked once its output's check-and-queue has answered, so never in the round
-        trip that queues its links."""
+        """Pending acks that ``reached`` lets ride a check-and-queue's round trip, and their
+        epoch (:class:`~..bloom.engine.RidingSink`); never a page's own links' round trip."""
         commands = self._ack_commands(reached)
         return commands, self._acks_built[1]
 
@@ -434,9 +389,8 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
 
     def _ack_commands(self, reached: Callable[[tuple[Any, ...]], bool] | None = None
                       ) -> list[tuple[Any, ...]]:
-        """``HDEL`` s of the pending acks (only of shards whose ``HDEL`` is ``reached``),
-        leading the round trip; an ack is sent only to the master its lease was taken
-        from (the round trip is bound to it: see :meth:`_execute`)."""
+        """``HDEL`` s of the pending acks (of shards ``reached``), leading the round trip;
+        only to the master the lease came from (see :meth:`_execute`)."""
         epoch = master_epoch(self.server)
         commands: list[tuple[Any, ...]] = []
         with self._acks_lock:
@@ -470,18 +424,13 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self._acks_carried, self._acks_stale, self._acks_built = {}, 0, (0, None)
 
     def send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Commands of this worker's own (a failure record) in one round trip on the
-        queue's link, with its ``WAIT`` if the crawl waits for replicas; an error reply
-        is raised."""
+        """Send ``commands`` in one round trip on the queue's link, with its ``WAIT``; raises."""
         return self._execute(list(commands), acks=False)
 
     def _execute(self, commands: list[tuple[Any, ...]], *, acks: bool = True) -> list[Any]:
-        """One round trip (scripts flushed from Redis are loaded again by the link, which
-        repeats it: every command in it is safe to repeat); an error reply is raised.
-        Its leading acks (:meth:`_ack_commands`) were built for one master: when the
-        client has moved to another (a Sentinel failover) they are built again, without
-        the acks of leases taken from the old one. Callers read replies from the end.
-        ``acks``: the round trip starts with :meth:`_ack_commands` (built just now)."""
+        """One round trip, repeatable (the link reloads flushed scripts and repeats it); an
+        error reply is raised. With ``acks``, it leads with :meth:`_ack_commands`, rebuilt
+        without the old master's leases if the client failed over. Read replies from the end."""
         if not acks:
             replies = self.link.execute(commands)
         else:
@@ -501,8 +450,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         return replies
 
     def adopt(self, legacy: str, batch: int = 500) -> int:
-        """Take over the requests waiting in a scrapy-redis queue at ``legacy``, past the
-        filter (see :func:`.adopt.take_over`); returns how many moved."""
+        """Adopt the scrapy-redis queue at ``legacy`` (:func:`.adopt.take_over`); returns count."""
         return adopt.take_over(self.link, legacy, self._queue_batch, batch)
 
     def _queue_batch(self, entries: list[tuple[int, Any]]) -> None:
@@ -514,15 +462,12 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
     # -- ending ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Give back what this worker took and did not hand out; forget its records.
-
-        The scheduler acks every request whose work is done before this."""
+        """Give back what this worker holds (finished work is acked first); forget its records."""
         self.reap(release_own=True)
         self.forget()
 
     def forget(self) -> None:
-        """Take this worker's name out of the owner sets and delete its push records
-        (alone: a worker leaving a crawl whose state is gone)."""
+        """Remove this worker from the owner sets and delete its push records."""
         commands: list[tuple[Any, ...]] = []
         for shard in range(self.shards):  # in one round trip (one a master on a cluster)
             commands += [("ZREM", self._owners[shard], self.owner),
@@ -531,8 +476,7 @@ class PriorityQueue(RedisQueueBase):  # type: ignore[misc]
         self.link.close()
 
     def detach(self) -> None:
-        """Let go of the connection without a word to Redis (a worker stopped on an
-        error: what it holds comes back after the lease timeout)."""
+        """Drop the connection silently (on an error: leases come back after the timeout)."""
         self.link.close()
 
     def clear(self, report_ttl: float = 0) -> None:
@@ -546,24 +490,19 @@ def pop_number(field: str) -> int:
 
 
 def join(client: Redis | RedisCluster, tag: str, member: str) -> None:
-    """Count ``member`` (a worker on a scrapy-redis queue class, which does not
-    heartbeat) as one of the crawl's workers until it :func:`leave` s, or for a day
-    (one that never left, killed, stops counting then)."""
+    """Count ``member`` (a scrapy-redis worker: no heartbeat) live until it leaves, or a day."""
     client.zadd(keys.owners(tag, 0), {member: time.time() * 1000 + JOINED_MS})
 
 
 def leave(client: Redis | RedisCluster, tag: str, member: str, lease_timeout_ms: int) -> bool:
-    """``member`` leaves the crawl tagged ``tag``; True when no other live worker is left
-    in it (see :meth:`PriorityQueue.leave`)."""
+    """``member`` leaves; True when no other live worker is left (:meth:`PriorityQueue.leave`)."""
     script = client.register_script(PriorityQueue.LEAVE_SCRIPT)
     return bool(script(keys=[keys.owners(tag, 0)], args=[member, lease_timeout_ms]))
 
 
 def clear(target: Redis | RedisCluster | Link, tag: str, shards: int, ttl: float = 0) -> None:
-    """Delete the queue tagged ``tag`` (the filter's key) of ``shards`` shards, whoever
-    made it (either layout): waiting requests, leases, owners, push records, the format
-    and builds records, failed requests (with ``ttl``, a finished crawl's report: they
-    expire in ``ttl`` seconds); through ``target``'s link (a crawl's: its last job)."""
+    """Delete the queue tagged ``tag`` (either layout) on ``shards`` shards, through
+    ``target``'s link; with ``ttl``, the failed requests (the report) expire instead."""
     with link_to(target) as link:
         names = [keys.queue_format(tag), keys.builds(tag)] + ([] if ttl else [keys.failed(tag)])
         for shard in range(shards):
@@ -581,8 +520,7 @@ def clear(target: Redis | RedisCluster | Link, tag: str, shards: int, ttl: float
 
 def shard_status(target: Redis | RedisCluster | Link, tag: str, shards: int
                  ) -> list[tuple[int, int]]:
-    """(requests waiting, requests leased) of each shard of the queue tagged ``tag``
-    (the filter's key), in one round trip of ``target``'s link. Reads only."""
+    """(waiting, leased) of each shard of the queue tagged ``tag``, in one round trip."""
     with link_to(target) as link:
         replies = link.calls([
             command for shard in range(shards)

@@ -1,18 +1,10 @@
 """Whether a request can be stored in the shared queue, and if not, what in it cannot.
 
-A request in a shared queue is serialized (:mod:`.entry`): Scrapy's
-``Request.to_dict(spider=...)``, its fields through ``SCHEDULER_SERIALIZER``
-(pickle by default). So its callback and errback must be methods of the spider (a lambda,
-a module-level function or another object's method has no name to store), and
-every ``meta`` and ``cb_kwargs`` value must serialize (a lock, a socket, a
-generator do not). Such a request costs only itself: the scheduler reports it
-(one ERROR) and queues the rest of the output it came with.
-
-Serializing every new request before it is checked against the filter costs
-about 12.7 µs a request here (Scrapy 2.19, pickle), about what its fingerprint
-costs; the queue needs those bytes anyway, and only so can a request that
-cannot be stored be kept out of the filter.
-"""
+A queued request is serialized (:mod:`.entry`: ``Request.to_dict(spider=...)`` through
+``SCHEDULER_SERIALIZER``), so its callback and errback must be spider methods and its
+``meta`` and ``cb_kwargs`` values serializable. Such a request costs only itself: one ERROR,
+and the rest of its output is queued. Each new request is serialized before the filter
+check, so one that cannot be stored is kept out of the filter."""
 
 from __future__ import annotations
 
@@ -30,8 +22,7 @@ ADVICE = ("a request in a shared queue must be serializable: give it a callback 
 
 def entries(encode: Callable[[Request], Any], requests: Sequence[Request]
             ) -> tuple[list[Any], list[tuple[int, Exception]]]:
-    """Each request's queue entry (``encode(request)``; None where it failed), and the
-    failures as (index, error)."""
+    """Each request's entry (None where ``encode`` failed), and the failures (index, error)."""
     out: list[Any] = []
     failures: list[tuple[int, Exception]] = []
     for i, request in enumerate(requests):

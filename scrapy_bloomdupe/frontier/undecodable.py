@@ -1,15 +1,11 @@
 """Queue entries that cannot be turned back into requests, and their retirement.
 
-An entry is decoded on its own when a pop takes it (or a reap puts it back):
-the serializer's ``loads`` (``SCHEDULER_SERIALIZER``, pickle by default), then
-Scrapy's ``request_from_dict`` with the spider. Either can fail for good: a
-deploy renamed the callback or errback an entry names, removed a request
-class, changed the serializer, or the bytes are not a request at all. Such an
-entry is never going to decode by itself, so it is *retired*: moved, raw, with
-the reason, to the failed requests' record (``bloomdupe failed``; ``--requeue``
-queues it again once the spider can decode it), and taken out of the lease hash
-(or the queue), so that no lease timeout or reclaim brings it back. The
-requests leased with it go on.
+An entry is decoded on its own when a pop takes it (or a reap puts it back). Decoding can fail
+for good (a deploy renamed a callback, removed a request class, changed the serializer, or the
+bytes are not a request), so such an entry is *retired*: moved, raw, with the reason, to the
+failed requests' record (``bloomdupe failed``; ``--requeue`` queues it again once it can be
+decoded), and taken out of the lease hash (or the queue) so no lease timeout or reclaim brings
+it back. The requests leased with it go on.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ URL_IN_BYTES = re.compile(rb"https?://[\x21-\x7e]+")
 
 @dataclass(frozen=True)
 class Retired:
-    """An entry retired: what could be read of it, and why it cannot be decoded (the
-    record's reason, and the error alone)."""
+    """An entry retired: what could be read of it, and why not decoded (reason, error alone)."""
 
     url: str
     method: str
@@ -40,8 +35,7 @@ class Retired:
 
 
 def stored(member: bytes) -> bytes:
-    """What the record keeps of a queued member: its serialized bytes (a requeue starts
-    its count afresh), or the whole member when it cannot be split."""
+    """What the record keeps of a queued member: its entry (requeue count dropped), or all of it."""
     try:
         return entry.split_requeues(member)[1]
     except ValueError:
@@ -49,10 +43,8 @@ def stored(member: bytes) -> bytes:
 
 
 def readable(serializer: Any, payload: bytes) -> tuple[str, str]:
-    """The URL and method of an entry that cannot be decoded, as far as they can be
-    read: from the serializer's dict (when only ``request_from_dict`` failed), from a
-    JSON one (another serializer's), else the first URL in the bytes; ``""`` where
-    none is found."""
+    """The URL and method of an entry that cannot be decoded, as far as readable: from the
+    serializer's dict, a JSON one, else the first URL in the bytes; ``""`` where none is found."""
     compact = entry.peek(serializer, payload)
     if compact is not None:
         return compact
@@ -75,17 +67,15 @@ def reason(error: str) -> str:
 def retire_round_trips(*, serializer: Any, tag: str, shard: int, same_slot: bool,
                        script: str, limit: int, where: str, bad: Sequence[entry.Bad]
                        ) -> tuple[list[Retired], list[list[tuple[Any, ...]]]]:
-    """What retiring ``bad`` (entries of queue shard ``shard`` of the crawl ``tag``)
-    logs, and the round trips that do it, in order. ``where``: ``"lease"`` (a pop's
-    entries, in the lease hash) or ``"queued"`` (a reap's, back in the queue).
+    """What retiring ``bad`` (entries of queue shard ``shard`` of crawl ``tag``) logs, and the
+    round trips that do it, in order. ``where``: ``"lease"`` (a pop's entries, in the lease
+    hash) or ``"queued"`` (a reap's, back in the queue).
 
-    ``same_slot`` (one node; shard 0 of a cluster): one call of ``script``
-    (retire.lua), which records an entry only if it removed it: safe to repeat after a
-    lost reply, and an entry another worker took meanwhile is left to it (its reply
-    says which it retired: only those are to be logged). Else (the
-    record is in shard 0's slot, on another master) the record goes first, then the
-    removal: a crash or a retry in between records an entry twice (a requeue of both
-    queues it once: the same member), never loses it."""
+    ``same_slot`` (one node; shard 0 of a cluster): one call of ``script`` (retire.lua), which
+    records an entry only if it removed it: safe to repeat after a lost reply, and an entry
+    another worker took meanwhile is left to it (its reply says which it retired: log those).
+    Else (the record on another master) the record goes first, then the removal: a crash or
+    retry in between records an entry twice (a requeue of both queues it once), never loses it."""
     retired: list[Retired] = []
     rows: list[tuple[str | bytes, str, str, str, int, bytes]] = []
     for ident, score, member, error in bad:

@@ -1,14 +1,9 @@
-"""The crawl's end, as one worker sees it: it stays open while the shared queue has
-requests or any worker holds a lease (its page may still yield more), and closes
-("finished") once the queue has been empty with no lease held for the grace period
-(``BLOOMDUPE_DONE_GRACE``, or ``SCHEDULER_IDLE_BEFORE_CLOSE`` when longer).
-
-Scrapy's public ``spider_idle`` signal asks (:meth:`CrawlEnd.spider_idle`); no Redis
-call is made there: it acts on a look at the shared queue taken by a job on the
-scheduler's runner (:meth:`CrawlEnd.look_job`), and an idle worker polls (backing off
-from :data:`IDLE_POLL` to :data:`MAX_IDLE_POLL`) rather than wait
-for the engine's 5 s heartbeat.
-"""
+"""The crawl's end as one worker sees it: it stays open while the shared queue has requests
+or any worker holds a lease (its page may yield more), and closes ("finished") once the queue
+has been empty with no lease held for the grace period (``BLOOMDUPE_DONE_GRACE``, or
+``SCHEDULER_IDLE_BEFORE_CLOSE`` if longer). ``spider_idle`` makes no Redis call: it acts on a
+look taken by a job (:meth:`CrawlEnd.look_job`); an idle worker polls (:data:`IDLE_POLL` to
+:data:`MAX_IDLE_POLL`) rather than wait for the engine's 5 s heartbeat."""
 
 from __future__ import annotations
 
@@ -39,21 +34,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: How often an idle worker looks at the shared queue again (seconds), at first; it backs
-#: off, doubling, to MAX_IDLE_POLL while it finds nothing to do.
+#: How often an idle worker looks at the queue again (s), doubling up to MAX_IDLE_POLL.
 IDLE_POLL = 0.5
 MAX_IDLE_POLL = 2.0
 
 
 @dataclass(frozen=True)
 class Look:
-    """What an idle worker's look at the shared queue found (see
-    :meth:`CrawlEnd.look_job`)."""
+    """What an idle worker's look at the shared queue found (:meth:`CrawlEnd.look_job`)."""
 
     queued: int
     leased: int
-    #: Whether the filter was found still there, unchanged (asked once the queue was
-    #: seen empty before).
+    #: Whether the filter was found unchanged (asked once the queue was seen empty before).
     verified: bool
     #: The work count when the look was asked (see :meth:`CrawlEnd.busy`).
     work: int
@@ -62,13 +54,10 @@ class Look:
 
 
 class CrawlEnd:
-    """Whether this worker stays or the crawl is done. ``path`` gives the queue and
-    where the Redis work runs; ``leases`` is this worker's (:class:`.leases.Leases`);
-    ``upkeep`` the leased queue's heartbeat and reaps (None on a scrapy-redis queue);
-    ``signals`` the crawler's (the idle round it runs, see :meth:`_after_poll`);
-    ``engine`` gives Scrapy's engine (asked only during a crawl);
-    ``done_grace`` is the grace period (s).
-    ``clock`` and ``later`` are the time and the delayed calls."""
+    """Whether this worker stays or the crawl is done. ``path``: the queue and where Redis
+    work runs; ``leases``: this worker's; ``upkeep``: heartbeat and reaps (None on a
+    scrapy-redis queue); ``signals``, ``engine``: the crawler's; ``done_grace``: the grace
+    period (s); ``clock``, ``later``: the time and delayed calls."""
 
     def __init__(self, path: RequestPath, leases: Leases, *, upkeep: LeaseUpkeep | None,
                  signals: SignalManager, engine: Callable[[], ExecutionEngine],
@@ -81,9 +70,7 @@ class CrawlEnd:
         self.upkeep = upkeep
         self.signals = signals
         self._engine = engine
-        #: Seconds the shared queue must stay empty, with no lease held, before this
-        #: worker closes: ``BLOOMDUPE_DONE_GRACE``, or scrapy-redis's
-        #: ``SCHEDULER_IDLE_BEFORE_CLOSE`` when it is longer.
+        #: Seconds the queue must stay empty, no lease held, before closing (see the module).
         self.done_grace = done_grace
         self._clock = clock
         self._later = later
@@ -96,8 +83,7 @@ class CrawlEnd:
         self.idle_poll = IDLE_POLL
         self._idle_since: float | None = None
         self._waiting_for: str | None = None
-        #: True while this worker sees the crawl done: the queue empty, no lease held,
-        #: for the grace period of its current idle spell (any work seen ends it).
+        #: Whether this idle spell has seen the crawl done for the grace period.
         self.crawl_done = False
         self._done_logged = False
 
@@ -122,10 +108,8 @@ class CrawlEnd:
     # -- spider_idle --------------------------------------------------------------------
 
     def spider_idle(self, spider: Spider) -> None:
-        """This worker has nothing to do: stay while the crawl may still make work
-        (Scrapy's ``spider_idle`` signal; raises ``DontCloseSpider`` to stay). No Redis
-        call here: it acts on a look at the shared queue taken by a job (the idle poll's,
-        or one it asks for, see :meth:`_take_look`)."""
+        """Scrapy's ``spider_idle``: raise ``DontCloseSpider`` while the crawl may still make
+        work. No Redis call: it acts on a look taken by a job (:meth:`_take_look`)."""
         failed = self.leases.failed
         if self.path.enqueuing or (failed is not None and failed.pending):
             # A request's check or a failure's record is on its way: its lease is held.
@@ -148,10 +132,8 @@ class CrawlEnd:
         self._crawl_is_done(now - self._idle_since, spider)
 
     def _take_look(self) -> Look | None:
-        """The look this idle round acts on: the idle poll's that runs it, or else one
-        asked now, as a job. A job answered at once (outside a crawl, where no runner
-        runs) is acted on here; one answered later runs the idle round as the idle
-        poll's answer does (:meth:`_after_poll`), and None is returned meanwhile."""
+        """The look this idle round acts on: the idle poll's, else one asked now as a job; None
+        while that is on its way (its answer runs the idle round: :meth:`_after_poll`)."""
         look, self._look = self._look, None
         if look is not None and look.work == self._work:
             return look
@@ -171,8 +153,7 @@ class CrawlEnd:
         return answer[0] if answer else None
 
     def _crawl_is_done(self, idle: float, spider: Spider) -> None:
-        """The shared queue has been empty, with no lease held, for ``idle`` seconds:
-        the grace is over, and this worker may close."""
+        """The queue has been empty, no lease held, for ``idle`` s: this worker may close."""
         self.crawl_done = True
         if not self._done_logged:  # once an idle spell: a spider kept open comes back here
             self._done_logged = True
@@ -193,9 +174,8 @@ class CrawlEnd:
         raise DontCloseSpider
 
     def look_job(self) -> Callable[[], Look]:
-        """An idle worker's look at the shared queue, a job: put dead workers' leases back
-        when due, count what is queued and leased, and, once the queue was seen empty
-        before (or with no grace), check that the filter is still there."""
+        """An idle worker's look, a job: reap when due, count what is queued and leased, and,
+        once the queue was seen empty (or with no grace), check the filter is still there."""
         reap = self.upkeep is not None and self.upkeep.reap_due()
         verify = self._idle_since is not None or self.done_grace <= 0
         work = self._work
@@ -203,8 +183,7 @@ class CrawlEnd:
         leased_queue = self.path.leased
 
         def look() -> Look:
-            # The pending acks go first (with the reap when it is due): the leases
-            # counted below must not include this worker's finished ones.
+            # Acks go first (with a due reap): the count must not hold our finished leases.
             back: list[tuple[int, Request]] = call(self.queue.reap) if reap else []
             if not reap and leased_queue:
                 call(self.queue.send_acks)
@@ -228,8 +207,7 @@ class CrawlEnd:
 
     def wake_later(self, delay: float | None = None, *, at_most: float = MAX_IDLE_POLL
                    ) -> None:
-        """Look at the shared queue again in ``delay`` seconds (by default the idle poll,
-        which then backs off; ``at_most``: no later than that)."""
+        """Look again in ``delay`` s (default: the idle poll, backing off; at most ``at_most``)."""
         if self._wakeup is None and self.jobs.crawling:
             if delay is None:
                 delay = min(self.idle_poll, at_most)
@@ -237,11 +215,8 @@ class CrawlEnd:
             self._wakeup = self._later(delay, self._wake)
 
     def _wake(self) -> None:
-        """An idle engine asks its scheduler again only on its 5 s heartbeat. Look now:
-        requests another worker queued are leased and one is handed to
-        ``engine.crawl`` (Scrapy's public way to wake the engine, which then asks
-        the scheduler's ``next_request``); with none, Scrapy's idle round is run, as the
-        engine runs it, so that this worker stays or closes without waiting 5 s."""
+        """Look now, not on the idle engine's 5 s heartbeat: lease what others queued and hand
+        one to ``engine.crawl`` (which wakes the engine), or with none run Scrapy's idle round."""
         self._wakeup = None
         if self.leases.filling:  # a pop is on its way: look once it is in
             self.wake_later()
@@ -284,15 +259,9 @@ class CrawlEnd:
         deferred_from_coro(engine.close_spider_async(reason=reason))
 
     def idle_missed(self) -> None:
-        """A fill or a check on the runner is over, and the scheduler's
-        ``has_pending_requests`` said yes while it was on its way. The engine looks
-        whether it is idle (and sends ``spider_idle``) only right after it asks for a
-        request, and asks only when a download or callback ends or on its 5 s heartbeat;
-        that ask starts a fill, whose answer comes after the look. Without a middleware
-        that acks, a page's lease is held until ``spider_idle`` (see Leases.settle), so
-        no idle poll was due either (see the scheduler's ``next_request``) and the worker
-        never closed. If the engine is idle now, the idle round it missed runs here (the
-        idle poll, at once)."""
+        """A fill or check ended after ``has_pending_requests`` said yes: the engine checks for
+        idleness only right after asking (before the fill's answer) and, leases being held until
+        ``spider_idle``, no idle poll was due, so it would never close. Run the missed round."""
         if self._wakeup is not None or self.leases.buffer or self.leases.filling \
                 or self.path.enqueuing or self.jobs.failed():
             return
@@ -308,9 +277,8 @@ class CrawlEnd:
     # -- closing ------------------------------------------------------------------------
 
     def done_now(self) -> bool:
-        """Whether the crawl is done at this moment (for ``SCHEDULER_PERSIST`` off): this
-        worker's current idle spell saw it done for the grace period, and the shared
-        queue is still empty with no lease held (this worker's acks sent first)."""
+        """Whether the crawl is done now (``SCHEDULER_PERSIST`` off): seen done for the grace
+        period, and the queue still empty with no lease held (our acks sent first)."""
         if not self.crawl_done:
             return False
         if not self.path.leased:

@@ -1,8 +1,7 @@
-"""Requests that failed for good, kept in Redis (``bloomdupe failed`` lists them and
-``--requeue`` fetches them again): recorded before their lease is acked, so that a
-worker killed in between leaves the lease, and the request comes back, rather than
-neither. Queue entries that cannot be decoded are recorded there too, by the queue
-itself (:mod:`..frontier.undecodable`); they are counted and logged here."""
+"""Requests that failed for good, kept in Redis (``bloomdupe failed``; ``--requeue`` fetches
+them again). Recorded before their lease is acked: a worker killed in between leaves the lease,
+so the request comes back rather than being lost. Undecodable queue entries are recorded by the
+queue (:mod:`..frontier.undecodable`) and counted and logged here."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ NAMED = 10
 
 
 class FailedRequests:
-    """Records failed requests of the leased ``queue``; ``ack`` acks a lease. A record
-    goes to Redis as a job (see :mod:`.jobs`)."""
+    """Records failed requests of the leased ``queue`` (as :mod:`.jobs`); ``ack`` acks a lease."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue, limit: int,
                  stats: StatsCollector, spider: Spider, ack: Callable[[str], None]) -> None:
@@ -47,8 +45,7 @@ class FailedRequests:
         return bool(self._recording)
 
     def holds_ack(self, field: str) -> bool:
-        """Whether the ack of lease ``field`` waits for its failure record (it is then
-        acked once the record is in Redis)."""
+        """Whether lease ``field``'s ack waits for its failure record to reach Redis."""
         if field in self._recording:
             self._recording[field] = True
             return True
@@ -56,13 +53,13 @@ class FailedRequests:
 
     def record(self, request: Request, reason: str, *, lease: str | None = None
                ) -> Deferred[None]:
-        """Keep ``request`` in Redis, as it is to be fetched again; fires once the record
-        is there (its ``lease``, if this worker handed it out, is acked only then)."""
+        """Keep ``request`` in Redis as it is to be fetched again; fires once recorded (its
+        ``lease``, if any, is acked only then)."""
         score, payload = self.queue.entry(request)
 
         def write() -> None:
-            # On the queue's link: with its WAIT, if the crawl waits for replicas (on a
-            # cluster the record and the lease are on different masters).
+            # The queue's link: with its WAIT for replicas (record and lease may be on
+            # different cluster masters).
             self.queue.send([failed.record_command(
                 self.queue.tag, url=request.url, method=request.method, reason=reason,
                 score=score, request=payload, limit=self.limit)])
@@ -94,9 +91,8 @@ class FailedRequests:
         return recorded
 
     def report_retired(self) -> int:
-        """Count and log (one ERROR) the queue entries retired since the last call: they
-        cannot be decoded into requests, and are in the failed requests' record. Returns
-        how many."""
+        """Count and log (one ERROR) the undecodable queue entries retired since the last
+        call (now in the failed requests' record); returns how many."""
         retired = self.queue.take_retired()
         if not retired:
             return 0

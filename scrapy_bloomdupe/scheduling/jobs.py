@@ -1,31 +1,19 @@
-"""Where a crawl's Redis work runs: the filter's and the queue's calls, one job at a
-time, on one runner chosen once, when the scheduler opens a crawl (or, without this
-package's scheduler, at the dupefilter's first check of the crawl):
+"""Where a crawl's Redis work runs: the filter's and the queue's calls, one job at a time, on a
+runner chosen when the scheduler opens a crawl (or at the dupefilter's first check):
 
-* Scrapy's asyncio loop with ``redis.asyncio`` (:class:`IOLoop`: one node, Sentinel
-  or a cluster), under the asyncio reactor (Scrapy's default) when the filter's link
-  and the queue have ``redis.asyncio`` twins: each job runs in a greenlet
-  (:func:`~..transport.onloop.run_bridged`) whose round trips are awaited on
-  ``redis.asyncio`` and whose pauses are ``asyncio.sleep``, so downloads, callbacks and
-  heartbeats go on meanwhile;
-* else a thread of its own (:class:`IOThread`), the one fallback: another
-  ``TWISTED_REACTOR`` has no asyncio loop to await on, and a scrapy-redis queue class
-  (or a dupefilter of the user's) makes its round trips on redis-py's blocking client,
-  which would block the loop. The filter's and the queue's logic is written once,
-  blocking; the thread runs it as it is.
+* Scrapy's asyncio loop (:class:`IOLoop`), under the asyncio reactor when the filter's link and
+  the queue have ``redis.asyncio`` twins: each job runs in a greenlet
+  (:func:`~..transport.onloop.run_bridged`) whose round trips and pauses are awaited, so
+  downloads, callbacks and heartbeats go on meanwhile;
+* else a thread of its own (:class:`IOThread`), for another ``TWISTED_REACTOR`` or a
+  scrapy-redis queue class (or the user's dupefilter) on redis-py's blocking client.
 
-Every job of a crawl goes there, its start (:meth:`Scheduler.open`'s join) and its end
-(:meth:`Scheduler.close`) included, so that Scrapy's reactor never waits for Redis.
-Either runs one job at a time, in the order asked (an ack before the pop that carries
-it), and keeps every connection used by one job at a time. Outside a crawl (a tool, a
-test that calls the objects directly) no runner is started and a job runs here and at
-once (:attr:`RedisJobs.inline`): the same code, its Deferred fired before
-:meth:`RedisJobs.run` returns. Either way a part of the scheduler reaches Redis only
-inside a job, with :meth:`RedisJobs.call` (which refuses to run anywhere else).
-
-The one place that acts on what a call meets, with the crawl's health
-(:class:`~.health.CrawlHealth`): an outage is waited out, a refusal or a lost filter
-stops the crawl, and once the crawl has stopped on an error nothing more is sent.
+Every job of a crawl goes there, so Scrapy's reactor never waits for Redis; jobs run in the
+order asked (an ack before the pop that carries it), a connection serving one job at a time.
+Outside a crawl a job runs here and at once (:attr:`RedisJobs.inline`). Redis is reached only
+inside a job, with :meth:`RedisJobs.call`, which acts on what a call meets with the crawl's
+health (:class:`~.health.CrawlHealth`): an outage is waited out, a refusal or a lost filter
+stops the crawl, and after such a stop nothing more is sent.
 """
 
 from __future__ import annotations
@@ -53,22 +41,19 @@ T = TypeVar("T")
 
 #: :meth:`RedisJobs.call` without a fallback: errors are raised.
 RAISE: Any = object()
-#: Whether the running code is inside a job of :meth:`RedisJobs.run` (per thread, per
-#: greenlet).
+#: Whether the running code is inside a job of :meth:`RedisJobs.run` (per thread, greenlet).
 _in_job: ContextVar[bool] = ContextVar("bloomdupe_in_job", default=False)
 
 
 class IOThread:
-    """The fallback runner: one thread that runs the blocking Redis jobs for the reactor,
-    in order; the answer (or error) of each fires back on the reactor. Without a running
-    reactor (not started) a job runs at once in the caller's thread."""
+    """The fallback runner: one thread that runs the blocking Redis jobs in order, each answer
+    (or error) fired back on the reactor; not started, a job runs at once in the caller's."""
 
     def __init__(self, name: str = "bloomdupe-redis") -> None:
         self._name = name
         self._pool: ThreadPool | None = None
         self._reactor: Any = None
-        #: One Deferred of this thread's own per call asked and not yet answered back
-        #: on the reactor (see drained).
+        #: A Deferred per call asked and not yet answered back on the reactor (see drained).
         self._pending: set[defer.Deferred[None]] = set()
 
     @property
@@ -100,10 +85,9 @@ class IOThread:
         return d
 
     def _answered(self, result: T, done: defer.Deferred[None]) -> T:
-        # Fired in the reactor's next turn: after the caller's callbacks, which run now,
-        # and whatever they do. Not at the end of the caller's chain, which may pause for
-        # good (a job not run once the crawl stopped): drained() waited on it, and a
-        # worker stopping on an error never closed.
+        # Fired in the reactor's next turn, after the caller's callbacks and what they do; not at
+        # the end of the caller's chain, which may pause for good (a job not run after a stop):
+        # drained() would wait for ever and a worker stopping on an error never close.
         self._pending.discard(done)
         self._reactor.callLater(0, done.callback, None)
         return result
@@ -122,8 +106,7 @@ class IOThread:
 
 class IOLoop(IOThread):
     """The runner on Scrapy's asyncio loop: each job in a greenlet, one at a time (an
-    ``asyncio.Lock`` wakes its waiters first come, first served); what a job's caller
-    waits for, and :meth:`drained`, as :class:`IOThread`'s."""
+    ``asyncio.Lock`` wakes waiters in order); otherwise as :class:`IOThread`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -157,16 +140,13 @@ class IOLoop(IOThread):
 
 
 class Stopped(BloomDupeError):
-    """A Redis job that came up after this worker stopped the crawl on an error: not run.
-    Once a crawl stopped, nothing more is sent to Redis (what the job would have
-    written stays leased and comes back to the next workers); without this, each job
-    already in line would wait out the same outage, one after the other, before the
-    worker could close."""
+    """A Redis job that came up after this worker stopped the crawl on an error: not run, so
+    the jobs in line do not each wait out the same outage before the worker can close (what
+    they would have written stays leased and comes back to the next workers)."""
 
 
 def never_after_stop(failure: Failure) -> Deferred[Any]:
-    """An errback: a job not run because the crawl stopped pauses its chain for good
-    (a Deferred that never fires); any other failure goes on down the chain."""
+    """An errback: a job not run after a stop pauses its chain for good; others go on."""
     return Deferred() if isinstance(failure.value, Stopped) else defer.fail(failure)
 
 
@@ -177,30 +157,25 @@ def acted_on(failure: Failure) -> Failure | None:
 
 class RedisJobs:
     """The scheduler's Redis work: :meth:`run` (a job, on the runner during a crawl),
-    :meth:`call` (a Redis call within a job), and what a failure does: the crawl's
-    ``health`` says. ``later`` asks for a delayed call during a crawl (Scrapy's
-    ``call_later``; a test's own)."""
+    :meth:`call` (a Redis call within a job), and what a failure does (``health`` says).
+    ``later`` asks for a delayed call during a crawl (Scrapy's ``call_later``; a test's own)."""
 
     def __init__(self, health: CrawlHealth, *,
                  later: Callable[[float, Callable[[], None]], Any] = call_later,
                  crawling: bool = False) -> None:
         self.health = health
         self._later = later
-        #: Whether these jobs serve a crawl: set when the runner starts, and kept once it
-        #: stops at the close (a test models a crawl with ``crawling=True`` and jobs run
-        #: inline). Only then are the engine woken, delayed calls made, and leases
-        #: acked when Scrapy is done with them; outside a crawl (the command line, a
-        #: test of the parts alone) whoever took a request is done with it.
+        #: Whether these jobs serve a crawl (set when the runner starts, kept after it stops; a
+        #: test may pass True with inline jobs). Only then is the engine woken, delayed calls
+        #: made, and leases acked when Scrapy is done; outside a crawl the taker is done.
         self.crawling = crawling
-        #: Where the jobs run once the scheduler opens a crawl (see start): the asyncio
-        #: loop or the Redis thread; outside a crawl, here and at once.
+        #: Where the jobs run (see start): the asyncio loop, the Redis thread, or inline.
         self.io: IOThread | IOLoop = IOThread()
 
     def start(self, *, on_loop: bool) -> bool:
-        """Run the jobs off the reactor's blocking path from now on, once, if the reactor
-        runs (a crawl): on its asyncio loop when it is asyncio's and ``on_loop`` (the
-        links have ``redis.asyncio`` twins), else on a thread of their own (the
-        fallback). Whether they do (not outside a crawl: a tool, a test)."""
+        """Run the jobs off the reactor's blocking path from now on, once, if the reactor runs:
+        on its asyncio loop when it is asyncio's and ``on_loop`` (the links have
+        ``redis.asyncio`` twins), else on a thread of their own. Whether they do."""
         if self.io.inline:
             reactor = running_reactor()
             if reactor is None:
@@ -235,13 +210,11 @@ class RedisJobs:
 
     def run(self, job: Callable[[], T], *, after_stop: bool = False, quiet: bool = False
             ) -> Deferred[T]:
-        """``job`` on the runner (here and at once outside a crawl), one job at a time:
-        the one way to Redis during a crawl, its Redis calls made with :meth:`call`. A
-        job that comes up after the crawl stopped is not run (its Deferred fails with
-        :class:`Stopped`), unless ``after_stop``: the crawl's start and end, which touch
-        only what they may after an error (see :mod:`.shared`). ``quiet``: other
-        components' work (live figures, the filter's fill), whose Deferred then never
-        fires once the crawl stopped."""
+        """``job`` on the runner (here and at once outside a crawl), one at a time: the one way
+        to Redis during a crawl, its calls made with :meth:`call`. A job that comes up after the
+        crawl stopped is not run (its Deferred fails with :class:`Stopped`) unless ``after_stop``
+        (the crawl's start and end: see :mod:`.shared`). ``quiet``: other components' work
+        (live figures, the filter's fill), whose Deferred then never fires after a stop."""
         def in_job() -> T:
             if not after_stop and self.failed():
                 raise Stopped("the crawl stopped on an error")
@@ -254,13 +227,11 @@ class RedisJobs:
         return d.addErrback(never_after_stop) if quiet else d
 
     def call(self, fn: Callable[[], T], fallback: Any = RAISE) -> T:
-        """``fn()``, a Redis call inside a job (:meth:`run`; anywhere else a
-        ``RuntimeError``), an outage waited out. Without ``fallback`` an error is raised
-        for the job's errback (:meth:`redis_failed`); with one, a refusal or an outage
-        past its timeout is acted on at once (the crawl stops, or, for an outage, what
-        ``BLOOMDUPE_ON_OUTAGE`` says) and gives ``fallback``, as does any call once the
-        crawl has stopped (the engine may still ask while it closes; each ask would
-        wait out the outage again)."""
+        """``fn()``, a Redis call inside a job (:meth:`run`; elsewhere a ``RuntimeError``), an
+        outage waited out. Without ``fallback`` an error is raised for the job's errback
+        (:meth:`redis_failed`); with one, a refusal or an outage past its timeout is acted on at
+        once (the crawl stops, or what ``BLOOMDUPE_ON_OUTAGE`` says) and gives ``fallback``, as
+        does any call after the crawl stopped (each would wait out the outage again)."""
         if not _in_job.get():
             raise RuntimeError("a Redis call outside a job: run it with RedisJobs.run")
         if fallback is RAISE:
@@ -276,8 +247,7 @@ class RedisJobs:
             return answer
 
     def redis_failed(self, failure: Failure) -> None:
-        """An errback for a job: a Redis error stops the crawl (as :meth:`call` does);
-        anything else is a bug, raised."""
+        """An errback for a job: a Redis error stops the crawl (as :meth:`call`); a bug raises."""
         if not isinstance(failure.value, (RedisError, BloomDupeError)):
             failure.raiseException()
         if not isinstance(failure.value, Stopped):
@@ -285,9 +255,8 @@ class RedisJobs:
 
 
 def running_reactor() -> Any:
-    """Twisted's reactor while it runs (a crawl), else None (a tool, a test). Imported
-    here, not at the top: importing the reactor installs one, and Scrapy installs its
-    own (TWISTED_REACTOR) first."""
+    """Twisted's reactor while it runs (a crawl), else None. Imported here: importing the reactor
+    installs one, and Scrapy installs its own (TWISTED_REACTOR) first."""
     if not is_reactor_installed():
         return None
     from twisted.internet import reactor

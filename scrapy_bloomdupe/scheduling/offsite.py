@@ -1,20 +1,10 @@
 """The spider's ``allowed_domains``, applied before a request reaches Redis.
 
-In the Scrapy versions this package supports (2.16 and later) off-site requests are
-dropped by a downloader middleware only,
-:class:`scrapy.downloadermiddlewares.offsite.OffsiteMiddleware`, which the engine
-asks when a request is scheduled (``request_scheduled``) and again before its
-download. A callback's output that the batch middleware queues went to Redis before
-either: each off-site link took a place in the Bloom filter and the shared queue, a
-lease and a round trip, and was then ignored by the worker that popped it (the
-Debian Python docs: 765 filter items for 528 pages, 114 ``IgnoreRequest`` a
-worker). :class:`Offsite` asks the crawl's own ``OffsiteMiddleware`` first, the very
-instance Scrapy's downloader runs (a subclass of the user's with its own
-``should_follow`` included), so everything Scrapy does for an off-site request is
-done, once: ``dont_filter`` and ``allow_offsite`` pass, the first request to each
-domain is logged (DEBUG, "Filtered offsite request to ..."), and ``offsite/domains``
-and ``offsite/filtered`` are counted. With that middleware disabled
-(``DOWNLOADER_MIDDLEWARES``), nothing is filtered, as in Scrapy.
+Scrapy (2.16+) drops off-site requests only in a downloader middleware, ``OffsiteMiddleware``,
+after the batch middleware has already put them in the filter and shared queue (each costing a
+lease and a round trip, then ignored). :class:`Offsite` asks the very instance Scrapy's downloader
+runs (a user's subclass included) first, so Scrapy's handling happens once: ``dont_filter`` and
+``allow_offsite`` pass, and it logs and counts ``offsite/*``. With it disabled nothing is filtered.
 """
 
 from __future__ import annotations
@@ -40,8 +30,7 @@ class Offsite:
         self._middleware: OffsiteMiddleware | None = None
 
     def allows(self, request: Request) -> bool:
-        """Whether ``request`` may go on: not off-site, or let through as Scrapy lets it.
-        An off-site one is logged and counted by Scrapy's middleware itself."""
+        """Whether ``request`` may go on as Scrapy would let it (which logs and counts)."""
         middleware = self.middleware()
         if middleware is None:
             return True
@@ -62,8 +51,7 @@ class Offsite:
         return [o for o in outputs if not isinstance(o, Request) or self.allows(o)]
 
     def middleware(self) -> OffsiteMiddleware | None:
-        """The crawl's downloader's ``OffsiteMiddleware`` (or a subclass), if enabled
-        and the engine runs."""
+        """The downloader's ``OffsiteMiddleware`` (or subclass), if enabled and running."""
         engine = _engine_of(self._crawler)
         if engine is not self._engine:
             self._engine = engine

@@ -1,18 +1,9 @@
-"""The request path's owner: the crawl's dupefilter, its shared queue and where their
-Redis work runs (:class:`~.jobs.RedisJobs`: a job at a time, an outage waited out, a
-refusal that stops the crawl), held together by one object that the scheduler makes
-when it opens (:attr:`scrapy_bloomdupe.scheduler.Scheduler.path`).
-
-What reaches Redis during a crawl goes through it, as jobs: a callback's output (the
-batch middleware's :meth:`RequestPath.queue_output`), a request given to
-``enqueue_request`` (:meth:`RequestPath.enqueue`), and, in one script, the check
-against the filter and the queueing of the new requests
-(:meth:`RequestPath.check_and_push`). Callbacks' outputs go together (:class:`Outbox`):
-each waits there, and one job, asked :data:`GATHER_DELAY` after the first output
-waiting, checks and queues them all in one round trip (one script call a node with the
-Lua engine, else a shard; one round trip a master), instead of one job and one round
-trip each. Handing requests out and the acks are the leases' (:mod:`.leases`), idleness
-the crawl's end's (:mod:`.ending`).
+"""The request path (:attr:`scrapy_bloomdupe.scheduler.Scheduler.path`): the crawl's dupefilter,
+shared queue and Redis jobs (:class:`~.jobs.RedisJobs`). Callbacks' outputs
+(:meth:`RequestPath.queue_output`) and ``enqueue_request`` (:meth:`RequestPath.enqueue`) go
+through it as jobs, checked and queued in one script (:meth:`RequestPath.check_and_push`);
+outputs wait in the :class:`Outbox` and go together, :data:`GATHER_DELAY` after the first.
+Leases and acks are in :mod:`.leases`, idleness in :mod:`.ending`.
 """
 
 from __future__ import annotations
@@ -53,22 +44,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``request.meta`` key of a request this scheduler handed to Scrapy: its lease. A copy of
-#: it (a redirect, a retry, an errback's) carries it too, and continues its work.
+#: ``request.meta`` key of a handed-out request's lease; its copies (redirect, retry) carry it.
 LEASE_META = "_bloomdupe_lease"
 #: ``request.meta`` key of a request the batch middleware has already queued.
 QUEUED_META = "_bloomdupe_queued"
-#: ``request.meta`` key of a start request checked against the crawl's filter
-#: (``BLOOMDUPE_START_ONCE``): its copies (a retry, a redirect) carry it, and go past the
-#: filter as their ``dont_filter`` says.
+#: ``request.meta`` key of a start request checked by ``BLOOMDUPE_START_ONCE``: its copies
+#: (retry, redirect) carry it and pass the filter as their ``dont_filter`` says.
 START_META = "_bloomdupe_start"
 #: Scrapy's ``request.meta`` key of a start request (its ``StartSpiderMiddleware``).
 IS_START_META = "is_start_request"
 
 
 class BloomDupe(Protocol):
-    """This package's dupefilter, as the scheduler's parts use it: the scheduler tells
-    it from another dupefilter and hands it over (nothing here imports it)."""
+    """This package's dupefilter as the scheduler's parts use it (not imported here)."""
 
     bloom: BloomFilter
     fingerprinter: RequestFingerprinterProtocol
@@ -81,25 +69,18 @@ class BloomDupe(Protocol):
     def log(self, request: Request, spider: Any) -> None: ...
 
 
-#: How long a callback's output waits for others' to go to Redis with it (s): callbacks
-#: end in bursts, and one check-and-queue for a burst costs Redis a script call a master
-#: (Lua engine; a shard otherwise) and a round trip a master, not as many as the
-#: callbacks. In the demo crawl 0.02 s gathers about 5 callbacks' outputs, where 1.5 went
-#: together before (Redis CPU a page: docs/benchmarks.md, section h); a page's lease and
-#: its links wait that much longer.
+#: Seconds an output waits for others: a burst of callbacks then costs one script call and
+#: round trip a master, not one per callback (a page's lease and links wait that much longer).
 GATHER_DELAY = 0.02
 
-#: What a drain gives back: the outputs it took, and whether each checked item was new
-#: (all outputs' items in order), or the error the check met.
+#: A drain's result: the outputs taken, and whether each item was new (in order) or the error.
 Drained = tuple[list["Output"], list[bool] | Exception]
 
 
 @dataclass
 class Output:
-    """One callback's output (or one request given to ``enqueue_request``) waiting in
-    the outbox: the fingerprints to check, what to queue for each new one, the
-    ``dont_filter`` requests to queue past the filter, and the Deferred that gets
-    whether each fingerprint was new."""
+    """One callback's output (or ``enqueue_request``'s request) in the outbox: fingerprints
+    to check, entries to queue if new, ``dont_filter`` requests to push, and the answer."""
 
     fingerprints: list[bytes]
     entries: list[Any]
@@ -108,11 +89,8 @@ class Output:
 
 
 class Outbox:
-    """The outputs waiting for the runner. ``run`` runs a job there (see
-    :meth:`.jobs.RedisJobs.run`); ``check_and_push(fps, entries, pushed)`` is the Redis
-    work for everything gathered, and returns whether each fingerprint was new.
-    ``later`` asks for a delayed call (Scrapy's ``call_later``; the runner's, which runs
-    it at once outside a crawl; a test's own)."""
+    """Outputs waiting for the runner: ``run`` runs a job, ``check_and_push`` does their
+    Redis work (whether each was new), ``later`` delays a call."""
 
     def __init__(self, run: Callable[[Callable[[], Drained]], Deferred[Drained]],
                  check_and_push: Callable[[list[bytes], list[Any], list[Request]], list[bool]],
@@ -137,7 +115,7 @@ class Outbox:
         return output.answer
 
     def flush(self) -> None:
-        """The outputs gathering go now (the crawl closes)."""
+        """Send the gathered outputs now (the crawl closes)."""
         if self._gather_call is not None:
             self._gather_call.cancel()
             self._ask_drain()
@@ -180,13 +158,9 @@ class Outbox:
 
 
 class RequestPath:
-    """The crawl's dupefilter (``df``; ``bloomdupe`` too when it is this package's),
-    shared queue (``queue``) and Redis work (``jobs``), owned by the scheduler.
-    ``queued`` is called with how many each time requests were queued (the scheduler's
-    work count); ``signals`` are the crawler's (a request dropped after the engine heard
-    it was scheduled is sent with ``request_dropped``). ``start_once``
-    (``BLOOMDUPE_START_ONCE``): a start request goes through the crawl's filter,
-    ``dont_filter`` or not, so that it is fetched once a crawl (see :meth:`starts_once`)."""
+    """The crawl's dupefilter (``df``; also ``bloomdupe`` if this package's), shared queue
+    and Redis ``jobs``, owned by the scheduler. ``queued(n)`` counts queued requests;
+    ``signals`` get ``request_dropped``; ``start_once``: see :meth:`starts_once`."""
 
     def __init__(self, df: BaseDupeFilter, queue: SharedQueue, jobs: RedisJobs, *,
                  stats: StatsCollector,
@@ -213,9 +187,7 @@ class RequestPath:
 
     @property
     def bloom(self) -> BloomDupe:
-        """The dupefilter, where only this package's can be: a callback's output and a
-        request's check-and-queue come this way only with it (the batch middleware and
-        :meth:`enqueue` ask first)."""
+        """The dupefilter where only this package's can be (callers check first)."""
         assert self.bloomdupe is not None, self.df
         return self.bloomdupe
 
@@ -226,16 +198,11 @@ class RequestPath:
 
     def enqueue(self, request: Request, *, done: Callable[[], None] = lambda: None,
                 over: Callable[[], None] = lambda: None) -> bool:
-        """The scheduler's ``enqueue_request``: the check-and-queue is a job (with the
-        outbox's next drain). Whether ``request`` was queued, when the answer is in at
-        once (outside a crawl: not queued when seen before, logged as Scrapy's dupefilter
-        logs, or not stored); during a crawl True at once, and one found seen before (or
-        not queued: the crawl stops) is then dropped as Scrapy drops it: counted in
-        ``dupefilter/filtered`` and sent with ``request_dropped``. A request that cannot
-        be stored is refused here and now. ``done`` runs once the request is queued,
-        dropped or refused (the page it came from may be acked), ``over`` once its check
-        is over (answered or failed). An off-site request is dropped first (as Scrapy's
-        ``OffsiteMiddleware`` drops it, counted in ``offsite/filtered``)."""
+        """The scheduler's ``enqueue_request``, checked and queued with the outbox's next drain.
+        Whether ``request`` was queued, if known at once (outside a crawl); in a crawl True, and
+        a duplicate found later is dropped as Scrapy does (``dupefilter/filtered``,
+        ``request_dropped``). Off-site or unstorable: refused now. ``done`` runs once it is
+        queued, dropped or refused (its page may be acked), ``over`` once its check is over."""
         if not self.offsite.allows(request):
             done()
             return False
@@ -274,13 +241,9 @@ class RequestPath:
         return answer[0] is False if answer else True
 
     def starts_once(self, request: Request) -> bool:
-        """Whether ``request`` is a start request to check against the crawl's filter
-        though ``dont_filter`` (``BLOOMDUPE_START_ONCE``): one that Scrapy's
-        ``StartSpiderMiddleware`` marked (``is_start_request``), not a copy of one already
-        checked (a retry, a redirect). The first worker to check it queues it; every
-        other, and a worker that joins later or resumes the crawl, finds it seen; a link
-        back to it is a duplicate. A ``RedisSpider``'s start URLs come from a Redis list
-        that each worker pops, once each already: they go as scrapy-redis sends them."""
+        """Whether ``request`` is a start request (``is_start_request``, not a copy already
+        checked) to check despite ``dont_filter`` (``BLOOMDUPE_START_ONCE``), so only the
+        first worker queues it. Not for a ``RedisSpider``: its start URLs are popped once."""
         return (self.start_once and request.dont_filter
                 and bool(request.meta.get(IS_START_META))
                 and START_META not in request.meta
@@ -298,10 +261,8 @@ class RequestPath:
 
     def _check_one(self, request: Request, *, once: bool = False
                    ) -> Deferred[list[bool | None]] | None:
-        """``request``'s check-and-queue as a job (None: nothing to send). With a
-        dupefilter of the user's (scrapy-redis's, Scrapy's own) the filter is asked,
-        then the request pushed, in one job, as scrapy-redis does. ``once``: a start
-        request, checked though ``dont_filter`` (:meth:`starts_once`)."""
+        """``request``'s check-and-queue as a job (None: nothing to send); with another
+        dupefilter, ask then push in one job as scrapy-redis does. ``once``: :meth:`starts_once`."""
         if self.bloomdupe is not None:
             prepared = self.prepare([request], once=once)
             return None if prepared is None else self.queue_prepared([None], *prepared)
@@ -327,13 +288,9 @@ class RequestPath:
         return self.jobs.run(job).addCallbacks(answered, failed)
 
     def queue_output(self, requests: list[Request]) -> Deferred[list[bool | None]]:
-        """Check ``requests`` against the Bloom dupefilter and queue the new ones (and
-        ``dont_filter`` ones past the filter), a job with the outbox's next drain: its
-        answer fires back on Scrapy's reactor, which never waits for Redis meanwhile.
-        Gives, in order, whether each was seen before (False: queued), or None for one
-        not queued: it cannot be stored in the queue (reported, counted as
-        ``bloomdupe/unserializable``, never added to the filter), or Redis failed (the
-        crawl stops)."""
+        """Check ``requests`` and queue the new (and ``dont_filter``) ones with the outbox's next
+        drain. Gives whether each was seen before (False: queued), or None if not queued:
+        unstorable (``bloomdupe/unserializable``, not in the filter) or Redis failed."""
         outcomes: list[bool | None] = [None] * len(requests)
         prepared = self.prepare(requests)
         if prepared is None:
@@ -342,11 +299,9 @@ class RequestPath:
 
     def prepare(self, requests: list[Request], *, once: bool = False
                 ) -> tuple[list[int], list[int], list[bytes], list[Any], list[Request]] | None:
-        """What :meth:`queue_output` sends for ``requests``: the indexes of those checked
-        and of those queued past the filter, the fingerprints and entries of the
-        checked ones (on a scrapy-redis queue, the requests: its push encodes them), the
-        requests pushed; None when there is nothing to send. ``once``: ``dont_filter``
-        requests are checked too (start requests, see :meth:`starts_once`)."""
+        """What :meth:`queue_output` sends: indexes checked and pushed past the filter, the
+        checked ones' fingerprints and entries (requests on a scrapy-redis queue), the pushed
+        requests; None if nothing. ``once``: check ``dont_filter`` ones too."""
         entries = self.storable(requests)
         checked = [i for i, r in enumerate(requests)
                    if entries[i] is not None and (once or not r.dont_filter)]
@@ -377,8 +332,7 @@ class RequestPath:
             error = failure.value
             if not isinstance(error, (RedisError, BloomDupeError)):
                 failure.raiseException()
-            # Not queued. The page that made them stays leased (no ack from now on), so
-            # it is fetched again by the next workers.
+            # Not queued: their page stays leased (no ack), so another worker fetches it.
             if isinstance(error, Stopped):
                 return outcomes
             health = self.jobs.health
@@ -394,18 +348,15 @@ class RequestPath:
 
     def check_and_push(self, fps: list[bytes], entries: list[Any], pushed: list[Request]
                        ) -> list[bool]:
-        """Where the Redis work runs: check ``fps`` and queue the new ones' ``entries``,
-        and queue ``pushed`` (``dont_filter``) past the filter; whether each was new.
-        On a scrapy-redis queue the check and each push are separate calls, as in
-        scrapy-redis (a crash between them leaves a request in the filter and in no
-        queue)."""
+        """The Redis work: check ``fps``, queue the new ``entries`` and ``pushed`` past the
+        filter; whether each was new. On a scrapy-redis queue check and push are separate
+        calls (a crash between leaves a request in the filter and no queue)."""
         if self.leased:
             new = self.bloom.check_and_queue(fps, self.queue, entries) if fps else []
             if pushed:
                 self.jobs.call(lambda: self.queue.push_many(pushed))
             if isinstance(self.queue, LeasedQueue) and self.queue.moves and any(new):
-                # A cluster's intake into the slots' home shards now: a request waits
-                # there at a third of the intake's bytes (else the next pop moves it).
+                # Cluster: intake to home shards now (a third of the bytes; else a pop moves it).
                 self.jobs.call(self.queue.sort, 0)
             return new
         new = self.bloom.check_and_queue(fps, None, entries) if fps else []
@@ -414,9 +365,8 @@ class RequestPath:
         return new
 
     def storable(self, requests: list[Request]) -> list[Any]:
-        """Each request as the queue stores it, or None for one that cannot be serialized
-        (see :mod:`.frontier.storable`): that one gets one ERROR and is counted as
-        ``bloomdupe/unserializable``; it costs no other request."""
+        """Each request as the queue stores it, or None if unserializable
+        (:mod:`.frontier.storable`): logged, counted, and costing no other request."""
         for request in requests:  # a child made with replace() from its parent: not a lease
             request.meta.pop(LEASE_META, None)
         encode = self.queue.sink_entry if self.leased else self.queue._encode_request

@@ -1,9 +1,6 @@
-"""The crawl's shared state in Redis, as one worker finds it when it opens and leaves it
-when it closes: ``SCHEDULER_FLUSH_ON_START`` (:func:`flush_before_open`), the shared
-queue (:func:`make_queue`), the queue's shards merged onto one node, a scrapy-redis
-queue taken over, the crawl's workers joined and left, and, once the crawl is done
-with ``SCHEDULER_PERSIST`` off, the queue cleared by the last worker out
-(:class:`SharedCrawl`)."""
+"""The crawl's shared state in Redis as a worker opens and leaves it: the flush on start, the
+shared queue (:func:`make_queue`), shards merged, a scrapy-redis queue taken over, workers
+joining and leaving, and the last worker out clearing a finished crawl (:class:`SharedCrawl`)."""
 
 from __future__ import annotations
 
@@ -45,28 +42,22 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: How many workers heartbeat within the lease timeout, on Redis's clock, as leave.lua
-#: finds them (ZRANGEBYSCORE, which the crawl's ACL grants; not ZCOUNT). KEYS[1]: shard
-#: 0's owners (owner -> last heartbeat, ms); ARGV[1]: the lease timeout (ms). Returns
-#: the count.
+#: How many workers heartbeat within the lease timeout on Redis's clock (ZRANGEBYSCORE: the
+#: ACL grants it, not ZCOUNT). KEYS[1]: shard 0's owners; ARGV[1]: the lease timeout (ms).
 AT_WORK_SCRIPT = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 return #redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
 """
 
-#: The crawl's shared queue: this package's leased one (a :class:`LeasedQueue`
-#: whatever the politeness mode; its base class when a queue of the user's extends it)
-#: or a scrapy-redis queue class's (``SCHEDULER_QUEUE_CLASS``).
+#: The crawl's shared queue: this package's (a :class:`LeasedQueue` or a base) or scrapy-redis's.
 SharedQueue: TypeAlias = PriorityQueue | ScrapyRedisQueue
 
 
 def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
                       spider_name: str) -> None:
-    """``SCHEDULER_FLUSH_ON_START``: delete the crawl's filter and queue *before* the
-    filter is opened, so this worker opens (and every later one joins) a new filter.
-    Deleting them after it was opened, as scrapy-redis's ``open()`` does, left this
-    worker with the old filter's seed and sizes over keys that no longer existed."""
+    """``SCHEDULER_FLUSH_ON_START``: delete the crawl's filter and queue *before* the filter
+    opens (after, as scrapy-redis does, would keep the old seed and sizes over deleted keys)."""
     config = BloomDupeConfig.from_settings(settings)
     key = config.key_for(spider_name)
     shards = config.plan.shards
@@ -83,10 +74,8 @@ def flush_before_open(server: Redis | RedisCluster, settings: BaseSettings,
 def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spider: Spider,
                key: str, serializer: Any, bloom: BloomFilter | None,
                settings: BaseSettings, frontier: FrontierConfig) -> SharedQueue:
-    """The shared queue of class ``queue_cls`` (a dotted path or a class): the leased
-    one (:class:`..frontier.leased.LeasedQueue`, or an old path of it) beside the filter
-    ``bloom`` (None: the dupefilter is not this package's), sharded as it is and waiting
-    for the replicas it waits for; or a scrapy-redis queue class."""
+    """The shared queue of class ``queue_cls`` (path or class): the leased one, sharded and
+    waiting for replicas as the filter ``bloom`` (None: not ours) does; or scrapy-redis's."""
     cls = load_object(queue_cls)
     extra: dict[str, Any] = {}
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
@@ -102,8 +91,7 @@ def make_queue(queue_cls: str | type[Any], *, server: Redis | RedisCluster, spid
         if frontier.politeness == "crawl":  # (check_politeness refused another class)
             cls = LeasedQueue
             extra["policy"] = SlotPolicy(settings, spider)
-        elif cls in (PriorityQueue, LeasedQueue):
-            # Every request in one slot without limits, a slot a queue shard on a cluster.
+        elif cls in (PriorityQueue, LeasedQueue):  # one slot without limits
             cls = LeasedQueue
             extra["policy"] = OneSlot()
     try:
@@ -121,11 +109,9 @@ def _leased(queue_cls: str | type[Any]) -> bool:
 
 def check_builds(server: Redis | RedisCluster, settings: BaseSettings, spider_name: str, *,
                  prune: bool = False) -> None:
-    """At a worker's start, before it writes anything: refuse (:class:`BuildError`, one
-    line naming both builds and what to do) a crawl whose state is of a format this build
-    does not read, or whose live workers are of a build that cannot read the state this
-    one writes (frontier/builds.py). ``prune``: once it may start, forget the builds of
-    workers gone."""
+    """At a worker's start, before any write: raise :class:`BuildError` if this build cannot
+    read the crawl's state, or its live workers cannot read this one's (frontier/builds.py).
+    ``prune``: once it may start, forget gone workers' builds."""
     tag = BloomDupeConfig.from_settings(settings).key_for(spider_name)
     lease_ms = round(FrontierConfig.from_settings(settings).lease_timeout * 1000)
     try:
@@ -144,12 +130,9 @@ def check_builds(server: Redis | RedisCluster, settings: BaseSettings, spider_na
 
 def claim_queue_format(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
                        settings: BaseSettings, spider_name: str, write: bool) -> bool:
-    """At the worker's start: record the format of the entries it writes in the crawl's
-    leased queue (tagged, as the filter is, by BLOOMDUPE_KEY); ``write`` False: only
-    look (before the filter's start-up check, which must find nothing written). Whether
-    it is recorded now (True too for a queue that is not the leased one: nothing to
-    record). Raises :class:`~..frontier.entry.QueueFormatError` (the worker does not
-    start) when a newer release's worker recorded one this release cannot read."""
+    """Record the format of the leased queue's entries at a worker's start (``write`` False:
+    only look, before the filter's start-up check); whether it is recorded (True for another
+    queue). Raises :class:`~..frontier.entry.QueueFormatError` for a newer release's format."""
     cls = load_object(queue_cls)
     if isinstance(cls, type) and issubclass(cls, PriorityQueue):
         return entry.claim_format(
@@ -190,14 +173,10 @@ def check_politeness(frontier: FrontierConfig, settings: BaseSettings,
 
 def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | RedisCluster,
                             settings: BaseSettings, spider_name: str) -> None:
-    """A worker does not join a crawl whose requests wait in download slots filled by
-    workers of the other ``BLOOMDUPE_POLITENESS``: the requests it queued would not
-    keep the crawl's limits ("worker" into "crawl"), or would put one crawl under two
-    sets of limits ("crawl" into "worker"). One crawl runs in one mode; it may switch
-    while its slots are empty (a crawl of an earlier release has none: its queue is
-    moved into them). Nor does a worker with a scrapy-redis queue class join a crawl
-    whose requests wait in this package's queue: it would never fetch them (the filter
-    has seen them), and would call the crawl done."""
+    """Refuse to join a crawl whose requests wait in slots of the other
+    ``BLOOMDUPE_POLITENESS`` (one crawl under two sets of limits; it may switch while its
+    slots are empty), or, with a scrapy-redis queue class, one whose requests wait in this
+    package's queue (never fetched, as the filter has seen them: the crawl would end)."""
     cls = load_object(queue_cls)
     ours = isinstance(cls, type) and issubclass(cls, PriorityQueue)
     mode = FrontierConfig.from_settings(settings).politeness
@@ -223,14 +202,9 @@ def refuse_mixed_politeness(queue_cls: str | type[Any], *, server: Redis | Redis
 def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
                 queue_cls: str | type[Any], *, server: Redis | RedisCluster, flush: bool
                 ) -> tuple[BaseDupeFilter | None, int | None]:
-    """The crawl's filter, of class ``ours`` (this package's dupefilter or a subclass),
-    opened when the scheduler is built, before the engine has a slot (an error here, a
-    filter made with other settings, is then the only thing Scrapy reports); None when
-    the dupefilter is not this package's (``ours`` None). A queue of a newer
-    release's entries stops the worker before the filter opens; this release's format
-    is recorded once the filter's start-up check has passed (see claim_queue_format).
-    Also returns the queue's format record as this worker found it (None: none), which
-    says what its start migrates (:meth:`SharedCrawl.join`)."""
+    """The crawl's filter of class ``ours`` (None: not ours), opened as the scheduler is built
+    (before the engine has a slot: an error here is all Scrapy reports), the queue's format
+    checked before and recorded after; and the format record found (None: none)."""
     if crawler.spider is None:
         return (build_from_crawler(ours, crawler) if ours else None), None
     name, settings = crawler.spider.name, crawler.settings
@@ -248,8 +222,7 @@ def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
     df = build_from_crawler(ours, crawler) if ours else None
     bloom = getattr(df, "bloom", None)
     if isinstance(bloom, BloomFilter) and bloom.fresh:
-        # A new crawl at the key of a finished one starts afresh: the failed requests
-        # that one kept as its report (BLOOMDUPE_REPORT_TTL) are not this crawl's.
+        # A new crawl at a finished one's key: that one's kept failed requests are not its.
         server.delete(keys.failed(bloom.key))
     if not recorded:
         claim_queue_format(queue_cls, server=server, settings=settings, spider_name=name,
@@ -260,9 +233,8 @@ def open_filter(crawler: Crawler, ours: type[BaseDupeFilter] | None,
 
 
 class SharedCrawl:
-    """This worker's part in the crawl's shared state: the shared ``queue`` beside the
-    filter ``bloom`` (None: the dupefilter is not this package's), the Redis work run by
-    ``jobs``."""
+    """This worker's part in the crawl's shared state: the ``queue`` beside the filter
+    ``bloom`` (None: not this package's), the Redis work run by ``jobs``."""
 
     def __init__(self, *, server: Redis | RedisCluster, bloom: BloomFilter | None,
                  queue: SharedQueue, jobs: RedisJobs, frontier: FrontierConfig,
@@ -276,9 +248,7 @@ class SharedCrawl:
         crawler = getattr(spider, "crawler", None)
         #: BLOOMDUPE_REPORT_TTL: how long a finished crawl's failed requests are kept.
         self.report_ttl = report_ttl(crawler.settings) if crawler is not None else 0.0
-        #: Called (in the closing job) before this worker leaves the crawl: what it has
-        #: to add to the crawl's report goes in while the crawl is there (the
-        #: WorkerMetrics extension's last counters), so the last worker's summary has it.
+        #: Called before this worker leaves, so the last worker's summary has its last figures.
         self.before_leaving: list[Callable[[], None]] = []
 
     @property
@@ -286,16 +256,13 @@ class SharedCrawl:
         return isinstance(self.queue, PriorityQueue)
 
     def join(self, *, flush: Callable[[], None] | None = None) -> int:
-        """Take up the shared queue as it is (its shards on one node merged, a scrapy-redis
-        queue it replaces taken over) and count among the crawl's workers; how many
-        requests wait in it. ``flush`` (``SCHEDULER_FLUSH_ON_START``): scrapy-redis's,
-        for a dupefilter not this package's (this package's filter and queue went before
-        the filter opened)."""
+        """Take up the shared queue (shards merged, a scrapy-redis queue taken over) and join
+        the crawl's workers; returns how many requests wait. ``flush``: scrapy-redis's
+        ``SCHEDULER_FLUSH_ON_START``, for a dupefilter not this package's."""
         spider = self.spider
         if flush is not None:
             if self.bloom is not None:
-                # The filter and its queue went before the filter was opened; what is
-                # left is a scrapy-redis queue that this one would otherwise take over.
+                # Ours went before the filter opened; delete a scrapy-redis queue left.
                 if self.queue.key != getattr(self.queue, "tag", None):
                     self.jobs.call(lambda: self.server.delete(self.queue.key), 0)
             else:
@@ -334,9 +301,7 @@ class SharedCrawl:
         return int(pending)
 
     def _others_at_work(self) -> int | None:
-        """How many other workers of the crawl are at work now (heartbeat within the
-        lease timeout, on Redis's clock; counted before this one joins); None when
-        the crawl's workers are not known (a dupefilter not this package's)."""
+        """Other workers at work now (heartbeat within the lease timeout); None if unknown."""
         if self.leased:
             link, tag = self.queue.link, self.queue.tag
             timeout_ms = self.queue.lease_timeout_ms
@@ -349,22 +314,20 @@ class SharedCrawl:
         return int(link.call("EVALSHA", sha, 1, keys.owners(tag, 0), timeout_ms))
 
     def _clear_queue(self) -> None:
-        """Delete the shared queue, the last worker of a finished crawl; the leased
-        queue's failed requests stay for BLOOMDUPE_REPORT_TTL (the crawl's report)."""
+        """Delete the shared queue (last worker out); failed requests stay for the report TTL."""
         if not isinstance(self.queue, PriorityQueue):
             self.queue.clear()
             return
         try:
             self.queue.clear(self.report_ttl)
-        except NoPermissionError as e:  # an ACL from before the report: deleted, as then
+        except NoPermissionError as e:  # an ACL without +expire: delete them too
             logger.warning("Could not keep the crawl's failed requests (BLOOMDUPE_REPORT_TTL): "
                            "%s. Add +expire to its ACL (docs/security.md); deleted with the "
                            "rest", e, extra={"spider": self.spider})
             self.queue.clear()
 
     def _migrate(self) -> None:
-        """One-shot migration of a layout an earlier build left (LeasedQueue.migrate),
-        logged in one INFO line with its counts."""
+        """Migrate an earlier build's layout (LeasedQueue.migrate); one INFO line if any."""
         assert isinstance(self.queue, LeasedQueue)
         found = self.found_format
         migrated = self.jobs.call(self.queue.migrate, None)
@@ -395,10 +358,9 @@ class SharedCrawl:
 
     def close(self, *, persist: bool, done_now: Callable[[], bool],
               settle: Callable[[], None]) -> bool:
-        """Leave the crawl's workers and let the queue go. With ``persist``
-        (``SCHEDULER_PERSIST``) off, once the crawl is done (``done_now``, asked first),
-        the last worker out deletes the queue; whether it did (the filter goes too,
-        then). ``settle`` acks what this worker handed out, before it leaves."""
+        """Leave the crawl's workers (``settle`` acks first). With ``persist`` off and the
+        crawl done (``done_now``), the last worker out deletes the queue and the filter;
+        returns whether it did."""
         for write in self.before_leaving:
             if not self.jobs.failed():
                 with suppress(RedisError):  # figures only: the crawl goes on without them
@@ -422,8 +384,7 @@ class SharedCrawl:
             # to the other (or next) workers after BLOOMDUPE_LEASE_TIMEOUT.
             detach = getattr(self.queue, "detach", None)
             if self.leased and self.jobs.health.failure == FINISHED:
-                # The crawl is over and gone: only this worker's name, which its
-                # heartbeat or a pop may have written again, is taken out.
+                # The crawl is gone: take out only this worker's name (a late pop rewrote it).
                 detach = self.queue.forget
             if detach is not None:
                 with suppress(RedisError):

@@ -1,10 +1,6 @@
-"""How a worker keeps its leases on the leased queue: a heartbeat every few seconds
-(which carries the pending acks), dead workers' leases put back in the queue, its own
-leases that it no longer holds put back after a failover, and a check that the filter
-is still the one it opened.
-
-All of it is one job on the scheduler's runner (see :mod:`.jobs`), a tick at a time.
-"""
+"""How a worker keeps its leases: a heartbeat (carrying pending acks), dead workers' leases put
+back, its own unheld leases put back after a failover, and a check that the filter is still the
+one it opened; one job on the scheduler's runner (:mod:`.jobs`) a tick."""
 
 from __future__ import annotations
 
@@ -50,9 +46,8 @@ RECLAIMED_LOST_ACKS = ("this worker acked them, but the acks are not in Redis: t
 
 
 class LeaseUpkeep:
-    """The heartbeat and its company for one worker's leased ``queue``. ``settle`` acks
-    what the scheduler handed out and nothing can be working on any more; ``held``
-    gives the leases the scheduler holds (buffered or handed out)."""
+    """The heartbeat and its company for a leased ``queue``. ``settle`` acks handed-out work
+    nothing works on any more; ``held`` gives the leases the scheduler holds."""
 
     def __init__(self, *, jobs: RedisJobs, queue: PriorityQueue,
                  dupefilter: BloomDupe | None, server: Redis | RedisCluster,
@@ -67,7 +62,7 @@ class LeaseUpkeep:
         self._retired = retired
         self._heartbeat: AsyncioLoopingCall | LoopingCall | None = None
         self._ticking = False
-        #: When this worker last heartbeat (monotonic), and when it may reap again.
+        #: Last heartbeat (monotonic), and when it may reap again.
         self._last_beat: float | None = None
         self._reap_after = 0.0
         #: When this worker next looks for dead workers' leases (see reap_due).
@@ -75,15 +70,13 @@ class LeaseUpkeep:
         #: When to look for leases of this worker that it does not hold (see tick).
         self._next_reclaim = time.monotonic()
         self._stale_seen = 0
-        #: With BLOOMDUPE_POLITENESS = "worker", the per-site limits set, which each worker
-        #: holds on its own: named in one INFO line once another live worker is seen.
+        #: Per-site limits each worker holds alone ("worker" politeness), named once in INFO.
         crawler = getattr(spider, "crawler", None)
         self._own_limits = per_site_limits(crawler.settings, spider) if (
             crawler is not None and frontier.politeness == "worker") else []
 
     def start(self) -> None:
-        """Tick every third of the lease timeout (at most every MAX_HEARTBEAT s), once
-        the engine runs (the looping call needs its reactor or loop)."""
+        """Tick every third of the lease timeout (at most MAX_HEARTBEAT s); needs the engine."""
         self._heartbeat = create_looping_call(self.tick)
         self._heartbeat.start(min(MAX_HEARTBEAT, self.frontier.lease_timeout / 3), now=False)
 
@@ -92,10 +85,8 @@ class LeaseUpkeep:
             self._heartbeat.stop()
 
     def tick(self) -> None:
-        """Heartbeat (with the pending acks), put dead workers' leases back, and check
-        that the filter is still the one this worker opened; once a lease timeout (and
-        after a master change), put back this worker's own leases that it does not
-        hold. One job: its answer is acted on back on the reactor."""
+        """Heartbeat, reap dead workers' leases and check the filter; once a lease timeout
+        (and after a failover) put back own leases not held. One job, answered on the reactor."""
         if self.jobs.failed() or self._ticking:
             return
         self._settle()
@@ -117,13 +108,10 @@ class LeaseUpkeep:
             call(self.queue.heartbeat)
             others = self._others_live()
             beat = time.monotonic()
-            # A heartbeat that went through only now (an outage, a full Redis): the other
-            # workers were likely as silent; no reaping (see _beaten).
+            # A late heartbeat (outage): others were likely as silent; no reaping (_beaten).
             stalled = last is not None and beat - last > timeout / 2
             back = call(self.queue.reap) if reap and not stalled else []
-            # What this worker holds, the queue knows (what its pops took, less its acks;
-            # a pop answered on the runner whose leases the reactor has yet to see), and
-            # ``held`` says.
+            # The queue's view (pops less acks, some not yet seen by the reactor) vs ``held``.
             reclaimed = call(lambda: self.queue.reclaim(held)) if reclaim else Reclaimed()
             if df is not None:
                 call(df.bloom.verify)
@@ -151,7 +139,7 @@ class LeaseUpkeep:
         return 0.0 if self._last_beat is None else time.monotonic() - self._last_beat
 
     def _reclaimed(self, back: Reclaimed) -> None:
-        """Count the leases a reclaim put back, and say why, one WARNING a reason."""
+        """Count the leases a reclaim put back; one WARNING a reason."""
         if not back.total:
             return
         self.stats.inc_value("bloomdupe/requeued", back.total)
@@ -164,10 +152,8 @@ class LeaseUpkeep:
                                "again", count, why, extra={"spider": self.spider})
 
     def beat(self) -> None:
-        """Heartbeat. After a silence of this worker's (an outage, a full Redis, a frozen
-        reactor) longer than half the lease timeout, the others were likely silent as
-        long: put no lease back until they have had a lease timeout to heartbeat again,
-        so that a crawl-wide stall does not pass for dead workers (and refetched pages)."""
+        """Heartbeat. After a silence over half the lease timeout others were likely silent
+        too: reap nothing for a lease timeout, so a stall does not pass for dead workers."""
         silence = self.silence()
 
         def heartbeat() -> bool:
@@ -183,9 +169,7 @@ class LeaseUpkeep:
         return self.queue.others_live if isinstance(self.queue, PriorityQueue) else None
 
     def _seen_others(self, others: int | None) -> None:
-        """Other workers heartbeat in this crawl: with BLOOMDUPE_POLITENESS = "worker" and
-        per-site limits set, one INFO line (once a worker) says that each worker holds
-        them on its own, and how to make them the whole crawl's."""
+        """With others live and "worker" politeness, say once that limits are per worker."""
         if not others or not self._own_limits:
             return
         limits, self._own_limits = self._own_limits, []
@@ -213,11 +197,9 @@ class LeaseUpkeep:
         self._last_beat = now
 
     def reap_due(self) -> bool:
-        """Whether to look for dead workers' leases now: at most every half lease timeout
-        (a look is a script on every shard: with 24 shards and idle polls every second it
-        was a third of an idle crawl's commands), and never in the lease timeout after
-        a stall (see _beaten). A dead worker's leases come back within one and a half
-        lease timeouts and a heartbeat."""
+        """Whether to reap now: at most every half lease timeout (a script on every shard),
+        never in the lease timeout after a stall (see _beaten). Dead leases return within
+        1.5 lease timeouts and a heartbeat."""
         now = time.monotonic()
         if now < max(self._reap_after, self._next_reap):
             return False
@@ -225,8 +207,7 @@ class LeaseUpkeep:
         return True
 
     def reaped(self, back: list[tuple[int, Request]]) -> None:
-        """Count and name the dead workers' leases a reap put back (and report those that
-        could not be decoded, retired instead)."""
+        """Count and name the leases a reap put back (and report undecodable ones retired)."""
         self._retired()
         if back:
             self.stats.inc_value("bloomdupe/requeued", len(back))

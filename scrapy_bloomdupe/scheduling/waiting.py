@@ -1,21 +1,12 @@
-"""The dupefilter's checks when no scheduler of this package runs (the dupefilter alone
-under Scrapy's own scheduler or scrapy-redis's, and the batch middleware under it):
-each check is a job on the runner, so the reactor never waits for Redis.
+"""The dupefilter's checks when no scheduler of this package runs (under Scrapy's or
+scrapy-redis's scheduler): each check is a job on the runner, so the reactor never waits.
 
-Scrapy's schedulers ask ``request_seen`` synchronously and want a bool. During a
-crawl the dupefilter answers "seen" for a request its local cache does not know, and
-holds it (:meth:`Waiting.hold`): Scrapy drops it for now (with ``request_dropped``),
-and the requests held go to Redis together, in one job. Once Redis answers, a new
-one is marked checked and given to the engine again (``engine.crawl``: its scheduler
-queues it, and the dupefilter lets it through once); one seen before is logged and
-counted as Scrapy's dupefilter does. Meanwhile each waits in this worker's memory, and
-the crawl does not end while one does (``spider_idle``).
-
-At most :data:`MAX_WAITING` requests wait: past it the engine is paused (no new
-download starts; those under way finish, and their callbacks' requests wait too)
-until fewer than half of them wait. A Redis outage past ``BLOOMDUPE_OUTAGE_TIMEOUT``
-stops the crawl (the requests waiting go with it, the line says so), or, with
-``BLOOMDUPE_ON_OUTAGE = "allow"``, lets them through unchecked.
+``request_seen`` is synchronous: a request the local cache does not know is answered "seen"
+and held (:meth:`Waiting.hold`) while held requests go to Redis in one job; a new one is then
+marked and given back to ``engine.crawl``, a duplicate logged as Scrapy does. The crawl does
+not end while one waits; past :data:`MAX_WAITING` the engine pauses until fewer than half
+wait. An outage past ``BLOOMDUPE_OUTAGE_TIMEOUT`` stops the crawl (or, under ``"allow"``,
+lets them through unchecked).
 """
 
 from __future__ import annotations
@@ -46,9 +37,8 @@ MAX_WAITING = 10_000
 
 
 class Waiting:
-    """The checks of one dupefilter on ``jobs``' runner: ``check(fingerprints)`` checks
-    and adds (a job's code), ``mark(request, fp)`` lets a new request through its next
-    ``request_seen``, ``duplicate(request)`` logs and counts one seen before."""
+    """One dupefilter's checks on ``jobs``' runner: ``check`` checks and adds, ``mark`` lets
+    a new request through its next ``request_seen``, ``duplicate`` logs and counts one."""
 
     def __init__(self, jobs: RedisJobs, check: Callable[[list[bytes]], list[bool]], *,
                  crawler: Crawler | None, mark: Callable[[Request, bytes], None],
@@ -57,7 +47,7 @@ class Waiting:
         self.jobs, self._check, self._crawler = jobs, check, crawler
         self._mark, self._duplicate, self.limit = mark, duplicate, limit
         self._readmit = readmit
-        #: The asks gathered for the next job: fingerprints and the Deferred answered.
+        #: Asks gathered for the next job.
         self._asks: list[Ask] = []
         self._asked = False
         #: Requests held by request_seen until Redis answers (by id).
@@ -68,10 +58,8 @@ class Waiting:
         self.closed = False
 
     def ask(self, fingerprints: list[bytes]) -> Deferred[list[bool]]:
-        """Whether each of ``fingerprints`` is new (added), from the next job, which
-        checks every ask gathered meanwhile in one round trip. A Redis failure is
-        acted on by the crawl's health: stopped, the answer fails with
-        :class:`~.jobs.Stopped`; let through (``"allow"``), every one is new."""
+        """Whether each of ``fingerprints`` is new (added), checked with all asks in one job.
+        On a Redis failure it fails with :class:`~.jobs.Stopped` (under ``"allow"``: all new)."""
         answer: Deferred[list[bool]] = Deferred()
         self._asks.append((fingerprints, answer))
         if not self._asked:
@@ -124,8 +112,7 @@ class Waiting:
             self._engine().pause()
 
     def holds(self, request: Request) -> bool:
-        """Whether ``request`` waits for Redis's answer (its scheduler logs it as a
-        duplicate now: not yet)."""
+        """Whether ``request`` waits for Redis (so it is not a duplicate yet)."""
         return id(request) in self.held
 
     def _settled(self, new: list[bool], request: Request, fp: bytes) -> None:
@@ -161,8 +148,7 @@ class Waiting:
             raise DontCloseSpider
 
     def close(self) -> None:
-        """The crawl closes: a request answered new from now on is not queued (Scrapy's
-        scheduler is closed); say how many were not."""
+        """From now a request answered new is not queued (the scheduler is closed); log them."""
         self.closed = True
         if self.held:
             logger.warning("%d request(s) waited for Redis's answer when the crawl closed: "

@@ -1,20 +1,12 @@
 """Build one redis-py client from :class:`~scrapy_bloomdupe.settings.RedisSettings`.
 
-A single node gets ``redis.Redis`` (or the user's ``redis_cls``). Redis Sentinel
-(``BLOOMDUPE_SENTINELS``) gets a client of the master the sentinels name
-(:mod:`.sentinel`). Redis Cluster
-(``BLOOMDUPE_REDIS_CLUSTER = True``, or a ``RedisCluster`` ``redis_cls``) gets
-``redis.cluster.RedisCluster.from_url(url, **params)``; the URL names any one
-node (the client finds the others). Parameters a cluster client cannot take
-are dropped (``health_check_interval``, ``retry_on_timeout``,
-``retry_on_error``, ``db`` 0) or refused with a :class:`ConfigError` (another
-``db``, a Unix socket, a ``connection_pool``). The ``retry`` is the cluster
-client's own, which :class:`~scrapy_bloomdupe.transport.cluster.ClusterLink`
-honours (count and backoff) so a check-and-add rides out a master's failover;
-the default, :func:`~scrapy_bloomdupe.transport.cluster.default_retry`, waits
-10-19 s in all. These retries serve the command line and other callers without
-an outage guard: a crawl's Redis jobs run inside the guard, which is their one
-retry layer (:mod:`.outage`).
+A single node gets ``redis.Redis`` (or the user's ``redis_cls``), Sentinel a client of the
+master the sentinels name (:mod:`.sentinel`), a cluster ``RedisCluster.from_url(url, **params)``
+(the URL names any node). Parameters a cluster client cannot take are dropped or refused
+(:func:`cluster_params`). The cluster client's ``retry`` (default
+:func:`~scrapy_bloomdupe.transport.cluster.default_retry`), honoured by ``ClusterLink``, rides out
+a master's failover for callers without an outage guard; a crawl's jobs have the guard as their
+one retry layer (:mod:`.outage`).
 """
 
 from __future__ import annotations
@@ -42,8 +34,7 @@ if TYPE_CHECKING:
 
     from ..settings import RedisSettings
 
-#: Client defaults. Every command this package sends is safe to repeat (the
-#: check-and-add is idempotent by op id), so redis-py's retry may resend it.
+#: Client defaults. Every command this package sends is safe to repeat, so retries may.
 DEFAULT_PARAMS: dict[str, Any] = {
     "socket_timeout": 10,
     "socket_connect_timeout": 10,
@@ -51,21 +42,15 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 DEFAULT_RETRIES = 5
 
-#: Client arguments a ``RedisCluster`` ignores (its node connections never retry;
-#: it retries itself) or cannot take, dropped in cluster mode.
+#: Client arguments a ``RedisCluster`` ignores or cannot take, dropped in cluster mode.
 _CLUSTER_DROPPED = ("health_check_interval", "retry_on_timeout", "retry_on_error")
 
 
 class _Retry(Retry):
-    """redis-py's ``Retry`` for quick blips only: not a refused password, not a timeout.
-
-    redis-py's AuthenticationError is a ConnectionError, so a plain Retry
-    resends a wrong password for seconds before the user hears of it. And a
-    timeout (a blackholed or overloaded Redis) retried here is retried again by
-    the connection's own handshake, each attempt a whole socket timeout:
-    measured 65 s of stall with a 0.5 s timeout. Timeouts go straight to the
-    outage guard (outage.py), which waits them out with one clock.
-    """
+    """redis-py's ``Retry`` for quick blips only: not a refused password (an
+    AuthenticationError is a ConnectionError, so would be resent for seconds), not a timeout
+    (retried again by the connection's handshake, each a whole socket timeout: a long stall).
+    Timeouts go straight to the outage guard (outage.py), which waits them out on one clock."""
 
     def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
                         with_failure_count: bool = False) -> Any:
@@ -78,13 +63,9 @@ class _Retry(Retry):
 
 
 def no_maint_notifications() -> MaintNotificationsConfig:
-    """redis-py 8's maintenance notifications, off. By default (``"auto"``, with RESP3,
-    redis-py 8's default protocol) every new connection asks for them with ``CLIENT
-    MAINT_NOTIFICATIONS``, a command of Redis Cloud and Redis Software that Redis 7,
-    Redis 8 Community and Valkey do not have: a round trip lost and a DEBUG line
-    ("Failed to enable maintenance notifications") a connection, 4 a worker. A
-    ``maint_notifications_config`` in ``REDIS_PARAMS`` (or
-    ``BLOOMDUPE_SENTINEL_PARAMS``) is used instead."""
+    """redis-py 8's maintenance notifications, off: by default each new connection sends
+    ``CLIENT MAINT_NOTIFICATIONS``, which only Redis Cloud/Software know (a wasted round trip
+    and a DEBUG line). A user's ``maint_notifications_config`` takes precedence."""
     return MaintNotificationsConfig(enabled=False)
 
 
@@ -137,14 +118,10 @@ def secrets(url: str | None, params: dict[str, Any]) -> list[Any]:
 
 
 def cluster_params(params: dict[str, Any], *, user_retry: bool = False) -> dict[str, Any]:
-    """``params`` (as made by :func:`client_params`) fitted to ``RedisCluster``.
-
-    Drops what a cluster client ignores or refuses but that means nothing
-    here; refuses what cannot work with a :class:`ConfigError`. Without a
-    ``retry`` of the user's, the cluster gets :func:`~.cluster.default_retry`;
-    ``cluster_error_retry_attempts`` (deprecated by redis-py) becomes the
-    count of that retry.
-    """
+    """``params`` (from :func:`client_params`) fitted to ``RedisCluster``: harmless ones
+    dropped, unworkable ones (a ``db`` but 0, a socket path, a pool) refused with
+    :class:`ConfigError`. Without a user ``retry``, :func:`~.cluster.default_retry`, its count
+    from ``cluster_error_retry_attempts`` (deprecated) if given."""
     out = dict(params)
     for name in _CLUSTER_DROPPED:
         out.pop(name, None)

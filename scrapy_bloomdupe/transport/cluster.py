@@ -1,41 +1,25 @@
 """Redis Cluster transport: one round trip over several masters, and failover retries.
 
-:class:`ClusterLink` is what :class:`~scrapy_bloomdupe.transport.link.Link` uses
-for a ``redis.cluster.RedisCluster`` client. It groups a batch by the master
-that owns each command's slot, writes every group on that master's connection
-before reading any reply (one round trip, masters in parallel), and retries
-through a failover itself, because redis-py's cluster client retries a failed
-command without pausing: while a killed master's replica is being promoted
-(``cluster-node-timeout`` plus an election, a few seconds) its retries are
-spent in milliseconds. :class:`ClusterLink` instead follows the client's
-``Retry`` object (``RedisCluster(retry=...)``): the count and the backoff
-between attempts. Before each new attempt it reloads the slot map, so the
-promoted replica is found as soon as the cluster has elected it. Inside the
-outage guard (a crawl's jobs, :func:`~.outage.guarded`) it makes one attempt and
-the guard retries (the slot map reloaded all the same): one retry layer.
+:class:`ClusterLink` is :class:`~scrapy_bloomdupe.transport.link.Link`'s helper for a
+``RedisCluster`` client. It groups a batch by the master owning each command's slot and writes
+every group before reading any reply (one round trip, masters in parallel). It retries through a
+failover itself, because redis-py's cluster client retries without pausing and spends its retries
+in milliseconds while a replica is promoted (``cluster-node-timeout`` plus an election). It follows
+the client's ``Retry`` (count and backoff) and reloads the slot map before each new attempt, so the
+promoted replica is found once elected. Inside the outage guard (:func:`~.outage.guarded`) it makes
+one attempt and the guard retries: one retry layer. In a job on Scrapy's loop (:mod:`.onloop`) the
+masters' shares are awaited together on ``redis.asyncio`` connections; the slot map reload and a
+rare ``ASK`` (blocking redis-py calls) run on a thread of the loop's.
 
-In a job on Scrapy's asyncio loop (:mod:`.onloop`) each master's share of a
-round trip is awaited on a ``redis.asyncio`` connection (:mod:`.onloop`, made
-from that master's pool settings), all of them together; the slot map, which
-redis-py's blocking cluster client reloads, is reloaded on a thread of the
-loop's (it is needed only after a failed attempt), as is a rare ``ASK``.
+Retried: connection errors and timeouts, ``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY`` (a stale map
+sent a write to a replica) and a slot with no known master; ``MOVED`` is followed at once, ``ASK``
+through the cluster client. Only commands without an answer are resent; every command this
+package sends is safe to send twice (the check-and-add is idempotent by op id).
 
-What is retried: connection errors and timeouts (reconnect to the slot's
-master, whoever it now is), ``CLUSTERDOWN`` (no master for some slots yet),
-``TRYAGAIN``, ``READONLY`` (a stale slot map sent a write to a replica) and a
-slot with no known master; ``MOVED`` is followed at once, ``ASK`` through the
-cluster client. Only the commands without an answer are sent again. Every
-command this package sends is safe to send twice (the check-and-add is
-idempotent by op id), so a command that may have run is simply repeated.
-
-Replication is asynchronous. A check-and-add that a master acknowledged but had
-not yet passed to its replica is lost if that master dies and the replica takes
-over: the URL was reported new once, and will be reported new again (a
-duplicate crawl). With ``wait_replicas`` (``WAIT n timeout`` after each
-master's group of commands, see :mod:`.wait`) a reply is read only once
-``n`` replicas have the write, or the timeout has passed, which closes that
-window for the replica that gets promoted (unless the wait timed out), at the
-cost of one replication round trip per batch.
+Replication is asynchronous: a check-and-add acknowledged by a master that dies before passing it
+to its replica is lost, and the URL is reported new again (a duplicate crawl). ``wait_replicas``
+(``WAIT n timeout`` after each master's group, see :mod:`.wait`) reads a reply only once ``n``
+replicas have the write or the timeout passed, at one replication round trip per batch.
 """
 
 from __future__ import annotations
@@ -77,10 +61,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Retries of a cluster client made by :func:`scrapy_bloomdupe.transport.client.build`
-#: (``BLOOMDUPE_REDIS_CLUSTER = True``) unless ``REDIS_PARAMS`` has a ``retry``: pauses of
-#: 0.25-0.5 s after the first few, so 40 retries wait 10-19 s in all. A master's
-#: failover takes ``cluster-node-timeout`` plus about a second of election.
+#: Retries of a cluster client from :func:`scrapy_bloomdupe.transport.client.build` without a
+#: user ``retry``: pauses up to 0.5 s, 10-19 s in all, to ride out a master's failover.
 CLUSTER_RETRIES = 40
 CLUSTER_BACKOFF_CAP = 0.5
 CLUSTER_BACKOFF_BASE = 0.05
@@ -119,7 +101,7 @@ class LinkCounters:
     retries: int = 0
     #: Slot map reloads (after a failed attempt).
     refreshes: int = 0
-    #: ``MOVED`` replies followed, and commands sent through the client after ``ASK``.
+    #: ``MOVED`` replies followed; commands sent through the client after ``ASK``.
     redirects: int = 0
     asks: int = 0
     #: The last error that caused a retry, as text.
@@ -150,10 +132,7 @@ class _Attempt(Exception):
 
 class ClusterLink:
     """One round trip per :meth:`execute` on a cluster client; replies as :class:`Link`'s.
-
-    ``wait_replicas`` > 0 appends ``WAIT wait_replicas wait_timeout_ms`` to each
-    master's commands (see the module docstring).
-    """
+    ``wait_replicas`` > 0 appends ``WAIT`` to each master's commands (see the module)."""
 
     def __init__(self, client: RedisCluster, *, wait_replicas: int = 0,
                  wait_timeout_ms: int | None = None) -> None:
@@ -195,8 +174,7 @@ class ClusterLink:
         return node
 
     def reaches(self, commands: Sequence[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], bool]:
-        """Whether a command goes to a master that ``commands`` go to (by the slot map
-        known now; a slot without a known master: no)."""
+        """Whether a command goes to a master that ``commands`` go to (by the current map)."""
         def master(command: tuple[Any, ...]) -> str | None:
             try:
                 return self._master(self._slot(command)).name
@@ -209,19 +187,15 @@ class ClusterLink:
 
     @property
     def asynchronous(self) -> bool:
-        """Whether the masters' connections have ``redis.asyncio`` twins (redis-py's own
-        classes), so that round trips inside a job can be awaited."""
+        """Whether the masters' connections have ``redis.asyncio`` twins (awaitable in jobs)."""
         nodes = self.client.get_nodes()
         return bool(nodes) and AsyncNode.of(
             self.client.get_redis_connection(nodes[0]).connection_pool) is not None
 
     def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Send ``commands``; return one reply each, error replies as exceptions.
-
-        Raises the last connection or cluster error once the client's retries
-        are spent; inside the outage guard (a crawl's jobs) after one attempt, for
-        the guard to retry (the slot map is reloaded before the next attempt).
-        """
+        """Send ``commands``; return one reply each, error replies as exceptions. Raises the
+        last connection or cluster error once retries are spent (in the outage guard: after one
+        attempt, for the guard to retry)."""
         results: list[Any] = [None] * len(commands)
         pending: list[int] = list(range(len(commands)))
 
@@ -235,9 +209,7 @@ class ClusterLink:
         return self._retried(attempt)
 
     def _retried(self, attempt: Callable[[], T]) -> T:
-        """``attempt()``, retried with the client's ``Retry``, or once inside the outage
-        guard (:func:`~.outage.guarded`: a crawl's jobs, on the loop or the Redis
-        thread), which is then the one retry layer."""
+        """``attempt()`` retried by the client's ``Retry``; once inside the outage guard."""
         try:
             if bridged() or guarded():
                 try:
@@ -258,9 +230,7 @@ class ClusterLink:
         logger.debug("Cluster round trip incomplete, will retry: %s", self.counters.last_error)
 
     def refresh(self) -> None:
-        """Reload the slot map (who is master of what) from any node that answers; in a
-        job on a thread of the loop's, awaited (redis-py's cluster client reloads it
-        with blocking calls)."""
+        """Reload the slot map from any node that answers (in a job: on a loop thread)."""
         self._refresh_due = False
         self.counters.refreshes += 1
         try:
@@ -278,8 +248,7 @@ class ClusterLink:
 
     def _attempt(self, commands: Sequence[tuple[Any, ...]], pending: list[int],
                  results: list[Any]) -> list[int]:
-        """Send the pending commands; fill ``results``; raise :class:`_Attempt` if any
-        are left without an answer (returning them is never needed: on success none are)."""
+        """Send the pending commands, fill ``results``; :class:`_Attempt` if any go unanswered."""
         first_error: Exception | None = None
         for _ in range(1 + MAX_REDIRECTS):
             left, error, moved = self._send(commands, pending, results)
@@ -325,8 +294,7 @@ class ClusterLink:
         for sent in batches:
             answered = sent.replies[:len(sent.indexes)]
             if sent.failure is not None:
-                # Replies not read: those commands may or may not have run. Send again
-                # (all of them when a WAIT was pending: their writes are unconfirmed).
+                # Unread replies may or may not have run: resend (all, if a WAIT was pending).
                 self._failed_node = sent.node.name
                 error = error or sent.failure
                 if sent.waited:
@@ -351,8 +319,7 @@ class ClusterLink:
                 else:
                     self.wait.answered(sent.node.name, reply)
         for i in asks:
-            # A slot being migrated: let the cluster client follow ASK (rare; in a job on
-            # a thread of the loop's, as its calls block).
+            # A migrating slot: the cluster client follows ASK (in a job on a loop thread).
             self.counters.asks += 1
             try:
                 results[i] = (await_only(asyncio.to_thread(self.client.execute_command,
@@ -367,8 +334,7 @@ class ClusterLink:
         return left, error, moved and error is None
 
     def _exchange(self, batches: list[_Batch]) -> None:
-        """Each master's batch written before any reply is read (the masters work in
-        parallel), on blocking connections from the client's pools."""
+        """Write every master's batch, then read replies (masters work in parallel)."""
         sent: list[tuple[_Batch, Any, Any]] = []
         for batch in batches:
             redis_node = self.client.get_redis_connection(batch.node)
@@ -397,8 +363,7 @@ class ClusterLink:
                 redis_node.connection_pool.release(conn)
 
     async def _exchange_async(self, batches: list[_Batch]) -> None:
-        """:meth:`_exchange` on ``redis.asyncio``: the masters' round trips awaited
-        together (a failed one's replies are all sent again)."""
+        """:meth:`_exchange` on ``redis.asyncio``, the masters' round trips awaited together."""
         async def one(batch: _Batch) -> None:
             try:
                 batch.replies = await self._async_node(batch.node).round_trip(batch.commands)
@@ -418,13 +383,12 @@ class ClusterLink:
         return twin
 
     def where(self, key: Any) -> str:
-        """The name of the master of ``key``'s slot (by the slot map known now)."""
+        """The name of the master of ``key``'s slot (by the current map)."""
         return self._master(self._slot(("GET", key))).name
 
     def on_masters(self, command: tuple[Any, ...]) -> list[tuple[str, Any]]:
-        """A command without a key on every master (one round trip each: in turn, or
-        together in a job): each master's name and raw reply, error replies raised;
-        retried as :meth:`execute` is, with the slot map reloaded between attempts."""
+        """A keyless command on every master: [(master name, raw reply)], error replies
+        raised; retried as :meth:`execute` is."""
         def attempt() -> list[tuple[str, Any]]:
             if self._refresh_due:
                 self.refresh()
@@ -447,8 +411,7 @@ class ClusterLink:
         return self._retried(attempt)
 
     def close(self) -> None:
-        """Drop the ``redis.asyncio`` connections (the blocking ones go back to the
-        client's pools after each round trip)."""
+        """Drop the ``redis.asyncio`` connections (blocking ones are back in the pools)."""
         for twin in self._aio.values():
             twin.close()
         self._aio.clear()

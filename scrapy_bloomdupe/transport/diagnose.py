@@ -1,9 +1,6 @@
-"""Looking at a Redis before using it, and saying clearly what is wrong with it.
-
-Where a client points (without credentials: :func:`~..redaction.redacted`), a
-ping that turns what a user can fix into one clear error, the server's mode and
-version (Redis 7.0 or later: :data:`OLDEST_REDIS`; any Valkey), a persistence warning, and the
-one error for a cluster client that could not start.
+"""Checking a Redis before use and saying clearly what is wrong: where a client points (no
+credentials), a ping that turns fixable failures into one clear error, the server's mode and
+version (:data:`OLDEST_REDIS`; any Valkey), persistence and eviction checks, and the ACL probe.
 """
 
 from __future__ import annotations
@@ -34,15 +31,10 @@ logger = logging.getLogger(__name__)
 
 
 def url_problem(url: str) -> str | None:
-    """Why redis-py would misread ``url``'s user name or password, or None.
-
-    redis-py parses a URL with ``urllib.parse``: its authority ends at the first
-    ``/``, ``?`` or ``#``. A password holding one of them unencoded is cut
-    there, and what follows it is read as the host, port, path or fragment
-    (``redis://u:pa#ss@h/0`` connects to host ``u``, port ``pa``). Such a URL is
-    refused before it is used, so no part of its password can be shown as a host
-    or a port.
-    """
+    """Why redis-py would misread ``url``'s user name or password, or None: ``urllib.parse``
+    ends the authority at the first ``/``, ``?`` or ``#``, so one unencoded in a password makes
+    the rest host, port or path (``redis://u:pa#ss@h/0``: host ``u``, port ``pa``). Refused
+    before use, so no part of a password is ever shown as a host."""
     _, userinfo, _ = split_userinfo(url)
     if userinfo is None or not any(c in userinfo for c in AUTHORITY_ENDS):
         return None
@@ -98,26 +90,21 @@ def find_cause(error: BaseException, kind: type[BaseException]) -> BaseException
     return None
 
 
-#: The oldest Redis this package runs on, and why: its scripts ask Redis whether the ACL
-#: allows each write before making the first one (``redis.acl_check_cmd``, Redis 7.0),
-#: so that a refused command never leaves half a batch written; Redis 6.2 lacks it
-#: (measured: 12 of the fast tests fail on Redis 6.2.14, each a partial write).
+#: The oldest Redis supported: scripts check the ACL for every write before the first
+#: (``redis.acl_check_cmd``, Redis 7.0), so a refused command never leaves half a batch.
 OLDEST_REDIS = (7, 0)
-#: Valkey numbers its own releases (9.1 is not Redis 9.1) from 7.2, a fork of Redis 7.2.4:
-#: every Valkey has ``redis.acl_check_cmd``.
+#: Valkey numbers its own releases from 7.2 (a Redis 7.2.4 fork); all have that check.
 OLDEST_VALKEY = (7, 2)
 
 
 def server_name(said: dict[str, Any]) -> str:
-    """``"Valkey"`` or ``"Redis"``, as the server names itself in ``HELLO`` (``server``);
-    Redis for any other or none."""
+    """``"Valkey"`` or ``"Redis"`` (for any other or none), from ``HELLO``'s ``server``."""
     return "Valkey" if str(said.get("server", "")).lower() == "valkey" else "Redis"
 
 
 def too_old(version: str, server: str = "Redis") -> bool:
-    """Whether a ``server`` (:func:`server_name`) that reports ``version`` (``HELLO``'s
-    ``version``) is older than :data:`OLDEST_REDIS` (a Valkey than :data:`OLDEST_VALKEY`);
-    a version that does not parse is let through."""
+    """Whether ``version`` of ``server`` is older than :data:`OLDEST_REDIS` (Valkey:
+    :data:`OLDEST_VALKEY`); a version that does not parse is let through."""
     try:
         major, minor = (int(part) for part in version.split(".")[:2])
     except ValueError:
@@ -126,8 +113,7 @@ def too_old(version: str, server: str = "Redis") -> bool:
 
 
 def version_problem(where: str, said: dict[str, Any]) -> str | None:
-    """Why the server at ``where``, which said ``said`` in ``HELLO``, is too old, named as
-    it names itself; None when it is not."""
+    """Why the server at ``where`` (``said`` in ``HELLO``) is too old, or None."""
     version, name = str(said.get("version") or ""), server_name(said)
     if not too_old(version, name):
         return None
@@ -138,12 +124,8 @@ def version_problem(where: str, said: dict[str, Any]) -> str | None:
 
 
 def check(client: Redis | RedisCluster) -> None:
-    """Ping Redis; turn the failures a user can fix into one clear error.
-
-    A single-node client pointed at a Redis Cluster node (it would get
-    ``MOVED`` for most keys) is refused with a :class:`ConfigError` that says to
-    set ``BLOOMDUPE_REDIS_CLUSTER = True``.
-    """
+    """Ping Redis, turning failures a user can fix into one clear error; then check mode and
+    version. A single-node client on a cluster node (``MOVED`` for most keys) is refused."""
     where = describe(client)
     try:
         client.ping()
@@ -304,8 +286,7 @@ def warn_if_not_durable(client: Redis | RedisCluster) -> None:
 
 
 def refusal(where: str, error: BaseException) -> str:
-    """One line for an error reply the crawl cannot go on after; for ``NOPERM``, the ACL
-    rule to add."""
+    """One line for an error reply the crawl cannot go on after (``NOPERM``: the rule to add)."""
     text = str(error).split(" script: ")[0].rstrip(".")
     if isinstance(error, redis.exceptions.NoPermissionError) or "NOPERM" in text:
         command = re.search(r"run the '([^']+)' command", text)
@@ -328,11 +309,9 @@ def refusal(where: str, error: BaseException) -> str:
 
 def probe_commands(key: str, engine: str = "lua", *, window: bool = False
                    ) -> list[tuple[Any, ...]]:
-    """Every command a crawl sends (inside its scripts too), on keys of its own that it
-    deletes at once: what :func:`probe` runs at start. ``engine`` is the filter's
-    (``BLOOMDUPE_ENGINE``): the bit commands of ``"lua"``, or the ``BF.*`` commands of
-    ``"redisbloom"``. With a recrawl ``window`` (``BLOOMDUPE_WINDOW``), the command that
-    sets a time slice to expire too."""
+    """Every command a crawl sends (in scripts too), on probe keys it deletes at once.
+    ``engine`` (``BLOOMDUPE_ENGINE``) picks bit or ``BF.*`` commands; ``window``
+    (``BLOOMDUPE_WINDOW``) adds the slice expiry."""
     s, h, z, x, b, li = (keys.probe(key, kind) for kind in ("s", "h", "z", "x", "b", "l"))
     bits: list[tuple[Any, ...]] = [
         ("BITFIELD", s, "SET", "u1", 0, 0), ("BITFIELD_RO", s, "GET", "u1", 0),
@@ -360,10 +339,8 @@ def probe_commands(key: str, engine: str = "lua", *, window: bool = False
 
 def probe(client: Redis | RedisCluster, key: str, engine: str = "lua", *,
           window: bool = False, wait: bool = False) -> None:
-    """Run :func:`probe_commands` (and ``TIME``, ``SCRIPT LOAD``, ``EVALSHA``, and with
-    ``wait`` ``WAIT 0 0``) before the crawl writes anything: a user whose ACL lacks one
-    of them gets one error naming every missing rule, instead of a crawl that fails on
-    its first page."""
+    """Run :func:`probe_commands`, ``TIME``, ``SCRIPT LOAD``, ``EVALSHA`` (``WAIT 0 0`` with
+    ``wait``) before any write: one error names every missing ACL rule."""
     commands = probe_commands(key, engine, window=window)
     pipe = client.pipeline(transaction=False)
     for command in commands:
@@ -405,21 +382,16 @@ _PROBE_SHA = hashlib.sha1(_PROBE_SCRIPT.encode()).hexdigest()
 
 
 class Masters(Protocol):
-    """What :func:`check_eviction` asks of a :class:`~.link.Link` (named here by what it
-    does: the link imports this module)."""
+    """What :func:`check_eviction` needs of a :class:`~.link.Link` (which imports this)."""
 
     def on_masters(self, *command: Any) -> list[tuple[str, Any]]: ...
 
 
 def check_eviction(link: Masters, *, warn: bool = True) -> None:
-    """Refuse a Redis that may evict any key when full (``maxmemory-policy allkeys-*``):
-    it would evict the filter's bits or the queue, and pages would be fetched twice or
-    never. Warn about ``volatile-*``, which may evict the op logs (they expire). The
-    scheduler checks again every few seconds (``warn`` off): a policy changed under
-    a running crawl stops it before anything is evicted.
-    Not checked where ``CONFIG GET`` is denied or there is no ``maxmemory``. One
-    ``CONFIG GET`` a master, through ``link`` (a crawl's, or
-    :func:`~.link.link_to` a client)."""
+    """Refuse a Redis that may evict any key when full (``allkeys-*``): filter or queue lost,
+    pages fetched twice or never. Warn on ``volatile-*`` (may evict the expiring op logs).
+    The scheduler rechecks every few seconds (``warn`` off) to stop before any eviction.
+    Skipped if ``CONFIG GET`` (one a master, via ``link``) is denied or no ``maxmemory``."""
     try:
         configs = link.on_masters("CONFIG GET", "maxmemory*")
     except redis.ResponseError as e:

@@ -1,30 +1,14 @@
-"""Send a batch of commands in one round trip, cheaply: retried by the outage guard
-during a crawl (its one retry layer), by redis-py's ``Retry`` elsewhere.
+"""Send a batch of commands in one round trip, cheaply: retried by the outage guard during a
+crawl (its one retry layer), by redis-py's ``Retry`` elsewhere.
 
-redis-py's ``Pipeline.execute`` costs more per call than the Redis work of a
-check-and-add (measured: about 170 us of Python a call, against 60 us for the
-same bytes on a held connection). The filter sends one small batch for every
-request Scrapy schedules, so it holds one connection from the client's pool
-and writes the batch with the connection's own ``pack_commands``, reading one
-reply per command. Outside a crawl's jobs (a tool, a test) retries use the
-connection's ``Retry`` object (the one the client was configured with),
-reconnecting between attempts; inside them a round trip is one attempt and the
-outage guard (:mod:`.outage`) sends it again: every batch this package sends is
-safe to send twice.
-
-A cluster client (``redis.cluster.RedisCluster``) has no single connection:
-there :class:`~scrapy_bloomdupe.transport.cluster.ClusterLink` groups the batch by the
-master of each command's slot, writes every group before reading any reply, and
-retries through a failover with the cluster client's ``Retry`` (count and
-backoff). Any other client without a connection pool gets redis-py's pipeline.
-
-``wait_replicas`` (``BLOOMDUPE_WAIT_REPLICAS``, passed in by the filter's
-owner) ends each node's commands with ``WAIT``; see :mod:`.wait`.
-
-The link is also the one place where a script that Redis lost (a restart, a
-failover to a replica that never had it) is loaded again: the filter and the
-queue register their scripts (:meth:`Link.knows`), and a round trip answered
-``NOSCRIPT`` is repeated once they are loaded where it went.
+``Pipeline.execute`` costs more Python per call than a check-and-add costs Redis, and the filter
+sends a batch per scheduled request; so the link holds one pooled connection and writes with its
+``pack_commands``, one reply per command. Outside a crawl's jobs the connection's ``Retry``
+reconnects and retries; inside them the outage guard (:mod:`.outage`) does: every batch is safe
+to send twice. A cluster goes through :class:`~scrapy_bloomdupe.transport.cluster.ClusterLink`;
+another client without a pool gets a pipeline. ``wait_replicas`` appends ``WAIT`` (:mod:`.wait`).
+Scripts Redis lost (restart, failover) are reloaded here if registered (:meth:`Link.knows`), and
+the round trip answered ``NOSCRIPT`` repeated.
 """
 
 from __future__ import annotations
@@ -73,8 +57,7 @@ class Link:
         self._pool = getattr(client, "connection_pool", None)
         self._conn: AbstractConnection | None = None
         self._cluster: ClusterLink | None = None
-        #: The node's ``redis.asyncio`` twin of the held connection (one node, or a
-        #: Sentinel master it follows): the crawl's round trips on Scrapy's asyncio reactor.
+        #: ``redis.asyncio`` twin of the held connection, for round trips on Scrapy's loop.
         self._aio = AsyncNode.of(self._pool) if self._pool is not None else None
         self._master = (AsyncMaster(self._pool, self._aio)
                         if self._aio is not None and is_sentinel_client(client) else None)
@@ -93,8 +76,7 @@ class Link:
         self._parsers: Mapping[str, Callable[..., Any]] | None = None
 
     def knows(self, *scripts: str | bytes | memoryview) -> list[str]:
-        """Register ``scripts`` (their text) for :meth:`execute`, which loads one again
-        where an ``EVALSHA`` of it is answered ``NOSCRIPT``; their SHA1s, in order."""
+        """Register ``scripts`` for reloading on ``NOSCRIPT``; returns their SHA1s, in order."""
         shas = []
         for script in scripts:
             text = script.encode() if isinstance(script, str) else bytes(script)
@@ -105,8 +87,7 @@ class Link:
 
     @property
     def asynchronous(self) -> bool:
-        """Whether round trips inside a job of :func:`~.onloop.run_bridged` are awaited
-        on ``redis.asyncio``."""
+        """Whether round trips in :func:`~.onloop.run_bridged` jobs await ``redis.asyncio``."""
         if self._cluster is not None:
             return self._cluster.asynchronous
         return self._aio is not None
@@ -118,17 +99,10 @@ class Link:
 
     def execute(self, commands: Sequence[tuple[Any, ...]], *,
                 built_for: int | None = None) -> list[Any]:
-        """One reply per command, in order (an error reply as an exception, not raised).
-
-        Scripts flushed from Redis (a restart, a replica promoted by a failover)
-        are loaded again where the round trip went, and the round trip repeated:
-        every command this package sends is safe to repeat (op ids). Only the
-        scripts registered with :meth:`knows` are loaded; an unknown one's
-        ``NOSCRIPT`` is left in its reply.
-
-        ``built_for``: the Sentinel master epoch the batch was built for (the queue's
-        acks): if the client has moved to another master, nothing is sent and
-        :class:`~.sentinel.MasterChanged` is raised, whatever retry would resend it."""
+        """One reply per command, in order (an error reply as an exception, not raised). Scripts
+        Redis lost are reloaded (if registered with :meth:`knows`) and the round trip repeated:
+        every command is safe to repeat (op ids). ``built_for``: the Sentinel epoch the batch was
+        built for; if the master changed, nothing is sent (:class:`~.sentinel.MasterChanged`)."""
         replies = self._bound_round_trip(commands, built_for)
         for _ in range(MAX_SCRIPT_RELOADS):
             missing = {str(command[1]) for command, reply in zip(commands, replies, strict=True)
@@ -143,11 +117,8 @@ class Link:
         return replies
 
     def calls(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """:meth:`execute`, each reply parsed as redis-py's own method for the command
-        parses it (``HGETALL`` a dict, ``TIME`` a pair, ``CONFIG GET`` a dict of str,
-        whatever the protocol), the first error reply raised. The filter's and the
-        queue's reads and small writes go through here rather than through the client,
-        so that the link carries every command of a crawl."""
+        """:meth:`execute`, each reply parsed as redis-py parses it (``HGETALL`` a dict), the
+        first error raised. Used instead of the client so the link carries every command."""
         replies = self.execute(commands)
         callbacks = self._callbacks()
         parsed = []
@@ -159,14 +130,12 @@ class Link:
         return parsed
 
     def call(self, *command: Any) -> Any:
-        """One command's parsed reply (see :meth:`calls`): ``link.call("GET", key)``. A
-        command of two words is one string (``"CONFIG GET"``, ``"MEMORY USAGE"``), as
-        redis-py spells it, so that a key is always the second item."""
+        """One command's parsed reply: ``link.call("GET", key)``. Two-word commands are one
+        string (``"CONFIG GET"``), so a key is always the second item."""
         return self.calls([command])[0]
 
     def scan(self, match: str, count: int = 1000) -> list[Any]:
-        """Every key matching ``match`` (``SCAN MATCH``, to the end); on a cluster, on the
-        master of the slot that the pattern's hash tag names (a shard's keys)."""
+        """Every key matching ``match`` (full ``SCAN``); on a cluster, at the pattern's hash tag."""
         names: list[Any] = []
         cursor = 0
         while True:
@@ -176,8 +145,7 @@ class Link:
                 return names
 
     def on_masters(self, *command: Any) -> list[tuple[str, Any]]:
-        """A command without a key (``TIME``, ``CONFIG GET``) on every master this link
-        reaches (one on one node, each of a cluster's): where, and its parsed reply."""
+        """A keyless command (``TIME``) on every master reached: (where, parsed reply) each."""
         if self._cluster is None:
             return [(describe(self.client), self.call(*command))]
         with self._lock:
@@ -203,17 +171,14 @@ class Link:
 
     def _bound_round_trip(self, commands: Sequence[tuple[Any, ...]], built_for: int | None
                           ) -> list[Any]:
-        # One round trip at a time on the held blocking connection, whichever thread asks
-        # (a crawl's jobs on the thread runner; Scrapy's where no job runs them, as the
-        # dupefilter's opening; a tool's or a test's).
+        # One round trip at a time on the held connection, whichever thread asks.
         with self._lock:
             return self._execute(commands, built_for)
 
     def execute_bound(self, build: Callable[[], tuple[Sequence[tuple[Any, ...]], int | None]]
                       ) -> list[Any]:
-        """:meth:`execute` of the batch ``build`` returns with the epoch it was built for;
-        built again (its acks without the old master's) each time
-        :class:`~.sentinel.MasterChanged` says the client moved on meanwhile."""
+        """:meth:`execute` of ``build()``'s (batch, epoch), rebuilt (dropping the old
+        master's acks) each time :class:`~.sentinel.MasterChanged` says the master moved."""
         for _ in range(MAX_MASTER_CHANGES):
             commands, built_for = build()
             try:
@@ -245,12 +210,10 @@ class Link:
 
     def _on_node(self, commands: Sequence[tuple[Any, ...]], built_for: int | None = None
                  ) -> list[Any]:
-        """One round trip to the single node: awaited on ``redis.asyncio`` inside a job of
-        :func:`~.onloop.run_bridged` (the crawl: nothing blocks the loop, and a failure
-        goes straight to the outage guard), else on the held blocking connection: with
-        the client's ``Retry``, or once inside the outage guard (:func:`~.outage.guarded`:
-        a crawl's jobs on the thread runner), which is then the one retry layer.
-        ``built_for``: see :meth:`execute` (Sentinel only)."""
+        """One round trip to the single node: awaited on ``redis.asyncio`` in a
+        :func:`~.onloop.run_bridged` job (nothing blocks the loop), else on the held
+        connection with the client's ``Retry``, or one attempt inside
+        :func:`~.outage.guarded` (the guard retries). ``built_for``: see :meth:`execute`."""
         if self._aio is not None and bridged():
             if self._master is not None:
                 return self._master.round_trip(commands, built_for)
@@ -272,8 +235,7 @@ class Link:
         return replies
 
     def reaches(self, commands: Sequence[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], bool]:
-        """Whether a command added to ``commands`` would cost no round trip of its own:
-        on one node always; on a cluster when its master is one they go to."""
+        """Whether adding a command to ``commands`` costs no round trip (cluster: same master)."""
         if self._cluster is not None:
             return self._cluster.reaches(commands)
         return lambda _command: True
@@ -285,11 +247,8 @@ class Link:
                 self._cluster.refresh()
 
     def load_scripts(self, scripts: Sequence[str | bytes | memoryview]) -> None:
-        """``SCRIPT LOAD`` each of ``scripts`` where this link's commands go: on its held
-        connection, the server that just answered ``NOSCRIPT`` (mid-failover the
-        client's pool may still hold connections to another server, and a script
-        loaded there would leave this one answering ``NOSCRIPT`` for ever); on every
-        master of a cluster."""
+        """``SCRIPT LOAD`` ``scripts`` on the held connection (mid-failover the pool may reach
+        another server, leaving this one on ``NOSCRIPT`` for ever); on a cluster, every master."""
         with self._lock:
             self._load_scripts(scripts)
 
@@ -337,8 +296,7 @@ class Link:
 
 @contextmanager
 def link_to(target: Redis | RedisCluster | Link) -> Iterator[Link]:
-    """``target`` itself if it is a link (a crawl's: it carries the crawl's commands),
-    else a link over the client, closed after (a tool's, a test's)."""
+    """``target`` if a link (a crawl's), else a new link over the client, closed after."""
     if isinstance(target, Link):
         yield target
         return

@@ -1,32 +1,15 @@
-"""A crawl's Redis work on Scrapy's asyncio loop: the filter's and the queue's logic,
-written once on plain calls, run in a greenlet that suspends at each round trip, and
-each node's round trips on a ``redis.asyncio`` connection (:class:`AsyncNode`).
+"""A crawl's Redis work on Scrapy's asyncio loop: the filter's and queue's logic, written
+once on plain calls, runs in a greenlet that suspends at each round trip.
 
-During a crawl on Scrapy's asyncio reactor the scheduler runs each of its Redis
-jobs with :func:`run_bridged`: the job's code runs in a greenlet of its own; when
-it reaches a round trip, the link hands the round trip's coroutine (on a
-``redis.asyncio`` connection) to :func:`await_only`, which switches back to the
-coroutine that started the job; that one awaits it on the loop, without blocking
-it, and switches back into the job with the answer (or the error, raised where the
-job waits). A pause (a lock wait, an outage wait) is an ``asyncio.sleep`` the same
-way (:func:`pause`). Outside such a job (a tool, a test, the crawl's start and end)
-:func:`bridged` is false and the same code makes blocking calls.
+The scheduler runs each Redis job with :func:`run_bridged`: at a round trip the link hands
+its coroutine to :func:`await_only`, which switches to the job's starter to await it on the
+loop, then back with the answer or error; :func:`pause` sleeps likewise. Outside a job
+(:func:`bridged` false) the same code blocks. As SQLAlchemy's asyncio extension does, this
+spares rewriting every caller as a generator of round trips.
 
-This is how SQLAlchemy's asyncio extension runs its synchronous core; the
-``greenlet`` package is the one it uses. The alternative, each operation written
-as a generator of round trips, would touch every caller of the filter and the
-queue.
-
-A :class:`~.link.Link` on a single Redis or a Sentinel master holds an
-:class:`AsyncNode` beside its blocking connection (a cluster's link, one for each
-master). Inside a job of :func:`run_bridged` the link awaits
-:meth:`AsyncNode.round_trip` instead of writing on the blocking connection:
-the same packed commands, one reply read per command, error replies returned, not
-raised. The connection is made from the client's own pool settings (address, TLS,
-credentials, timeouts, protocol), as redis-py's asynchronous class of the same kind.
-It does not retry: a failed round trip reaches the outage guard, which sends it
-again after a pause (every command this package sends is safe to repeat), without
-blocking the loop.
+A :class:`~.link.Link` holds an :class:`AsyncNode` beside each blocking connection, built
+from the same pool settings. It does not retry: the outage guard repeats a failed round trip
+after a pause (every command is safe to repeat).
 """
 
 from __future__ import annotations
@@ -50,14 +33,12 @@ class _Bridged(greenlet):  # type: ignore[misc]  # greenlet has no annotations
 
 
 def bridged() -> bool:
-    """Whether this code runs in a job of :func:`run_bridged` (then a round trip must
-    be awaited with :func:`await_only`, never made blocking)."""
+    """Whether in a :func:`run_bridged` job (round trips must go through :func:`await_only`)."""
     return isinstance(getcurrent(), _Bridged)
 
 
 def await_only(awaitable: Awaitable[T]) -> T:
-    """The result of ``awaitable``, awaited on the loop by the job's starter while this
-    job is suspended; only inside :func:`run_bridged`."""
+    """``awaitable``'s result, awaited by the job's starter on the loop (in a job only)."""
     current = getcurrent()
     if not isinstance(current, _Bridged):
         if isinstance(awaitable, Coroutine):
@@ -83,8 +64,7 @@ async def run_bridged(call: Callable[[], T]) -> T:
 
 
 def pause(seconds: float) -> None:
-    """Sleep: on the loop inside a job of :func:`run_bridged` (the reactor goes on),
-    else ``time.sleep``."""
+    """Sleep on the loop inside a :func:`run_bridged` job, else ``time.sleep``."""
     if bridged():
         await_only(asyncio.sleep(seconds))
     else:
@@ -97,8 +77,7 @@ _TWINS: dict[type, type[aio.AbstractConnection]] = {
     blocking.SSLConnection: aio.SSLConnection,
     blocking.UnixDomainSocketConnection: aio.UnixDomainSocketConnection,
 }
-#: Settings of the blocking pool that do not carry over: its ``Retry`` (blocking;
-#: the outage guard waits instead) and what redis-py's blocking client adds itself.
+#: Blocking pool settings not carried over (its blocking ``Retry``: the outage guard waits).
 _DROPPED = frozenset({"retry", "retry_on_error", "retry_on_timeout", "redis_connect_func"})
 
 
@@ -125,9 +104,8 @@ class AsyncNode:
 
     @classmethod
     def of(cls, pool: Any) -> AsyncNode | None:
-        """The asynchronous twin of ``pool``'s connections; None when redis-py has none
-        (a class of the user's). A connection class of this package names its twin in
-        ``async_twin`` (a Sentinel master's: its address is given by each round trip)."""
+        """The async twin of ``pool``'s connections, or None (a user's class). Our classes
+        name theirs in ``async_twin`` (a Sentinel master's gets its address per round trip)."""
         connection_class = getattr(pool, "connection_class", None)
         twin = _TWINS.get(connection_class)  # type: ignore[arg-type]
         if twin is None:
@@ -146,10 +124,8 @@ class AsyncNode:
 
     async def round_trip(self, commands: Sequence[tuple[Any, ...]],
                          address: tuple[str, int] | None = None) -> list[Any]:
-        """One reply per command, error replies as exceptions (returned, not raised). A
-        connection that failed mid-way is dropped (the next round trip reconnects).
-        ``address``: where to send them (host, port); a connection to another address
-        is dropped first."""
+        """One reply per command, error replies returned as exceptions; a failed connection
+        is dropped. ``address``: (host, port) to send to, reconnecting if it changed."""
         if address is not None and (self._kwargs.get("host"), self._kwargs.get("port")) \
                 != address:
             self._kwargs = {**self._kwargs, "host": address[0], "port": address[1]}
@@ -172,16 +148,14 @@ class AsyncNode:
             raise
 
     def close(self) -> None:
-        """Drop the connection: closed on the running loop, if any (a crawl's end);
-        without one, the loop that held it is gone and its transports with it."""
+        """Drop the connection, closing it on the running loop if any (see :meth:`closing`)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             self.closing(conn.disconnect(nowait=True))
 
     @staticmethod
     def closing(closed: Coroutine[Any, Any, Any]) -> None:
-        """Run ``closed`` (a connection's or a client's close) on the running loop, held
-        until done; without a running loop it is dropped (its loop is gone)."""
+        """Run ``closed`` on the running loop, held until done; without one, drop it."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

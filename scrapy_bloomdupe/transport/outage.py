@@ -1,29 +1,13 @@
 """Waiting out a Redis outage: retry with backoff, one error when it starts, one line at the end.
 
-An outage is Redis not answering (a dead server, a failover), and also Redis
-refusing writes because it is full (``OOM command not allowed when used memory >
-'maxmemory'`` under the ``noeviction`` policy): memory may come back (the queue
-drains, an operator raises ``maxmemory``), and a refused write changed nothing,
-so it is retried like a lost connection; when it lasts, the crawl stops with
-the reason.
-
-A dropped connection is sent again at once, in silence: a Redis restarted since the
-last round trip, an idle connection the server closed. Inside a guard's call
-(:func:`guarded`: a crawl's Redis jobs, on the loop or the Redis thread) the link
-makes one attempt a round trip, without redis-py's ``Retry`` or the cluster link's
-failover retries: this module is the crawl's one retry layer (the command line and
-other callers without a guard keep those). What outlasts the silent resend reaches
-this module's wait, which keeps retrying with short pauses for up to
-``BLOOMDUPE_OUTAGE_TIMEOUT`` seconds, logging one ERROR when the outage starts and
-one INFO when Redis is back, and counting both. Retrying is safe because every
-command this package sends is idempotent (the check-and-add by op id).
-
-During a crawl the pauses run on the loop (``asyncio.sleep``, :mod:`.onloop`) or
-on the scheduler's Redis thread, never blocking Scrapy's reactor: downloads already
-started finish, and their callbacks' outputs wait for Redis with the rest of its
-work; no request is handed out, acked or dropped until Redis answers, so every
-request stays in hand (or leased in Redis). Elsewhere (the command line, a
-crawl's start and end) they run on the caller's thread.
+An outage is Redis not answering (dead server, failover) or refusing writes when full (OOM under
+``noeviction``): a refused write changed nothing and memory may come back, so both are retried; past
+``BLOOMDUPE_OUTAGE_TIMEOUT`` the crawl stops with the reason. A dropped connection (restart, idle
+close) is resent at once, silently. Inside :func:`guarded` calls the link makes one attempt a round
+trip: this is the crawl's one retry layer. Retrying is safe as every command is idempotent (the
+check-and-add by op id). During a crawl pauses run on the loop (:mod:`.onloop`) or the Redis thread,
+never blocking Scrapy's reactor; no request is handed out, acked or dropped until Redis answers, so
+none is lost. Elsewhere they run on the caller's thread.
 """
 
 from __future__ import annotations
@@ -51,18 +35,12 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Errors that mean "Redis is not (fully) there", worth waiting out. A
-#: failover shows as READONLY from a demoted master, and on a cluster mid-election
-#: as CLUSTERDOWN/TRYAGAIN, a slot without a known master, or slots still moving
-#: (ClusterError covers CLUSTERDOWN and too many MOVED in one round trip). A full
-#: Redis refuses writes with OOM (nothing written).
+#: Errors worth waiting out: a failover shows as READONLY (demoted master) or, on a cluster,
+#: CLUSTERDOWN/TRYAGAIN, an unowned slot or moving slots (ClusterError); a full Redis gives OOM.
 TRANSIENT = (ConnectionError, TimeoutError, ReadOnlyError, ClusterError, TryAgainError,
              SlotNotCoveredError, OutOfMemoryError)
-#: The pauses between attempts: 0.25 s, then 0.5 s. Short, so that the crawl resumes
-#: within half a second of Redis coming back (a cluster's or Sentinel's failover is
-#: over in a few seconds: the cluster link's own retries used the same pauses,
-#: measured in tests/faults/test_cluster_failover.py); an attempt costs Redis one
-#: round trip, or a refused connection.
+#: Pauses between attempts: short, so the crawl resumes within half a second of Redis's
+#: return (failovers take seconds); an attempt costs one round trip or a refused connection.
 FIRST_PAUSE = 0.25
 MAX_PAUSE = 0.5
 
@@ -72,9 +50,8 @@ _inside: ContextVar[bool] = ContextVar("bloomdupe_guarded", default=False)
 
 
 def guarded() -> bool:
-    """Whether the running code is inside an outage guard's call: then the link makes
-    one attempt a round trip and leaves every retry to the guard (one retry layer);
-    elsewhere (the command line, a tool) it keeps redis-py's ``Retry``."""
+    """Whether inside an outage guard's call: then the link makes one attempt a round trip
+    and the guard retries; elsewhere it keeps redis-py's ``Retry``."""
     return _inside.get()
 
 
@@ -107,8 +84,7 @@ class OutageGuard:
             return fn()
         except TRANSIENT as error:
             if type(error) is ConnectionError:  # not a refused password, not a timeout
-                # A dropped connection (a restart since the last round trip, an idle
-                # one the server closed): sent again at once, on a new one, in silence.
+                # A dropped connection (restart, idle close): resent at once, silently.
                 try:
                     return fn()
                 except TRANSIENT as again:

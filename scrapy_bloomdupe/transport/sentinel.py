@@ -1,22 +1,13 @@
 """A client of the master that Redis Sentinel names, following it through failovers.
 
-``BLOOMDUPE_SENTINELS`` lists the sentinels, ``BLOOMDUPE_SENTINEL_MASTER`` names
-the master they watch. The client is redis-py's
-``Sentinel(sentinels).master_for(name)``: each of its connections asks the
-sentinels where the master is when it connects. After a failover a connection
-to the old master fails (refused, reset, or ``READONLY`` from a demoted master,
-which redis-py turns into a ``ConnectionError``), is dropped, and the next
-attempt connects to the new master; the retries of :mod:`.link` and the outage
-guard (:mod:`.outage`) wait meanwhile. Every command this package sends is safe
-to repeat, so nothing is lost or done twice by the retry itself; what a
-failover can lose is what asynchronous replication had not yet copied (see
-``BLOOMDUPE_WAIT_REPLICAS`` and the README's guarantees).
-
-The master's credentials and database come from ``REDIS_URL`` (its host and
-port are not used: the sentinels name the master) and ``REDIS_PARAMS``; the
-sentinels' own (``BLOOMDUPE_SENTINEL_PASSWORD``, ``BLOOMDUPE_SENTINEL_PARAMS``)
-are separate, as Sentinel's ``requirepass`` usually differs from the master's.
-"""
+``BLOOMDUPE_SENTINELS`` lists the sentinels, ``BLOOMDUPE_SENTINEL_MASTER`` names the master;
+the client is redis-py's ``Sentinel(sentinels).master_for(name)``. After a failover a
+connection to the old master fails (refused, reset, or ``READONLY``: a ``ConnectionError``)
+and the retries (:mod:`.link`, :mod:`.outage`) reconnect to the new one. Every command is safe
+to repeat; a failover can still lose what replication had not copied
+(``BLOOMDUPE_WAIT_REPLICAS``). The master's credentials and db come from ``REDIS_URL`` (not its
+host) and ``REDIS_PARAMS``; the sentinels' own from ``BLOOMDUPE_SENTINEL_PASSWORD`` and
+``BLOOMDUPE_SENTINEL_PARAMS``."""
 
 from __future__ import annotations
 
@@ -46,38 +37,28 @@ if TYPE_CHECKING:
     from ..settings import RedisSettings
     from .onloop import AsyncNode
 
-#: Whether redis-py's ``redis.asyncio`` clients take ``maint_notifications_config`` (8.1
-#: and later; 8.0, the floor, has it on the blocking clients only).
+#: Whether ``redis.asyncio`` clients take ``maint_notifications_config`` (redis-py 8.1+).
 ASYNC_MAINT_NOTIFICATIONS = "maint_notifications_config" in inspect.signature(
     aio_client.Redis.__init__).parameters
 
 logger = logging.getLogger(__name__)
 
-#: Socket timeouts of the connections to the sentinels (seconds): a sentinel that does
-#: not answer is skipped for the next one quickly.
+#: Socket timeouts to the sentinels (s): one that does not answer is skipped quickly.
 SENTINEL_SOCKET_TIMEOUT = 2.0
 #: How often a connection that stays up asks the sentinels where the master is (seconds).
 MASTER_CHECK_INTERVAL = 0.25
-#: Times in a row a round trip is built again because the master changed meanwhile
-#: (:class:`MasterChanged`) before it counts as Redis being unavailable.
+#: Round trips rebuilt in a row for a changed master before Redis counts as unavailable.
 MAX_MASTER_CHANGES = 5
 #: Client arguments that name where the master is: the sentinels say that.
 _ADDRESS_PARAMS = ("host", "port", "unix_socket_path", "path", "connection_pool")
 
 
 class MasterWatch:
-    """Where the master of one Sentinel client is, as its connections last learned it:
-    shared by all of them, the blocking ones (:class:`MasterConnection`) and the
-    ``redis.asyncio`` one of a crawl on the loop (:class:`AsyncMaster`), so that all
-    switch at once. Each change adds one to :attr:`epoch`, so that the queue can tell
-    work that straddled a switch.
-
-    It asks the sentinels with redis-py's public ``discover_master`` (the blocking
-    ``Sentinel``'s, or its ``redis.asyncio`` twin inside a job of
-    :func:`~.onloop.run_bridged`), on every connect and at most every
-    :data:`MASTER_CHECK_INTERVAL` seconds between. Each connection gets it as a
-    connection argument (``master_watch``), beside the ``connection_pool`` redis-py
-    gives it: nothing is stored on redis-py's objects."""
+    """Where one Sentinel client's master is, shared by all its connections (blocking and
+    :class:`AsyncMaster`) so all switch at once; each change adds one to :attr:`epoch`, so
+    the queue can tell work that straddled a switch. It asks ``discover_master`` on every
+    connect and at most every :data:`MASTER_CHECK_INTERVAL` between; connections get it as
+    the ``master_watch`` argument (nothing is stored on redis-py's objects)."""
 
     def __init__(self, sentinel: Sentinel, service_name: str,
                  sentinels: Sequence[tuple[str, int]], sentinel_kwargs: dict[str, Any]) -> None:
@@ -113,18 +94,14 @@ class MasterWatch:
         return host, port
 
     def ask(self, blocking: bool = False) -> tuple[str, int]:
-        """Where the sentinels say the master is, now (``MasterNotFoundError``, a
-        ``ConnectionError``, when none says): awaited on ``redis.asyncio`` inside a job
-        of :func:`~.onloop.run_bridged`, else (or ``blocking``: for a blocking
-        connection, which never suspends its job) asked with the blocking ``Sentinel``."""
+        """Where the sentinels say the master is now (``MasterNotFoundError`` if none says):
+        awaited inside a :func:`~.onloop.run_bridged` job unless ``blocking``."""
         if bridged() and not blocking:
             return self.learn(await_only(self._async().discover_master(self.service_name)))
         return self.learn(self.sentinel.discover_master(self.service_name))
 
     def refresh(self, blocking: bool = False) -> tuple[str, int] | None:
-        """The master's address, asking the sentinels first (:meth:`ask`) when
-        :data:`MASTER_CHECK_INTERVAL` has passed (None: not known yet). The sentinels not
-        answering is no reason to stop: the address known is kept."""
+        """The master's address (None: unknown), asking first if due; silence keeps the last."""
         if time.monotonic() - self.checked >= MASTER_CHECK_INTERVAL:
             self.checked = time.monotonic()
             try:
@@ -134,8 +111,7 @@ class MasterWatch:
         return self.address
 
     def _async(self) -> aio_sentinel.Sentinel:
-        """redis-py's asynchronous ``Sentinel`` of the same sentinels, made once for the
-        running loop."""
+        """redis-py's async ``Sentinel`` of the same sentinels, made once per running loop."""
         loop = asyncio.get_running_loop()
         if self._aio is None or self._aio[0] is not loop:
             kwargs = dict(self._sentinel_kwargs)
@@ -153,35 +129,16 @@ class MasterWatch:
 
 
 class MasterConnection(SentinelManagedConnection):
-    """A connection of the master that asks where it is on every connect, and follows
-    every change any connection of its client has seen (its :class:`MasterWatch`).
+    """A master connection that asks where the master is on every connect and follows any
+    change its client's connections have seen (:class:`MasterWatch`). redis-py's
+    ``SentinelManagedConnection`` asks only in ``connect()``: a dropped connection reconnects
+    to the old master (redis-py issue 3874: writes lost, then ``READONLY`` for ever), and one
+    that stays up never asks again (after ``SENTINEL FAILOVER`` the old master stays writable
+    until demoted, losing those writes). So before a command the watch asks if it is due,
+    and a connection elsewhere reconnects. A batch built for one master (:attr:`built_for`)
+    is never sent to another: :class:`MasterChanged` is raised first, and it is rebuilt."""
 
-    redis-py's ``SentinelManagedConnection`` asks only in ``connect()``, and
-
-    * a command sent on a connection that was dropped (after an error, by a
-      retry) reconnects through ``connect_check_health()``, to the address the
-      connection had: the old master (redis-py issue 3874). Measured with a
-      master SIGKILLed and started again: the workers wrote to it as it came
-      back (writes lost when the sentinels made it a replica), then failed with
-      ``READONLY`` for ever;
-    * a connection that stays up (the filter and the queue each hold one)
-      never asks again. After ``SENTINEL FAILOVER`` the old master stays a
-      writable master until the sentinels turn it into a replica, about 10 s
-      later: measured, a whole crawl went on writing there, and every write
-      made after the failover was lost with it.
-
-    So before a command the watch asks the sentinels if it is time
-    (:meth:`MasterWatch.refresh`), and a connection to another server than the one
-    they name is dropped and reconnects to the master.
-
-    A batch built for one master (:attr:`built_for`, its epoch: the queue's acks)
-    is never sent to another: when the connection would go to the next master
-    (a switch, or a retry that reconnects), :class:`MasterChanged` is raised
-    instead, before anything is sent, and the batch is built again.
-    """
-
-    #: The master epoch the batch being sent was built for (None: any master). Set by
-    #: :class:`~.link.Link` around one round trip.
+    #: Master epoch the batch being sent was built for (None: any); set by :class:`~.link.Link`.
     built_for: int | None = None
     #: redis-py's asynchronous class that :class:`AsyncMaster` connects with.
     async_twin = aio_connection.Connection
@@ -218,17 +175,10 @@ class MasterChanged(redis.RedisError):
 
 
 class AsyncMaster:
-    """:class:`MasterConnection`'s twin on ``redis.asyncio``: a link's round trips to
-    the master, inside a job of :func:`~.onloop.run_bridged`.
-
-    Before each round trip the client's :class:`MasterWatch` asks the sentinels where
-    the master is (awaited, on every connect and at most every
-    :data:`MASTER_CHECK_INTERVAL` seconds between, sharing what it learns and its epoch
-    with the blocking connections); the connection follows the address they name. A
-    batch built for another epoch raises :class:`MasterChanged` before anything is
-    sent. A lost connection, or ``READONLY`` from a demoted master, is a
-    ``ConnectionError`` (as redis-py's ``SentinelManagedConnection`` makes it) after
-    which the next round trip asks the sentinels first."""
+    """:class:`MasterConnection`'s twin on ``redis.asyncio``, inside a
+    :func:`~.onloop.run_bridged` job: it follows the shared :class:`MasterWatch`, a batch for
+    another epoch raises :class:`MasterChanged` unsent, and a lost connection or ``READONLY``
+    is a ``ConnectionError`` after which the sentinels are asked first."""
 
     def __init__(self, pool: Any, node: AsyncNode) -> None:
         watch = pool.connection_kwargs.get("master_watch")
@@ -265,8 +215,7 @@ class AsyncMaster:
 
 
 def master_watch(client: Any) -> MasterWatch | None:
-    """The :class:`MasterWatch` of a Sentinel client made by :func:`build`; None for
-    another client."""
+    """The :class:`MasterWatch` of a client made by :func:`build`; None for another."""
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     watch = kwargs.get("master_watch") if isinstance(kwargs, dict) else None
@@ -274,8 +223,7 @@ def master_watch(client: Any) -> MasterWatch | None:
 
 
 def master_epoch(client: Any) -> int:
-    """How many times ``client``'s master has changed since it was made (asking the
-    sentinels first if it is time); 0 for a client that is not a Sentinel one."""
+    """How often ``client``'s master has changed (asking first if due); 0 if not Sentinel."""
     watch = master_watch(client)
     if watch is None:
         return 0
@@ -318,8 +266,7 @@ def build(config: RedisSettings, params: dict[str, Any]) -> redis.Redis:
 
 
 def url_params(url: str) -> dict[str, Any]:
-    """What ``REDIS_URL`` says of the master besides where it is: user, password,
-    database, TLS (``rediss://``)."""
+    """What ``REDIS_URL`` says of the master but where: user, password, db, TLS."""
     try:
         parsed = parse_url(url)
     except ValueError as e:
@@ -337,8 +284,7 @@ def is_sentinel_client(client: Any) -> bool:
 
 
 def describe(client: Any) -> str:
-    """``Sentinel master 'mymaster' db 0 (sentinels h1:26379, h2:26379)``, no
-    credentials."""
+    """``Sentinel master 'mymaster' db 0 (sentinels h1:26379, h2:26379)``: no credentials."""
     watch = master_watch(client)
     assert watch is not None
     db = client.connection_pool.connection_kwargs.get("db", 0)

@@ -1,13 +1,8 @@
 """``WAIT n``: a round trip's writes confirmed on ``n`` replicas before its replies are used.
 
-Replication is asynchronous. A check-and-add that a master acknowledged but had
-not yet passed to its replica is lost if that master dies and the replica takes
-over: the URL was reported new once, and will be reported new again (a
-duplicate crawl). With ``BLOOMDUPE_WAIT_REPLICAS = n`` each round trip ends
-each node's commands with ``WAIT n timeout`` and reads the replies only once
-``n`` replicas have the writes, or the timeout has passed. The count is passed
-to :class:`~scrapy_bloomdupe.transport.link.Link` explicitly.
-"""
+Replication is asynchronous: a check-and-add a master acknowledged but had not passed on is
+lost if its replica takes over, and the URL is reported new twice. So each node's commands
+end with ``WAIT n timeout`` (n: ``BLOOMDUPE_WAIT_REPLICAS``, given to :class:`~.link.Link`)."""
 
 from __future__ import annotations
 
@@ -22,30 +17,20 @@ logger = logging.getLogger(__name__)
 
 #: ``WAIT`` timeout: the longest a round trip waits for replicas (ms).
 WAIT_TIMEOUT_MS = 500
-#: ``WAIT`` timeout for a node whose last ``WAIT`` came back short (ms). Redis
-#: ends a timed-out ``WAIT`` on its server timer, so on an idle server this costs
-#: up to ``1000 / hz`` ms (100 ms at the default ``hz 10``).
+#: ``WAIT`` timeout for a node whose last ``WAIT`` came back short (ms); Redis ends it on
+#: its server timer, so it may cost up to ``1000 / hz`` ms.
 WAIT_DEGRADED_TIMEOUT_MS = 20
-#: After this many short ``WAIT`` replies in a row a node is taken to have no live
-#: replica (e.g. the replica just promoted by a failover, until a new one joins):
-#: it then gets a ``WAIT`` only once per :data:`WAIT_PROBE_INTERVAL` seconds,
-#: instead of costing every round trip the timeout.
+#: After this many short ``WAIT`` replies in a row a node is taken to have no live replica
+#: (e.g. just promoted): it gets a ``WAIT`` only once per :data:`WAIT_PROBE_INTERVAL` s.
 WAIT_DEGRADED_TRIES = 10
 WAIT_PROBE_INTERVAL = 1.0
 
 
 def replicas_to_wait(configured: int | None, client: Any) -> int:
-    """``BLOOMDUPE_WAIT_REPLICAS`` as set, or unset: 1 on a Redis Cluster whose every
-    master has a replica connected (each master's ``INFO replication``), else 0.
-
-    On a cluster a page's links are written to the masters of their shards and the
-    page's own lease is acked on another: a master that crashes before passing the
-    links to its replica loses them with no page left to find them again (one
-    node and Sentinel do not: the links and then the ack go to one master, in
-    order). ``WAIT 1`` closes that window. Measured on a local 3-master cluster
-    with a replica each, 24 shards, 4 workers, 3,000 pages, three rounds:
-    crawl 9.07-9.50 s without, 9.19-9.63 s with; Redis CPU 246-262 and 267-280
-    µs a page; 30.2 and 32.2 commands a page (docs/benchmarks.md)."""
+    """``BLOOMDUPE_WAIT_REPLICAS`` as set, or unset: 1 on a Redis Cluster whose every master
+    has a replica, else 0. There a page's links go to their shards' masters and its lease is
+    acked on another: a master crashing before passing the links on loses them for good.
+    ``WAIT 1`` closes that window (docs/benchmarks.md: its cost)."""
     if configured is not None:
         return configured
     if not isinstance(client, RedisCluster):
@@ -63,17 +48,11 @@ def replicas_to_wait(configured: int | None, client: Any) -> int:
 
 
 class WaitPolicy:
-    """The ``WAIT replicas timeout`` to append to a node's commands, if any.
-
-    ``WAIT`` returns once ``replicas`` replicas acknowledged every write sent
-    before it on the connection, or after the timeout. A short count means the
-    writes are not (yet) on a replica: a slow replica, or none at all. After a
-    short reply the node gets :data:`WAIT_DEGRADED_TIMEOUT_MS`; after
-    :data:`WAIT_DEGRADED_TRIES` short replies in a row, one ``WAIT`` per
-    :data:`WAIT_PROBE_INTERVAL`; a full reply restores the normal timeout.
-    :attr:`short` counts short replies and :attr:`skipped` round trips sent
-    without ``WAIT`` meanwhile: the writes a failover could have lost.
-    """
+    """The ``WAIT replicas timeout`` to append to a node's commands, if any. After a short
+    reply (writes not yet on a replica) the node gets :data:`WAIT_DEGRADED_TIMEOUT_MS`; after
+    :data:`WAIT_DEGRADED_TRIES` in a row, one ``WAIT`` per :data:`WAIT_PROBE_INTERVAL`; a full
+    reply restores the timeout. :attr:`short` counts short replies and :attr:`skipped` round
+    trips sent without ``WAIT``: the writes a failover could have lost."""
 
     def __init__(self, replicas: int, timeout_ms: int | None = None,
                  degraded_timeout_ms: int | None = None) -> None:
