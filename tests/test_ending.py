@@ -17,7 +17,8 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler
 
 from scrapy_bloomdupe.dupefilter import RedisBloomDupeFilter
-from scrapy_bloomdupe.frontier.queue import PriorityQueue
+from scrapy_bloomdupe.frontier.leased import LeasedQueue
+from scrapy_bloomdupe.frontier.politeness import OneSlot
 from scrapy_bloomdupe.scheduling.ending import IDLE_POLL, MAX_IDLE_POLL, CrawlEnd
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.leases import WAKE_META, Leases
@@ -37,8 +38,8 @@ class Setup:
         self.spider = self.crawler.spider
         self.df = build_from_crawler(RedisBloomDupeFilter, self.crawler)
         self.tag = self.df.bloom.key
-        self.queue = PriorityQueue(self.df.bloom.client, self.spider, "demo:requests",
-                                   tag=self.tag, lease_timeout=lease_timeout)
+        self.queue = LeasedQueue(self.df.bloom.client, self.spider, "demo:requests",
+                                   tag=self.tag, policy=OneSlot(), lease_timeout=lease_timeout)
         self.clock, self.calls = Clock(), Calls()
         # No reactor started: the jobs run inline (a test may hold them, see HeldRunner);
         # with an engine, as in a crawl.
@@ -103,8 +104,8 @@ def test_an_idle_worker_stays_while_the_queue_has_requests(
 def test_an_idle_worker_stays_while_another_worker_holds_a_lease(
         setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
     setup.queue.push(Request("http://a.example/1"))
-    other = PriorityQueue(setup.df.bloom.client, DemoSpider(), "demo:requests",
-                          tag=setup.tag, lease_timeout=30)
+    other = LeasedQueue(setup.df.bloom.client, DemoSpider(), "demo:requests",
+                          tag=setup.tag, policy=OneSlot(), lease_timeout=30)
     (lease,) = other.pop_leases(1)
     with caplog.at_level(logging.INFO, logger="scrapy_bloomdupe.scheduling.ending"):
         setup.clock.now += 3 * GRACE
@@ -152,8 +153,8 @@ def test_done_now_asks_the_queue_again(setup: Setup) -> None:
     assert setup.idle()
     setup.clock.now += GRACE
     assert not setup.idle()
-    other = PriorityQueue(setup.df.bloom.client, DemoSpider(), "demo:requests",
-                          tag=setup.tag, lease_timeout=30)
+    other = LeasedQueue(setup.df.bloom.client, DemoSpider(), "demo:requests",
+                          tag=setup.tag, policy=OneSlot(), lease_timeout=30)
     other.push(Request("http://a.example/late"))  # another worker queued one since
     assert not in_job(setup.jobs, setup.end.done_now)
 
@@ -165,8 +166,8 @@ def test_the_look_counts_the_queue_puts_dead_workers_leases_back_and_verifies(
     try:
         client = setup.df.bloom.client
         setup.queue.push_many([Request(f"http://a.example/{i}") for i in range(3)])
-        dead = PriorityQueue(client, DemoSpider(), "demo:requests", tag=setup.tag,
-                             lease_timeout=0.5)
+        dead = LeasedQueue(client, DemoSpider(), "demo:requests", tag=setup.tag,
+                             policy=OneSlot(), lease_timeout=0.5)
         dead.pop_leases(1)
         look = in_job(setup.jobs, setup.end.look_job())
         assert (look.queued, look.leased, look.verified, look.work) == (2, 1, False, 0)

@@ -18,8 +18,7 @@ from scrapy_redis.queue import FifoQueue
 
 from scrapy_bloomdupe.frontier import failed
 from scrapy_bloomdupe.frontier.leased import LeasedQueue
-from scrapy_bloomdupe.frontier.politeness import SlotPolicy
-from scrapy_bloomdupe.frontier.queue import PriorityQueue
+from scrapy_bloomdupe.frontier.politeness import OneSlot, SlotPolicy
 from scrapy_bloomdupe.scheduling.health import CrawlHealth
 from scrapy_bloomdupe.scheduling.jobs import RedisJobs
 from scrapy_bloomdupe.scheduling.leases import ACK_DELAY, WAKE_META, Leases
@@ -31,6 +30,12 @@ TAG = "demo:bloomdupe"
 IDLE_POLL = 0.5
 
 
+def worker_queue(client: redis.Redis, *, lease_timeout: float) -> LeasedQueue:
+    """The default queue in "worker" politeness (one slot), as another worker opens it."""
+    return LeasedQueue(client, DemoSpider(), "demo:requests", tag=TAG, policy=OneSlot(),
+                       lease_timeout=lease_timeout)
+
+
 class Setup:
     """A worker's leases on the shared queue, with what the test controls."""
 
@@ -39,8 +44,8 @@ class Setup:
                  queue: Any = None) -> None:
         self.crawler = crawler_for(redis_url)
         self.spider = self.crawler.spider
-        self.queue = queue if queue is not None else PriorityQueue(
-            client, self.spider, "demo:requests", tag=TAG, lease_timeout=30)
+        self.queue = queue if queue is not None else LeasedQueue(
+            client, self.spider, "demo:requests", tag=TAG, policy=OneSlot(), lease_timeout=30)
         # No reactor started: the jobs run inline; with an engine, as in a crawl.
         self.jobs = RedisJobs(CrawlHealth(OutageGuard(0, "test")), crawling=engine)
         assert self.jobs.inline
@@ -228,10 +233,10 @@ def test_a_request_whose_lease_expired_too_often_is_recorded_as_failed_and_not_h
     setup = Setup(redis_url, client, max_requeues=1)
     setup.push(1)
     # Its first holder stops heartbeating: its lease expires, a live worker puts it back.
-    dead = PriorityQueue(client, DemoSpider(), "demo:requests", tag=TAG, lease_timeout=0.1)
+    dead = worker_queue(client, lease_timeout=0.1)
     assert len(dead.pop_leases(1)) == 1
     time.sleep(0.15)
-    reaper = PriorityQueue(client, DemoSpider(), "demo:requests", tag=TAG, lease_timeout=0.1)
+    reaper = worker_queue(client, lease_timeout=0.1)
     assert [n for n, _ in reaper.reap()] == [1]
     setup.push(1, start=1)
     request = setup.leases.take()
@@ -249,10 +254,10 @@ def test_all_a_pop_took_came_back_too_often_so_it_pops_again(
         redis_url: str, client: redis.Redis) -> None:
     setup = Setup(redis_url, client, max_requeues=1)
     setup.push(1)
-    dead = PriorityQueue(client, DemoSpider(), "demo:requests", tag=TAG, lease_timeout=0.1)
+    dead = worker_queue(client, lease_timeout=0.1)
     dead.pop_leases(1)
     time.sleep(0.15)
-    PriorityQueue(client, DemoSpider(), "demo:requests", tag=TAG, lease_timeout=0.1).reap()
+    worker_queue(client, lease_timeout=0.1).reap()
     # Only the request that came back too often is queued: the pop takes it, records
     # it, and pops again at once (finding the queue empty).
     assert setup.leases.take() is None
