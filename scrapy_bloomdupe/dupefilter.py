@@ -460,7 +460,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 "bloomdupe/generations": len(info.generations),
             })
             if self.bloom.window is not None:
-                window = self.bloom.window_figures(info)
+                window = self.bloom.engine.figures(info)
                 values["bloomdupe/window/slices"] = window["slices"]
                 values["bloomdupe/window/oldest_slice_age"] = window["oldest_slice_age"]
             if not self._warned_full:

@@ -231,7 +231,7 @@ def add_with_token(bf: BloomFilter, fingerprint: bytes, token: bytes) -> bool | 
     reply = bf.engine.run(bf.engine.check_add_command(
         token, unit.call, op, list(unit.sections.values())))
     if reply == SHARD_MISSING:
-        raise bf._lost(bf._missing(unit.shard))
+        raise bf._lost(bf.engine.missing([unit.shard]))
     if isinstance(reply, list):  # STALE_SLICE: nothing written, the lock released
         bf._adopt_slice(unit.shard, reply)
         return None

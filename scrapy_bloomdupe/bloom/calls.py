@@ -113,8 +113,6 @@ class Calls:
 
         def _lost(self, what: str) -> FilterLostError: ...
 
-        def _missing(self, *shards: int) -> str: ...
-
         def _grow_for_full(self, used: int) -> None: ...
 
     def _check_add(self, halves: Mapping[int, tuple[int, int]], indexes: Sequence[int],
@@ -147,7 +145,7 @@ class Calls:
                     elif reply == STALE_GENERATION:
                         refused.extend(unit.indexes)
                     elif reply == SHARD_MISSING:
-                        raise self._lost(self._missing(*unit.sections))
+                        raise self._lost(self.engine.missing(list(unit.sections)))
                     elif isinstance(reply, list):  # STALE_SLICE: Redis's slice and time
                         self._adopt_slice(unit.shard, reply)
                         stale.extend(unit.indexes)

@@ -278,10 +278,6 @@ class BloomFilter(Calls, Growth, Forgetting):
         self.cache.clear()
         return FilterLostError(lost_message(self.key, what))
 
-    def _missing(self, *shards: int) -> str:
-        """What a call on ``shards`` found gone (SHARD_MISSING), for the error."""
-        return self.engine.missing(shards)
-
     def verify(self) -> None:
         """Raise :class:`FilterLostError` when the filter's metadata in Redis is gone or is
         another filter's (a new seed): deleted, evicted, flushed, or Redis restarted empty. One
@@ -387,11 +383,6 @@ class BloomFilter(Calls, Growth, Forgetting):
         self._reload()
         return FilterInfo(self.key, self.sizing, self.seed, self.created, self.growth,
                           self.engine.generation_infos(), self.engine_name)
-
-    def window_figures(self, info: FilterInfo) -> dict[str, float]:
-        """From :meth:`info`: the time slices in Redis (``slices``) and how long ago the oldest
-        began (``oldest_slice_age``, seconds); {} without a window."""
-        return self.engine.figures(info)
 
     def clear(self, *, finished: bool = False, report_ttl: float = 0) -> None:
         """Delete the filter: metadata, every generation's shards, locks, markers, op logs, and

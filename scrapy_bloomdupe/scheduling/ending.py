@@ -263,9 +263,7 @@ class CrawlEnd:
         idleness only right after asking (before the fill's answer) and, leases being held until
         ``spider_idle``, no idle poll was due, so it would never close. Run the missed round."""
         if self._wakeup is not None or self.leases.buffer or self.leases.filling \
-                or self.path.enqueuing or self.jobs.failed():
-            return
-        if not self.jobs.crawling:
+                or self.path.enqueuing or self.jobs.failed() or not self.jobs.crawling:
             return
         engine = self._engine()
         if engine.spider is None:
